@@ -1,0 +1,190 @@
+"""Configuration as documentation: one dataclass per component, filled from TOML and CLI overrides.
+
+Every component keeps its own `@dataclass` (with one-line field help in `metadata["help"]` and the
+paper's default). This module holds the shared machinery: building a dataclass from a mapping with
+unknown keys and wrong types rejected by name, loading TOML, and `a.b=value` overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lanpo.errors import ConfigError
+
+T = TypeVar("T")
+
+EVICTION_POLICIES = ("oldest", "lowest_reward", "lowest_relevance")
+
+
+def help_field(default: Any, help: str, **kwargs: Any) -> Any:
+    """A dataclass field whose help text documents it (shown by `--help` and in README)."""
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kwargs)
+    return field(default=default, metadata={"help": help}, **kwargs)
+
+
+@dataclass
+class StoreConfig:
+    """The experience store: capacity policies and embedding size."""
+
+    embedding_dim: int = help_field(384, "dimension of every embedding column (all-MiniLM-L6-v2: 384)")
+    per_problem_cap: int = help_field(32, "active experiences kept per problem (paper: 32)")
+    per_step_cap: int = help_field(8, "new experiences admitted per problem per training step (paper: 8)")
+    global_cap: int | None = help_field(None, "active experiences kept in the whole pool (None: unbounded)")
+    eviction: str = help_field(
+        "oldest", "what leaves first when a cap is hit: oldest | lowest_reward | lowest_relevance"
+    )
+
+    def __post_init__(self) -> None:
+        if self.embedding_dim < 1:
+            raise ConfigError(f"store.embedding_dim must be >= 1, got {self.embedding_dim}")
+        if self.per_problem_cap < 1:
+            raise ConfigError(f"store.per_problem_cap must be >= 1, got {self.per_problem_cap}")
+        if self.per_step_cap < 1:
+            raise ConfigError(f"store.per_step_cap must be >= 1, got {self.per_step_cap}")
+        if self.global_cap is not None and self.global_cap < 1:
+            raise ConfigError(f"store.global_cap must be >= 1 or unset, got {self.global_cap}")
+        if self.eviction not in EVICTION_POLICIES:
+            raise ConfigError(f"store.eviction must be one of {', '.join(EVICTION_POLICIES)}, got {self.eviction!r}")
+
+
+def default_embedding_dim() -> int:
+    """The embedding dimension for new databases: `LANPO_EMBEDDING_DIM`, else 384."""
+    raw = os.environ.get("LANPO_EMBEDDING_DIM", "384")
+    try:
+        dim = int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"LANPO_EMBEDDING_DIM must be an integer, got {raw!r}") from exc
+    if dim < 1:
+        raise ConfigError(f"LANPO_EMBEDDING_DIM must be >= 1, got {dim}")
+    return dim
+
+
+def lanpo_home() -> Path:
+    """Where lanpo keeps its embedded database, model cache and runs: `$LANPO_HOME`, else `~/.lanpo`."""
+    return Path(os.environ.get("LANPO_HOME", "~/.lanpo")).expanduser()
+
+
+# --------------------------------------------------------------------------- building from mappings
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against annotation `tp`, recursing into nested dataclasses; int is accepted for float."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise errors[0]
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a table, got {type(value).__name__}")
+        return from_mapping(tp, value, prefix=f"{key}.")
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key} must be a list, got {type(value).__name__}")
+        (item_tp, *_rest) = typing.get_args(tp) or (Any,)
+        return origin(_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a table, got {type(value).__name__}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, bool):
+        raise ConfigError(f"{key} must be int, got bool")
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise ConfigError(f"{key} must be {_type_name(tp)}, got {type(value).__name__} ({value!r})")
+    return value
+
+
+def from_mapping(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
+    """Build dataclass `cls` from `data`; unknown keys and wrong types raise ConfigError naming the key."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        known = ", ".join(sorted(fields))
+        raise ConfigError(
+            f"unknown config key{'s' if len(unknown) > 1 else ''} " + ", ".join(f"{prefix}{k}" for k in unknown),
+            hint=f"keys allowed{' in ' + prefix.rstrip('.') if prefix else ''}: {known}",
+        )
+    kwargs = {name: _coerce(value, hints[name], f"{prefix}{name}") for name, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        if prefix and not exc.message.startswith(prefix):
+            exc.message = exc.message.replace(f"{cls.__name__}.", prefix)
+        raise
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b=value` -> (["a", "b"], value); the value is read as TOML, falling back to a bare string."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key.path=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `a.b=value` overrides to a nested mapping (a copy)."""
+    out = _deepcopy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {text!r}: {part} is not a table")
+        node[path[-1]] = value
+    return out
+
+
+def _deepcopy(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deepcopy(v) if isinstance(v, dict) else v for k, v in data.items()}
+
+
+def load_toml(cls: type[T], path: str | Path, overrides: list[str] | None = None) -> T:
+    """Load dataclass `cls` from a TOML file plus `key=value` overrides."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    try:
+        return from_mapping(cls, apply_overrides(data, overrides or []))
+    except ConfigError as exc:
+        exc.message = f"{path}: {exc.message}"
+        raise
+
+
+def to_mapping(obj: Any) -> dict[str, Any]:
+    """A dataclass as a plain JSON-able dict (for `runs.config`)."""
+    return dataclasses.asdict(obj)

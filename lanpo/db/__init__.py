@@ -1,0 +1,1 @@
+"""The experience store: connection, embedded server, ORM models, migrations and repositories."""

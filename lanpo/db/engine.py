@@ -1,0 +1,98 @@
+"""Connecting to the store: `LANPO_DATABASE_URL`, else the embedded server under `$LANPO_HOME`.
+
+`connect()` returns an Engine after checking the server answers and the schema is at the head
+revision, so every command fails early with a message that names the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from lanpo.config import lanpo_home
+from lanpo.db import server
+from lanpo.errors import DatabaseUnavailable, NotMigrated
+
+ENV_URL = "LANPO_DATABASE_URL"
+
+
+def normalise_url(url: str) -> str:
+    """Accept `postgres://` and `postgresql://` URLs and use the psycopg 3 driver."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def database_url(start_embedded: bool = True) -> str:
+    """The URL lanpo uses: `$LANPO_DATABASE_URL`, or the embedded server (started on demand)."""
+    url = os.environ.get(ENV_URL)
+    if url:
+        return normalise_url(url)
+    if not start_embedded:
+        raise DatabaseUnavailable("no LANPO_DATABASE_URL and the embedded server was not started")
+    return server.start(lanpo_home())
+
+
+def is_embedded() -> bool:
+    return not os.environ.get(ENV_URL)
+
+
+def make_engine(url: str | None = None, **kwargs: object) -> Engine:
+    """An Engine for `url` (default: `database_url()`), verified to answer."""
+    url = url or database_url()
+    engine = sa.create_engine(url, pool_pre_ping=True, **kwargs)  # type: ignore[arg-type]
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.OperationalError as exc:
+        engine.dispose()
+        where = engine.url.render_as_string(hide_password=True)
+        raise DatabaseUnavailable(
+            f"cannot reach the database at {where}: {exc.orig}".strip(),
+            hint="start it, check LANPO_DATABASE_URL, or unset it to use the embedded server (`lanpo db start`)",
+        ) from exc
+    return engine
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The Alembic revision the database is at (None: never migrated)."""
+    with engine.connect() as conn:
+        if not sa.inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.scalar(sa.text("SELECT version_num FROM alembic_version"))
+
+
+def require_migrated(engine: Engine) -> None:
+    """Raise NotMigrated unless the schema is at the head revision."""
+    from lanpo.db.migrate import head_revision
+
+    current = current_revision(engine)
+    head = head_revision()
+    if current != head:
+        state = "has no lanpo schema" if current is None else f"is at revision {current}, the code needs {head}"
+        raise NotMigrated(f"the database {state}", hint="run `lanpo db upgrade`")
+
+
+def connect(url: str | None = None, migrated: bool = True) -> Engine:
+    """Engine for commands: reachable, and (unless `migrated=False`) at the head revision."""
+    engine = make_engine(url)
+    if migrated:
+        require_migrated(engine)
+    return engine
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def transaction(engine: Engine) -> Iterator[Session]:
+    """One session in one transaction: committed on success, rolled back on any error."""
+    with session_factory(engine)() as session, session.begin():
+        yield session

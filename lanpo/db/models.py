@@ -1,0 +1,272 @@
+"""SQLAlchemy 2.0 models of the experience store (ARCHITECTURE.md, "Data model").
+
+The migrations in `migrations/versions/` carry the DDL; a test proves these models and the
+migrations do not drift. Embedding columns are `vector(d)` with d from `LANPO_EMBEDDING_DIM`
+(default 384) when the schema is created.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from pgvector.sqlalchemy import Vector
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from lanpo.config import default_embedding_dim
+
+EMBEDDING_DIM = default_embedding_dim()
+
+ATTEMPT_MODES = ("zero_shot", "intra", "inter", "self_correct", "retrieval")
+EXPERIENCE_KINDS = ("summary", "reflection", "meta")
+RUN_KINDS = ("train", "sft", "eval", "infer", "import", "bench")
+RUN_STATUSES = ("running", "finished", "failed")
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+def _nonempty(column: str) -> str:
+    return f"length(btrim({column})) > 0"
+
+
+def _finite(column: str) -> str:
+    return f"{column} IS NULL OR {column} NOT IN ('NaN'::float8, 'Infinity'::float8, '-Infinity'::float8)"
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        sa.CheckConstraint(_nonempty("name"), name="name_nonempty"),
+        sa.CheckConstraint(_in("kind", RUN_KINDS), name="kind_valid"),
+        sa.CheckConstraint(_in("status", RUN_STATUSES), name="status_valid"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.Text, unique=True)
+    kind: Mapped[str] = mapped_column(sa.Text)
+    config: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=sa.text("'{}'::jsonb"))
+    model: Mapped[str | None] = mapped_column(sa.Text)
+    status: Mapped[str] = mapped_column(sa.Text, server_default="running")
+    started_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+    finished_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True))
+
+
+class PolicyVersion(Base):
+    """Which weights produced a row: (run, step) -> adapter sha256."""
+
+    __tablename__ = "policy_versions"
+    __table_args__ = (
+        sa.UniqueConstraint("run_id", "step"),
+        sa.CheckConstraint("step >= 0", name="step_nonnegative"),
+        sa.CheckConstraint("adapter_sha256 ~ '^[0-9a-f]{64}$'", name="sha256_hex"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(sa.Integer)
+    adapter_sha256: Mapped[str] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+
+
+class RunStep(Base):
+    """A committed training step: written last in the step's transaction, it ties a checkpoint to the rows."""
+
+    __tablename__ = "run_steps"
+    __table_args__ = (sa.CheckConstraint("step >= 0", name="step_nonnegative"),)
+
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    policy_version_id: Mapped[int | None] = mapped_column(sa.ForeignKey("policy_versions.id"))
+    checkpoint: Mapped[str | None] = mapped_column(sa.Text)
+    committed_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+
+
+class Problem(Base):
+    __tablename__ = "problems"
+    __table_args__ = (
+        sa.UniqueConstraint("dataset", "external_id"),
+        sa.Index("ix_problems_dataset", "dataset"),
+        sa.CheckConstraint(_nonempty("dataset"), name="dataset_nonempty"),
+        sa.CheckConstraint(_nonempty("external_id"), name="external_id_nonempty"),
+        sa.CheckConstraint(_nonempty("question"), name="question_nonempty"),
+        sa.Index(
+            "ix_problems_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    dataset: Mapped[str] = mapped_column(sa.Text)
+    external_id: Mapped[str] = mapped_column(sa.Text)
+    question: Mapped[str] = mapped_column(sa.Text)
+    answer: Mapped[str | None] = mapped_column(sa.Text)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default=sa.text("'{}'::jsonb"))
+    embedding: Mapped[Any | None] = mapped_column(Vector(EMBEDDING_DIM))
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (
+        sa.CheckConstraint(_in("mode", ATTEMPT_MODES), name="mode_valid"),
+        sa.CheckConstraint(_finite("reward"), name="reward_finite"),
+        sa.CheckConstraint("prompt_tokens IS NULL OR prompt_tokens >= 0", name="prompt_tokens_nonnegative"),
+        sa.CheckConstraint("completion_tokens IS NULL OR completion_tokens >= 0", name="completion_tokens_nonneg"),
+        sa.Index("ix_attempts_problem_recent", "problem_id", sa.text("created_at DESC"), sa.text("id DESC")),
+        sa.Index("ix_attempts_run_step", "run_id", "step"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    problem_id: Mapped[int] = mapped_column(sa.ForeignKey("problems.id", ondelete="CASCADE"))
+    step: Mapped[int | None] = mapped_column(sa.Integer)
+    policy_version_id: Mapped[int | None] = mapped_column(sa.ForeignKey("policy_versions.id"))
+    mode: Mapped[str] = mapped_column(sa.Text)
+    prompt: Mapped[str] = mapped_column(sa.Text)
+    response: Mapped[str] = mapped_column(sa.Text)
+    prompt_version: Mapped[str | None] = mapped_column(sa.Text)
+    reward: Mapped[float | None] = mapped_column(sa.Double)
+    correct: Mapped[bool | None] = mapped_column(sa.Boolean)
+    format_ok: Mapped[bool | None] = mapped_column(sa.Boolean)
+    prompt_tokens: Mapped[int | None] = mapped_column(sa.Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(sa.Integer)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+
+
+class Experience(Base):
+    __tablename__ = "experiences"
+    __table_args__ = (
+        sa.CheckConstraint(_in("kind", EXPERIENCE_KINDS), name="kind_valid"),
+        sa.CheckConstraint(_finite("reward"), name="reward_finite"),
+        sa.CheckConstraint("(evicted_at IS NULL) = (evicted_by IS NULL)", name="eviction_complete"),
+        sa.Index(
+            "ix_experiences_pool",
+            "problem_id",
+            sa.text("created_at DESC"),
+            sa.text("id DESC"),
+            postgresql_where=sa.text("evicted_at IS NULL"),
+        ),
+        sa.Index("ix_experiences_active_created", "created_at", "id", postgresql_where=sa.text("evicted_at IS NULL")),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    problem_id: Mapped[int] = mapped_column(sa.ForeignKey("problems.id", ondelete="CASCADE"))
+    source_attempt_id: Mapped[int | None] = mapped_column(sa.ForeignKey("attempts.id", ondelete="SET NULL"))
+    kind: Mapped[str] = mapped_column(sa.Text, server_default="summary")
+    reward: Mapped[float | None] = mapped_column(sa.Double)
+    run_id: Mapped[int | None] = mapped_column(sa.ForeignKey("runs.id", ondelete="SET NULL"))
+    step: Mapped[int | None] = mapped_column(sa.Integer)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+    evicted_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True))
+    evicted_by: Mapped[str | None] = mapped_column(sa.Text)  # the capacity policy, e.g. "per_problem:oldest"
+
+
+class ExperienceVersion(Base):
+    """Immutable text of an experience: a rewrite appends a version (a trigger refuses edits)."""
+
+    __tablename__ = "experience_versions"
+    __table_args__ = (
+        sa.UniqueConstraint("experience_id", "version"),
+        sa.CheckConstraint("version >= 1", name="version_positive"),
+        sa.CheckConstraint(_nonempty("summary"), name="summary_nonempty"),
+        sa.Index(
+            "ix_experience_versions_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    experience_id: Mapped[int] = mapped_column(sa.ForeignKey("experiences.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(sa.Integer)
+    summary: Mapped[str] = mapped_column(sa.Text)
+    embedding: Mapped[Any | None] = mapped_column(Vector(EMBEDDING_DIM))
+    author: Mapped[str | None] = mapped_column(sa.Text)  # model id or "policy"
+    policy_version_id: Mapped[int | None] = mapped_column(sa.ForeignKey("policy_versions.id"))
+    prompt_version: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+
+
+class AttemptContext(Base):
+    """What was injected into an attempt's prompt: an experience version (inter) or an earlier attempt (intra)."""
+
+    __tablename__ = "attempt_contexts"
+    __table_args__ = (
+        sa.CheckConstraint("position >= 0", name="position_nonnegative"),
+        sa.CheckConstraint("num_nonnulls(experience_version_id, context_attempt_id) = 1", name="one_source"),
+        sa.Index("ix_attempt_contexts_experience_version_id", "experience_version_id"),
+    )
+
+    attempt_id: Mapped[int] = mapped_column(sa.ForeignKey("attempts.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    experience_version_id: Mapped[int | None] = mapped_column(sa.ForeignKey("experience_versions.id"))
+    context_attempt_id: Mapped[int | None] = mapped_column(sa.ForeignKey("attempts.id"))
+    score: Mapped[float | None] = mapped_column(sa.Double)
+
+
+class RelevanceScore(Base):
+    """r(problem, candidate) from a scorer (model id + prompt version), in [0, 1]."""
+
+    __tablename__ = "relevance_scores"
+    __table_args__ = (
+        sa.CheckConstraint("score >= 0 AND score <= 1", name="score_unit_interval"),
+        sa.CheckConstraint("num_nonnulls(candidate_problem_id, candidate_version_id) = 1", name="one_candidate"),
+        sa.CheckConstraint("candidate_problem_id IS DISTINCT FROM problem_id", name="not_self"),
+        sa.CheckConstraint(_nonempty("scorer"), name="scorer_nonempty"),
+        sa.Index(
+            "uq_relevance_scores_problem_pair",
+            "problem_id",
+            "candidate_problem_id",
+            "scorer",
+            unique=True,
+            postgresql_where=sa.text("candidate_problem_id IS NOT NULL"),
+        ),
+        sa.Index(
+            "uq_relevance_scores_version_pair",
+            "problem_id",
+            "candidate_version_id",
+            "scorer",
+            unique=True,
+            postgresql_where=sa.text("candidate_version_id IS NOT NULL"),
+        ),
+        sa.Index("ix_relevance_scores_lookup", "problem_id", "scorer", sa.text("score DESC")),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    problem_id: Mapped[int] = mapped_column(sa.ForeignKey("problems.id", ondelete="CASCADE"))
+    candidate_problem_id: Mapped[int | None] = mapped_column(sa.ForeignKey("problems.id", ondelete="CASCADE"))
+    candidate_version_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("experience_versions.id", ondelete="CASCADE")
+    )
+    scorer: Mapped[str] = mapped_column(sa.Text)
+    score: Mapped[float] = mapped_column(sa.Double)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+
+
+class RunMetric(Base):
+    __tablename__ = "run_metrics"
+    __table_args__ = (sa.CheckConstraint(_nonempty("name"), name="name_nonempty"),)
+
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(sa.Text, primary_key=True)
+    value: Mapped[float | None] = mapped_column(sa.Double)
