@@ -11,7 +11,7 @@ import click
 from lanpo import __version__
 from lanpo.errors import LanpoError
 
-# Command modules, each exposing `commands: list[click.Command]`. Imported lazily so that
+# Command modules, each exposing `command` (a click.Command or Group). Imported lazily so that
 # `lanpo db status` does not pay for torch.
 COMMAND_MODULES = {
     "db": "lanpo.cli.db",
