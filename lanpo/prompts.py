@@ -1,0 +1,168 @@
+"""Prompt templates (our own words): zero-shot actor, intra-sample reflection, inter-sample exploration, summarizer.
+
+Every template has a version string; the trainer stores it with each attempt / experience it produced, so a
+changed wording is visible in the history. Messages are plain `[{"role", "content"}]` lists; the model's chat
+template turns them into text (`lanpo.models.apply_chat`).
+
+Leakage rules (tested with hypothesis in tests/test_prompts.py):
+- the intra (reflection) prompt shows the model's earlier *responses* only. It takes objects with a `response`
+  attribute and reads nothing else, so rewards, correctness and the gold answer cannot reach it; its wording
+  never judges the earlier attempts (no "correct", "wrong", "reward", "score", "answer key").
+- the inter prompt shows summaries of experiences from *other* problems (the store guarantees that); their
+  relevance score is not shown either, the model judges relevance itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+Message = dict[str, str]
+
+ACTOR_VERSION = "actor-v1"
+INTRA_VERSION = "intra-v1"
+INTER_VERSION = "inter-v1"
+SUMMARY_VERSION = "summary-v1"
+
+MODES = ("zero_shot", "intra", "inter")
+FEEDBACK_MODES = ("intra", "inter")
+
+# Fixed headers a feedback-mode response must carry (the +0.1 format bonus checks for them, paper 10.3).
+INTRA_HEADERS = ("## Review", "## Solution")
+INTER_HEADERS = ("## Relevance", "## Plan", "## Solution")
+SUMMARY_HEADERS = ("## Flow", "## Principles", "## Pitfalls")
+
+SYSTEM = "You are a careful math assistant. Think step by step and put the final answer in \\boxed{}."
+
+ACTOR = "{question}\n\nSolve the problem step by step. End with the final answer as \\boxed{{N}}."
+
+INTRA = (
+    "{question}\n\n"
+    "Here are earlier attempts at this problem, written by you:\n\n"
+    "{context}\n\n"
+    "Read the attempts step by step and look for slips in arithmetic or reasoning. Then solve the problem again.\n"
+    "Write your answer under exactly these headers:\n"
+    "## Review\n(what the attempts did, step by step, and what to do differently)\n"
+    "## Solution\n(your own full solution, ending with \\boxed{{N}})"
+)
+
+INTER = (
+    "{question}\n\n"
+    "Here are lessons learned on other problems; some may not apply:\n\n"
+    "{context}\n\n"
+    "Decide which lessons apply to this problem, plan, then solve it.\n"
+    "Write your answer under exactly these headers:\n"
+    "## Relevance\n(which lessons apply and why)\n"
+    "## Plan\n(the steps you will take)\n"
+    "## Solution\n(the full solution, ending with \\boxed{{N}})"
+)
+
+SUMMARY = (
+    "Problem:\n{question}\n\n"
+    "A solution that worked:\n{response}\n\n"
+    "Distil this into a lesson that helps on *other*, similar problems. Do not repeat this problem's numbers "
+    "or its final result; describe the method.\n"
+    "Write under exactly these headers:\n"
+    "## Flow\n(the flow of thought, in abstract steps)\n"
+    "## Principles\n(transferable rules)\n"
+    "## Pitfalls\n(mistakes to avoid)"
+)
+
+# Words that would reveal a judgement of an earlier attempt; the reflection template must contain none.
+JUDGEMENT_WORDS = ("correct", "incorrect", "wrong", "right", "reward", "score", "gold", "answer key", "true", "false")
+
+
+class HasResponse(Protocol):
+    """What the reflection prompt may read from an earlier attempt: its text, nothing else."""
+
+    @property
+    def response(self) -> str: ...
+
+
+class HasSummary(Protocol):
+    """What the exploration prompt reads from an experience: its summary text."""
+
+    @property
+    def summary(self) -> str: ...
+
+
+def version_of(mode: str) -> str:
+    """The template version stored with attempts made in `mode` (zero_shot | intra | inter)."""
+    versions = {"zero_shot": ACTOR_VERSION, "intra": INTRA_VERSION, "inter": INTER_VERSION}
+    if mode not in versions:
+        raise ValueError(f"unknown prompt mode {mode!r}; expected one of {', '.join(MODES)}")
+    return versions[mode]
+
+
+def format_intra(items: Sequence[HasResponse]) -> str:
+    """Earlier attempts as numbered blocks: only their `response` text is read."""
+    blocks = [f"### Attempt {i + 1}\n{item.response.strip()}" for i, item in enumerate(items)]
+    return "\n\n".join(blocks)
+
+
+def format_inter(items: Sequence[HasSummary]) -> str:
+    """Retrieved experiences as numbered lessons: only their `summary` text is read."""
+    blocks = [f"### Lesson {i + 1}\n{item.summary.strip()}" for i, item in enumerate(items)]
+    return "\n\n".join(blocks)
+
+
+def render_context(mode: str, items: Sequence[HasResponse] | Sequence[HasSummary]) -> str:
+    """The exact context block injected into a prompt for `mode` (used by `lanpo pool context`)."""
+    if mode == "intra":
+        return format_intra(items)  # type: ignore[arg-type]
+    if mode == "inter":
+        return format_inter(items)  # type: ignore[arg-type]
+    raise ValueError(f"mode {mode!r} has no context; expected intra or inter")
+
+
+def actor_messages(question: str) -> list[Message]:
+    """Zero-shot actor prompt."""
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ACTOR.format(question=question)}]
+
+
+def intra_messages(question: str, items: Sequence[HasResponse]) -> list[Message]:
+    """Intra-sample reflection over the model's own earlier responses to `question`."""
+    user = INTRA.format(question=question, context=format_intra(items))
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+def inter_messages(question: str, items: Sequence[HasSummary]) -> list[Message]:
+    """Inter-sample exploration with lessons from other problems."""
+    user = INTER.format(question=question, context=format_inter(items))
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+def build_messages(mode: str, question: str, items: Sequence[object] = ()) -> list[Message]:
+    """Messages for `mode`; a feedback mode with no items falls back to the zero-shot prompt (caller re-labels)."""
+    if mode == "zero_shot" or not items:
+        return actor_messages(question)
+    if mode == "intra":
+        return intra_messages(question, items)  # type: ignore[arg-type]
+    if mode == "inter":
+        return inter_messages(question, items)  # type: ignore[arg-type]
+    raise ValueError(f"unknown prompt mode {mode!r}; expected one of {', '.join(MODES)}")
+
+
+def summary_messages(question: str, response: str) -> list[Message]:
+    """Summarizer prompt: a successful trajectory -> flow of thought, principles, pitfalls."""
+    user = SUMMARY.format(question=question, response=response.strip())
+    return [{"role": "system", "content": "You write short, abstract lessons."}, {"role": "user", "content": user}]
+
+
+def required_headers(mode: str) -> tuple[str, ...]:
+    """Headers a response in `mode` must carry for the format bonus (none for zero_shot)."""
+    return {"intra": INTRA_HEADERS, "inter": INTER_HEADERS, "summary": SUMMARY_HEADERS}.get(mode, ())
+
+
+def has_headers(text: str, headers: Sequence[str]) -> bool:
+    """True when every header starts a line of `text`, in the given order."""
+    position = 0
+    lines = text.splitlines()
+    for header in headers:
+        for i in range(position, len(lines)):
+            if lines[i].strip().lower().startswith(header.lower()):
+                position = i + 1
+                break
+        else:
+            return False
+    return True

@@ -1,0 +1,119 @@
+"""Reward functions, plain and callable without the trainer: `reward(completions, **context) -> list[float | None]`.
+
+Correctness is deliberately strict: only the content of the *last* `\\boxed{...}` in a completion is graded
+(math-verify against the gold answer). math-verify on its own also accepts an unboxed trailing number, which
+rewards wrong answers that merely end on the right digit and teaches nothing about the answer format; here an
+unboxed answer earns 0. A grader that raises or times out gives 0.0 and a logged warning, never a crash.
+
+Format bonus (paper 10.3): +0.1 when a feedback-mode (intra / inter) response carries that mode's headers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lanpo.prompts import FEEDBACK_MODES, has_headers, required_headers
+
+log = logging.getLogger(__name__)
+
+FORMAT_BONUS = 0.1
+GRADER_TIMEOUT_S = 3
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` (braces balanced), or None when there is none or it is unclosed."""
+    start = text.rfind("\\boxed{")
+    while start != -1:
+        depth = 0
+        i = start + len("\\boxed{")
+        begin = i
+        while i < len(text):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                if depth == 0:
+                    inner = text[begin:i].strip()
+                    return inner or None
+                depth -= 1
+            i += 1
+        start = text.rfind("\\boxed{", 0, start)  # unclosed: try an earlier box
+    return None
+
+
+def _timeouts() -> int | None:
+    # math-verify times out with signal.alarm, which only works on the main thread; elsewhere we pass None
+    # (no timeout) rather than let it raise for every call.
+    return GRADER_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+
+def answers_match(predicted: str, gold: str) -> bool:
+    """math-verify equivalence of a boxed prediction and the gold answer; raises on grader errors / timeouts."""
+    from math_verify import parse, verify
+
+    timeout = _timeouts()
+    gold_parsed = parse(f"${gold}$", parsing_timeout=timeout, raise_on_error=True)  # type: ignore[arg-type]
+    if not gold_parsed:
+        gold_parsed = parse(gold, parsing_timeout=timeout, raise_on_error=True)  # type: ignore[arg-type]
+    pred_parsed = parse(f"\\boxed{{{predicted}}}", parsing_timeout=timeout, raise_on_error=True)  # type: ignore[arg-type]
+    if not gold_parsed or not pred_parsed:
+        return predicted.strip() == gold.strip()
+    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout, raise_on_error=True))
+
+
+def is_correct(completion: str, gold: str | None) -> bool:
+    """Strict correctness of one completion: its last boxed answer equals `gold` (grader failure: False + warning)."""
+    if gold is None:
+        return False
+    boxed = extract_boxed(completion)
+    if boxed is None:
+        return False
+    try:
+        return answers_match(boxed, gold)
+    except Exception as exc:  # math-verify raises sympy errors, TimeoutException, ValueError...
+        log.warning(
+            "grader failed on %r vs gold %r (%s: %s): reward 0", boxed[:80], gold[:80], type(exc).__name__, exc
+        )
+        return False
+
+
+def correctness_reward(
+    completions: Sequence[str], answer: Sequence[str | None] | str | None, **_: object
+) -> list[float]:
+    """1.0 per completion whose boxed answer matches the gold `answer` (one per completion, or one for all)."""
+    golds = [answer] * len(completions) if answer is None or isinstance(answer, str) else list(answer)
+    if len(golds) != len(completions):
+        raise ValueError(f"{len(completions)} completions but {len(golds)} answers")
+    return [1.0 if is_correct(c, g) else 0.0 for c, g in zip(completions, golds, strict=True)]
+
+
+def format_ok(completion: str, mode: str) -> bool:
+    """True when a feedback-mode response carries its mode's headers (zero_shot: always False, no bonus)."""
+    return mode in FEEDBACK_MODES and has_headers(completion, required_headers(mode))
+
+
+def format_reward(completions: Sequence[str], mode: Sequence[str] | str, **_: object) -> list[float]:
+    """+FORMAT_BONUS per feedback-mode completion with the required headers."""
+    modes = [mode] * len(completions) if isinstance(mode, str) else list(mode)
+    return [FORMAT_BONUS if format_ok(c, m) else 0.0 for c, m in zip(completions, modes, strict=True)]
+
+
+@dataclass(frozen=True)
+class Graded:
+    """One graded completion: total reward and its parts (what the attempts table stores)."""
+
+    reward: float
+    correct: bool
+    format_ok: bool
+
+
+def grade(completions: Sequence[str], answers: Sequence[str | None], modes: Sequence[str]) -> list[Graded]:
+    """Correctness + format bonus for a batch of completions, one gold answer and mode each."""
+    correct = correctness_reward(completions, answers)
+    fmt = [format_ok(c, m) for c, m in zip(completions, modes, strict=True)]
+    return [
+        Graded(reward=c + (FORMAT_BONUS if f else 0.0), correct=c > 0, format_ok=f)
+        for c, f in zip(correct, fmt, strict=True)
+    ]
