@@ -1,0 +1,1 @@
+"""LANPO GRPO trainer: config, the loop, checkpoints, SFT warm start, summarizer."""

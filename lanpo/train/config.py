@@ -1,0 +1,232 @@
+"""Trainer configuration: one dataclass per component, composed into `TrainConfig` and filled from TOML.
+
+Defaults are the paper's (LANPO, arXiv 2510.16552, tables 6-7) where it gives one; recipes in
+`train/configs/` override them (e.g. `demo-cpu.toml` for SmolLM2 on two CPU cores). Impossible values fail in
+`__post_init__` with a ConfigError naming the key and saying how to fix it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lanpo.config import StoreConfig, help_field, lanpo_home, load_toml
+from lanpo.errors import ConfigError
+
+FEEDBACK_MODES = ("none", "intra", "inter", "both")
+AGGREGATIONS = ("token-mean", "seq-mean")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def _check(cond: bool, message: str, hint: str | None = None) -> None:
+    if not cond:
+        raise ConfigError(message, hint=hint)
+
+
+@dataclass
+class ModelConfig:
+    """The policy: a local HF folder, a hub id, a .gguf file, or "smollm2" (the offline default)."""
+
+    name: str = help_field("smollm2", "model folder, hub id, .gguf file, or 'smollm2' (offline SmolLM2-135M)")
+    dtype: str = help_field("auto", "auto (CPU float32, GPU bfloat16) | float32 | bfloat16 | float16")
+    device: str = help_field("auto", "auto (cuda when available) | cpu | cuda | cuda:N")
+    init_adapter: str | None = help_field(None, "LoRA adapter folder to start from (e.g. the SFT stage's output)")
+    threads: int = help_field(0, "torch CPU threads (0: all cores)")
+
+    def __post_init__(self) -> None:
+        _check(self.name.strip() != "", "model.name must not be empty")
+        _check(self.dtype in DTYPES, f"model.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        _check(self.threads >= 0, f"model.threads must be >= 0, got {self.threads}")
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapter trained by GRPO and SFT (PEFT). The reference policy is the model with it disabled."""
+
+    r: int = help_field(16, "LoRA rank")
+    alpha: int = help_field(32, "LoRA alpha (scale = alpha / r)")
+    dropout: float = help_field(0.0, "LoRA dropout (0 keeps old/new log-probs comparable)")
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], metadata={"help": "module names to adapt"}
+    )
+
+    def __post_init__(self) -> None:
+        _check(self.r >= 1, f"lora.r must be >= 1, got {self.r}")
+        _check(self.alpha >= 1, f"lora.alpha must be >= 1, got {self.alpha}")
+        _check(0.0 <= self.dropout < 1.0, f"lora.dropout must be in [0, 1), got {self.dropout}")
+        _check(len(self.target_modules) > 0, "lora.target_modules must name at least one module")
+
+
+@dataclass
+class DataConfig:
+    """Which problems to train on: a dataset already imported, or generated from reasoning-gym on first use."""
+
+    dataset: str = help_field("chain_sum", "dataset name in the store (problems.dataset)")
+    task: str | None = help_field(None, "reasoning-gym task to generate the dataset from when it is empty")
+    n: int = help_field(200, "problems to generate when the dataset is empty and `task` is set")
+    seed: int = help_field(0, "generation seed")
+    task_options: dict = field(default_factory=dict, metadata={"help": "reasoning-gym task options"})
+
+    def __post_init__(self) -> None:
+        _check(self.dataset.strip() != "", "data.dataset must not be empty")
+        _check(self.n >= 1, f"data.n must be >= 1, got {self.n}")
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling n rollouts per prompt."""
+
+    backend: str = help_field("hf", "hf (transformers generate) | vllm (GPU)")
+    n: int = help_field(16, "rollouts per prompt = GRPO group size (paper: 16)")
+    max_new_tokens: int = help_field(1024, "completion length limit")
+    max_prompt_tokens: int = help_field(2048, "prompts are left-truncated to this many tokens")
+    temperature: float = help_field(1.0, "sampling temperature (paper: 1.0)")
+    top_p: float = help_field(1.0, "nucleus sampling (paper: 1.0)")
+
+    def __post_init__(self) -> None:
+        _check(self.backend in ("hf", "vllm"), f"rollout.backend must be hf or vllm, got {self.backend!r}")
+        _check(self.n >= 2, f"rollout.n (group size) must be >= 2, got {self.n}", "GRPO needs >= 2 rollouts per group")
+        _check(self.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        _check(self.max_prompt_tokens >= 8, f"rollout.max_prompt_tokens must be >= 8, got {self.max_prompt_tokens}")
+        _check(self.temperature > 0, f"rollout.temperature must be > 0, got {self.temperature}")
+        _check(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class GRPOConfig:
+    """The GRPO update (clip-higher, k3 KL, token-mean), optimiser and schedule."""
+
+    learning_rate: float = help_field(1e-6, "AdamW learning rate (paper: 1e-6 full fine-tuning; LoRA wants ~1e-4)")
+    weight_decay: float = help_field(0.0, "AdamW weight decay")
+    warmup_ratio: float = help_field(0.1, "share of steps with linear warmup before the cosine decay (paper: 0.1)")
+    eps_low: float = help_field(0.2, "lower clip: ratio >= 1 - eps_low (paper: 0.2)")
+    eps_high: float = help_field(0.28, "upper clip: ratio <= 1 + eps_high (paper: 0.28)")
+    beta: float = help_field(5e-4, "KL penalty against the reference policy (paper: 5e-4)")
+    loss_agg: str = help_field("token-mean", "token-mean (paper) | seq-mean")
+    ppo_epochs: int = help_field(1, "passes over each step's rollouts")
+    minibatch_size: int = help_field(0, "sequences per optimiser step (0: the whole batch, one update per epoch)")
+    micro_batch_size: int = help_field(8, "sequences per forward/backward (gradient accumulation inside a minibatch)")
+    max_grad_norm: float = help_field(1.0, "gradient clipping")
+
+    def __post_init__(self) -> None:
+        _check(self.learning_rate > 0, f"grpo.learning_rate must be > 0, got {self.learning_rate}")
+        _check(0 <= self.warmup_ratio < 1, f"grpo.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        _check(0 <= self.eps_low < 1, f"grpo.eps_low must be in [0, 1), got {self.eps_low}")
+        _check(
+            self.eps_high >= self.eps_low,
+            f"grpo.eps_high ({self.eps_high}) must be >= grpo.eps_low ({self.eps_low})",
+            "clip-higher widens the upper bound only; set eps_high >= eps_low",
+        )
+        _check(self.beta >= 0, f"grpo.beta must be >= 0, got {self.beta}")
+        _check(self.loss_agg in AGGREGATIONS, f"grpo.loss_agg must be token-mean or seq-mean, got {self.loss_agg!r}")
+        _check(self.ppo_epochs >= 1, f"grpo.ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        _check(self.minibatch_size >= 0, f"grpo.minibatch_size must be >= 0, got {self.minibatch_size}")
+        _check(self.micro_batch_size >= 1, f"grpo.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        _check(self.max_grad_norm > 0, f"grpo.max_grad_norm must be > 0, got {self.max_grad_norm}")
+
+
+@dataclass
+class FeedbackConfig:
+    """Language feedback: which contexts are drawn from the store, how often, and how many."""
+
+    mode: str = help_field("both", "none (plain GRPO) | intra | inter | both (pick per problem)")
+    p_t: float = help_field(0.5, "probability that a problem gets a feedback context (paper: 0.5; intra best 0.75)")
+    k: int = help_field(2, "items in a context (earlier attempts or lessons)")
+    pool_size: int = help_field(8, "top-ranked candidates kept before the weighted draw w_i = 1/(i+1)")
+    gamma: float = help_field(0.9, "inter: minimum relevance score of a lesson's source problem (paper: 0.9)")
+    scorer: str | None = help_field(None, "inter: relevance scorer string in relevance_scores (None: any)")
+
+    def __post_init__(self) -> None:
+        _check(
+            self.mode in FEEDBACK_MODES, f"feedback.mode must be one of {', '.join(FEEDBACK_MODES)}, got {self.mode!r}"
+        )
+        _check(0.0 <= self.p_t <= 1.0, f"feedback.p_t must be in [0, 1], got {self.p_t}")
+        _check(self.k >= 1, f"feedback.k must be >= 1, got {self.k}")
+        _check(self.pool_size >= self.k, f"feedback.pool_size ({self.pool_size}) must be >= feedback.k ({self.k})")
+        _check(0.0 <= self.gamma <= 1.0, f"feedback.gamma must be in [0, 1], got {self.gamma}")
+
+
+@dataclass
+class SummarizerConfig:
+    """Distilling successful rollouts into experiences for the inter-sample pool."""
+
+    enabled: bool = help_field(True, "summarise successful rollouts into new experiences")
+    model: str = help_field("policy", "'policy' (the model being trained) or another model folder / hub id")
+    max_new_tokens: int = help_field(256, "summary length limit")
+    min_reward: float = help_field(1.0, "a rollout is 'successful' at reward >= this")
+    max_new_per_step: int = help_field(8, "new experiences per problem per step (paper: 8)")
+    temperature: float = help_field(0.7, "summary sampling temperature")
+
+    def __post_init__(self) -> None:
+        _check(self.max_new_tokens >= 1, f"summarizer.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        _check(self.max_new_per_step >= 1, f"summarizer.max_new_per_step must be >= 1, got {self.max_new_per_step}")
+        _check(self.temperature > 0, f"summarizer.temperature must be > 0, got {self.temperature}")
+
+
+@dataclass
+class SFTConfig:
+    """The supervised warm start: chat pairs for answer format and the three atomic skills."""
+
+    enabled: bool = help_field(False, "run the SFT stage before GRPO (`lanpo train` uses its adapter)")
+    learning_rate: float = help_field(2e-4, "AdamW learning rate")
+    epochs: int = help_field(1, "passes over the SFT data")
+    max_steps: int = help_field(0, "stop after this many optimiser steps (0: no limit)")
+    batch_size: int = help_field(8, "pairs per optimiser step")
+    max_length: int = help_field(512, "tokens per pair (longer pairs are truncated)")
+    n_problems: int = help_field(64, "problems to build SFT pairs from when no data file is given")
+    seed: int = help_field(0, "shuffle / generation seed")
+
+    def __post_init__(self) -> None:
+        _check(self.learning_rate > 0, f"sft.learning_rate must be > 0, got {self.learning_rate}")
+        _check(self.epochs >= 1, f"sft.epochs must be >= 1, got {self.epochs}")
+        _check(self.max_steps >= 0, f"sft.max_steps must be >= 0, got {self.max_steps}")
+        _check(self.batch_size >= 1, f"sft.batch_size must be >= 1, got {self.batch_size}")
+        _check(self.max_length >= 16, f"sft.max_length must be >= 16, got {self.max_length}")
+        _check(self.n_problems >= 1, f"sft.n_problems must be >= 1, got {self.n_problems}")
+
+
+@dataclass
+class TrainConfig:
+    """A whole LANPO training run."""
+
+    run_name: str = help_field("lanpo", "unique run name (resume continues the run of this name)")
+    steps: int = help_field(100, "GRPO steps")
+    batch_size: int = help_field(8, "problems per step (each gets rollout.n rollouts)")
+    seed: int = help_field(0, "seed for problem order, contexts, sampling, LoRA init")
+    output_dir: str | None = help_field(None, "checkpoints go here (default: $LANPO_HOME/runs/<run_name>)")
+    keep_checkpoints: int = help_field(2, "committed checkpoints kept on disk (the newest ones)")
+    model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "policy model"})
+    lora: LoraConfig = field(default_factory=LoraConfig, metadata={"help": "LoRA adapter"})
+    data: DataConfig = field(default_factory=DataConfig, metadata={"help": "training problems"})
+    rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"help": "sampling"})
+    grpo: GRPOConfig = field(default_factory=GRPOConfig, metadata={"help": "the update"})
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig, metadata={"help": "language feedback contexts"})
+    summarizer: SummarizerConfig = field(default_factory=SummarizerConfig, metadata={"help": "distillation"})
+    sft: SFTConfig = field(default_factory=SFTConfig, metadata={"help": "supervised warm start"})
+    store: StoreConfig = field(default_factory=StoreConfig, metadata={"help": "experience store capacity policies"})
+
+    def __post_init__(self) -> None:
+        _check(self.run_name.strip() != "", "run_name must not be empty")
+        _check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+        _check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
+        rollouts = self.batch_size * self.rollout.n
+        if self.grpo.minibatch_size:
+            _check(
+                rollouts % self.grpo.minibatch_size == 0,
+                f"grpo.minibatch_size ({self.grpo.minibatch_size}) must divide batch_size * rollout.n ({rollouts})",
+            )
+        _check(
+            self.summarizer.max_new_per_step <= self.store.per_step_cap,
+            f"summarizer.max_new_per_step ({self.summarizer.max_new_per_step}) exceeds store.per_step_cap "
+            f"({self.store.per_step_cap}); the extra summaries would be dropped",
+        )
+
+    def checkpoint_root(self) -> Path:
+        """Where this run's checkpoints live."""
+        return Path(self.output_dir).expanduser() if self.output_dir else lanpo_home() / "runs" / self.run_name
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+    """A TrainConfig from a TOML recipe plus `a.b=value` overrides."""
+    return load_toml(TrainConfig, path, overrides)
