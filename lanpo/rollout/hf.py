@@ -1,0 +1,79 @@
+"""transformers `generate` as a rollout backend: batched with left padding, CPU or GPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lanpo.rollout import Completion, SamplingParams
+
+
+class HFBackend:
+    """Generate with a (possibly PEFT-wrapped) HF causal LM; `max_batch` caps sequences per `generate` call."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_batch: int = 64) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch = max_batch
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        if not prompts:
+            return []
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        greedy = params.temperature <= 0
+        per_call = max(1, self.max_batch // (1 if greedy else n))
+        results: list[list[Completion]] = []
+        for start in range(0, len(prompts), per_call):
+            results.extend(self._generate_chunk(prompts[start : start + per_call], n, params, greedy))
+        return results
+
+    def _generate_chunk(
+        self, prompts: list[str], n: int, params: SamplingParams, greedy: bool
+    ) -> list[list[Completion]]:
+        tok = self.tokenizer
+        device = next(self.model.parameters()).device
+        batch = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        sampling: dict[str, Any] = (
+            {"do_sample": False}
+            if greedy
+            else {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
+        )
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = self.model.generate(
+                **batch,
+                max_new_tokens=params.max_new_tokens,
+                num_return_sequences=1 if greedy else n,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+                **sampling,
+            )  # (B * n', P + T)
+        finally:
+            self.model.train(was_training)
+        prompt_len = batch["input_ids"].shape[1]
+        copies = 1 if greedy else n
+        results = []
+        for i in range(len(prompts)):
+            mask = batch["attention_mask"][i].bool()
+            prompt_ids = tuple(batch["input_ids"][i][mask].tolist())
+            group = []
+            for j in range(copies):
+                group.append(self._completion(out[i * copies + j, prompt_len:].tolist(), prompt_ids))
+            results.append(group * n if greedy else group)
+        return results
+
+    def _completion(self, generated: list[int], prompt_ids: tuple[int, ...]) -> Completion:
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        if eos in generated:
+            ids, reason = generated[: generated.index(eos) + 1], "stop"
+        else:
+            # Right padding only appears after EOS; without EOS the sequence ran to max_new_tokens.
+            ids, reason = generated, "length"
+            while ids and ids[-1] == pad and pad != eos:
+                ids = ids[:-1]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Completion(text=text, token_ids=tuple(ids), prompt_token_ids=prompt_ids, finish_reason=reason)

@@ -1,0 +1,91 @@
+"""Model loading helpers and the HF rollout backend, on tiny random models (and SmolLM2 when slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lanpo.errors import InputError
+from lanpo.models import (
+    LoraSpec,
+    adapter_sha256,
+    apply_chat,
+    attach_lora,
+    load_adapter,
+    load_causal_lm,
+    resolve_model,
+    tiny_causal_lm,
+)
+from lanpo.rollout import SamplingParams, make_backend
+
+
+def test_tiny_tokenizer_round_trips_chat() -> None:
+    _, tok = tiny_causal_lm()
+    text = apply_chat(tok, [{"role": "user", "content": "What is 2+3?"}])
+    assert text.endswith("<|im_start|>assistant\n")
+    assert tok.decode(tok(text).input_ids) == text
+    assert tok.padding_side == "left"
+
+
+def test_hf_backend_groups_and_seeds() -> None:
+    model, tok = tiny_causal_lm(seed=1)
+    backend = make_backend("hf", model, tok, max_batch=4)
+    prompts = [apply_chat(tok, [{"role": "user", "content": q}]) for q in ("1+1", "a much longer question here")]
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
+    first = backend.generate(prompts, n=3, params=params)
+    assert [len(g) for g in first] == [3, 3]
+    for group, prompt in zip(first, prompts, strict=True):
+        for c in group:
+            assert tok.decode(c.prompt_token_ids) == prompt  # padding stripped
+            assert len(c.token_ids) <= 12
+            assert c.finish_reason in ("stop", "length")
+            assert (c.finish_reason == "stop") == (c.token_ids[-1:] == (tok.eos_token_id,))
+    again = backend.generate(prompts, n=3, params=params)
+    assert [[c.token_ids for c in g] for g in again] == [[c.token_ids for c in g] for g in first]
+
+
+def test_greedy_returns_n_identical() -> None:
+    model, tok = tiny_causal_lm(seed=2)
+    backend = make_backend("hf", model, tok)
+    (group,) = backend.generate([apply_chat(tok, [{"role": "user", "content": "hi"}])], 3, SamplingParams(8, 0.0))
+    assert len({c.token_ids for c in group}) == 1 and len(group) == 3
+
+
+def test_adapter_hash_changes_with_weights_and_survives_save(tmp_path: Path) -> None:
+    model, _ = tiny_causal_lm()
+    peft_model = attach_lora(model, LoraSpec(rank=4, alpha=8, target_modules=["q_proj", "v_proj"]))
+    before = adapter_sha256(peft_model)
+    with torch.no_grad():
+        next(p for n, p in peft_model.named_parameters() if "lora_B" in n).add_(0.5)
+    after = adapter_sha256(peft_model)
+    assert before != after
+    peft_model.save_pretrained(tmp_path / "adapter")
+    reloaded = load_adapter(tiny_causal_lm()[0], tmp_path / "adapter")
+    assert adapter_sha256(reloaded) == after
+
+
+def test_bad_model_paths_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        resolve_model("./no/such/folder")
+    with pytest.raises(InputError, match="not a Hugging Face model folder"):
+        resolve_model(tmp_path)
+    with pytest.raises(InputError, match="no PEFT adapter"):
+        load_adapter(tiny_causal_lm()[0], tmp_path)
+
+
+def test_unknown_backend() -> None:
+    from lanpo.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown rollout backend"):
+        make_backend("tgi", None, None)
+
+
+@pytest.mark.slow
+def test_smollm2_loads_offline_and_answers() -> None:
+    model, tok = load_causal_lm("smollm2")
+    backend = make_backend("hf", model, tok)
+    prompt = apply_chat(tok, [{"role": "user", "content": "What is 2+3? Answer with a number."}])
+    (group,) = backend.generate([prompt], 1, SamplingParams(max_new_tokens=16, temperature=0.0))
+    assert "5" in group[0].text
