@@ -1,0 +1,72 @@
+"""The two feedback contexts the prompts consume, drawn with `sampling`.
+
+`IntraItem` carries ONLY prompt-visible text: the attempt id (for attempt_contexts) and the response.
+It has no field that could hold a reward, correctness flag or gold answer, and none is ever read here.
+`InterItem` carries an experience version's summary, its source problem and the relevance score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from lanpo.db.repo import sampling
+from lanpo.db.repo.attempts import ContextRef
+
+
+@dataclass(frozen=True, slots=True)
+class IntraItem:
+    """An earlier attempt on the same problem, as the actor may see it: its response text, nothing else."""
+
+    attempt_id: int
+    response: str
+
+    def ref(self, position: int) -> ContextRef:
+        return ContextRef(position=position, context_attempt_id=self.attempt_id)
+
+
+@dataclass(frozen=True, slots=True)
+class InterItem:
+    """A lesson from another problem: the current summary of an experience version and its relevance."""
+
+    experience_version_id: int
+    source_problem_id: int
+    summary: str
+    score: float
+
+    def ref(self, position: int) -> ContextRef:
+        return ContextRef(position=position, experience_version_id=self.experience_version_id, score=self.score)
+
+
+def intra_contexts(
+    session: Session,
+    problem_ids: Sequence[int],
+    k: int,
+    pool_size: int,
+    seed: int,
+    run_id: int | None = None,
+) -> dict[int, list[IntraItem]]:
+    """problem id -> up to k earlier attempts on that same problem (recency-ranked pool, weighted draw)."""
+    draws = sampling.sample_intra(session, problem_ids, k=k, pool_size=pool_size, seed=seed, run_id=run_id)
+    return {p: [IntraItem(d.candidate_id, d.text) for d in ds] for p, ds in draws.items()}
+
+
+def inter_contexts(
+    session: Session,
+    problem_ids: Sequence[int],
+    k: int,
+    pool_size: int,
+    seed: int,
+    gamma: float,
+    scorer: str,
+) -> dict[int, list[InterItem]]:
+    """problem id -> up to k lessons of OTHER problems with relevance >= gamma (relevance-ranked, weighted draw)."""
+    draws = sampling.sample_inter(
+        session, problem_ids, k=k, pool_size=pool_size, seed=seed, gamma=gamma, scorer=scorer
+    )
+    return {
+        p: [InterItem(d.candidate_id, int(d.source_problem_id or 0), d.text, float(d.score or 0.0)) for d in ds]
+        for p, ds in draws.items()
+    }

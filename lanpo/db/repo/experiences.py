@@ -1,0 +1,169 @@
+"""Experiences: add (version 1) under the capacity policies, append versions, read current or all versions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from lanpo.config import StoreConfig
+from lanpo.db import sqlfiles
+from lanpo.db.models import EXPERIENCE_KINDS
+from lanpo.db.repo import capacity, checks
+from lanpo.db.repo.attempts import foreign_key_error
+from lanpo.errors import InputError
+
+
+@dataclass
+class NewExperience:
+    problem_id: int
+    summary: str
+    reward: float | None = None
+    source_attempt_id: int | None = None
+    kind: str = "summary"
+    run_id: int | None = None
+    step: int | None = None
+    author: str | None = None
+    policy_version_id: int | None = None
+    prompt_version: str | None = None
+    embedding: Any = None  # a sequence of floats of the store's dimension, or None
+
+
+@dataclass
+class AddResult:
+    """`experience_ids` / `version_ids`: one per admitted item, in input order (dropped items are skipped).
+
+    `dropped`: input indices refused by the per-step cap; `evicted_ids`: experiences evicted by this call
+    (may include ones it just inserted, e.g. a low reward under `lowest_reward`).
+    """
+
+    experience_ids: list[int] = field(default_factory=list)
+    version_ids: list[int] = field(default_factory=list)
+    evicted_ids: list[int] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    id: int
+    experience_id: int
+    version: int
+    summary: str
+    author: str | None
+    policy_version_id: int | None
+    prompt_version: str | None
+    created_at: datetime
+
+
+def add_experiences(session: Session, items: list[NewExperience], store: StoreConfig | None = None) -> AddResult:
+    """Insert experiences (with version 1) and enforce the capacity policies in this transaction."""
+    store = store or StoreConfig()
+    if not items:
+        return AddResult()
+    rows: list[dict[str, Any]] = []
+    for i, it in enumerate(items):
+        where = f"experience {i}"
+        if it.kind not in EXPERIENCE_KINDS:
+            raise InputError(f"{where}: kind must be one of {', '.join(EXPERIENCE_KINDS)}, got {it.kind!r}")
+        summary = checks.generated_text(it.summary, f"{where}: summary")
+        if not summary or not summary.strip():
+            raise InputError(f"{where}: summary is empty")
+        rows.append(
+            {
+                "problem_id": checks.int_or_none(it.problem_id, f"{where}: problem_id"),
+                "source_attempt_id": checks.int_or_none(it.source_attempt_id, f"{where}: source_attempt_id"),
+                "kind": it.kind,
+                "reward": checks.finite_or_none(it.reward, f"{where}: reward"),
+                "run_id": checks.int_or_none(it.run_id, f"{where}: run_id"),
+                "step": checks.int_or_none(it.step, f"{where}: step", minimum=0),
+                "summary": summary,
+                "author": checks.generated_text(it.author, f"{where}: author", True),
+                "policy_version_id": checks.int_or_none(it.policy_version_id, f"{where}: policy_version_id"),
+                "prompt_version": checks.generated_text(it.prompt_version, f"{where}: prompt_version", True),
+                "embedding": checks.vector_text(session, it.embedding, "experience_versions", f"{where}: embedding"),
+            }
+        )
+        if rows[-1]["problem_id"] is None:
+            raise InputError(f"{where}: problem_id is required")
+    kept, dropped = capacity.per_step_admit(
+        [r["problem_id"] for r in rows], [r["reward"] for r in rows], store.per_step_cap
+    )
+    capacity.lock_problems(session, [r["problem_id"] for r in rows], store)
+    params: dict[str, list] = {"ords": list(range(1, len(kept) + 1))}
+    for key in rows[0]:
+        params["summaries" if key == "summary" else key + "s"] = [rows[i][key] for i in kept]
+    try:
+        inserted = session.execute(sqlfiles.load("queries/experiences_insert"), params).all()
+    except sa.exc.IntegrityError as exc:
+        raise foreign_key_error(exc, "experiences") from exc
+    evicted = capacity.enforce(session, [r["problem_id"] for r in rows], store)
+    return AddResult(
+        experience_ids=[r.experience_id for r in inserted],
+        version_ids=[r.version_id for r in inserted],
+        evicted_ids=sorted(evicted),
+        dropped=dropped,
+    )
+
+
+def append_version(
+    session: Session,
+    experience_id: int,
+    summary: str,
+    author: str | None = None,
+    policy_version_id: int | None = None,
+    prompt_version: str | None = None,
+    embedding: Any = None,
+) -> int:
+    """A rewrite of an experience: a new version (max + 1); returns its id. Evicted experiences may be rewritten."""
+    summary = checks.generated_text(summary, "summary") or ""
+    if not summary.strip():
+        raise InputError("summary is empty")
+    vector = checks.vector_text(session, embedding, "experience_versions", "embedding")
+    found = session.scalar(
+        sa.text("SELECT id FROM experiences WHERE id = :id FOR NO KEY UPDATE"), {"id": experience_id}
+    )
+    if found is None:
+        raise InputError(f"no experience with id {experience_id}")
+    return int(
+        session.scalar(
+            sa.text(
+                "INSERT INTO experience_versions (experience_id, version, summary, embedding, author, "
+                "policy_version_id, prompt_version) "
+                "SELECT :e, coalesce(max(version), 0) + 1, :s, CAST(:v AS vector), :a, :p, :pv "
+                "FROM experience_versions WHERE experience_id = :e RETURNING id"
+            ),
+            {"e": experience_id, "s": summary, "v": vector, "a": author, "p": policy_version_id, "pv": prompt_version},
+        )
+    )
+
+
+_VERSION_COLUMNS = "id, experience_id, version, summary, author, policy_version_id, prompt_version, created_at"
+
+
+def current_versions(session: Session, experience_ids: list[int]) -> dict[int, VersionRow]:
+    """experience id -> its latest version (ids that do not exist are absent)."""
+    rows = session.execute(
+        sa.text(
+            f"SELECT DISTINCT ON (experience_id) {_VERSION_COLUMNS} FROM experience_versions "
+            "WHERE experience_id = ANY(CAST(:ids AS bigint[])) ORDER BY experience_id, version DESC"
+        ),
+        {"ids": list(experience_ids)},
+    )
+    return {r.experience_id: VersionRow(*r) for r in rows}
+
+
+def all_versions(session: Session, experience_id: int) -> list[VersionRow]:
+    """Every version of an experience, oldest first; InputError when it does not exist."""
+    rows = [
+        VersionRow(*r)
+        for r in session.execute(
+            sa.text(f"SELECT {_VERSION_COLUMNS} FROM experience_versions WHERE experience_id = :e ORDER BY version"),
+            {"e": experience_id},
+        )
+    ]
+    if not rows:
+        raise InputError(f"no experience with id {experience_id}")
+    return rows

@@ -1,0 +1,119 @@
+"""Weighted sampling of feedback contexts for a whole batch, in one round trip (paper appendix 10.2).
+
+Per problem the candidates are ranked (inter: relevance desc; intra: recency), the top `pool_size` kept,
+rank i (0-based) weighted `w_i = 1/(i+1)`, and k drawn WITHOUT replacement. The SQL (sql/queries/sample_*.sql)
+uses Efraimidis-Spirakis keys `-ln(u)/w` with `u` a deterministic hash of (candidate, problem, seed): the k
+smallest keys win, in key order, which is exactly successive weighted draws without replacement, and the
+same seed gives the same draws. `reference_sample` is the same distribution in numpy, for tests and the bench.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from lanpo.db import sqlfiles
+from lanpo.errors import InputError
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One drawn candidate: an attempt (intra) or experience version (inter) for `problem_id`.
+
+    `rank`: its place in the ranked pool (0 = most relevant / most recent); `position`: draw order.
+    """
+
+    problem_id: int
+    candidate_id: int
+    rank: int
+    position: int
+    text: str
+    score: float | None = None
+    source_problem_id: int | None = None
+
+
+def rank_weights(n: int) -> np.ndarray:
+    """Pure: the unnormalised weights `1/(i+1)` of ranks 0..n-1."""
+    return 1.0 / np.arange(1, n + 1, dtype=np.float64)
+
+
+def reference_sample(n_candidates: int, k: int, rng: np.random.Generator) -> list[int]:
+    """Pure reference: ranks drawn from a pool of `n_candidates`, weights 1/(i+1), k without replacement, in order."""
+    if n_candidates <= 0 or k <= 0:
+        return []
+    weights = rank_weights(n_candidates)
+    take = min(k, n_candidates)
+    return [int(i) for i in rng.choice(n_candidates, size=take, replace=False, p=weights / weights.sum())]
+
+
+def _check(problem_ids: Sequence[int], k: int, pool_size: int, seed: int) -> list[int]:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise InputError(f"k must be an integer >= 0, got {k!r}")
+    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+        raise InputError(f"pool_size must be an integer >= 1, got {pool_size!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
+        raise InputError(f"seed must be a 64-bit integer, got {seed!r}")
+    return sorted({int(p) for p in problem_ids})
+
+
+def _group(rows: object, problem_ids: list[int], with_score: bool) -> dict[int, list[Draw]]:
+    out: dict[int, list[Draw]] = {p: [] for p in problem_ids}
+    for r in rows:  # type: ignore[attr-defined]
+        out[r.problem_id].append(
+            Draw(
+                r.problem_id,
+                r.candidate_id,
+                r.rank,
+                r.position,
+                r.text,
+                r.score if with_score else None,
+                r.source_problem_id if with_score else None,
+            )
+        )
+    return out
+
+
+def sample_intra(
+    session: Session,
+    problem_ids: Sequence[int],
+    k: int,
+    pool_size: int,
+    seed: int,
+    run_id: int | None = None,
+) -> dict[int, list[Draw]]:
+    """problem id -> up to k of its own recent attempts (of `run_id` if given), drawn by recency weight."""
+    ids = _check(problem_ids, k, pool_size, seed)
+    if not ids or k == 0:
+        return {p: [] for p in ids}
+    rows = session.execute(
+        sqlfiles.load("queries/sample_intra"),
+        {"problem_ids": ids, "k": k, "pool_size": pool_size, "seed": seed, "run_id": run_id},
+    )
+    return _group(rows, ids, with_score=False)
+
+
+def sample_inter(
+    session: Session,
+    problem_ids: Sequence[int],
+    k: int,
+    pool_size: int,
+    seed: int,
+    gamma: float,
+    scorer: str,
+) -> dict[int, list[Draw]]:
+    """problem id -> up to k current versions of active experiences of OTHER problems with relevance >= gamma."""
+    ids = _check(problem_ids, k, pool_size, seed)
+    if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0.0 <= gamma <= 1.0:
+        raise InputError(f"gamma must be a number in [0, 1], got {gamma!r}")
+    if not isinstance(scorer, str) or not scorer.strip():
+        raise InputError("scorer must name the relevance scorer (model id + prompt version) to read scores of")
+    if not ids or k == 0:
+        return {p: [] for p in ids}
+    rows = session.execute(
+        sqlfiles.load("queries/sample_inter"),
+        {"problem_ids": ids, "k": k, "pool_size": pool_size, "seed": seed, "gamma": float(gamma), "scorer": scorer},
+    )
+    return _group(rows, ids, with_score=True)

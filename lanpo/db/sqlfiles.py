@@ -1,0 +1,40 @@
+"""Hand-written SQL kept in `sql/`: one statement per file, named `:params`, loaded once and cached.
+
+`load("queries/sample_inter")` reads `sql/queries/sample_inter.sql` from a source checkout (or the copy
+packed into the wheel as `lanpo/_data/sql`) and returns a SQLAlchemy `TextClause`.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import sqlalchemy as sa
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def sql_dir() -> Path:
+    """`sql/` of a source checkout, or the copy packed into the wheel."""
+    for candidate in (_REPO_ROOT / "sql", Path(__file__).resolve().parents[1] / "_data" / "sql"):
+        if (candidate / "queries").is_dir():
+            return candidate
+    raise FileNotFoundError("lanpo's sql/ folder is missing from this installation")
+
+
+@cache
+def text_of(name: str) -> str:
+    """The text of `sql/<name>.sql` (name like `queries/sample_intra`)."""
+    path = sql_dir() / f"{name}.sql"
+    return path.read_text()
+
+
+@cache
+def load(name: str) -> sa.TextClause:
+    """`sql/<name>.sql` as a TextClause with its `:named` parameters."""
+    return sa.text(text_of(name))
+
+
+def names(folder: str) -> list[str]:
+    """Every `<folder>/<stem>` under sql/ (e.g. all recipes), sorted."""
+    return sorted(f"{folder}/{p.stem}" for p in (sql_dir() / folder).glob("*.sql"))

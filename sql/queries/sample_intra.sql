@@ -1,0 +1,35 @@
+-- Intra-sample draw for a batch: per problem, its most recent attempts (optionally of one run) form the pool
+-- (top :pool_size by created_at, id), rank i gets weight 1/(i+1), and :k are drawn without replacement by
+-- Efraimidis-Spirakis keys -ln(u)/w (smallest k win) with u a deterministic hash of (attempt, problem, seed).
+-- Returns one row per draw: problem, attempt id, rank, draw position (0-based, in key order), response.
+WITH req AS (
+    SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
+),
+pool AS (
+    SELECT req.problem_id, c.id AS candidate_id, c.rank
+    FROM req
+    CROSS JOIN LATERAL (
+        SELECT a.id, row_number() OVER (ORDER BY a.created_at DESC, a.id DESC) - 1 AS rank
+        FROM attempts a
+        WHERE a.problem_id = req.problem_id
+          AND (CAST(:run_id AS bigint) IS NULL OR a.run_id = CAST(:run_id AS bigint))
+        ORDER BY a.created_at DESC, a.id DESC
+        LIMIT :pool_size
+    ) c
+),
+keyed AS (
+    SELECT problem_id, candidate_id, rank,
+           -ln((CAST((hashint8extended(candidate_id, hashint8extended(problem_id, CAST(:seed AS bigint))) >> 11)
+                 + 4503599627370496 AS float8) + 0.5) / 9007199254740992.0) * (rank + 1) AS key
+    FROM pool
+),
+drawn AS (
+    SELECT problem_id, candidate_id, rank,
+           row_number() OVER (PARTITION BY problem_id ORDER BY key, candidate_id) - 1 AS position
+    FROM keyed
+)
+SELECT d.problem_id, d.candidate_id, d.rank, d.position, a.response AS text
+FROM drawn d
+JOIN attempts a ON a.id = d.candidate_id
+WHERE d.position < :k
+ORDER BY d.problem_id, d.position
