@@ -16,6 +16,9 @@ from lanpo.errors import LanpoError
 COMMAND_MODULES = {
     "db": "lanpo.cli.db",
     "model": "lanpo.cli.model",
+    "embed": "lanpo.cli.embed",
+    "relevance": "lanpo.cli.relevance",
+    "retrieve": "lanpo.cli.retrieve",
 }
 
 

@@ -1,0 +1,83 @@
+"""`lanpo relevance ...`: pre-compute problem-to-problem relevance scores (stage 1 + LLM judge), and inspect them."""
+
+from __future__ import annotations
+
+import click
+
+from lanpo.db.engine import connect
+
+STAGE1_CHOICE = click.Choice(["bm25", "vector", "hybrid"])
+
+
+@click.group("relevance")
+def command() -> None:
+    """Problem-to-problem relevance r(p, c) in relevance_scores, read by inter-sample training."""
+
+
+@command.command("build")
+@click.option("--dataset", required=True, help="Dataset whose problems are scored against each other.")
+@click.option("--top-k", type=click.IntRange(min=1), default=16, show_default=True, help="Candidates per problem.")
+@click.option(
+    "--scorer", default="smollm2", show_default=True, help="Judge model: `smollm2` (offline), HF folder or hub id."
+)
+@click.option("--stage1", type=STAGE1_CHOICE, default="bm25", show_default=True, help="Candidate search.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Pairs per forward.")
+@click.option("--ef-search", type=click.IntRange(min=1), default=100, show_default=True, help="HNSW ef_search.")
+@click.option("--device", default=None, help="torch device for the judge (default: cuda if available, else cpu).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def build_cmd(
+    dataset: str,
+    top_k: int,
+    scorer: str,
+    stage1: str,
+    batch_size: int,
+    ef_search: int,
+    device: str | None,
+    no_progress: bool,
+) -> None:
+    """For every problem: stage-1 top-k other problems, judged by the scorer, stored.
+
+    Resumable (each batch commits; a rerun scores only missing pairs) and idempotent.
+
+    \b
+    Example:
+      lanpo relevance build --dataset chain_sum --top-k 16 --scorer smollm2 --stage1 hybrid
+    """
+    from lanpo.retrieval.relevance import build_problem_relevance
+    from lanpo.retrieval.scorer import load_scorer
+    from lanpo.retrieval.search import SearchParams
+
+    engine = connect()
+    judge = load_scorer(scorer, batch_size=batch_size, device=device)
+    report = build_problem_relevance(
+        engine,
+        dataset,
+        judge,
+        top_k=top_k,
+        params=SearchParams(stage1=stage1, ef_search=ef_search),
+        progress=not no_progress,
+    )
+    click.echo(
+        f"{report.problems} problems, {report.pairs} pairs: {report.cached} already scored, {report.scored} scored "
+        f"now ({report.pairs_per_second:.1f} pairs/s) by {judge.identity}"
+    )
+
+
+@command.command("status")
+@click.option("--dataset", required=True, help="Dataset to report on.")
+@click.option("--gamma", type=click.FloatRange(0, 1), default=0.9, show_default=True, help="Relevance threshold.")
+def status_cmd(dataset: str, gamma: float) -> None:
+    """Scored problem pairs per scorer, and how many reach gamma."""
+    from sqlalchemy.orm import Session
+
+    from lanpo.retrieval.relevance import relevance_status
+
+    with Session(connect()) as session:
+        rows = relevance_status(session, dataset, gamma)
+    if not rows:
+        click.echo(f"no relevance scores for dataset {dataset!r} yet (run `lanpo relevance build`)")
+        return
+    click.echo(f"{'scorer':<40} {'problems':>8} {'pairs':>8} {'>=gamma':>8} {'mean':>6}")
+    for row in rows:
+        counts = f"{row['problems']:>8} {row['pairs']:>8} {row['at_gamma']:>8}"
+        click.echo(f"{row['scorer']:<40} {counts} {row['mean_score']:>6.3f}")

@@ -1,0 +1,68 @@
+"""`lanpo retrieve "QUESTION"`: test-time retrieval of experiences from the current pool, with their scores."""
+
+from __future__ import annotations
+
+import click
+
+from lanpo.db.engine import connect
+
+
+@click.command("retrieve")
+@click.argument("question")
+@click.option(
+    "--stage1", type=click.Choice(["bm25", "vector", "hybrid"]), default="hybrid", show_default=True,
+    help="Candidate search over the current experience summaries.",
+)  # fmt: skip
+@click.option("--top-k", type=click.IntRange(min=1), default=16, show_default=True, help="Stage-1 candidates.")
+@click.option("--gamma", type=click.FloatRange(0, 1), default=0.9, show_default=True, help="Relevance threshold.")
+@click.option("--m", "m", type=click.IntRange(min=1), default=3, show_default=True, help="Experiences returned.")
+@click.option(
+    "--scorer", default="smollm2", show_default=True,
+    help="Judge model (`smollm2`, HF folder, hub id), or `none`: stage 1 only, no gamma filter.",
+)  # fmt: skip
+@click.option(
+    "--embedding-model", default="all-MiniLM-L6-v2", show_default=True, help="Embeds the question (vector/hybrid)."
+)
+@click.option("--ef-search", type=click.IntRange(min=1), default=100, show_default=True, help="HNSW ef_search.")
+@click.option("--device", default=None, help="torch device for the judge.")
+def command(
+    question: str,
+    stage1: str,
+    top_k: int,
+    gamma: float,
+    m: int,
+    scorer: str,
+    embedding_model: str,
+    ef_search: int,
+    device: str | None,
+) -> None:
+    """Print up to M experiences relevant to QUESTION (stage 1 -> LLM rerank -> gamma filter).
+
+    \b
+    Example:
+      lanpo retrieve "What is 17 + 25 - 3?" --stage1 bm25 --gamma 0.5 --m 3
+    """
+    from sqlalchemy.orm import Session
+
+    from lanpo.retrieval.scorer import load_scorer
+    from lanpo.retrieval.testtime import default_embedder, retrieve
+
+    engine = connect()
+    judge = None if scorer.lower() == "none" else load_scorer(scorer, device=device)
+    embedder = default_embedder(embedding_model) if stage1 != "bm25" else None
+    with Session(engine) as session:
+        found = retrieve(
+            session, question, stage1=stage1, top_k=top_k, gamma=gamma, m=m, scorer=judge, embedder=embedder,
+            ef_search=ef_search,
+        )  # fmt: skip
+    if not found:
+        what = "the pool is empty or nothing reached gamma" if judge else "the pool is empty"
+        click.echo(f"no experiences ({what}): answer zero-shot")
+        return
+    for rank, hit in enumerate(found, start=1):
+        relevance = "-" if hit.relevance is None else f"{hit.relevance:.3f}"
+        click.echo(
+            f"#{rank} version {hit.experience_version_id} (problem {hit.source_problem_id}) "
+            f"relevance {relevance} stage1 {hit.stage1_score:.4f}"
+        )
+        click.echo("   " + hit.summary.replace("\n", "\n   "))

@@ -1,0 +1,15 @@
+"""Retrieval and relevance: embeddings in pgvector, BM25, HNSW and hybrid first-stage search, the LLM relevance
+scorer with its cache in `relevance_scores`, the problem-to-problem pre-compute and test-time retrieval.
+
+Modules (import what you need; nothing here imports torch):
+  bm25       tokenizer + exact BM25Okapi (rank-bm25 semantics) on the bm25s sparse engine
+  corpus     the two corpora read from the store (problems of a dataset, current experience summaries) and a
+             BM25 index cache keyed by the pool state
+  vector     pgvector HNSW cosine search (and the exact scan it is measured against)
+  hybrid     reciprocal rank fusion
+  search     stage 1 dispatch: bm25 | vector | hybrid
+  embeddings sentence-transformers embedder, `lanpo embed`, embed-on-insert
+  scorer     the yes/no LLM relevance judge (paper appendix 10.1)
+  relevance  cached scoring against `relevance_scores` and `lanpo relevance build`
+  testtime   `retrieve(session, question, ...)` for inference
+"""

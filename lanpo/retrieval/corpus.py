@@ -1,0 +1,103 @@
+"""The corpora stage 1 searches, read from the store, and an in-memory BM25 index cache kept current.
+
+Two corpora:
+- the problems of a dataset (ids = problem ids, text = question): for the problem-to-problem pre-compute;
+- the current experience pool (ids = experience_versions.id of the latest version of every experience not
+  evicted, text = summary): for test-time retrieval.
+
+How the BM25 index stays current: `BM25Cache` keys each index by the corpus's *state*, a few aggregates
+one cheap query returns (for the pool: max version id, number of versions, number of experiences, number
+evicted; for a dataset: count, max id, md5 of the questions). Versions are immutable and append-only and experiences
+leave the pool only by eviction or deletion, so any change to the pool changes the key. A lookup runs the
+state query (a few ms on the paper-scale pool); when the key differs the index is rebuilt from one scan
+(about 1 s per 100k summaries on 2 cores). During training the pool changes every step, so the trainer reads
+pre-computed relevance scores instead of searching the pool; test-time retrieval over a pool that no longer
+changes builds once and then only pays the state query.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from lanpo.retrieval.bm25 import BM25Index
+from lanpo.retrieval.sqlfiles import query
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Texts with their ids; `owner_ids[i]` is the problem each text belongs to (itself, for problems)."""
+
+    key: tuple[object, ...]
+    ids: np.ndarray
+    owner_ids: np.ndarray
+    texts: list[str]
+
+
+def problem_corpus_key(session: Session, dataset: str) -> tuple[object, ...]:
+    row = session.execute(query("retrieval_problem_corpus_state"), {"dataset": dataset}).one()
+    return ("problems", dataset, int(row.n), int(row.max_id), str(row.digest))
+
+
+def pool_key(session: Session) -> tuple[object, ...]:
+    row = session.execute(query("retrieval_pool_state")).one()
+    return ("pool", int(row.max_version_id), int(row.n_versions), int(row.n_experiences), int(row.n_evicted))
+
+
+def problem_corpus(session: Session, dataset: str) -> Corpus:
+    """The questions of `dataset`, in id order."""
+    key = problem_corpus_key(session, dataset)
+    rows = session.execute(query("retrieval_problem_corpus"), {"dataset": dataset}).all()
+    ids = np.fromiter((r.id for r in rows), dtype=np.int64, count=len(rows))
+    return Corpus(key, ids, ids, [r.question for r in rows])
+
+
+def pool_corpus(session: Session) -> Corpus:
+    """The latest summary of every experience in the active pool, in version-id order."""
+    key = pool_key(session)
+    rows = sorted(session.execute(query("retrieval_current_summaries")).all(), key=lambda r: r.version_id)
+    ids = np.fromiter((r.version_id for r in rows), dtype=np.int64, count=len(rows))
+    owners = np.fromiter((r.problem_id for r in rows), dtype=np.int64, count=len(rows))
+    return Corpus(key, ids, owners, [r.summary for r in rows])
+
+
+@dataclass
+class CachedIndex:
+    corpus: Corpus
+    index: BM25Index
+
+
+class BM25Cache:
+    """BM25 indexes keyed by corpus state (see the module docstring); the `capacity` most recent are kept."""
+
+    def __init__(self, capacity: int = 4, k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25) -> None:
+        self.capacity, self.k1, self.b, self.epsilon = capacity, k1, b, epsilon
+        self._entries: OrderedDict[tuple[object, ...], CachedIndex] = OrderedDict()
+        self.builds = 0
+
+    def _get(self, key: tuple[object, ...], load: object) -> CachedIndex:
+        entry = self._entries.get(key)
+        if entry is None:
+            corpus: Corpus = load()  # type: ignore[operator]
+            entry = CachedIndex(
+                corpus, BM25Index(corpus.texts, corpus.ids, k1=self.k1, b=self.b, epsilon=self.epsilon)
+            )
+            self.builds += 1
+            self._entries[corpus.key] = entry
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+        return entry
+
+    def problems(self, session: Session, dataset: str) -> CachedIndex:
+        return self._get(problem_corpus_key(session, dataset), lambda: problem_corpus(session, dataset))
+
+    def pool(self, session: Session) -> CachedIndex:
+        return self._get(pool_key(session), lambda: pool_corpus(session))
+
+
+DEFAULT_CACHE = BM25Cache()

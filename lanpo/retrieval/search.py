@@ -1,0 +1,134 @@
+"""Stage 1: candidate search over the store's corpora with `bm25`, `vector` (HNSW) or `hybrid` (RRF of both).
+
+A problem is never its own candidate: problem search excludes the query problem's id, pool search excludes
+every experience whose source problem is in `exclude_problem_ids`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from lanpo.errors import InputError
+from lanpo.retrieval import vector
+from lanpo.retrieval.bm25 import top_k_positions
+from lanpo.retrieval.corpus import DEFAULT_CACHE, BM25Cache
+from lanpo.retrieval.hybrid import RRF_K, rrf_fuse
+
+log = logging.getLogger(__name__)
+
+STAGE1 = ("bm25", "vector", "hybrid")
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """Stage-1 knobs shared by the problem and pool searches."""
+
+    stage1: str = "hybrid"
+    ef_search: int = 100
+    rrf_k: int = RRF_K
+    hybrid_depth: int = 50  # each ranking fused by RRF is this deep (at least k)
+
+    def __post_init__(self) -> None:
+        if self.stage1 not in STAGE1:
+            raise InputError(f"stage1 must be one of {', '.join(STAGE1)}, got {self.stage1!r}")
+
+
+@dataclass(frozen=True)
+class PoolHit:
+    """A current experience summary found by stage 1."""
+
+    version_id: int
+    problem_id: int
+    summary: str
+    score: float
+
+
+def _needs_vector(params: SearchParams, query_vector: object) -> None:
+    if params.stage1 != "bm25" and query_vector is None:
+        raise InputError(
+            f"stage1 {params.stage1!r} needs an embedding of the query",
+            hint="run `lanpo embed --dataset NAME` first, or use --stage1 bm25",
+        )
+
+
+def search_problems(
+    session: Session,
+    dataset: str,
+    problem_id: int,
+    question: str,
+    k: int,
+    *,
+    query_vector: Sequence[float] | np.ndarray | None = None,
+    params: SearchParams | None = None,
+    cache: BM25Cache = DEFAULT_CACHE,
+) -> list[tuple[int, float]]:
+    """The k problems of `dataset` most similar to problem `problem_id` (never itself): `(id, stage-1 score)`."""
+    params = params or SearchParams()
+    _needs_vector(params, query_vector)
+    depth = k if params.stage1 != "hybrid" else max(k, params.hybrid_depth)
+    lexical: list[tuple[int, float]] = []
+    dense: list[tuple[int, float]] = []
+    if params.stage1 in ("bm25", "hybrid"):
+        lexical = cache.problems(session, dataset).index.top_k(question, depth, exclude=[problem_id])
+    if params.stage1 in ("vector", "hybrid"):
+        dense = vector.search_problems(
+            session, query_vector, dataset, depth, exclude_ids=[problem_id], ef_search=params.ef_search
+        )
+    if params.stage1 == "bm25":
+        return lexical
+    if params.stage1 == "vector":
+        return dense
+    return rrf_fuse([[i for i, _ in lexical], [i for i, _ in dense]], params.rrf_k)[:k]
+
+
+def search_pool(
+    session: Session,
+    question: str,
+    k: int,
+    *,
+    query_vector: Sequence[float] | np.ndarray | None = None,
+    exclude_problem_ids: Sequence[int] = (),
+    params: SearchParams | None = None,
+    cache: BM25Cache = DEFAULT_CACHE,
+) -> list[PoolHit]:
+    """The k current experience summaries most similar to `question`, none from `exclude_problem_ids`."""
+    params = params or SearchParams()
+    _needs_vector(params, query_vector)
+    depth = k if params.stage1 != "hybrid" else max(k, params.hybrid_depth)
+    cached = cache.pool(session)
+    corpus = cached.corpus
+    if len(corpus.ids) == 0:
+        return []
+    position = {int(v): i for i, v in enumerate(corpus.ids)}
+    lexical: list[int] = []
+    dense: list[int] = []
+    scores: dict[int, float] = {}
+    if params.stage1 in ("bm25", "hybrid"):
+        bm25_scores = cached.index.scores(question)
+        if exclude_problem_ids:
+            bm25_scores = np.where(np.isin(corpus.owner_ids, list(exclude_problem_ids)), -np.inf, bm25_scores)
+        for version_id, score in top_k_positions(bm25_scores, depth, corpus.ids):
+            lexical.append(version_id)
+            scores[version_id] = score
+    if params.stage1 in ("vector", "hybrid"):
+        hits = vector.search_pool(
+            session, query_vector, depth, exclude_problem_ids=exclude_problem_ids, ef_search=params.ef_search
+        )
+        if not hits:
+            log.warning("vector search found nothing in a pool of %d: are its summaries embedded?", len(corpus.ids))
+        for version_id, _problem_id, similarity in hits:
+            if version_id in position:  # a version newer than the cached corpus waits for the next rebuild
+                dense.append(version_id)
+                scores.setdefault(version_id, similarity)
+    if params.stage1 == "hybrid":
+        ranked = rrf_fuse([lexical, dense], params.rrf_k)[:k]
+    else:
+        ranked = [(v, scores[v]) for v in (lexical if params.stage1 == "bm25" else dense)]
+    return [
+        PoolHit(v, int(corpus.owner_ids[position[v]]), corpus.texts[position[v]], float(score)) for v, score in ranked
+    ]

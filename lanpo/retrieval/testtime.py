@@ -1,0 +1,91 @@
+"""Test-time retrieval for a question that may not be in the store: stage 1 over the current experience
+summaries -> LLM rerank -> gamma filter -> top m (ARCHITECTURE.md, "Retrieval").
+
+Without a scorer there is no rerank and no gamma filter: the top m of stage 1 come back with `relevance=None`.
+An empty pool (or nothing at gamma) gives `[]`, and the caller answers zero-shot. When the question is a stored
+problem (`problem_id`), its own experiences are excluded and its scores are cached in `relevance_scores`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from lanpo.errors import InputError
+from lanpo.retrieval.corpus import DEFAULT_CACHE, BM25Cache
+from lanpo.retrieval.embeddings import Embedder, SentenceTransformerEmbedder
+from lanpo.retrieval.relevance import score_pairs
+from lanpo.retrieval.scorer import RelevanceScorer
+from lanpo.retrieval.search import SearchParams, search_pool
+
+_EMBEDDERS: dict[str | None, Embedder] = {}
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    experience_version_id: int
+    source_problem_id: int
+    summary: str
+    stage1_score: float
+    relevance: float | None
+
+
+def default_embedder(name: str | None = None) -> Embedder:
+    """A process-wide embedder per model name (loading MiniLM takes seconds; do it once)."""
+    if name not in _EMBEDDERS:
+        _EMBEDDERS[name] = SentenceTransformerEmbedder(name)
+    return _EMBEDDERS[name]
+
+
+def retrieve(
+    session: Session,
+    question: str,
+    *,
+    stage1: str = "hybrid",
+    top_k: int = 16,
+    gamma: float = 0.9,
+    m: int = 3,
+    scorer: RelevanceScorer | None = None,
+    embedder: Embedder | None = None,
+    problem_id: int | None = None,
+    ef_search: int = 100,
+    cache: BM25Cache = DEFAULT_CACHE,
+) -> list[Retrieved]:
+    """At most `m` current experiences for `question`, best first (by relevance, then stage-1 rank)."""
+    if not 0.0 <= gamma <= 1.0:
+        raise InputError(f"gamma must be in [0, 1], got {gamma}")
+    if m < 1 or top_k < 1:
+        raise InputError(f"m and top_k must be >= 1, got m={m}, top_k={top_k}")
+    params = SearchParams(stage1=stage1, ef_search=ef_search)
+    query_vector = None
+    if stage1 != "bm25":
+        query_vector = (embedder or default_embedder()).encode([question])[0]
+    hits = search_pool(
+        session,
+        question,
+        top_k,
+        query_vector=query_vector,
+        exclude_problem_ids=[problem_id] if problem_id is not None else [],
+        params=params,
+        cache=cache,
+    )
+    if scorer is None:
+        return [Retrieved(h.version_id, h.problem_id, h.summary, h.score, None) for h in hits[:m]]
+    if problem_id is not None:
+        summaries = {h.version_id: h.summary for h in hits}
+        cached = score_pairs(
+            session,
+            scorer,
+            [(problem_id, h.version_id) for h in hits],
+            lambda pair: (question, summaries[pair[1]]),
+            kind="version",
+        )
+        relevance = [cached[(problem_id, h.version_id)] for h in hits]
+    else:
+        relevance = scorer.score([(question, h.summary) for h in hits])
+    ranked = sorted(
+        ((r, rank, h) for rank, (h, r) in enumerate(zip(hits, relevance, strict=True)) if r >= gamma),
+        key=lambda item: (-item[0], item[1]),
+    )
+    return [Retrieved(h.version_id, h.problem_id, h.summary, h.score, r) for r, _, h in ranked[:m]]

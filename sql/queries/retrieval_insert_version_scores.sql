@@ -1,0 +1,6 @@
+-- Store problem-to-experience-version scores; a pair already stored for this scorer keeps its first score.
+INSERT INTO relevance_scores (problem_id, candidate_version_id, scorer, score)
+SELECT q.problem_id, q.candidate_id, :scorer, q.score
+FROM unnest(CAST(:problem_ids AS bigint[]), CAST(:candidate_ids AS bigint[]), CAST(:scores AS float8[]))
+    AS q(problem_id, candidate_id, score)
+ON CONFLICT (problem_id, candidate_version_id, scorer) WHERE candidate_version_id IS NOT NULL DO NOTHING
