@@ -155,12 +155,15 @@ class SummarizerConfig:
     max_new_tokens: int = help_field(256, "summary length limit")
     min_reward: float = help_field(1.0, "a rollout is 'successful' at reward >= this")
     max_new_per_step: int = help_field(8, "new experiences per problem per step (paper: 8)")
+    max_total_per_step: int = help_field(0, "summaries per step over all problems (0: no limit; CPU demos cap it)")
     temperature: float = help_field(0.7, "summary sampling temperature")
 
     def __post_init__(self) -> None:
         _check(self.max_new_tokens >= 1, f"summarizer.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         _check(self.max_new_per_step >= 1, f"summarizer.max_new_per_step must be >= 1, got {self.max_new_per_step}")
         _check(self.temperature > 0, f"summarizer.temperature must be > 0, got {self.temperature}")
+        total = self.max_total_per_step
+        _check(total >= 0, f"summarizer.max_total_per_step must be >= 0, got {total}")
 
 
 @dataclass

@@ -1,0 +1,97 @@
+"""One GRPO update on a tiny random model: LoRA weights move, base weights do not; batching and schedule."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from lanpo.models import apply_chat
+from lanpo.rollout import SamplingParams
+from lanpo.rollout.hf import HFBackend
+from lanpo.train.batch import build_batch, completion_logprobs, reference_logprobs
+from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
+from lanpo.train.policy import load_policy
+from lanpo.train.update import cosine_schedule, update_policy
+
+
+def _rollouts(model, tokenizer, n: int = 4):
+    prompts = [apply_chat(tokenizer, [{"role": "user", "content": q}]) for q in ("1+2?", "What is 3*4?")]
+    groups = HFBackend(model, tokenizer).generate(prompts, n, SamplingParams(max_new_tokens=6, seed=0))
+    return [c for g in groups for c in g]
+
+
+def test_one_grpo_step_changes_lora_and_not_base() -> None:
+    model, tokenizer = load_policy(ModelConfig(name="tiny-random", threads=1), LoraConfig(r=4, alpha=8), seed=0)
+    rollouts = _rollouts(model, tokenizer)
+    batch = build_batch(
+        [c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts], 0, torch.device("cpu")
+    )
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    cfg = GRPOConfig(learning_rate=1e-2, warmup_ratio=0.0, beta=0.01, micro_batch_size=3)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate)
+    scheduler = cosine_schedule(optimizer, 10, 0.0)
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
+    stats = update_policy(model, optimizer, scheduler, batch, advantages, cfg, seed=0)
+    assert stats.updates == 1 and stats.grad_norm > 0 and stats.zero_spread == 0.5
+    changed_lora = [n for n, p in model.named_parameters() if "lora_" in n and not torch.equal(p, before[n])]
+    changed_base = [n for n, p in model.named_parameters() if "lora_" not in n and not torch.equal(p, before[n])]
+    assert changed_lora, "no LoRA parameter moved"
+    assert changed_base == []
+    # the reference (adapter disabled) is still the untouched base model
+    with model.disable_adapter():
+        base_logp, _ = completion_logprobs(model, batch)
+    assert torch.allclose(reference_logprobs(model, batch, 8), base_logp)
+    assert not torch.allclose(completion_logprobs(model, batch)[0], base_logp)
+
+
+class CaptureGrad(torch.optim.SGD):
+    """An optimizer that records the accumulated gradient instead of stepping."""
+
+    captured: list[torch.Tensor]
+
+    def step(self, closure=None):
+        self.captured = [
+            *getattr(self, "captured", []),
+            torch.cat([p.grad.flatten() for p in self.param_groups[0]["params"]]),
+        ]
+
+
+def test_micro_batching_gives_the_same_gradient_as_one_batch() -> None:
+    grads = []
+    for micro in (8, 3):
+        model, tokenizer = load_policy(ModelConfig(name="tiny-random", threads=1), LoraConfig(r=4, alpha=8), seed=1)
+        with torch.no_grad():  # B != 0 so A gets a gradient too
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.1)
+        rollouts = _rollouts(model, tokenizer)
+        ids = [c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts]
+        batch = build_batch(*ids, 0, torch.device("cpu"))
+        cfg = GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, beta=0.01, micro_batch_size=micro)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = CaptureGrad(params, lr=0.0)
+        advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, 0.0, -2.0, 0.0])
+        update_policy(model, optimizer, cosine_schedule(optimizer, 4, 0.0), batch, advantages, cfg, seed=0)
+        grads.append(optimizer.captured[0])
+    assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+
+
+def test_batch_layout_left_pads_prompts_and_right_pads_completions() -> None:
+    batch = build_batch([[5, 6, 7], [8]], [[1], [2, 3, 4]], 0, torch.device("cpu"))
+    assert batch.input_ids.tolist() == [[5, 6, 7, 1, 0, 0], [0, 0, 8, 2, 3, 4]]
+    assert batch.completion_mask.tolist() == [[1, 0, 0], [1, 1, 1]]
+    assert batch.position_ids.tolist() == [[0, 1, 2, 3, 3, 3], [0, 0, 0, 1, 2, 3]]
+
+
+def test_cosine_schedule_warms_up_then_decays_to_zero() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = cosine_schedule(opt, 10, 0.1)
+    lrs = []
+    for _ in range(10):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert lrs[0] == 0.5 and lrs[1] == 1.0
+    assert all(a >= b for a, b in itertools.pairwise(lrs[1:])) and lrs[-1] < 0.05
