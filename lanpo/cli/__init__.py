@@ -15,6 +15,9 @@ from lanpo.errors import LanpoError
 # `lanpo db status` does not pay for torch.
 COMMAND_MODULES = {
     "db": "lanpo.cli.db",
+    "data": "lanpo.cli.data",
+    "pool": "lanpo.cli.pool",
+    "sql": "lanpo.cli.sql",
     "model": "lanpo.cli.model",
     "embed": "lanpo.cli.embed",
     "relevance": "lanpo.cli.relevance",

@@ -1,0 +1,85 @@
+"""`lanpo data ...`: import problems from JSONL, generate them offline with reasoning-gym."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from lanpo.config import parse_override
+from lanpo.data import generate, importer
+from lanpo.db.engine import connect, transaction
+from lanpo.errors import InputError
+
+
+@click.group("data")
+def command() -> None:
+    """Problems: import JSONL, generate from reasoning-gym."""
+
+
+@command.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--dataset", required=True, help="Dataset name the problems belong to (ids are unique within it).")
+@click.option("--skip-bad", is_flag=True, help="Import the good lines even if some are bad (bad ones are listed).")
+@click.option("--update", is_flag=True, help="Overwrite question/answer/metadata of ids already stored.")
+def import_cmd(file: Path, dataset: str, skip_bad: bool, update: bool) -> None:
+    """Import FILE (JSONL: {"id", "question", "answer", ...metadata}) in one transaction.
+
+    \b
+    Idempotent: re-importing the same file adds nothing. An id already stored with different
+    text is refused unless --update. Any bad line (bad JSON, missing key, wrong type, empty
+    question, NUL byte, text over 1 MiB, duplicate id) makes the import write NOTHING, unless
+    --skip-bad; bad lines are always listed with their line number and reason.
+    """
+    with transaction(connect()) as session:
+        report = importer.import_file(session, file, dataset, skip_bad=skip_bad, update=update)
+        if not report.imported:
+            session.rollback()
+    for bad in report.bad[:200]:
+        click.echo(f"{file}:{bad.line}: {bad.reason}", err=True)
+    if len(report.bad) > 200:
+        click.echo(f"... and {len(report.bad) - 200} more bad lines", err=True)
+    if not report.imported:
+        changed = any("--update" in b.reason for b in report.bad)
+        raise InputError(
+            f"{len(report.bad)} bad line{'s' if len(report.bad) != 1 else ''} in {file}: nothing was imported",
+            hint="fix the lines listed above, or pass --skip-bad to import the good lines"
+            + (" (or --update to overwrite changed problems)" if changed else ""),
+        )
+    click.echo(
+        f"{dataset}: {report.inserted} inserted, {report.unchanged} unchanged, {report.updated} updated"
+        + (f", {len(report.bad)} bad line(s) skipped" if report.bad else "")
+    )
+
+
+@command.command("gen")
+@click.option("--task", required=True, help="reasoning-gym task, e.g. gsm_symbolic, basic_arithmetic, chain_sum.")
+@click.option("--n", "n", required=True, type=click.IntRange(1), help="Number of problems.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed (reproducible).")
+@click.option(
+    "--split",
+    type=click.Choice(generate.SPLITS),
+    default="train",
+    show_default=True,
+    help="train or test: disjoint seed ranges, so the splits never share a generated item.",
+)
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Output JSONL file.")
+@click.option(
+    "--task-option",
+    "task_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Task config option (value read as TOML), e.g. --task-option max_terms=3. Repeatable.",
+)
+def gen_cmd(task: str, n: int, seed: int, split: str, out: Path, task_options: tuple[str, ...]) -> None:
+    """Generate problems offline from reasoning-gym in the `data import` format (worked solution kept)."""
+    options = {}
+    for text in task_options:
+        try:
+            path, value = parse_override(text)
+        except Exception as exc:
+            raise InputError(f"--task-option {text!r} must look like key=value") from exc
+        options[".".join(path)] = value
+    records = generate.generate_problems(task, n, seed=seed, split=split, options=options)
+    generate.write_jsonl(records, out)
+    click.echo(f"wrote {len(records)} {task} problems ({split}, seed {seed}) to {out}")

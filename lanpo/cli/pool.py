@@ -1,0 +1,184 @@
+"""`lanpo pool ...`: what is in the experience pool, and what a feedback context would look like.
+
+Problem ids on the command line are the numeric `problems.id` or `dataset:external_id`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from collections.abc import Callable, Sequence
+from statistics import median
+
+import click
+from sqlalchemy.orm import Session
+
+from lanpo.db import sqlfiles
+from lanpo.db.engine import connect, transaction
+from lanpo.db.repo import contexts, problems
+from lanpo.errors import InputError
+
+PROBLEM_HELP = "Problem: numeric problems.id or dataset:external_id (repeatable)."
+
+
+def render(mode: str, items: Sequence[object]) -> str:
+    """The context text of `items`: `lanpo.prompts.render_context` when present, else one raw block per item."""
+    try:
+        prompts = importlib.import_module("lanpo.prompts")
+    except ImportError:
+        prompts = None
+    if prompts is not None and hasattr(prompts, "render_context"):
+        return str(prompts.render_context(mode, items))
+    attr = "response" if mode == "intra" else "summary"
+    return "\n\n".join(f"[{i + 1}] {getattr(item, attr)}" for i, item in enumerate(items))
+
+
+@click.group("pool")
+def command() -> None:
+    """The experience pool: statistics, weighted draws, rendered feedback contexts."""
+
+
+@command.command("stats")
+@click.option("--dataset", default=None, help="Only problems of this dataset (default: all).")
+def stats_cmd(dataset: str | None) -> None:
+    """Problems, active / evicted experiences, attempts, and per-problem pool sizes (min / median / max)."""
+    with transaction(connect()) as session:
+        if dataset is not None:
+            problems.problem_ids(session, dataset)  # unknown dataset -> clear error
+        row = session.execute(sqlfiles.load("queries/pool_stats"), {"dataset": dataset}).one()
+        sizes = list(session.scalars(sqlfiles.load("queries/pool_sizes"), {"dataset": dataset}))
+    click.echo(f"problems:              {row.problems}")
+    click.echo(f"experiences active:    {row.active}")
+    click.echo(f"experiences evicted:   {row.evicted}")
+    click.echo(f"attempts:              {row.attempts}")
+    if sizes:
+        click.echo(f"pool size per problem: min {min(sizes)}, median {median(sizes):g}, max {max(sizes)}")
+
+
+def _mode_options(f: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(
+        [
+            click.option("--problem", "refs", multiple=True, required=True, help=PROBLEM_HELP),
+            click.option(
+                "--mode",
+                type=click.Choice(["intra", "inter"]),
+                required=True,
+                help="intra: own earlier attempts; inter: lessons of other relevant problems.",
+            ),
+            click.option("--k", default=4, show_default=True, type=click.IntRange(0), help="Items drawn."),
+            click.option("--seed", default=0, show_default=True, type=int, help="Seed (same seed, same draw)."),
+            click.option(
+                "--pool-size",
+                default=32,
+                show_default=True,
+                type=click.IntRange(1),
+                help="Top-ranked candidates kept.",
+            ),
+            click.option(
+                "--gamma", default=0.9, show_default=True, type=click.FloatRange(0, 1), help="inter: min relevance."
+            ),
+            click.option("--scorer", default=None, help="inter: relevance scorer whose scores to use."),
+            click.option("--run", "run_id", default=None, type=int, help="intra: only attempts of this run id."),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+Items = dict[int, list[contexts.IntraItem]] | dict[int, list[contexts.InterItem]]
+
+
+def _draw(
+    session: Session,
+    refs: tuple[str, ...],
+    mode: str,
+    k: int,
+    seed: int,
+    pool_size: int,
+    gamma: float,
+    scorer: str | None,
+    run_id: int | None,
+) -> tuple[list[int], Items]:
+    ids = problems.resolve_refs(session, list(refs))
+    if mode == "intra":
+        return ids, contexts.intra_contexts(session, ids, k=k, pool_size=pool_size, seed=seed, run_id=run_id)
+    if not scorer:
+        known = list(session.scalars(sqlfiles.load("queries/scorers")))
+        raise InputError(
+            "--mode inter needs --scorer",
+            hint=f"scorers in the store: {', '.join(known)}" if known else "compute relevance first (lanpo relevance)",
+        )
+    return ids, contexts.inter_contexts(session, ids, k=k, pool_size=pool_size, seed=seed, gamma=gamma, scorer=scorer)
+
+
+@command.command("sample")
+@_mode_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per problem instead of a table.")
+def sample_cmd(
+    refs: tuple[str, ...],
+    mode: str,
+    k: int,
+    seed: int,
+    pool_size: int,
+    gamma: float,
+    scorer: str | None,
+    run_id: int | None,
+    as_json: bool,
+) -> None:
+    """Draw K feedback items per problem, exactly as the trainer would (weighted, without replacement)."""
+    with transaction(connect()) as session:
+        ids, drawn = _draw(session, refs, mode, k, seed, pool_size, gamma, scorer, run_id)
+    for pid in ids:
+        items = drawn.get(pid, [])
+        if as_json:
+            click.echo(json.dumps({"problem_id": pid, "items": [dataclasses.asdict(i) for i in items]}))
+            continue
+        click.echo(f"problem {pid}: {len(items)} item(s)")
+        for pos, item in enumerate(items):
+            if isinstance(item, contexts.IntraItem):
+                line = f"  [{pos}] attempt {item.attempt_id}: {_short(item.response)}"
+            else:
+                line = (
+                    f"  [{pos}] version {item.experience_version_id} (problem {item.source_problem_id}, "
+                    f"relevance {item.score:.3f}): {_short(item.summary)}"
+                )
+            click.echo(line)
+
+
+def _short(text: str, width: int = 80) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+@command.command("context")
+@_mode_options
+@click.option("--messages", is_flag=True, help="Print the whole chat prompt (lanpo.prompts), not only the context.")
+def context_cmd(
+    refs: tuple[str, ...],
+    mode: str,
+    k: int,
+    seed: int,
+    pool_size: int,
+    gamma: float,
+    scorer: str | None,
+    run_id: int | None,
+    messages: bool,
+) -> None:
+    """Print the exact context text that would go into the prompt of each problem."""
+    with transaction(connect()) as session:
+        ids, drawn = _draw(session, refs, mode, k, seed, pool_size, gamma, scorer, run_id)
+        rows = {p.id: p for p in problems.problems_by_ids(session, ids)}
+    for n, pid in enumerate(ids):
+        if len(ids) > 1:
+            click.echo(("\n" if n else "") + f"=== problem {pid} ({rows[pid].dataset}:{rows[pid].external_id}) ===")
+        items = drawn.get(pid, [])
+        if messages:
+            from lanpo.prompts import build_messages
+
+            for message in build_messages(mode, rows[pid].question, items):
+                click.echo(f"--- {message['role']} ---\n{message['content']}")
+        elif items:
+            click.echo(render(mode, items))
+        else:
+            click.echo(f"(no {mode} context for problem {pid}: the pool is empty; the prompt would be zero-shot)")

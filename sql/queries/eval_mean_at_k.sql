@@ -1,0 +1,23 @@
+-- mean@k per (mode, dataset) of one run, from its stored attempts: the final turn of each sample (an attempt
+-- no other attempt of the run uses as context) counts; mean over a problem's samples, then over problems.
+WITH final AS (
+    SELECT a.mode, p.dataset, a.problem_id, coalesce(a.correct, false) AS correct
+    FROM attempts AS a
+    JOIN problems AS p ON p.id = a.problem_id
+    WHERE a.run_id = :run_id
+      AND NOT EXISTS (
+          SELECT 1
+          FROM attempt_contexts AS c
+          JOIN attempts AS later ON later.id = c.attempt_id
+          WHERE c.context_attempt_id = a.id AND later.run_id = a.run_id
+      )
+),
+per_problem AS (
+    SELECT mode, dataset, problem_id, avg(correct::int::float8) AS accuracy, count(*) AS samples
+    FROM final
+    GROUP BY mode, dataset, problem_id
+)
+SELECT mode, dataset, avg(accuracy) AS mean_at_k, count(*) AS problems, sum(samples) AS samples
+FROM per_problem
+GROUP BY mode, dataset
+ORDER BY mode, dataset

@@ -1,0 +1,6 @@
+-- Active pool size of every problem (optionally one :dataset), for min / median / max in `lanpo pool stats`.
+SELECT count(e.id) AS size
+FROM problems p
+LEFT JOIN experiences e ON e.problem_id = p.id AND e.evicted_at IS NULL
+WHERE CAST(:dataset AS text) IS NULL OR p.dataset = :dataset
+GROUP BY p.id

@@ -1,0 +1,43 @@
+"""Small builders shared by the store tests (fill a real database quickly)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from lanpo.config import StoreConfig
+from lanpo.db.repo.attempts import NewAttempt, record_attempts
+from lanpo.db.repo.experiences import NewExperience, add_experiences
+from lanpo.db.repo.problems import ProblemIn, upsert_problems
+
+
+def make_problems(session: Session, n: int, dataset: str = "d") -> list[int]:
+    upsert_problems(session, dataset, [ProblemIn(str(i), f"question {i}?", f"answer-{i}", {"i": i}) for i in range(n)])
+    return list(session.scalars(sa.text("SELECT id FROM problems WHERE dataset = :d ORDER BY id"), {"d": dataset}))
+
+
+def make_attempts(
+    session: Session, problem_id: int, n: int, reward: float = 1.0, mode: str = "zero_shot"
+) -> list[int]:
+    return record_attempts(
+        session,
+        [
+            NewAttempt(problem_id, mode, f"prompt {i}", f"response {i} to {problem_id}", reward=reward, correct=True)
+            for i in range(n)
+        ],
+    )
+
+
+def make_experiences(session: Session, problem_id: int, n: int, store: StoreConfig | None = None) -> list[int]:
+    store = store or StoreConfig(per_problem_cap=10_000, per_step_cap=10_000)
+    items = [NewExperience(problem_id, f"lesson {i} of {problem_id}", reward=float(i)) for i in range(n)]
+    return add_experiences(session, items, store).version_ids
+
+
+def relevance(session: Session, problem_id: int, candidate_problem_id: int, score: float, scorer: str = "s") -> None:
+    session.execute(
+        sa.text(
+            "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) VALUES (:p, :c, :s, :v)"
+        ),
+        {"p": problem_id, "c": candidate_problem_id, "s": scorer, "v": score},
+    )

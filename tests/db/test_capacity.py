@@ -1,0 +1,151 @@
+"""Capacity policies: per-step, per-problem and global caps, the three eviction orders, concurrent writers."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+from store_helpers import make_problems, relevance
+
+from lanpo.config import StoreConfig
+from lanpo.db.engine import transaction
+from lanpo.db.repo.capacity import per_step_admit
+from lanpo.db.repo.experiences import NewExperience, add_experiences
+
+
+def test_per_step_admit_keeps_best_reward_first() -> None:
+    kept, dropped = per_step_admit([1, 1, 1, 2, 1], [0.1, None, 0.9, 0.0, 0.5], cap=2)
+    assert kept == [2, 3, 4] and dropped == [0, 1]
+    assert per_step_admit([], [], 3) == ([], [])
+    kept, dropped = per_step_admit([7, 7, 7], [1.0, 1.0, 1.0], cap=2)
+    assert (kept, dropped) == ([0, 1], [2])
+
+
+def _active(session: Session, problem_id: int) -> list[str]:
+    return list(
+        session.scalars(
+            sa.text(
+                "SELECT v.summary FROM experiences e JOIN experience_versions v ON v.experience_id = e.id "
+                "WHERE e.problem_id = :p AND e.evicted_at IS NULL ORDER BY e.id"
+            ),
+            {"p": problem_id},
+        )
+    )
+
+
+def test_per_step_cap_drops_and_reports(session: Session) -> None:
+    pid = make_problems(session, 1)[0]
+    items = [NewExperience(pid, f"s{i}", reward=float(i % 4)) for i in range(10)]
+    result = add_experiences(session, items, StoreConfig(per_step_cap=3))
+    assert len(result.experience_ids) == 3 and len(result.dropped) == 7
+    assert sorted(_active(session, pid)) == ["s2", "s3", "s7"]  # rewards 3, 3, then 2 (s2 before s6: input order)
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("oldest", ["s2", "s3", "s4"]),
+        ("lowest_reward", ["s0", "s3", "s4"]),
+        ("lowest_relevance", ["s0", "s1", "s4"]),  # s1 0.95, s0 0.2, then unscored (0) by recency
+    ],
+)
+def test_eviction_policies(session: Session, policy: str, expected: list[str]) -> None:
+    pid, other = make_problems(session, 2)
+    store = StoreConfig(per_problem_cap=3, per_step_cap=8, eviction=policy)
+    rewards = [0.9, 0.1, 0.2]
+    first = add_experiences(session, [NewExperience(pid, f"s{i}", rewards[i]) for i in range(3)], store)
+    assert first.evicted_ids == []
+    # relevance of s1's version is high, s0's low; s2 unscored (problem-level fallback: none -> 0)
+    session.execute(
+        sa.text(
+            "INSERT INTO relevance_scores (problem_id, candidate_version_id, scorer, score) VALUES "
+            "(:o, :v0, 's', 0.2), (:o, :v1, 's', 0.95)"
+        ),
+        {"o": other, "v0": first.version_ids[0], "v1": first.version_ids[1]},
+    )
+    second = add_experiences(session, [NewExperience(pid, f"s{i}", 0.5) for i in (3, 4)], store)
+    assert len(second.evicted_ids) == 2
+    assert _active(session, pid) == expected
+    marks = (
+        session.execute(sa.text("SELECT DISTINCT evicted_by FROM experiences WHERE evicted_at IS NOT NULL"))
+        .scalars()
+        .all()
+    )
+    assert marks == [f"per_problem:{policy}"]
+
+
+def test_lowest_relevance_falls_back_to_problem_score(session: Session) -> None:
+    a, b, c = make_problems(session, 3)
+    store = StoreConfig(per_problem_cap=2, global_cap=2, eviction="lowest_relevance")
+    add_experiences(session, [NewExperience(a, "from a")], store)
+    add_experiences(session, [NewExperience(b, "from b")], store)
+    relevance(session, c, a, 0.3)
+    relevance(session, c, b, 0.8)
+    result = add_experiences(session, [NewExperience(c, "from c")], store)  # c unscored: relevance 0
+    assert len(result.evicted_ids) == 1
+    assert session.scalar(
+        sa.text("SELECT evicted_by FROM experiences WHERE id = :i"), {"i": result.evicted_ids[0]}
+    ) == ("global:lowest_relevance")
+    assert _active(session, a) == ["from a"] and _active(session, b) == ["from b"] and _active(session, c) == []
+
+
+def test_global_cap_evicts_oldest_across_problems(session: Session) -> None:
+    pids = make_problems(session, 3)
+    store = StoreConfig(per_problem_cap=10, global_cap=4)
+    for pid in pids:
+        add_experiences(session, [NewExperience(pid, f"{pid}-{i}") for i in range(2)], store)
+    assert session.scalar(sa.text("SELECT count(*) FROM experiences WHERE evicted_at IS NULL")) == 4
+    assert _active(session, pids[0]) == []
+    assert session.scalar(sa.text("SELECT count(*) FROM experiences")) == 6
+
+
+@pytest.mark.parametrize("global_cap", [None, 20])
+def test_concurrent_writers_never_exceed_caps(db: Engine, global_cap: int | None) -> None:
+    with transaction(db) as session:
+        pids = make_problems(session, 4)
+    store = StoreConfig(per_problem_cap=5, per_step_cap=8, global_cap=global_cap, eviction="lowest_reward")
+    writers, rounds = 8, 6
+    inserted: list[int] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(writers)
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        try:
+            barrier.wait()
+            for r in range(rounds):
+                order = pids if (w + r) % 2 else list(reversed(pids))  # mixed orders: locks must not deadlock
+                items = [
+                    NewExperience(p, f"w{w} r{r} p{p} #{j}", reward=(w * 7 + r * 3 + j) % 10)
+                    for p in order
+                    for j in range(3)
+                ]
+                with transaction(db) as session:
+                    result = add_experiences(session, items, store)
+                with lock:
+                    inserted.extend(result.experience_ids)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert len(inserted) == writers * rounds * len(pids) * 3
+    with db.connect() as conn:
+        rows = conn.execute(sa.text("SELECT id, problem_id, evicted_at, evicted_by FROM experiences")).all()
+        versions = conn.scalar(sa.text("SELECT count(*) FROM experience_versions"))
+    assert sorted(r.id for r in rows) == sorted(inserted)  # no lost inserts
+    assert versions == len(inserted)
+    active: dict[int, int] = {}
+    for r in rows:
+        assert (r.evicted_at is None) == (r.evicted_by is None)
+        if r.evicted_at is None:
+            active[r.problem_id] = active.get(r.problem_id, 0) + 1
+    assert max(active.values()) <= store.per_problem_cap
+    assert sum(active.values()) == min(store.per_problem_cap * len(pids), global_cap or 10**9)

@@ -1,0 +1,153 @@
+"""Feedback contexts: intra carries only prompt-visible text; inter never comes from the same problem."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+from store_helpers import make_problems
+
+from lanpo.config import StoreConfig
+from lanpo.db.repo import contexts
+from lanpo.db.repo.attempts import NewAttempt, record_attempts
+from lanpo.db.repo.contexts import InterItem, IntraItem
+from lanpo.db.repo.experiences import NewExperience, add_experiences, append_version
+
+GOLD = "GOLD-7291"
+
+
+def test_intra_item_has_only_prompt_visible_fields() -> None:
+    assert [f.name for f in dataclasses.fields(IntraItem)] == ["attempt_id", "response"]
+    assert not hasattr(IntraItem(1, "r"), "__dict__")  # slots: nothing can be attached later
+    assert [f.name for f in dataclasses.fields(InterItem)] == [
+        "experience_version_id",
+        "source_problem_id",
+        "summary",
+        "score",
+    ]
+
+
+def test_intra_context_text_reveals_no_reward_or_gold(session: Session) -> None:
+    session.execute(
+        sa.text("INSERT INTO problems (dataset, external_id, question, answer) VALUES ('d', '1', 'What is 2+5?', :g)"),
+        {"g": GOLD},
+    )
+    pid = session.scalar(sa.text("SELECT id FROM problems"))
+    record_attempts(
+        session,
+        [
+            NewAttempt(pid, "zero_shot", "prompt", f"I think it is {n}", reward=0.987654, correct=n == 7)
+            for n in (6, 7)
+        ],
+    )
+    items = contexts.intra_contexts(session, [pid], k=4, pool_size=8, seed=1)[pid]
+    assert {i.response for i in items} == {"I think it is 6", "I think it is 7"}
+    from lanpo.cli.pool import render
+
+    text = render("intra", items)
+    assert "I think it is 6" in text
+    for secret in (GOLD, "0.987654", "True", "False", "reward", "correct"):
+        assert secret not in text
+
+
+def test_inter_context_carries_summary_and_score(session: Session) -> None:
+    a, b = make_problems(session, 2)
+    add_experiences(session, [NewExperience(b, "Carry the tens digit.", 1.0)])
+    session.execute(
+        sa.text(
+            "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) VALUES (:a, :b, 's', 0.93)"
+        ),
+        {"a": a, "b": b},
+    )
+    (item,) = contexts.inter_contexts(session, [a, b], k=4, pool_size=8, seed=0, gamma=0.9, scorer="s")[a]
+    assert (item.source_problem_id, item.summary, item.score) == (b, "Carry the tens digit.", 0.93)
+    assert contexts.inter_contexts(session, [b], k=4, pool_size=8, seed=0, gamma=0.9, scorer="s") == {b: []}
+    assert item.ref(2).experience_version_id == item.experience_version_id and item.ref(2).position == 2
+
+
+pool_spec = st.fixed_dictionaries(
+    {
+        "experiences": st.lists(st.integers(0, 5), min_size=1, max_size=25),  # source problem index of each
+        "evicted": st.lists(st.booleans(), min_size=25, max_size=25),
+        "rewrites": st.lists(st.integers(0, 24), max_size=5),
+        "scores": st.lists(
+            st.tuples(st.integers(0, 5), st.integers(0, 5), st.floats(0, 1)), max_size=30
+        ),  # (problem, candidate problem, score); same-problem pairs are skipped (CHECK forbids them)
+        "version_scores": st.lists(st.tuples(st.integers(0, 5), st.integers(0, 24), st.floats(0, 1)), max_size=10),
+        "gamma": st.floats(0, 1),
+        "k": st.integers(1, 6),
+        "seed": st.integers(-(2**40), 2**40),
+    }
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=pool_spec)
+def test_inter_never_from_same_problem(engine: Engine, spec: dict) -> None:
+    with Session(engine) as session, session.begin():
+        try:
+            pids = make_problems(session, 6, dataset="hyp")
+            added = add_experiences(
+                session,
+                [NewExperience(pids[i], f"lesson {n} from {i}", 0.5) for n, i in enumerate(spec["experiences"])],
+                StoreConfig(per_problem_cap=100, per_step_cap=100),
+            )
+            eids = added.experience_ids
+            current = dict(zip(eids, added.version_ids, strict=True))
+            for n in spec["rewrites"]:
+                if n < len(eids):
+                    current[eids[n]] = append_version(session, eids[n], f"rewrite of {eids[n]}")
+            for n, gone in enumerate(spec["evicted"][: len(eids)]):
+                if gone:
+                    session.execute(
+                        sa.text("UPDATE experiences SET evicted_at = now(), evicted_by = 't' WHERE id = :i"),
+                        {"i": eids[n]},
+                    )
+            seen = set()
+            for p, c, score in spec["scores"]:
+                if p != c and (p, c) not in seen:
+                    seen.add((p, c))
+                    session.execute(
+                        sa.text(
+                            "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) "
+                            "VALUES (:p, :c, 's', :v)"
+                        ),
+                        {"p": pids[p], "c": pids[c], "v": score},
+                    )
+            seen_v = set()
+            for p, n, score in spec["version_scores"]:
+                if n < len(eids) and (p, n) not in seen_v:
+                    seen_v.add((p, n))
+                    session.execute(
+                        sa.text(
+                            "INSERT INTO relevance_scores (problem_id, candidate_version_id, scorer, score) "
+                            "VALUES (:p, :v, 's', :s)"
+                        ),
+                        {"p": pids[p], "v": added.version_ids[n], "s": score},
+                    )
+            out = contexts.inter_contexts(
+                session, pids, k=spec["k"], pool_size=8, seed=spec["seed"], gamma=spec["gamma"], scorer="s"
+            )
+            active_current = set(
+                session.scalars(
+                    sa.text(
+                        "SELECT DISTINCT ON (e.id) v.id FROM experiences e JOIN experience_versions v "
+                        "ON v.experience_id = e.id WHERE e.evicted_at IS NULL AND e.problem_id = ANY(:p) "
+                        "ORDER BY e.id, v.version DESC"
+                    ),
+                    {"p": pids},
+                )
+            )
+            for pid, items in out.items():
+                assert len(items) <= spec["k"]
+                assert len({i.experience_version_id for i in items}) == len(items)
+                for item in items:
+                    assert item.source_problem_id != pid
+                    assert item.score >= spec["gamma"]
+                    assert item.experience_version_id in active_current
+        finally:
+            session.rollback()

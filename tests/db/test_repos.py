@@ -1,0 +1,190 @@
+"""Repositories against the real database: problems, runs, attempts, experiences and bad input."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+from store_helpers import make_attempts, make_problems
+
+from lanpo.config import StoreConfig
+from lanpo.db.repo import attempts as attempts_repo
+from lanpo.db.repo import experiences as exp_repo
+from lanpo.db.repo import problems as problems_repo
+from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo.attempts import ContextRef, NewAttempt
+from lanpo.db.repo.checks import MAX_TEXT_BYTES
+from lanpo.db.repo.experiences import NewExperience
+from lanpo.db.repo.problems import ProblemIn
+from lanpo.errors import InputError
+
+
+def test_upsert_is_idempotent_and_refuses_changes_unless_update(session: Session) -> None:
+    rows = [ProblemIn("1", "2+2?", "4", {"t": "x"}), ProblemIn("2", "3+3?", "6")]
+    first = problems_repo.upsert_problems(session, "ds", rows)
+    assert (first.inserted, first.unchanged, first.refused) == (2, 0, [])
+    again = problems_repo.upsert_problems(session, "ds", rows)
+    assert (again.inserted, again.unchanged, again.refused) == (0, 2, [])
+    changed = [ProblemIn("1", "2+2=?", "4", {"t": "x"}), ProblemIn("3", "1+1?", "2")]
+    refused = problems_repo.upsert_problems(session, "ds", changed)
+    assert (refused.inserted, refused.refused) == (1, ["1"])
+    assert problems_repo.get_problem(session, "ds", "1").question == "2+2?"
+    updated = problems_repo.upsert_problems(session, "ds", changed, update=True)
+    assert (updated.updated, updated.unchanged) == (1, 1)
+    assert problems_repo.get_problem(session, "ds", "1").question == "2+2=?"
+    assert len(problems_repo.problem_ids(session, "ds")) == 3
+
+
+def test_problem_lookup_errors_name_the_fix(session: Session) -> None:
+    ids = make_problems(session, 2, dataset="known")
+    with pytest.raises(InputError, match="unknown dataset 'nope'") as err:
+        problems_repo.problem_ids(session, "nope")
+    assert "known" in (err.value.hint or "")
+    with pytest.raises(InputError, match="unknown dataset"):
+        problems_repo.get_problem(session, "nope", "1")
+    with pytest.raises(InputError, match="no problem '99' in dataset 'known'"):
+        problems_repo.get_problem(session, "known", "99")
+    with pytest.raises(InputError, match="unknown problem id: 12345"):
+        problems_repo.problems_by_ids(session, [ids[0], 12345])
+    assert problems_repo.resolve_refs(session, ["known:1", str(ids[0])]) == [ids[1], ids[0]]
+    with pytest.raises(InputError, match="neither"):
+        problems_repo.resolve_refs(session, ["abc"])
+
+
+def test_problem_bad_input(session: Session) -> None:
+    with pytest.raises(InputError, match="NUL byte"):
+        problems_repo.upsert_problems(session, "ds", [ProblemIn("1", "a\x00b", "1")])
+    with pytest.raises(InputError, match="1,048,576 bytes"):
+        problems_repo.upsert_problems(session, "ds", [ProblemIn("1", "x" * (MAX_TEXT_BYTES + 1), "1")])
+    with pytest.raises(InputError, match="metadata must be a JSON object"):
+        problems_repo.upsert_problems(session, "ds", [ProblemIn("1", "q", "1", ["not", "a", "dict"])])  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="not JSON-serialisable"):
+        problems_repo.upsert_problems(session, "ds", [ProblemIn("1", "q", "1", {"s": {1, 2}})])
+    with pytest.raises(InputError, match="appears twice"):
+        problems_repo.upsert_problems(session, "ds", [ProblemIn("1", "q"), ProblemIn("1", "q")])
+    assert session.scalar(sa.text("SELECT count(*) FROM problems")) == 0
+
+
+def test_runs_steps_metrics_and_rollback(session: Session) -> None:
+    pid = make_problems(session, 1)[0]
+    run = runs_repo.create_run(session, "r1", "train", {"lr": 1e-5}, "smollm2")
+    with pytest.raises(InputError, match="already exists"):
+        runs_repo.create_run(session, "r1", "train", {})
+    with pytest.raises(InputError, match="JSON object"):
+        runs_repo.create_run(session, "r2", "train", [1, 2])  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="kind"):
+        runs_repo.create_run(session, "r3", "party", {})
+    assert runs_repo.get_run(session, "r1").id == run.id
+    sha = "ab" * 32
+    for step in range(3):
+        pv = runs_repo.add_policy_version(session, run.id, step, sha)
+        assert runs_repo.add_policy_version(session, run.id, step, sha) == pv
+        attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", "p", "r", 1.0, step=step, run_id=run.id)])
+        exp_repo.add_experiences(session, [NewExperience(pid, f"s{step}", 1.0, run_id=run.id, step=step)])
+        runs_repo.record_metrics(session, run.id, step, {"loss": 0.5, "reward": 1})
+        if step < 2:
+            runs_repo.commit_step(session, run.id, step, pv, f"ckpt-{step}")
+    with pytest.raises(InputError, match="already recorded with adapter"):
+        runs_repo.add_policy_version(session, run.id, 0, "cd" * 32)
+    assert runs_repo.last_committed_step(session, run.id) == 1
+    result = runs_repo.rollback_uncommitted(session, run.id, 1)
+    assert (result.attempts, result.experiences, result.metrics, result.policy_versions) == (1, 1, 2, 1)
+    assert session.scalar(sa.text("SELECT max(step) FROM attempts")) == 1
+    with pytest.raises(InputError, match="already committed"):
+        runs_repo.commit_step(session, run.id, 1)
+    runs_repo.finish_run(session, run.id, "finished")
+    assert session.scalar(sa.text("SELECT finished_at IS NOT NULL FROM runs")) is True
+    with pytest.raises(InputError, match="number"):
+        runs_repo.record_metrics(session, run.id, 5, {"x": "high"})  # type: ignore[dict-item]
+
+
+def test_record_attempts_with_contexts(session: Session) -> None:
+    pids = make_problems(session, 2)
+    earlier = make_attempts(session, pids[0], 2)
+    version = exp_repo.add_experiences(session, [NewExperience(pids[1], "lesson", 1.0)]).version_ids[0]
+    ids = attempts_repo.record_attempts(
+        session,
+        [
+            NewAttempt(pids[0], "intra", "p", "r", 0.0, contexts=[ContextRef(0, context_attempt_id=earlier[0])]),
+            NewAttempt(pids[0], "zero_shot", "p", "r2", 1.0),
+            NewAttempt(pids[0], "inter", "p", "r3", 1.0, contexts=[ContextRef(0, version, score=0.9)]),
+        ],
+    )
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    rows = session.execute(
+        sa.text("SELECT attempt_id, experience_version_id, context_attempt_id FROM attempt_contexts ORDER BY 1")
+    ).all()
+    assert [tuple(r) for r in rows] == [(ids[0], None, earlier[0]), (ids[2], version, None)]
+    assert session.scalar(sa.text("SELECT response FROM attempts WHERE id = :i"), {"i": ids[1]}) == "r2"
+
+
+def test_attempt_bad_input(session: Session, caplog: pytest.LogCaptureFixture) -> None:
+    pid = make_problems(session, 1)[0]
+    with caplog.at_level(logging.WARNING):
+        (aid,) = attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", "p", "a\x00b")])
+    assert session.scalar(sa.text("SELECT response FROM attempts WHERE id = :i"), {"i": aid}) == "ab"
+    assert "NUL" in caplog.text and "stripped" in caplog.text
+    with pytest.raises(InputError, match="mode"):
+        attempts_repo.record_attempts(session, [NewAttempt(pid, "telepathy", "p", "r")])
+    with pytest.raises(InputError, match="finite"):
+        attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", "p", "r", float("nan"))])
+    with pytest.raises(InputError, match="must be a number"):
+        attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", "p", "r", "1.0")])  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="bytes; the limit"):
+        attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", "p", "x" * (MAX_TEXT_BYTES + 1))])
+    with pytest.raises(InputError, match="exactly one"):
+        attempts_repo.record_attempts(session, [NewAttempt(pid, "intra", "p", "r", contexts=[ContextRef(0)])])
+    with pytest.raises(InputError, match=r"cannot record attempts: .*99999"):
+        attempts_repo.record_attempts(session, [NewAttempt(99999, "zero_shot", "p", "r")])
+
+
+def test_experience_versions(session: Session) -> None:
+    pid = make_problems(session, 1)[0]
+    added = exp_repo.add_experiences(session, [NewExperience(pid, "v1 text", 0.5, author="m")])
+    eid = added.experience_ids[0]
+    v2 = exp_repo.append_version(session, eid, "v2 text", author="m2")
+    v3 = exp_repo.append_version(session, eid, "v3 text")
+    assert exp_repo.current_versions(session, [eid])[eid].id == v3
+    history = exp_repo.all_versions(session, eid)
+    assert [(v.version, v.summary) for v in history] == [(1, "v1 text"), (2, "v2 text"), (3, "v3 text")]
+    assert history[1].id == v2
+    with pytest.raises(InputError, match="no experience"):
+        exp_repo.append_version(session, 424242, "x")
+    with pytest.raises(InputError, match="no experience"):
+        exp_repo.all_versions(session, 424242)
+
+
+def test_wrong_vector_dimension_names_both(session: Session) -> None:
+    pid = make_problems(session, 1)[0]
+    dim = session.scalar(
+        sa.text(
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'experience_versions'::regclass "
+            "AND attname = 'embedding'"
+        )
+    )
+    with pytest.raises(InputError, match=rf"has 3 dimensions but experience_versions.embedding is vector\({dim}\)"):
+        exp_repo.add_experiences(session, [NewExperience(pid, "s", embedding=[0.1, 0.2, 0.3])])
+    ok = exp_repo.add_experiences(session, [NewExperience(pid, "s", embedding=[0.5] * dim)])
+    assert (
+        session.scalar(
+            sa.text("SELECT vector_dims(embedding) FROM experience_versions WHERE id = :i"), {"i": ok.version_ids[0]}
+        )
+        == dim
+    )
+    with pytest.raises(InputError, match="dimensions"):
+        exp_repo.append_version(session, ok.experience_ids[0], "t", embedding=[1.0])
+
+
+def test_experience_bad_input(session: Session) -> None:
+    pid = make_problems(session, 1)[0]
+    store = StoreConfig()
+    with pytest.raises(InputError, match="unknown problem id: 777"):
+        exp_repo.add_experiences(session, [NewExperience(777, "s")], store)
+    with pytest.raises(InputError, match="kind"):
+        exp_repo.add_experiences(session, [NewExperience(pid, "s", kind="gossip")], store)
+    with pytest.raises(InputError, match="empty"):
+        exp_repo.add_experiences(session, [NewExperience(pid, "  ")], store)
+    with pytest.raises(InputError, match="must be a string"):
+        exp_repo.add_experiences(session, [NewExperience(pid, 42)], store)  # type: ignore[arg-type]
