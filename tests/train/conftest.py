@@ -1,0 +1,55 @@
+"""Trainer fixtures: a toy dataset in the store and a tiny-model TrainConfig that runs in seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from lanpo.db.engine import transaction
+from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+from lanpo.train.config import (
+    DataConfig,
+    FeedbackConfig,
+    GRPOConfig,
+    LoraConfig,
+    ModelConfig,
+    RolloutConfig,
+    SummarizerConfig,
+    TrainConfig,
+)
+
+
+@pytest.fixture
+def toy_problems(db: Engine) -> list[int]:
+    """Six arithmetic problems in dataset `toy`, all relevant to each other under scorer `test`."""
+    rows = [ProblemIn(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=str(2 * i + 1)) for i in range(6)]
+    with transaction(db) as session:
+        upsert_problems(session, "toy", rows)
+        ids = problem_ids(session, "toy")
+        session.connection().exec_driver_sql(
+            "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) "
+            "SELECT a.id, b.id, 'test', 0.95 FROM problems a JOIN problems b ON a.id <> b.id"
+        )
+    return ids
+
+
+def tiny_config(tmp_path: Path, **overrides: object) -> TrainConfig:
+    """Tiny random model, 3 problems x 2 rollouts, every problem with feedback when the store has some."""
+    values: dict[str, object] = {
+        "run_name": "tiny",
+        "steps": 3,
+        "batch_size": 3,
+        "seed": 0,
+        "output_dir": str(tmp_path / "ckpt"),
+        "model": ModelConfig(name="tiny-random", threads=1),
+        "lora": LoraConfig(r=4, alpha=8),
+        "data": DataConfig(dataset="toy"),
+        "rollout": RolloutConfig(n=2, max_new_tokens=24),
+        "grpo": GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0),
+        "feedback": FeedbackConfig(mode="both", p_t=1.0, k=2, pool_size=4, gamma=0.5, scorer="test"),
+        "summarizer": SummarizerConfig(min_reward=0.0, max_new_tokens=32, max_new_per_step=2, temperature=1.0),
+    }
+    values.update(overrides)
+    return TrainConfig(**values)  # type: ignore[arg-type]

@@ -1,0 +1,93 @@
+"""The whole loop on a tiny random model against the real store: rows, contexts, metrics, checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from lanpo.errors import ConfigError
+from lanpo.train import checkpoint as ckpt
+from lanpo.train.config import FeedbackConfig
+from lanpo.train.loop import train
+from tests.train.conftest import tiny_config
+
+
+def _scalar(db: Engine, sql: str, **params: object) -> object:
+    with db.connect() as conn:
+        return conn.execute(sa.text(sql), params).scalar()
+
+
+def test_train_records_every_step_in_the_store(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
+    seen: list[int] = []
+    result = train(tiny_config(tmp_path), engine=db, progress=False, on_step=lambda s, m: seen.append(s))
+    assert result.steps == [1, 2, 3] and seen == [1, 2, 3]
+    run = result.run_id
+    assert _scalar(db, "SELECT array_agg(step ORDER BY step) FROM run_steps WHERE run_id = :r", r=run) == [0, 1, 2, 3]
+    assert _scalar(db, "SELECT count(*) FROM attempts WHERE run_id = :r", r=run) == 3 * 3 * 2
+    assert _scalar(db, "SELECT status FROM runs WHERE id = :r", r=run) == "finished"
+    # attempts of step s were produced by the policy of step s - 1
+    assert _scalar(
+        db,
+        "SELECT bool_and(pv.step = a.step - 1) FROM attempts a JOIN policy_versions pv ON pv.id = a.policy_version_id",
+    )
+    # intra contexts come from the same problem; inter contexts from other problems' experiences
+    assert (
+        _scalar(
+            db,
+            "SELECT count(*) FROM attempt_contexts c JOIN attempts a ON a.id = c.attempt_id "
+            "JOIN attempts src ON src.id = c.context_attempt_id WHERE src.problem_id <> a.problem_id",
+        )
+        == 0
+    )
+    assert (
+        _scalar(
+            db,
+            "SELECT count(*) FROM attempt_contexts c JOIN attempts a ON a.id = c.attempt_id "
+            "JOIN experience_versions v ON v.id = c.experience_version_id "
+            "JOIN experiences e ON e.id = v.experience_id "
+            "WHERE e.problem_id = a.problem_id",
+        )
+        == 0
+    )
+    intra_used = _scalar(db, "SELECT count(*) FROM attempt_contexts WHERE context_attempt_id IS NOT NULL")
+    inter_used = _scalar(db, "SELECT count(*) FROM attempt_contexts WHERE experience_version_id IS NOT NULL")
+    assert intra_used and inter_used, "p_t = 1 and a filled store: later steps must carry both kinds of context"
+    assert _scalar(db, "SELECT count(DISTINCT mode) FROM attempts WHERE step > 1") >= 2
+    assert _scalar(db, "SELECT count(*) FROM experiences WHERE run_id = :r", r=run) > 0
+    names = set(_scalar(db, "SELECT array_agg(DISTINCT name) FROM run_metrics WHERE run_id = :r", r=run))  # type: ignore[arg-type]
+    for name in (
+        "reward/mean",
+        "accuracy/mean",
+        "kl",
+        "entropy",
+        "grad_norm",
+        "clip_frac",
+        "pool/active",
+        "time/generate",
+        "time/update",
+        "response_len/mean",
+    ):
+        assert name in names, name
+    # the newest checkpoint's adapter is the one the database names for the last step
+    sha = _scalar(db, "SELECT adapter_sha256 FROM policy_versions WHERE run_id = :r AND step = 3", r=run)
+    import torch
+
+    state = torch.load(ckpt.step_dir(result.checkpoint_dir, 3) / ckpt.STATE_FILE, weights_only=False)
+    assert state["adapter_sha256"] == sha
+    assert len(list(result.checkpoint_dir.glob("step-*"))) == 2  # keep_checkpoints
+
+
+def test_existing_run_needs_resume_and_resume_of_a_finished_run_does_nothing(
+    db: Engine, toy_problems: list[int], tmp_path: Path
+) -> None:
+    cfg = tiny_config(tmp_path, steps=1, feedback=FeedbackConfig(mode="none"))
+    train(cfg, engine=db, progress=False)
+    with pytest.raises(ConfigError, match="already exists"):
+        train(cfg, engine=db, progress=False)
+    again = train(cfg, engine=db, resume=True, progress=False)
+    assert again.steps == []
+    longer = tiny_config(tmp_path, steps=2, feedback=FeedbackConfig(mode="none"))
+    assert train(longer, engine=db, resume=True, progress=False).steps == [2]
