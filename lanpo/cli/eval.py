@@ -1,0 +1,38 @@
+"""`lanpo eval --config C`: datasets x modes x k samples -> a mean@k table shaped like the paper's Table 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("eval")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Eval TOML (see train/configs/eval-*.toml).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config key, e.g. --set k_samples=8 --set retrieval.gamma=0.8 (repeatable).",
+)
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def command(config_path: Path, overrides: tuple[str, ...], no_progress: bool) -> None:
+    """Evaluate a policy on datasets in every mode; print the table and write it as markdown and CSV.
+
+    Every attempt is stored under an `eval` run with its mode, so `run_rewards` and `experience_usage` cover
+    the evaluation; the printed table is recounted from those stored attempts.
+    """
+    from lanpo.config import load_toml
+    from lanpo.db.engine import connect
+    from lanpo.inference.config import EvalConfig
+    from lanpo.inference.evaluate import run_eval
+
+    config = load_toml(EvalConfig, config_path, list(overrides))
+    run_eval(config, connect(), config_dir=config_path.parent, echo=click.echo, show_progress=not no_progress)

@@ -1,0 +1,221 @@
+"""`lanpo infer`: answer questions from a JSONL file zero-shot, with retrieved experiences, or by self-correction."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from lanpo.inference.config import MODES
+
+MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
+
+
+@click.command("infer")
+@click.option(
+    "--model", default="smollm2", show_default=True, help="Policy: smollm2 (offline), a HF folder or hub id."
+)
+@click.option(
+    "--adapter", type=click.Path(path_type=Path), help="PEFT LoRA adapter folder (e.g. a trainer checkpoint)."
+)
+@click.option("--mode", type=click.Choice(MODE_CHOICES), required=True, help="How to answer.")
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help='JSONL questions: {"id"?, "question", "answer"?} per line.',
+)
+@click.option("--out", "out_path", type=click.Path(path_type=Path), required=True, help="JSONL answers to write.")
+@click.option("--samples", default=1, show_default=True, type=click.IntRange(min=1), help="Samples per question (k).")
+@click.option(
+    "--stage1",
+    type=click.Choice(["bm25", "vector", "hybrid"]),
+    default="bm25",
+    show_default=True,
+    help="Retrieval stage-1 search over the pool.",
+)
+@click.option(
+    "--top-k", default=16, show_default=True, type=click.IntRange(min=1), help="Stage-1 candidates the LLM reranks."
+)
+@click.option(
+    "--gamma",
+    default=0.9,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Minimum relevance of a retrieved experience.",
+)
+@click.option(
+    "--m",
+    "m",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Experiences put into the prompt at most.",
+)
+@click.option(
+    "--scorer",
+    default="policy",
+    show_default=True,
+    help="Relevance judge: policy (the answering model), none (stage 1 only), or a model name/folder.",
+)
+@click.option(
+    "--max-new-tokens",
+    default=512,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Generated tokens per turn at most.",
+)
+@click.option(
+    "--temperature",
+    default=0.6,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Sampling temperature (0: greedy).",
+)
+@click.option(
+    "--top-p",
+    default=0.95,
+    show_default=True,
+    type=click.FloatRange(0, 1, min_open=True),
+    help="Nucleus sampling mass.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Sampling seed.")
+@click.option(
+    "--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Questions generated together."
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["hf", "vllm"]),
+    default="hf",
+    show_default=True,
+    help="Generation backend (vllm: GPU, optional extra).",
+)
+@click.option("--dtype", default="auto", show_default=True, help="auto | float32 | bfloat16 | float16.")
+@click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
+@click.option(
+    "--dataset", default=None, help="Dataset the questions are stored under (default: infer-<input file stem>)."
+)
+@click.option("--run-name", default=None, help="Name of the infer run in the store (default: infer-<UTC time>).")
+@click.option(
+    "--no-store",
+    is_flag=True,
+    help="Do not record the run in the database (zero-shot / self-correct only; retrieval still reads it).",
+)
+def command(
+    model: str,
+    adapter: Path | None,
+    mode: str,
+    input_path: Path,
+    out_path: Path,
+    samples: int,
+    stage1: str,
+    top_k: int,
+    gamma: float,
+    m: int,
+    scorer: str,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    seed: int,
+    batch_size: int,
+    backend: str,
+    dtype: str,
+    device: str | None,
+    dataset: str | None,
+    run_name: str | None,
+    no_store: bool,
+) -> None:
+    """Answer the questions of --input and write one JSONL record per question to --out.
+
+    \b
+    Modes:
+      zero-shot     the actor prompt
+      retrieval     experiences retrieved from the current pool (stage 1 -> LLM rerank -> gamma -> top m) in the
+                    inter-sample prompt; an empty pool, or nothing at gamma, answers zero-shot and says so
+                    (stderr and the record's `fallback` field)
+      self-correct  a first attempt, then the reward-agnostic reflection prompt over it; both turns are kept
+
+    Answers are the last \\boxed{} of the final turn; records carry `correct` when the input has an `answer`.
+    Unless --no-store, the questions become problems of --dataset and every turn an attempt of an `infer` run.
+    """
+    from datetime import UTC, datetime
+
+    from tqdm import tqdm
+
+    from lanpo.db.engine import connect, transaction
+    from lanpo.inference import store
+    from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
+    from lanpo.inference.engine import Engine, Solution
+    from lanpo.inference.io import read_questions, write_jsonl
+
+    mode = normalise_mode(mode)
+    questions = read_questions(input_path)
+    retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, scorer=scorer)
+    sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    db = connect() if (mode == "retrieval" or not no_store) else None
+    engine = Engine(
+        model,
+        adapter,
+        backend,
+        dtype=dtype,
+        device=device,
+        sampling=sampling,
+        retrieval=retrieval,
+        db=db,
+        batch_size=batch_size,
+    )
+    run_id = version_id = None
+    if not no_store:
+        dataset = dataset or "infer-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", input_path.stem).strip("-") or "input")
+        name = run_name or f"infer-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+        config = {
+            "mode": mode,
+            "input": str(input_path),
+            "samples": samples,
+            "dataset": dataset,
+            "adapter": str(adapter) if adapter else None,
+            "backend": backend,
+            "sampling": sampling.__dict__,
+            "retrieval": retrieval.__dict__ if mode == "retrieval" else None,
+        }
+        with transaction(db) as session:
+            questions = store.import_questions(session, dataset, questions)
+            run_id, version_id = store.start_run(session, name, "infer", config, model, engine.adapter_sha256)
+    bar = tqdm(total=len(questions), unit="problem", desc=mode, file=sys.stderr, dynamic_ncols=True)
+
+    def keep(batch: list[Solution]) -> None:
+        if run_id is not None:
+            with transaction(db) as session:
+                store.record_solutions(session, batch, run_id, version_id)
+        bar.update(len(batch))
+
+    try:
+        solutions = engine.solve(questions, mode, samples, on_batch=keep)
+    except BaseException:
+        bar.close()
+        if run_id is not None:
+            from lanpo.db.repo.runs import finish_run
+
+            with transaction(db) as session:
+                finish_run(session, run_id, "failed")
+        raise
+    bar.close()
+    write_jsonl(out_path, (s.to_record() for s in solutions))
+    if run_id is not None:
+        from lanpo.db.repo.runs import finish_run
+
+        with transaction(db) as session:
+            finish_run(session, run_id, "finished")
+    graded = [s.mean_correct for s in solutions if s.mean_correct is not None]
+    summary = f"wrote {len(solutions)} answers to {out_path}"
+    if graded:
+        summary += f"; mean@{samples} {100 * sum(graded) / len(graded):.1f}% over {len(graded)} graded question(s)"
+    fallbacks = sum(1 for s in solutions if s.fallback)
+    if fallbacks:
+        summary += f"; {fallbacks} answered zero-shot (fallback)"
+    if run_id is not None:
+        summary += f"; run id {run_id}"
+    click.echo(summary, err=True)

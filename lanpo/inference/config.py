@@ -1,0 +1,126 @@
+"""Configuration of test-time inference and evaluation (one dataclass per component, TOML-filled).
+
+`RetrievalSettings` -> `lanpo infer --mode retrieval` flags and `[retrieval]` of an eval config;
+`SamplingSettings` -> `[sampling]`; `DatasetSpec` -> each `[[datasets]]`; `EvalConfig` -> the whole file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lanpo.config import help_field
+from lanpo.errors import ConfigError
+
+# Attempt modes of the store that inference produces; the CLI also accepts the dashed spellings.
+MODES = ("zero_shot", "retrieval", "self_correct")
+STAGE1 = ("bm25", "vector", "hybrid")
+BACKENDS = ("hf", "vllm")
+
+
+def normalise_mode(text: str) -> str:
+    """`zero-shot` / `zero_shot` / `Zero-Shot` -> `zero_shot`; ConfigError for anything else."""
+    mode = text.strip().lower().replace("-", "_")
+    if mode not in MODES:
+        raise ConfigError(f"unknown inference mode {text!r}", hint="use one of zero-shot, retrieval, self-correct")
+    return mode
+
+
+@dataclass
+class RetrievalSettings:
+    """Test-time retrieval: stage 1 over the current pool -> LLM rerank -> gamma filter -> top m."""
+
+    stage1: str = help_field("bm25", "stage-1 search: bm25 | vector (pgvector HNSW) | hybrid (RRF of both)")
+    top_k: int = help_field(16, "stage-1 candidates passed to the LLM rerank")
+    gamma: float = help_field(0.9, "minimum relevance r(p, c) an experience needs (paper: 0.9)")
+    m: int = help_field(3, "experiences put into the prompt, best first (at most)")
+    scorer: str = help_field(
+        "policy", "relevance judge: `policy` (the answering model itself), `none` (stage 1 only), or a model"
+    )
+
+    def __post_init__(self) -> None:
+        if self.stage1 not in STAGE1:
+            raise ConfigError(f"retrieval.stage1 must be one of {', '.join(STAGE1)}, got {self.stage1!r}")
+        if self.top_k < 1:
+            raise ConfigError(f"retrieval.top_k must be >= 1, got {self.top_k}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(f"retrieval.gamma must be in [0, 1], got {self.gamma}")
+        if self.m < 1:
+            raise ConfigError(f"retrieval.m must be >= 1, got {self.m}")
+        if self.m > self.top_k:
+            raise ConfigError(f"retrieval.m ({self.m}) cannot exceed retrieval.top_k ({self.top_k})")
+        if not self.scorer.strip():
+            raise ConfigError("retrieval.scorer must be `policy`, `none` or a model name")
+
+
+@dataclass
+class SamplingSettings:
+    """How answers are sampled (temperature 0: greedy, all k samples identical)."""
+
+    max_new_tokens: int = help_field(512, "generated tokens per turn at most")
+    temperature: float = help_field(0.6, "sampling temperature (0: greedy)")
+    top_p: float = help_field(0.95, "nucleus sampling mass")
+    seed: int | None = help_field(0, "sampling seed (None: not seeded)")
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ConfigError(f"sampling.temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class DatasetSpec:
+    """One evaluation dataset: problems already in the store, or a JSONL file imported under `name` first."""
+
+    name: str = help_field("", "dataset name in the store (problems.dataset)")
+    file: str | None = help_field(None, "JSONL to import first ({id, question, answer}); relative to the config")
+    limit: int | None = help_field(None, "evaluate only the first N problems (by id); None: all")
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():
+            raise ConfigError("datasets[].name must be a non-empty string")
+        if ":" in self.name:
+            raise ConfigError(f"datasets[].name {self.name!r} must not contain ':'")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"datasets[].limit must be >= 1 or unset, got {self.limit}")
+
+
+@dataclass
+class EvalConfig:
+    """`lanpo eval --config C`: datasets x modes x k samples -> a mean@k table shaped like the paper's Table 1."""
+
+    model: str = help_field("smollm2", "policy: `smollm2` (offline), a local HF folder or a cached hub id")
+    adapter: str | None = help_field(None, "PEFT LoRA adapter folder to evaluate (None: the base model)")
+    backend: str = help_field("hf", "generation backend: hf (transformers, CPU/GPU) | vllm (GPU)")
+    dtype: str = help_field("auto", "model dtype: auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16")
+    device: str | None = help_field(None, "torch device (None: cuda when available, else cpu)")
+    run_name: str | None = help_field(None, "name of the eval run in the store (None: eval-<UTC time>)")
+    out_dir: str | None = help_field(None, "where table.md / table.csv go (None: $LANPO_HOME/eval/<run name>)")
+    modes: list[str] = field(
+        default_factory=lambda: ["zero_shot", "retrieval", "self_correct"], metadata={"help": "table rows, in order"}
+    )
+    k_samples: int = help_field(4, "samples per problem and mode: the k of mean@k (paper: 16 / 32)")
+    batch_size: int = help_field(8, "questions generated together (each with k samples)")
+    datasets: list[DatasetSpec] = field(default_factory=list, metadata={"help": "table columns, in order"})
+    sampling: SamplingSettings = field(default_factory=SamplingSettings, metadata={"help": "sampling settings"})
+    retrieval: RetrievalSettings = field(default_factory=RetrievalSettings, metadata={"help": "retrieval settings"})
+
+    def __post_init__(self) -> None:
+        self.modes = [normalise_mode(m) for m in self.modes]
+        if not self.modes:
+            raise ConfigError("modes must name at least one of zero_shot, retrieval, self_correct")
+        if len(set(self.modes)) != len(self.modes):
+            raise ConfigError(f"modes lists a mode twice: {self.modes}")
+        if not self.datasets:
+            raise ConfigError("datasets is empty", hint='add [[datasets]] tables with name = "..." (and file = ...)')
+        names = [d.name for d in self.datasets]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"datasets lists a name twice: {names}")
+        if self.k_samples < 1:
+            raise ConfigError(f"k_samples must be >= 1, got {self.k_samples}")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")

@@ -1,0 +1,438 @@
+"""The test-time inference engine: zero-shot, retrieval-augmented and self-correction answers (paper 4.3).
+
+- `zero_shot`: the actor prompt, k samples.
+- `retrieval`: experiences retrieved from the current pool (stage 1 -> LLM rerank -> gamma -> top m, see
+  `lanpo.retrieval.testtime`) go into the inter-sample prompt. Retrieval runs once per question; its k samples
+  share the prompt. When the pool is empty, or nothing reaches gamma for a question, that question is answered
+  with the zero-shot prompt; the solution's `fallback` says why and the engine says so on stderr.
+- `self_correct`: two turns per sample. Turn 1 is a zero-shot attempt; turn 2 is the reward-agnostic reflection
+  (intra-sample) prompt over that attempt alone, and its answer is the sample's answer. The reflection prompt is
+  the one the policy was trained with, built from the first response's text only.
+
+Prompts are built from the question and from model-written text (earlier responses, experience summaries) only:
+the gold answer, rewards and relevance scores never reach a prompt (tested as a property). Answers are the last
+`\\boxed{}` of the final turn; a question without a gold answer is answered but not graded.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lanpo import prompts
+from lanpo.errors import ConfigError, InputError
+from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
+from lanpo.inference.io import Question, question_id
+from lanpo.models import apply_chat
+from lanpo.rewards import FORMAT_BONUS, extract_boxed, format_ok, is_correct
+from lanpo.rollout import Completion, GenerationBackend, SamplingParams
+
+log = logging.getLogger(__name__)
+
+EMPTY_POOL = "empty pool: the experience store holds no active experience, answered zero-shot"
+NOTHING_RELEVANT = "no experience reached relevance gamma={gamma}: answered zero-shot"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One generated turn: the exact prompt text, the response and its grade (None when there is no gold)."""
+
+    prompt: str
+    response: str
+    prompt_version: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    answer: str | None
+    correct: bool | None
+    reward: float | None
+    format_ok: bool
+
+    def to_record(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class UsedExperience:
+    """An experience version put into a retrieval prompt, with its stage-1 score and LLM relevance."""
+
+    experience_version_id: int
+    source_problem_id: int
+    summary: str
+    stage1_score: float
+    relevance: float | None
+
+    def to_record(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Sample:
+    """One of the k samples; self-correct samples have two turns, the last one answers."""
+
+    turns: list[Turn]
+
+    @property
+    def final(self) -> Turn:
+        return self.turns[-1]
+
+    def to_record(self) -> dict[str, Any]:
+        final = self.final
+        return {
+            "answer": final.answer,
+            "correct": final.correct,
+            "reward": final.reward,
+            "turns": [t.to_record() for t in self.turns],
+        }
+
+
+@dataclass
+class Solution:
+    """A question's k samples in one mode, the experiences used (retrieval) and why it fell back, if it did."""
+
+    question: Question
+    mode: str
+    samples: list[Sample]
+    experiences: list[UsedExperience] = field(default_factory=list)
+    fallback: str | None = None
+
+    @property
+    def mean_correct(self) -> float | None:
+        """Fraction of samples whose final answer is correct (None without a gold answer): mean@k for one problem."""
+        graded = [s.final.correct for s in self.samples if s.final.correct is not None]
+        return sum(graded) / len(graded) if graded else None
+
+    def to_record(self) -> dict[str, Any]:
+        q = self.question
+        return {
+            "id": q.id,
+            "problem_id": q.problem_id,
+            "question": q.question,
+            "gold": q.answer,
+            "mode": self.mode,
+            "mean_correct": self.mean_correct,
+            "answers": [s.final.answer for s in self.samples],
+            "fallback": self.fallback,
+            "experiences": [e.to_record() for e in self.experiences],
+            "samples": [s.to_record() for s in self.samples],
+        }
+
+
+@dataclass(frozen=True)
+class _Earlier:
+    """What the reflection prompt reads of the first turn: its response text and nothing else."""
+
+    response: str
+
+
+Retriever = Callable[..., Sequence[Any]]  # the signature of `lanpo.retrieval.testtime.retrieve`
+
+
+def _stderr(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr, flush=True)
+
+
+class Engine:
+    """Answers questions with a policy (base model, optionally with a LoRA adapter) in one of three modes.
+
+    `model` is a name or path (`smollm2`, a HF folder, a cached hub id) or an already loaded HF model, in
+    which case `tokenizer` is required. `db` (a SQLAlchemy engine) is needed for retrieval only.
+    """
+
+    def __init__(
+        self,
+        model: str | Any,
+        adapter: str | Path | None = None,
+        backend: str = "hf",
+        *,
+        tokenizer: Any = None,
+        model_id: str | None = None,
+        dtype: str | None = None,
+        device: str | None = None,
+        sampling: SamplingSettings | None = None,
+        retrieval: RetrievalSettings | None = None,
+        db: Any = None,
+        batch_size: int = 8,
+        notify: Callable[[str], None] = _stderr,
+        retriever: Retriever | None = None,
+        backend_options: dict[str, Any] | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        self.sampling = sampling or SamplingSettings()
+        self.retrieval = retrieval or RetrievalSettings()
+        self.db = db
+        self.batch_size = batch_size
+        self.notify = notify
+        self._retriever = retriever
+        self._scorer: Any = None
+        self.adapter = Path(adapter) if adapter is not None else None
+        if self.adapter is not None and not (self.adapter / "adapter_config.json").is_file():
+            what = "does not exist" if not self.adapter.exists() else "holds no PEFT adapter (adapter_config.json)"
+            raise InputError(f"adapter folder {self.adapter} {what}", hint="pass a folder written by the trainer")
+        self.backend_name = backend
+        options = dict(backend_options or {})
+        if isinstance(model, str):
+            self.model_id = model_id or model
+        else:
+            if tokenizer is None:
+                raise ConfigError("an in-memory model needs its tokenizer (Engine(model, tokenizer=...))")
+            self.model_id = model_id or str(getattr(model.config, "name_or_path", "") or "in-memory")
+        self.adapter_sha256: str | None = None
+        if backend == "hf":
+            self._init_hf(model, tokenizer, dtype, device, options)
+        elif backend == "vllm":
+            if not isinstance(model, str):
+                raise ConfigError("the vllm backend loads the model itself: pass its name or folder, not a model")
+            self._init_vllm(model, options)
+        else:
+            raise ConfigError(f"unknown backend {backend!r}", hint="use hf or vllm")
+
+    # ------------------------------------------------------------------ setup
+
+    def _init_hf(self, model: Any, tokenizer: Any, dtype: str | None, device: str | None, options: dict) -> None:
+        from lanpo.models import adapter_sha256, load_adapter, load_causal_lm, prepare_tokenizer
+        from lanpo.rollout.hf import HFBackend
+
+        if isinstance(model, str):
+            model, tokenizer = load_causal_lm(model, dtype=dtype, device=device)
+        tokenizer = prepare_tokenizer(tokenizer)
+        if self.adapter is not None:
+            model = load_adapter(model, self.adapter)
+            self.adapter_sha256 = adapter_sha256(model)
+        model.eval()
+        self.model, self.tokenizer = model, tokenizer
+        options.setdefault("max_batch", max(8, self.batch_size * 4))
+        self.backend: GenerationBackend = HFBackend(model, tokenizer, **options)
+
+    def _init_vllm(self, model: str, options: dict) -> None:
+        from transformers import AutoTokenizer
+
+        from lanpo.models import prepare_tokenizer, resolve_model
+        from lanpo.rollout.vllm import VLLMBackend
+
+        path = resolve_model(model)
+        self.model = None
+        self.tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))
+        backend = VLLMBackend(path, self.tokenizer, **options)
+        if self.adapter is not None:
+            self.adapter_sha256 = backend.set_adapter(self.adapter)
+        self.backend = backend
+
+    @property
+    def scorer_identity(self) -> str:
+        """The model id the relevance judge is known by (adapter hash included: other weights, other scores)."""
+        suffix = f"+{self.adapter_sha256[:12]}" if self.adapter_sha256 else ""
+        return f"{self.model_id}{suffix}"
+
+    def scorer(self) -> Any:
+        """The relevance judge for retrieval (built on first use); None when `retrieval.scorer = "none"`."""
+        name = self.retrieval.scorer
+        if name == "none":
+            return None
+        if self._scorer is None:
+            from lanpo.retrieval.scorer import RelevanceScorer, load_scorer
+
+            if name == "policy" and self.model is not None:
+                self._scorer = RelevanceScorer(self.model, self.tokenizer, model_id=self.scorer_identity)
+            else:
+                self._scorer = load_scorer(self.model_id if name == "policy" else name)
+        return self._scorer
+
+    # ------------------------------------------------------------------ solving
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """Messages -> the prompt text, in the model's chat template."""
+        return apply_chat(self.tokenizer, messages)
+
+    def solve(
+        self,
+        questions: Sequence[Question | str],
+        mode: str,
+        k_samples: int = 1,
+        *,
+        on_batch: Callable[[list[Solution]], None] | None = None,
+    ) -> list[Solution]:
+        """Answer every question `k_samples` times in `mode`; `on_batch(solutions)` after each batch (to store it)."""
+        mode = normalise_mode(mode)
+        if k_samples < 1:
+            raise ConfigError(f"k_samples must be >= 1, got {k_samples}")
+        items = [q if isinstance(q, Question) else Question(question_id(q), q) for q in questions]
+        pool_empty = False
+        if mode == "retrieval":
+            pool_empty = self.pool_size() == 0
+            if pool_empty:
+                self.notify(f"retrieval: {EMPTY_POOL} ({len(items)} question(s))")
+        solutions: list[Solution] = []
+        for index, start in enumerate(range(0, len(items), self.batch_size)):
+            chunk = items[start : start + self.batch_size]
+            params = self._params(index)
+            if mode == "zero_shot":
+                batch = self._zero_shot(chunk, k_samples, params)
+            elif mode == "retrieval":
+                batch = self._retrieval(chunk, k_samples, params, pool_empty)
+            else:
+                batch = self._self_correct(chunk, k_samples, params)
+            solutions.extend(batch)
+            if on_batch is not None:
+                on_batch(batch)
+        if mode == "retrieval" and not pool_empty:
+            missed = sum(1 for s in solutions if s.fallback)
+            if missed:
+                self.notify(
+                    f"retrieval: {missed} of {len(solutions)} question(s) had no experience at relevance "
+                    f">= {self.retrieval.gamma} and were answered zero-shot"
+                )
+        return solutions
+
+    def _params(self, batch_index: int) -> SamplingParams:
+        s = self.sampling
+        seed = None if s.seed is None else s.seed + batch_index  # a fresh stream per batch, still reproducible
+        return SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=seed)
+
+    def _turns(
+        self,
+        prompts_: list[str],
+        n: int,
+        params: SamplingParams,
+        versions: list[str],
+        grade_modes: list[str],
+        golds: list[str | None],
+    ) -> list[list[Turn]]:
+        groups = self.backend.generate(prompts_, n, params)
+        return [
+            [self._turn(p, c, v, gm, g) for c in group]
+            for p, group, v, gm, g in zip(prompts_, groups, versions, grade_modes, golds, strict=True)
+        ]
+
+    @staticmethod
+    def _turn(prompt: str, completion: Completion, version: str, grade_mode: str, gold: str | None) -> Turn:
+        text = completion.text
+        fmt = format_ok(text, grade_mode)
+        correct = None if gold is None else is_correct(text, gold)
+        reward = None if correct is None else float(correct) + (FORMAT_BONUS if fmt else 0.0)
+        return Turn(
+            prompt=prompt,
+            response=text,
+            prompt_version=version,
+            prompt_tokens=len(completion.prompt_token_ids),
+            completion_tokens=len(completion.token_ids),
+            finish_reason=completion.finish_reason,
+            answer=extract_boxed(text),
+            correct=correct,
+            reward=reward,
+            format_ok=fmt,
+        )
+
+    def _zero_shot(self, chunk: list[Question], k: int, params: SamplingParams) -> list[Solution]:
+        texts = [self.render(prompts.actor_messages(q.question)) for q in chunk]
+        groups = self._turns(
+            texts,
+            k,
+            params,
+            [prompts.ACTOR_VERSION] * len(chunk),
+            ["zero_shot"] * len(chunk),
+            [q.answer for q in chunk],
+        )
+        return [Solution(q, "zero_shot", [Sample([t]) for t in g]) for q, g in zip(chunk, groups, strict=True)]
+
+    def _retrieval(self, chunk: list[Question], k: int, params: SamplingParams, pool_empty: bool) -> list[Solution]:
+        used = [[] for _ in chunk] if pool_empty else self.retrieve(chunk)
+        texts, versions, grade_modes, fallbacks = [], [], [], []
+        for q, exps in zip(chunk, used, strict=True):
+            if exps:
+                texts.append(self.render(prompts.inter_messages(q.question, exps)))
+                versions.append(prompts.INTER_VERSION)
+                grade_modes.append("inter")
+                fallbacks.append(None)
+            else:
+                texts.append(self.render(prompts.actor_messages(q.question)))
+                versions.append(prompts.ACTOR_VERSION)
+                grade_modes.append("zero_shot")
+                fallbacks.append(EMPTY_POOL if pool_empty else NOTHING_RELEVANT.format(gamma=self.retrieval.gamma))
+        groups = self._turns(texts, k, params, versions, grade_modes, [q.answer for q in chunk])
+        return [
+            Solution(q, "retrieval", [Sample([t]) for t in g], list(exps), fb)
+            for q, g, exps, fb in zip(chunk, groups, used, fallbacks, strict=True)
+        ]
+
+    def _self_correct(self, chunk: list[Question], k: int, params: SamplingParams) -> list[Solution]:
+        golds = [q.answer for q in chunk]
+        first = self._turns(
+            [self.render(prompts.actor_messages(q.question)) for q in chunk],
+            k,
+            params,
+            [prompts.ACTOR_VERSION] * len(chunk),
+            ["zero_shot"] * len(chunk),
+            golds,
+        )
+        # Turn 2: one revision per first attempt, from that attempt's response text alone.
+        second_prompts, second_golds = [], []
+        for q, group in zip(chunk, first, strict=True):
+            for turn in group:
+                second_prompts.append(self.render(prompts.intra_messages(q.question, [_Earlier(turn.response)])))
+                second_golds.append(q.answer)
+        n = len(second_prompts)
+        second = self._turns(second_prompts, 1, params, [prompts.INTRA_VERSION] * n, ["intra"] * n, second_golds)
+        solutions, flat = [], iter(second)
+        for q, group in zip(chunk, first, strict=True):
+            samples = [Sample([turn, next(flat)[0]]) for turn in group]
+            solutions.append(Solution(q, "self_correct", samples))
+        return solutions
+
+    # ------------------------------------------------------------------ retrieval
+
+    def pool_size(self) -> int:
+        """Active experiences in the store (retrieval needs the database)."""
+        from lanpo.db import sqlfiles
+        from lanpo.db.engine import transaction
+
+        with transaction(self._require_db()) as session:
+            return int(session.execute(sqlfiles.load("queries/inference_pool_size")).scalar_one())
+
+    def _require_db(self) -> Any:
+        if self.db is None:
+            raise ConfigError("retrieval mode reads the experience pool: the engine needs a database (db=...)")
+        return self.db
+
+    def retrieve(self, chunk: Sequence[Question]) -> list[list[UsedExperience]]:
+        """Experiences for each question (its own problem's experiences excluded when it is a stored problem)."""
+        from lanpo.db.engine import transaction
+
+        if self._retriever is None:
+            from lanpo.retrieval.testtime import retrieve
+
+            self._retriever = retrieve
+        r = self.retrieval
+        scorer = self.scorer()
+        out = []
+        with transaction(self._require_db()) as session:
+            for q in chunk:
+                hits = self._retriever(
+                    session,
+                    q.question,
+                    stage1=r.stage1,
+                    top_k=r.top_k,
+                    gamma=r.gamma,
+                    m=r.m,
+                    scorer=scorer,
+                    problem_id=q.problem_id,
+                )
+                out.append(
+                    [
+                        UsedExperience(
+                            int(h.experience_version_id),
+                            int(h.source_problem_id),
+                            h.summary,
+                            float(h.stage1_score),
+                            None if h.relevance is None else float(h.relevance),
+                        )
+                        for h in hits
+                        if q.problem_id is None or h.source_problem_id != q.problem_id
+                    ]
+                )
+        return out
