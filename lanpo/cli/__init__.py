@@ -22,6 +22,8 @@ COMMAND_MODULES = {
     "embed": "lanpo.cli.embed",
     "relevance": "lanpo.cli.relevance",
     "retrieve": "lanpo.cli.retrieve",
+    "infer": "lanpo.cli.infer",
+    "eval": "lanpo.cli.eval",
 }
 
 
