@@ -24,6 +24,8 @@ COMMAND_MODULES = {
     "retrieve": "lanpo.cli.retrieve",
     "infer": "lanpo.cli.infer",
     "eval": "lanpo.cli.eval",
+    "train": "lanpo.cli.train",
+    "sft": "lanpo.cli.sft",
 }
 
 

@@ -80,20 +80,34 @@ class LoadedCheckpoint:
     path: Path
 
 
-def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any) -> LoadedCheckpoint:
-    """Load adapter weights, optimizer, scheduler and RNG states from `path` into the live objects."""
+def load_adapter_weights(model: Any, adapter_dir: Path) -> None:
+    """Copy a saved adapter's weights into the live PEFT model (same LoRA shape)."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
+    weights = Path(adapter_dir) / "adapter_model.safetensors"
+    if not weights.exists():
+        raise InputError(f"no adapter weights in {adapter_dir}")
+    device = next(model.parameters()).device
+    result = set_peft_model_state_dict(model, load_file(str(weights), device=str(device)))
+    unexpected = getattr(result, "unexpected_keys", None)
+    if unexpected:
+        raise InputError(
+            f"adapter in {adapter_dir} does not fit this model ({len(unexpected)} unexpected keys)",
+            hint="use the same lora.r / lora.target_modules as when it was saved",
+        )
+
+
+def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any) -> LoadedCheckpoint:
+    """Load adapter weights, optimizer, scheduler and RNG states from `path` into the live objects."""
     state_file = path / STATE_FILE
-    weights = path / ADAPTER_DIR / "adapter_model.safetensors"
-    if not state_file.exists() or not weights.exists():
+    if not state_file.exists() or not (path / ADAPTER_DIR).exists():
         raise InputError(
             f"checkpoint {path} is incomplete or missing",
             hint="the database names this checkpoint as committed; restore the run folder or start a new run_name",
         )
     device = next(model.parameters()).device
-    set_peft_model_state_dict(model, load_file(str(weights), device=str(device)))
+    load_adapter_weights(model, path / ADAPTER_DIR)
     state = torch.load(state_file, map_location=device, weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

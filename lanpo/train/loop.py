@@ -136,6 +136,12 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
         )
         start = record.start_run(session, cfg, cfg.model.name, resume)
     if start.last_step is None:
+        if cfg.sft.enabled and not cfg.model.init_adapter:
+            from lanpo.train.sft import run_sft
+
+            warm = run_sft(cfg, None, engine=engine, progress=False)
+            ckpt.load_adapter_weights(model, warm.adapter_dir)
+            log.info("SFT warm start: %d pairs, loss %.3f -> %.3f", warm.pairs, warm.losses[0], warm.losses[-1])
         # Step 0 = the initial adapter, committed like any other step so resume always has an anchor.
         path, sha = ckpt.save_checkpoint(root, 0, model, optimizer, scheduler)
         with transaction(engine) as session:

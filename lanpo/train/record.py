@@ -7,6 +7,7 @@ takes a session and never opens one: the loop owns the one-transaction-per-step 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,9 +47,10 @@ def ensure_dataset(session: Session, data: DataConfig) -> list[int]:
             hint=f"import one (`lanpo data import FILE --dataset {data.dataset}`) or set data.task to generate it",
         )
     from lanpo.data.generate import generate_problems
+    from lanpo.data.importer import parse_line
 
-    rows = generate_problems(data.task, n=data.n, seed=data.seed, options=dict(data.task_options))
-    problems_repo.upsert_problems(session, data.dataset, rows)
+    records = generate_problems(data.task, n=data.n, seed=data.seed, options=dict(data.task_options))
+    problems_repo.upsert_problems(session, data.dataset, [parse_line(json.dumps(r)) for r in records])
     return problems_repo.problem_ids(session, data.dataset)
 
 

@@ -1,0 +1,65 @@
+"""`lanpo train`: run or resume LANPO GRPO training from a TOML recipe."""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+
+def _line(step: int, metrics: dict[str, float]) -> str:
+    acc_by_mode = " ".join(
+        f"{mode}={metrics[f'accuracy/{mode}']:.2f}"
+        for mode in ("zero_shot", "intra", "inter")
+        if f"accuracy/{mode}" in metrics
+    )
+    kl = metrics.get("kl", math.nan)
+    return (
+        f"step {step:>4}  reward {metrics['reward/mean']:.3f}  acc {metrics['accuracy/mean']:.2f} ({acc_by_mode})  "
+        f"kl {kl:.2e}  len {metrics['response_len/mean']:.0f}  pool {metrics.get('pool/active', 0):.0f}  "
+        f"{metrics['time/step']:.1f}s"
+    )
+
+
+@click.command("train")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="TOML recipe (train/configs/*.toml).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config field, e.g. --set steps=5 --set feedback.p_t=0.75.",
+)
+@click.option("--resume", is_flag=True, help="Continue the run named by run_name after its last committed step.")
+@click.option("--no-progress", is_flag=True, help="No progress bar; print one line per step instead.")
+def command(config_path: str, overrides: tuple[str, ...], resume: bool, no_progress: bool) -> None:
+    """Train with GRPO + language feedback from the experience store.
+
+    \b
+    Every step commits, in one transaction, its attempts (with the contexts they saw), new experiences,
+    capacity evictions, metrics and the policy version; the checkpoint is written just before. After a crash,
+    `--resume` continues from the last committed step.
+    """
+    from lanpo.db.engine import connect
+    from lanpo.train.config import load_config
+    from lanpo.train.loop import train
+
+    cfg = load_config(config_path, list(overrides))
+    engine = connect()
+
+    def report(step: int, metrics: dict[str, float]) -> None:
+        if no_progress:
+            click.echo(_line(step, metrics))
+
+    result = train(cfg, engine=engine, resume=resume, progress=not no_progress, on_step=report)
+    if not no_progress:
+        for step, metrics in zip(result.steps, result.metrics, strict=True):
+            click.echo(_line(step, metrics))
+    done = f"steps {result.steps[0]}-{result.steps[-1]}" if result.steps else "no new steps (already complete)"
+    click.echo(f"run {result.run_name} (id {result.run_id}): {done}; checkpoints in {result.checkpoint_dir}")

@@ -1,0 +1,314 @@
+"""The SFT warm start: chat pairs for the answer format and the three atomic skills, trained into a LoRA adapter.
+
+Pairs are built from problems with a worked solution: reasoning-gym's `answer_cot` (`... #### N`, rewritten to
+end in `\\boxed{N}`), or, for arithmetic tasks, steps derived from the expression (one operation per line).
+Per problem: a zero-shot answer, an intra-sample reflection (review of an earlier attempt, then a solution,
+under the intra headers), an inter-sample exploration (relevance, plan, solution) and a summary (flow,
+principles, pitfalls). Loss is on the assistant turn only. The adapter is a valid `model.init_adapter` for GRPO.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lanpo import prompts
+from lanpo.errors import InputError
+from lanpo.models import apply_chat
+from lanpo.train.config import TrainConfig
+from lanpo.train.policy import load_policy
+
+Message = dict[str, str]
+_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+
+
+@dataclass
+class SFTResult:
+    adapter_dir: Path
+    losses: list[float] = field(default_factory=list)
+    pairs: int = 0
+    seconds: float = 0.0
+
+
+# --------------------------------------------------------------------------- building pairs
+
+
+def _fmt(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def expression_steps(expression: str) -> tuple[list[str], str] | None:
+    """`4 - 1 + 7` -> (["4 - 1 = 3", "3 + 7 = 10"], "10"): one line per operation, precedence respected."""
+    try:
+        tree = ast.parse(expression.replace("×", "*").replace("÷", "/"), mode="eval").body
+    except SyntaxError:
+        return None
+    steps: list[str] = []
+
+    def walk(node: ast.AST) -> Fraction:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return Fraction(node.value).limit_denominator()
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -walk(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            left, right = walk(node.left), walk(node.right)
+            if isinstance(node.op, ast.Add):
+                value = left + right
+            elif isinstance(node.op, ast.Sub):
+                value = left - right
+            elif isinstance(node.op, ast.Mult):
+                value = left * right
+            else:
+                if right == 0:
+                    raise ZeroDivisionError
+                value = left / right
+            steps.append(f"{_fmt(left)} {_OPS[type(node.op)]} {_fmt(right)} = {_fmt(value)}")
+            return value
+        raise ValueError(f"unsupported expression node {type(node).__name__}")
+
+    try:
+        result = walk(tree)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return steps, _fmt(result)
+
+
+def worked_solution(question: str, answer: str, metadata: dict[str, Any]) -> str | None:
+    """A step-by-step solution ending in `\\boxed{answer}`, or None when the problem has none to offer."""
+    solution = metadata.get("solution")
+    if isinstance(solution, str) and "####" in solution:
+        body = solution.rsplit("####", 1)[0].strip()
+        return f"{body}\nThe answer is \\boxed{{{answer}}}."
+    expression = (metadata.get("source") or {}).get("expression") or metadata.get("expression")
+    if isinstance(expression, str):
+        derived = expression_steps(expression)
+        if derived is not None and derived[1] == str(answer).strip():
+            steps, result = derived
+            return "Step by step:\n" + "\n".join(steps) + f"\nThe answer is \\boxed{{{result}}}."
+    return None
+
+
+LESSON = (
+    "## Flow\n1. Find the quantities and the operations between them.\n2. Do one operation per line, in the "
+    "right order (multiplication and division before addition and subtraction).\n3. Check each line, then box "
+    "the result.\n## Principles\n- Write every intermediate result.\n- Keep track of minus signs.\n"
+    "## Pitfalls\n- Skipping a step and adding in your head.\n- Forgetting the box around the final number."
+)
+
+
+def _slip(solution: str) -> str:
+    """An earlier attempt with a slip: the last intermediate number off by one, and no box."""
+    numbers = list(re.finditer(r"-?\d+", solution.split("The answer is")[0]))
+    text = solution.split("The answer is")[0].rstrip()
+    if numbers:
+        last = numbers[-1]
+        text = text[: last.start()] + str(int(last.group()) + 1) + text[last.end() :]
+    return text + "\nSo the result is " + (str(int(numbers[-1].group()) + 1) if numbers else "unclear") + "."
+
+
+def sft_pairs(problems: Sequence[dict[str, Any]], seed: int = 0) -> list[dict[str, list[Message]]]:
+    """Chat pairs `{"messages": [...]}` from problems `{"question", "answer", "metadata"}` (see the docstring)."""
+    rng = random.Random(seed)
+    pairs: list[dict[str, list[Message]]] = []
+    usable = [
+        (p["question"], s)
+        for p in problems
+        if (s := worked_solution(p["question"], str(p["answer"]), p.get("metadata") or {})) is not None
+    ]
+    for question, solution in usable:
+        attempt = _slip(solution)
+        review = (
+            "Going through attempt 1 one line at a time and recomputing each operation. "
+            "I redo every line below and keep the final line only if it holds."
+        )
+        intra_user = prompts.intra_messages(question, [_Text(attempt)])
+        inter_user = prompts.inter_messages(question, [_Lesson(LESSON)])
+        plan = "Work out each operation on its own line, in order, then box the final number."
+        for messages, reply in (
+            (prompts.actor_messages(question), solution),
+            (intra_user, f"## Review\n{review}\n## Solution\n{solution}"),
+            (
+                inter_user,
+                f"## Relevance\nLesson 1 applies: it is the same kind of calculation.\n## Plan\n{plan}\n"
+                f"## Solution\n{solution}",
+            ),
+            (prompts.summary_messages(question, solution), LESSON),
+        ):
+            pairs.append({"messages": [*messages, {"role": "assistant", "content": reply}]})
+    rng.shuffle(pairs)
+    return pairs
+
+
+@dataclass(frozen=True)
+class _Text:
+    response: str
+
+
+@dataclass(frozen=True)
+class _Lesson:
+    summary: str
+
+
+def read_pairs(path: str | Path) -> list[dict[str, list[Message]]]:
+    """Chat pairs from JSONL: one `{"messages": [{"role", "content"}, ...]}` per line, ending with the assistant."""
+    out = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            messages = obj["messages"]
+            ok = isinstance(messages, list) and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages
+            )
+        except (json.JSONDecodeError, KeyError, TypeError):
+            ok = False
+        if not ok or not messages or messages[-1]["role"] != "assistant":
+            raise InputError(
+                f'{path}:{number}: expected {{"messages": [...]}} ending with an assistant message',
+                hint="build pairs with `lanpo sft --config C --write-data pairs.jsonl`",
+            )
+        out.append({"messages": messages})
+    if not out:
+        raise InputError(f"{path} holds no SFT pairs")
+    return out
+
+
+def write_pairs(pairs: Sequence[dict[str, list[Message]]], path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with Path(path).open("w", encoding="utf-8") as handle:
+        for pair in pairs:
+            handle.write(json.dumps(pair, ensure_ascii=False) + "\n")
+
+
+def problems_for_sft(cfg: TrainConfig) -> list[dict[str, Any]]:
+    """Problems for the warm start: `cfg.data.task` from reasoning-gym, on a seed range apart from training's."""
+    if not cfg.data.task:
+        raise InputError("no SFT data: pass --data FILE.jsonl or set data.task to build pairs from reasoning-gym")
+    from lanpo.data.generate import generate_problems
+
+    records = generate_problems(
+        cfg.data.task, n=cfg.sft.n_problems, seed=cfg.data.seed + 1000 + cfg.sft.seed, options=cfg.data.task_options
+    )
+    return [{"question": r["question"], "answer": r["answer"], "metadata": r} for r in records]
+
+
+# --------------------------------------------------------------------------- training
+
+
+def tokenize_pair(tokenizer: Any, messages: list[Message], max_length: int) -> tuple[list[int], list[int]]:
+    """(input ids, labels) with the prompt masked to -100; truncated to max_length from the left of the prompt."""
+    prompt = apply_chat(tokenizer, messages[:-1], add_generation_prompt=True)
+    full = apply_chat(tokenizer, messages, add_generation_prompt=False)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    full_ids = tokenizer(full, add_special_tokens=False)["input_ids"]
+    labels = [-100] * len(prompt_ids) + full_ids[len(prompt_ids) :]
+    if len(full_ids) > max_length:
+        cut = len(full_ids) - max_length
+        full_ids, labels = full_ids[cut:], labels[cut:]
+    return full_ids, labels
+
+
+def run_sft(
+    config: TrainConfig,
+    data: str | Path | Sequence[dict[str, Any]] | None = None,
+    engine: Any = None,
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+) -> SFTResult:
+    """Train a LoRA adapter on chat pairs (a JSONL path, a list of pairs, or None: built from `data.task`)."""
+    started = time.perf_counter()
+    if data is None:
+        pairs = sft_pairs(problems_for_sft(config), seed=config.sft.seed)
+    elif isinstance(data, str | Path):
+        pairs = read_pairs(data)
+    else:
+        pairs = list(data)  # type: ignore[arg-type]
+    if not pairs:
+        raise InputError("no SFT pairs (no problem had a worked solution)")
+    sft = config.sft
+    model, tokenizer = load_policy(config.model, config.lora, seed=config.seed)
+    device = next(model.parameters()).device
+    encoded = [tokenize_pair(tokenizer, p["messages"], sft.max_length) for p in pairs]
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=sft.learning_rate, weight_decay=0.0)
+    total = sft.epochs * -(-len(encoded) // sft.batch_size)
+    if sft.max_steps:
+        total = min(total, sft.max_steps)
+    from lanpo.train.update import cosine_schedule
+
+    scheduler = cosine_schedule(optimizer, total, 0.1)
+    rng = random.Random(sft.seed)
+    losses: list[float] = []
+    pad = tokenizer.pad_token_id
+    model.train()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="lanpo sft", unit="step", dynamic_ncols=True)
+    for _epoch in range(sft.epochs):
+        order = list(range(len(encoded)))
+        rng.shuffle(order)
+        for start in range(0, len(order), sft.batch_size):
+            if len(losses) >= total:
+                break
+            chunk = [encoded[i] for i in order[start : start + sft.batch_size]]
+            L = max(len(ids) for ids, _ in chunk)
+            input_ids = torch.full((len(chunk), L), pad, dtype=torch.long)  # (b, L) right-padded
+            labels = torch.full((len(chunk), L), -100, dtype=torch.long)  # (b, L)
+            attention = torch.zeros((len(chunk), L), dtype=torch.long)
+            for row, (ids, lab) in enumerate(chunk):
+                input_ids[row, : len(ids)] = torch.tensor(ids)
+                labels[row, : len(lab)] = torch.tensor(lab)
+                attention[row, : len(ids)] = 1
+            out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device))
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            scheduler.step()
+            losses.append(float(out.loss.item()))
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    if bar is not None:
+        bar.close()
+    target = Path(out_dir) if out_dir else config.checkpoint_root() / "sft"
+    adapter_dir = target / "adapter"
+    model.save_pretrained(adapter_dir)
+    result = SFTResult(adapter_dir=adapter_dir, losses=losses, pairs=len(pairs), seconds=time.perf_counter() - started)
+    if engine is not None:
+        _record(engine, config, result)
+    return result
+
+
+def _record(engine: Any, config: TrainConfig, result: SFTResult) -> None:
+    """An `sft` run with its loss curve in run_metrics (name `<run_name>-sft`, suffixed if taken)."""
+    import sqlalchemy as sa
+
+    from lanpo.config import to_mapping
+    from lanpo.db.engine import transaction
+    from lanpo.db.models import Run
+    from lanpo.db.repo import runs as runs_repo
+
+    with transaction(engine) as session:
+        name, i = f"{config.run_name}-sft", 1
+        while session.scalar(sa.select(Run.id).where(Run.name == name)) is not None:
+            i += 1
+            name = f"{config.run_name}-sft-{i}"
+        run = runs_repo.create_run(session, name, "sft", to_mapping(config), config.model.name)
+        for step, loss in enumerate(result.losses, start=1):
+            runs_repo.record_metrics(session, run.id, step, {"sft/loss": loss})
+        runs_repo.finish_run(session, run.id, "finished")
