@@ -41,3 +41,48 @@ def relevance(session: Session, problem_id: int, candidate_problem_id: int, scor
         ),
         {"p": problem_id, "c": candidate_problem_id, "s": scorer, "v": score},
     )
+
+
+def fill_history(session: Session) -> dict[str, int]:
+    """A small two-step run: zero-shot attempts, experiences (with an eviction), inter attempts using them.
+
+    Problem a: zero-shot rewards 0 and 0.5 (mean 0.25); two inter attempts on a inject b's lesson, rewards 1, 1.
+    Problem b: one correct zero-shot attempt. Problem c: attempted, never solved.
+    """
+    from lanpo.db.repo import runs as runs_repo
+    from lanpo.db.repo.attempts import ContextRef
+
+    a, b, c = make_problems(session, 3)
+    run = runs_repo.create_run(session, "hist", "train", {}).id
+    store = StoreConfig(per_problem_cap=1, per_step_cap=8)
+    record_attempts(
+        session,
+        [
+            NewAttempt(a, "zero_shot", "p", "r", 0.0, correct=False, step=0, run_id=run),
+            NewAttempt(a, "zero_shot", "p", "r", 0.5, correct=False, step=0, run_id=run),
+            NewAttempt(b, "zero_shot", "p", "r", 1.0, correct=True, step=0, run_id=run),
+            NewAttempt(c, "zero_shot", "p", "r", 0.0, correct=False, step=0, run_id=run),
+        ],
+    )
+    first = add_experiences(session, [NewExperience(b, "old lesson of b", 0.9, run_id=run, step=0)], store)
+    second = add_experiences(session, [NewExperience(b, "lesson of b", 1.0, run_id=run, step=1)], store)
+    version = second.version_ids[0]
+    record_attempts(
+        session,
+        [
+            NewAttempt(
+                a,
+                "inter",
+                "p",
+                "r",
+                1.0,
+                correct=True,
+                format_ok=True,
+                step=1,
+                run_id=run,
+                contexts=[ContextRef(0, version, score=0.95)],
+            )
+            for _ in range(2)
+        ],
+    )
+    return {"a": a, "b": b, "c": c, "run": run, "version": version, "evicted": first.experience_ids[0]}

@@ -1,0 +1,113 @@
+"""SQL interface: the views equal sql/views/*.sql, answer correctly on filled data; recipes run; read-only sql."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+from store_helpers import fill_history
+
+from lanpo.cli.sql import format_result, query_readonly
+from lanpo.db import migrate, sqlfiles
+from lanpo.errors import InputError
+
+VIEWS = ["experience_history", "experience_usage", "pool_current", "run_rewards"]
+
+
+def test_every_view_file_has_a_view() -> None:
+    assert [n.split("/")[1] for n in sqlfiles.names("views")] == VIEWS
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_view_in_database_equals_file(engine: Engine, name: str) -> None:
+    ddl = sqlfiles.text_of(f"views/{name}")
+    temp = re.sub(rf"CREATE OR REPLACE VIEW {name} AS", f"CREATE TEMP VIEW {name}_filecheck AS", ddl)
+    assert temp != ddl
+    with engine.connect() as conn, conn.begin() as tx:
+        conn.execute(sa.text(temp))
+        in_db = conn.scalar(sa.text("SELECT pg_get_viewdef(CAST(:n AS regclass), true)"), {"n": name})
+        from_file = conn.scalar(
+            sa.text("SELECT pg_get_viewdef(CAST(:n AS regclass), true)"), {"n": f"{name}_filecheck"}
+        )
+        tx.rollback()
+    assert in_db == from_file
+
+
+def test_downgrade_drops_views_upgrade_restores(db: Engine) -> None:
+    migrate.downgrade(db, "0001")
+    try:
+        with db.connect() as conn:
+            assert not set(VIEWS) & set(sa.inspect(conn).get_view_names())
+            assert sa.inspect(conn).has_table("experiences")
+    finally:
+        migrate.upgrade(db)
+    with db.connect() as conn:
+        assert set(VIEWS) <= set(sa.inspect(conn).get_view_names())
+
+
+def test_views_on_filled_history(session: Session) -> None:
+    ids = fill_history(session)
+    pool = session.execute(sa.text("SELECT problem_id, summary FROM pool_current")).all()
+    assert [tuple(r) for r in pool] == [(ids["b"], "lesson of b")]
+    history = session.execute(
+        sa.text("SELECT summary, active, evicted_by, is_current FROM experience_history ORDER BY experience_id")
+    ).all()
+    assert [tuple(r) for r in history] == [
+        ("old lesson of b", False, "per_problem:oldest", True),
+        ("lesson of b", True, None, True),
+    ]
+    curve = {
+        (r.step, r.mode): (r.attempts, r.mean_reward, r.accuracy)
+        for r in session.execute(sa.text("SELECT * FROM run_rewards"))
+    }
+    assert curve[(0, "all")] == (4, 0.375, pytest.approx(0.25))
+    assert curve[(1, "inter")] == (2, 1.0, 1)
+    usage = session.execute(
+        sa.text("SELECT * FROM experience_usage WHERE version_id = :v"), {"v": ids["version"]}
+    ).one()
+    assert (usage.times_injected, usage.problems, usage.mean_reward_with) == (2, 1, 1.0)
+    assert usage.zero_shot_mean_reward == pytest.approx(0.25) and usage.lift == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("recipe", sqlfiles.names("recipes"))
+def test_recipes_run_on_filled_data(db: Engine, session: Session, recipe: str) -> None:
+    fill_history(session)
+    session.commit()
+    result = query_readonly(db, sqlfiles.text_of(recipe))
+    assert result.rows, f"{recipe} returned nothing on filled data"
+    assert format_result(result, "table").endswith(")")
+
+
+def test_recipe_answers(db: Engine, session: Session) -> None:
+    ids = fill_history(session)
+    session.commit()
+    never = query_readonly(db, sqlfiles.text_of("recipes/problems_never_solved"))
+    assert [r[0] for r in never.rows] == [ids["a"], ids["c"]] or sorted(r[0] for r in never.rows) == [ids["c"]]
+    lift = query_readonly(db, sqlfiles.text_of("recipes/best_experiences_by_lift"))
+    assert lift.rows[0][0] == ids["version"] and float(lift.rows[0][5]) == pytest.approx(0.75)
+    evictions = query_readonly(db, sqlfiles.text_of("recipes/evictions_by_policy"))
+    assert [(r[0], r[1]) for r in evictions.rows] == [("per_problem:oldest", 1)]
+
+
+def test_readonly_refuses_writes_and_changes_nothing(db: Engine, session: Session) -> None:
+    fill_history(session)
+    session.commit()
+    before = query_readonly(db, "SELECT count(*) FROM problems").rows
+    for statement in (
+        "DELETE FROM problems",
+        "WITH gone AS (DELETE FROM attempts RETURNING id) SELECT count(*) FROM gone",
+        "UPDATE runs SET status = 'failed'",
+        "CREATE TABLE sneaky (x int)",
+        "SELECT set_config('transaction_read_only', 'off', false)",
+    ):
+        with pytest.raises(InputError, match=r"read-only|refused|read-write mode must be set"):
+            query_readonly(db, statement)
+    with pytest.raises(InputError, match="one SQL statement"):
+        query_readonly(db, "SELECT 1; COMMIT; DELETE FROM problems")
+    with pytest.raises(InputError, match='SQL error: relation "nope" does not exist'):
+        query_readonly(db, "SELECT * FROM nope")
+    assert query_readonly(db, "SELECT count(*) FROM problems").rows == before == [(3,)]
+    assert query_readonly(db, "SELECT count(*) FROM attempts").rows == [(6,)]
