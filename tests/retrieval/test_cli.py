@@ -1,0 +1,63 @@
+"""`lanpo embed`, `lanpo relevance build|status`, `lanpo retrieve` end to end against the test database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+
+from tests.retrieval.helpers import make_experiences, make_problems
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random causal LM saved as a plain HF folder: what `--scorer PATH` loads."""
+    from lanpo.models import tiny_causal_lm
+
+    model, tokenizer = tiny_causal_lm(seed=0)
+    path = tmp_path_factory.mktemp("tiny-judge")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_relevance_build_and_status(session: Session, run_cli, tiny_model_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    make_problems(session)
+    session.commit()
+    args = ["relevance", "build", "--dataset", "toy", "--top-k", "2", "--scorer", tiny_model_dir, "--stage1", "bm25"]
+    first = run_cli(*args, "--batch-size", "4", "--device", "cpu", "--no-progress")
+    assert first.code == 0, first.err
+    assert "8 problems" in first.out and "0 already scored" in first.out and "pairs/s" in first.out
+    again = run_cli(*args, "--device", "cpu", "--no-progress")
+    assert again.code == 0 and "scored now" in again.out and ", 0 scored now" in again.out
+    status = run_cli("relevance", "status", "--dataset", "toy", "--gamma", "0")
+    assert status.code == 0 and f"{tiny_model_dir}|relevance-v1" in status.out
+
+
+def test_relevance_build_vector_without_embeddings_fails_with_a_hint(session: Session, run_cli) -> None:  # type: ignore[no-untyped-def]
+    make_problems(session)
+    session.commit()
+    result = run_cli("relevance", "build", "--dataset", "toy", "--stage1", "vector", "--scorer", "/no/such/model")
+    assert result.code == 2
+    assert "error:" in result.err and "/no/such/model" in result.err
+
+
+def test_retrieve_prints_experiences_or_says_zero_shot(session: Session, run_cli) -> None:  # type: ignore[no-untyped-def]
+    empty = run_cli("retrieve", "How many apples?", "--stage1", "bm25", "--scorer", "none")
+    assert empty.code == 0 and "zero-shot" in empty.out
+    ids = make_problems(session)
+    make_experiences(
+        session, [(ids[0], "apples: add the apples"), (ids[1], "speed times time"), (ids[2], "sum the terms")]
+    )
+    session.commit()
+    result = run_cli("retrieve", "How many apples?", "--stage1", "bm25", "--scorer", "none", "--m", "2")
+    assert result.code == 0, result.err
+    assert (
+        result.out.startswith("#1 version") and "apples: add the apples" in result.out and "relevance -" in result.out
+    )
+
+
+def test_embed_with_a_missing_model_is_a_user_error(session: Session, run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("embed", "--dataset", "toy", "--model", "/no/such/embedder")
+    assert result.code == 2 and "error:" in result.err and "/no/such/embedder" in result.err

@@ -1,0 +1,162 @@
+"""Stage 1 against the real store: HNSW vs exact scan, self-exclusion, the pool corpus and its BM25 cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from lanpo.retrieval import vector
+from lanpo.retrieval.corpus import BM25Cache, pool_corpus
+from lanpo.retrieval.embeddings import embed_missing
+from lanpo.retrieval.hybrid import rrf_fuse
+from lanpo.retrieval.search import SearchParams, search_pool, search_problems
+from lanpo.retrieval.sqlfiles import vector_literal
+from tests.retrieval.helpers import HashEmbedder, make_experiences, make_problems
+
+
+def test_rrf_fuse_by_hand() -> None:
+    fused = rrf_fuse([[1, 2, 3], [3, 1]], k=60)
+    expected = {1: 1 / 61 + 1 / 62, 2: 1 / 62, 3: 1 / 63 + 1 / 61}
+    assert [i for i, _ in fused] == [1, 3, 2]
+    for doc_id, score in fused:
+        assert score == pytest.approx(expected[doc_id])
+    assert rrf_fuse([[], []]) == []
+
+
+def random_problems(session: Session, n: int, dim: int = 384, seed: int = 0) -> tuple[list[int], np.ndarray]:
+    ids = make_problems(session, "vec", [f"problem number {i}" for i in range(n)])
+    vectors = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    session.execute(
+        sa.text("UPDATE problems SET embedding = CAST(:e AS vector) WHERE id = :id"),
+        [{"id": i, "e": vector_literal(v)} for i, v in zip(ids, vectors, strict=True)],
+    )
+    session.commit()
+    return ids, vectors
+
+
+def test_hnsw_with_high_ef_search_equals_exact_scan_and_numpy(session: Session) -> None:
+    ids, vectors = random_problems(session, 300)
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        q = rng.normal(size=384).astype(np.float32)
+        q /= np.linalg.norm(q)
+        hnsw = vector.search_problems(session, q, "vec", 10, ef_search=400)
+        session.rollback()
+        exact = vector.search_problems(session, q, "vec", 10, exact=True)
+        session.rollback()
+        numpy_top = [ids[i] for i in np.argsort(-(vectors @ q))[:10]]
+        assert [i for i, _ in exact] == numpy_top
+        assert [i for i, _ in hnsw] == numpy_top
+        np.testing.assert_allclose([s for _, s in hnsw], np.sort(vectors @ q)[::-1][:10], atol=1e-5)
+
+
+def test_hnsw_is_used_and_exact_flag_disables_it(session: Session) -> None:
+    random_problems(session, 50)
+    session.execute(sa.text("ANALYZE problems"))
+    plan = "SELECT id FROM problems WHERE dataset = 'vec' ORDER BY embedding <=> CAST(:q AS vector) LIMIT 5"
+    q = vector_literal(np.ones(384) / np.sqrt(384))
+    vector.configure_search(session, ef_search=40)
+    # A 50-row table is cheaper to sort than to search: make the planner show that it *can* use HNSW.
+    session.execute(sa.text("SET LOCAL enable_sort = off"))
+    text = "\n".join(r[0] for r in session.execute(sa.text("EXPLAIN " + plan), {"q": q}))
+    assert "ix_problems_embedding_hnsw" in text
+    session.rollback()
+    vector.configure_search(session, exact=True)
+    text = "\n".join(r[0] for r in session.execute(sa.text("EXPLAIN " + plan), {"q": q}))
+    assert "ix_problems_embedding_hnsw" not in text
+    session.rollback()
+
+
+@pytest.mark.parametrize("stage1", ["bm25", "vector", "hybrid"])
+def test_problem_search_never_returns_the_problem_itself(session: Session, db: object, stage1: str) -> None:
+    ids = make_problems(session)
+    session.commit()
+    embedder = HashEmbedder()
+    embed_missing(db, embedder, dataset="toy", what="problems", progress=False)  # type: ignore[arg-type]
+    questions = dict(session.execute(sa.text("SELECT id, question FROM problems")).all())
+    cache = BM25Cache()
+    for problem_id in ids:
+        hits = search_problems(
+            session, "toy", problem_id, questions[problem_id], 5,
+            query_vector=embedder.encode([questions[problem_id]])[0], params=SearchParams(stage1=stage1), cache=cache,
+        )  # fmt: skip
+        session.rollback()
+        assert hits and problem_id not in [i for i, _ in hits]
+        assert len({i for i, _ in hits}) == len(hits)
+    # the apples questions find each other first
+    apples = search_problems(session, "toy", ids[0], questions[ids[0]], 1, params=SearchParams("bm25"), cache=cache)
+    assert apples[0][0] == ids[4]
+
+
+def test_vector_stage_without_embedding_is_a_clear_error(session: Session) -> None:
+    from lanpo.errors import InputError
+
+    ids = make_problems(session)
+    with pytest.raises(InputError, match="embedding"):
+        search_problems(session, "toy", ids[0], "q", 3, params=SearchParams(stage1="vector"))
+
+
+def test_pool_corpus_holds_latest_versions_of_active_experiences_only(session: Session) -> None:
+    ids = make_problems(session)
+    v1, v2, v3 = make_experiences(session, [(ids[0], "first"), (ids[1], "second"), (ids[2], "third")])
+    experience_of_v2 = session.scalar(
+        sa.text("SELECT experience_id FROM experience_versions WHERE id = :v"), {"v": v2}
+    )
+    session.execute(
+        sa.text(
+            "INSERT INTO experience_versions (experience_id, version, summary) VALUES (:e, 2, 'second, rewritten')"
+        ),
+        {"e": experience_of_v2},
+    )
+    session.execute(
+        sa.text("UPDATE experiences SET evicted_at = now(), evicted_by = 'test' WHERE id = "
+                "(SELECT experience_id FROM experience_versions WHERE id = :v)"),
+        {"v": v3},
+    )  # fmt: skip
+    corpus = pool_corpus(session)
+    assert corpus.texts == ["first", "second, rewritten"]
+    assert list(corpus.owner_ids) == [ids[0], ids[1]]
+    assert v1 in corpus.ids and v2 not in corpus.ids
+
+
+def test_pool_search_excludes_own_problem_and_cache_follows_the_pool(session: Session) -> None:
+    ids = make_problems(session)
+    make_experiences(
+        session,
+        [(ids[0], "count apples: add the apples bought"), (ids[4], "apples left: subtract the apples given away"),
+         (ids[1], "distance is speed times time")],
+    )  # fmt: skip
+    session.commit()
+    cache = BM25Cache()
+    params = SearchParams(stage1="bm25")
+    hits = search_pool(session, "How many apples?", 5, params=params, cache=cache)
+    assert {h.problem_id for h in hits} == {ids[0], ids[4]}
+    hits = search_pool(session, "How many apples?", 5, exclude_problem_ids=[ids[0]], params=params, cache=cache)
+    assert [h.problem_id for h in hits] == [ids[4]]
+    assert cache.builds == 1  # unchanged pool: the index is reused
+    make_experiences(session, [(ids[2], "more apples: sum the apples in every basket")])
+    session.commit()
+    hits = search_pool(session, "apples", 5, exclude_problem_ids=[ids[0]], params=params, cache=cache)
+    assert cache.builds == 2 and ids[2] in {h.problem_id for h in hits}
+
+
+@pytest.mark.parametrize("stage1", ["vector", "hybrid"])
+def test_pool_vector_and_hybrid_search(session: Session, db: object, stage1: str) -> None:
+    ids = make_problems(session)
+    make_experiences(
+        session,
+        [(ids[0], "apples: add the apples"), (ids[4], "apples: subtract the apples"), (ids[1], "speed times time")],
+    )
+    session.commit()
+    embedder = HashEmbedder()
+    embed_missing(db, embedder, dataset=None, what="experiences", progress=False)  # type: ignore[arg-type]
+    q = "how many apples"
+    hits = search_pool(
+        session, q, 2, query_vector=embedder.encode([q])[0], exclude_problem_ids=[ids[4]],
+        params=SearchParams(stage1=stage1), cache=BM25Cache(),
+    )  # fmt: skip
+    assert hits[0].problem_id == ids[0]
+    assert ids[4] not in {h.problem_id for h in hits}
