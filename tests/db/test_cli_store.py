@@ -1,0 +1,65 @@
+"""`lanpo pool ...` and `lanpo sql` end to end against the test database."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+from store_helpers import fill_history, relevance
+
+
+def test_pool_stats(session: Session, run_cli: Callable) -> None:
+    fill_history(session)
+    session.commit()
+    out = run_cli("pool", "stats").out
+    assert "problems:              3" in out
+    assert "experiences active:    1" in out and "experiences evicted:   1" in out
+    assert "attempts:              6" in out
+    assert "pool size per problem: min 0, median 0, max 1" in out
+
+
+def test_pool_sample_and_context(session: Session, run_cli: Callable) -> None:
+    ids = fill_history(session)
+    relevance(session, ids["a"], ids["b"], 0.97)
+    session.commit()
+    inter = run_cli("pool", "sample", "--problem", "d:0", "--mode", "inter", "--k", "2", "--scorer", "s", "--json")
+    assert inter.code == 0, inter.err
+    row = json.loads(inter.out)
+    assert row["problem_id"] == ids["a"]
+    assert [i["summary"] for i in row["items"]] == ["lesson of b"] and row["items"][0]["score"] == 0.97
+    intra = run_cli("pool", "sample", "--problem", str(ids["a"]), "--mode", "intra", "--k", "3", "--seed", "4")
+    assert intra.out.startswith(f"problem {ids['a']}: 3 item(s)")
+    ctx = run_cli("pool", "context", "--problem", "d:0", "--mode", "inter", "--scorer", "s")
+    assert ctx.code == 0 and "lesson of b" in ctx.out
+    full = run_cli("pool", "context", "--problem", "d:0", "--mode", "inter", "--scorer", "s", "--messages")
+    assert "question 0?" in full.out and "lesson of b" in full.out
+    empty = run_cli("pool", "context", "--problem", "d:2", "--mode", "inter", "--scorer", "s")
+    assert "no inter context" in empty.out
+    no_scorer = run_cli("pool", "sample", "--problem", "d:0", "--mode", "inter")
+    assert no_scorer.code == 2 and "--scorer" in no_scorer.err and "scorers in the store: s" in no_scorer.err
+    unknown = run_cli("pool", "sample", "--problem", "d:999", "--mode", "intra")
+    assert unknown.code == 2 and "no problem '999' in dataset 'd'" in unknown.err
+    bad = run_cli("pool", "sample", "--problem", "12345", "--mode", "intra")
+    assert bad.code == 2 and "unknown problem id: 12345" in bad.err
+
+
+def test_sql_cli_formats_and_refuses_writes(session: Session, run_cli: Callable, tmp_path: Path) -> None:
+    fill_history(session)
+    session.commit()
+    table = run_cli("sql", "SELECT dataset, count(*) AS n FROM problems GROUP BY dataset")
+    assert table.code == 0 and "dataset | n" in table.out and "(1 row)" in table.out
+    as_json = run_cli("sql", "SELECT external_id, metadata FROM problems ORDER BY id LIMIT 1", "--format", "json")
+    assert json.loads(as_json.out) == [{"external_id": "0", "metadata": {"i": 0}}]
+    as_csv = run_cli("sql", "SELECT step, mode, attempts FROM run_rewards ORDER BY step, mode", "--format", "csv")
+    assert as_csv.out.splitlines()[:2] == ["step,mode,attempts", "0,all,4"]
+    f = tmp_path / "q.sql"
+    f.write_text("-- a comment\nSELECT count(*) AS pool FROM pool_current;\n")
+    assert "1" in run_cli("sql", "--file", f).out
+    refused = run_cli("sql", "DELETE FROM attempts")
+    assert refused.code == 2 and "read-only" in refused.err and "nothing was changed" in refused.err
+    assert session.scalar(sa.text("SELECT count(*) FROM attempts")) == 6
+    neither = run_cli("sql")
+    assert neither.code == 2 and "either a STATEMENT or --file" in neither.err
