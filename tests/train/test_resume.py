@@ -1,0 +1,152 @@
+"""Resume after SIGKILL: killed during generation and during the step's database write, the run continues with
+no duplicate or missing step rows, and the checkpoint on disk matches the policy version in the database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from lanpo.train import checkpoint as ckpt
+from lanpo.train.loop import PAUSE_ENV
+
+RECIPE = """
+run_name = "resume-test"
+steps = 4
+batch_size = 3
+seed = 0
+output_dir = "{out}"
+
+[model]
+name = "tiny-random"
+threads = 1
+
+[lora]
+r = 4
+alpha = 8
+
+[data]
+dataset = "toy"
+
+[rollout]
+n = 2
+max_new_tokens = 16
+
+[grpo]
+learning_rate = 1e-3
+
+[feedback]
+mode = "both"
+p_t = 1.0
+k = 2
+pool_size = 4
+gamma = 0.5
+scorer = "test"
+
+[summarizer]
+min_reward = 0.0
+max_new_tokens = 24
+max_new_per_step = 2
+"""
+
+CLI = "import sys; from lanpo.cli import main; sys.exit(main())"
+
+
+def _launch(config: Path, pause: str | None, resume: bool) -> subprocess.Popen[str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env.pop(PAUSE_ENV, None)
+    if pause:
+        env[PAUSE_ENV] = pause
+    args = [sys.executable, "-c", CLI, "train", "--config", str(config), "--no-progress"]
+    return subprocess.Popen(args + (["--resume"] if resume else []), env=env, stderr=subprocess.PIPE, text=True)
+
+
+def _kill_when_paused(proc: subprocess.Popen[str], marker: str, timeout: float = 240) -> None:
+    """Wait for the trainer to announce the pause, then SIGKILL it (no cleanup runs)."""
+    seen = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if marker in line:
+                seen.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while not seen.is_set():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"trainer never reached {marker!r}; stderr:\n{''.join(lines)[-3000:]}")
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def _rows(db: Engine, sql: str) -> list[tuple]:
+    with db.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(sql))]
+
+
+def test_sigkill_during_generation_and_db_write_then_resume(
+    db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path
+) -> None:
+    out = tmp_path / "ckpt"
+    config = tmp_path / "recipe.toml"
+    config.write_text(RECIPE.format(out=out))
+
+    # 1. killed while generating step 2: steps 0 and 1 are committed
+    _kill_when_paused(_launch(config, "generate:2", resume=False), "lanpo-paused generate:2")
+    assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(0,), (1,)]
+
+    # 2. resumed, then killed inside step 3's transaction (attempts inserted, not committed; checkpoint written)
+    _kill_when_paused(_launch(config, "db_write:3", resume=True), "lanpo-paused db_write:3")
+    assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(0,), (1,), (2,)]
+    assert _rows(db, "SELECT count(*) FROM attempts WHERE step = 3") == [(0,)]
+    assert ckpt.step_dir(out, 3).exists(), "the step-3 checkpoint was written before the (killed) commit"
+
+    # 3. resumed to the end
+    proc = _launch(config, None, resume=True)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+
+    assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(s,) for s in range(5)]
+    assert _rows(db, "SELECT step, count(*) FROM policy_versions GROUP BY step ORDER BY step") == [
+        (s, 1) for s in range(5)
+    ]
+    assert _rows(db, "SELECT step, count(*) FROM attempts GROUP BY step ORDER BY step") == [
+        (s, 3 * 2) for s in range(1, 5)
+    ]
+    assert _rows(
+        db, "SELECT count(*) FROM (SELECT step, name FROM run_metrics GROUP BY 1, 2 HAVING count(*) > 1) d"
+    ) == [(0,)]
+    assert _rows(db, "SELECT DISTINCT step FROM run_metrics ORDER BY step") == [(s,) for s in range(1, 5)]
+    assert _rows(db, "SELECT status FROM runs") == [("finished",)]
+    # every attempt and experience points at a committed policy version of its own run
+    assert _rows(
+        db, "SELECT count(*) FROM attempts a LEFT JOIN run_steps s ON s.step = a.step WHERE s.step IS NULL"
+    ) == [(0,)]
+
+    # the checkpoint the database names for the last step holds exactly the adapter it records
+    (path, sha) = _rows(
+        db,
+        "SELECT s.checkpoint, pv.adapter_sha256 FROM run_steps s "
+        "JOIN policy_versions pv ON pv.id = s.policy_version_id WHERE s.step = 4",
+    )[0]
+    from lanpo.models import adapter_sha256
+    from lanpo.train.config import LoraConfig, ModelConfig
+    from lanpo.train.policy import load_policy
+
+    model, _ = load_policy(ModelConfig(name="tiny-random", threads=1), LoraConfig(r=4, alpha=8), seed=123)
+    ckpt.load_adapter_weights(model, Path(path) / ckpt.ADAPTER_DIR)
+    assert adapter_sha256(model) == sha
