@@ -108,6 +108,15 @@ def test_table_equals_recount_and_truth(
         {"r": result.run_id},
     ).all()
     assert used and all(row.problem_id != row.source for row in used)
+    # the store's views cover evaluation: reward curves per mode (step = turn) and experience usage
+    rewards = {
+        (row.mode, row.step): row
+        for row in session.execute(sa.text("SELECT * FROM run_rewards WHERE run_id = :r"), {"r": result.run_id})
+    }
+    assert rewards[("zero_shot", 0)].attempts == rewards[("self_correct", 1)].attempts == 8 * 3
+    gsm_sc, train_sc = truth[("self_correct", "gsm")], truth[("self_correct", "train")]
+    assert float(rewards[("self_correct", 1)].accuracy) == pytest.approx((5 * gsm_sc + 3 * train_sc) / 8)
+    assert session.scalar(sa.text("SELECT sum(times_injected) FROM experience_usage")) == len(used)
     metrics = dict(
         session.execute(sa.text("SELECT name, value FROM run_metrics WHERE run_id = :r"), {"r": result.run_id}).all()
     )
