@@ -3,64 +3,69 @@
 -- every active experience of that problem) or per experience version (candidate_version_id: that version,
 -- if it is still the current one); the higher score wins when both exist. Ranked by relevance desc, then
 -- recency; the top :pool_size form the pool, rank i gets weight 1/(i+1), :k drawn without replacement by
--- Efraimidis-Spirakis keys -ln(u)/w with u a deterministic hash of (version, problem, seed).
+-- Efraimidis-Spirakis keys -ln(u)/w with u a deterministic hash of (experience, problem, seed). The text of
+-- the current version is read for the k drawn items only.
 -- The same problem is excluded twice over: here (<>) and by the CHECK constraint not_self.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
 ),
 by_problem AS (
-    SELECT rs.problem_id, cv.version_id, cv.source_problem_id, rs.score, cv.created_at
+    SELECT rs.problem_id, e.id AS experience_id, e.problem_id AS source_problem_id, rs.score, e.created_at
     FROM req
     JOIN relevance_scores rs
       ON rs.problem_id = req.problem_id AND rs.scorer = :scorer AND rs.score >= :gamma
      AND rs.candidate_problem_id IS NOT NULL AND rs.candidate_problem_id <> req.problem_id
     CROSS JOIN LATERAL (
-        SELECT v.id AS version_id, e.problem_id AS source_problem_id, e.created_at
-        FROM experiences e
-        CROSS JOIN LATERAL (
-            SELECT id FROM experience_versions WHERE experience_id = e.id ORDER BY version DESC LIMIT 1
-        ) v
-        WHERE e.problem_id = rs.candidate_problem_id AND e.evicted_at IS NULL
-        ORDER BY e.created_at DESC, e.id DESC
+        SELECT x.id, x.problem_id, x.created_at
+        FROM experiences x
+        WHERE x.problem_id = rs.candidate_problem_id AND x.evicted_at IS NULL
+        ORDER BY x.created_at DESC, x.id DESC
         LIMIT :pool_size
-    ) cv
+    ) e
 ),
 by_version AS (
-    SELECT rs.problem_id, v.id AS version_id, e.problem_id AS source_problem_id, rs.score, e.created_at
+    SELECT rs.problem_id, e.id AS experience_id, e.problem_id AS source_problem_id, rs.score, e.created_at
     FROM req
     JOIN relevance_scores rs
       ON rs.problem_id = req.problem_id AND rs.scorer = :scorer AND rs.score >= :gamma
      AND rs.candidate_version_id IS NOT NULL
     JOIN experience_versions v ON v.id = rs.candidate_version_id
     JOIN experiences e ON e.id = v.experience_id AND e.evicted_at IS NULL AND e.problem_id <> req.problem_id
-    WHERE v.version = (SELECT max(version) FROM experience_versions WHERE experience_id = e.id)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM experience_versions newer WHERE newer.experience_id = v.experience_id AND newer.version > v.version
+    )
 ),
 candidates AS (
-    SELECT DISTINCT ON (problem_id, version_id) problem_id, version_id, source_problem_id, score, created_at
+    SELECT problem_id, experience_id, max(source_problem_id) AS source_problem_id, max(score) AS score,
+           max(created_at) AS created_at
     FROM (SELECT * FROM by_problem UNION ALL SELECT * FROM by_version) u
-    ORDER BY problem_id, version_id, score DESC
+    GROUP BY problem_id, experience_id
 ),
 pool AS (
     SELECT * FROM (
         SELECT c.*, row_number() OVER (
-            PARTITION BY problem_id ORDER BY score DESC, created_at DESC, version_id DESC
+            PARTITION BY problem_id ORDER BY score DESC, created_at DESC, experience_id DESC
         ) - 1 AS rank
         FROM candidates c
     ) ranked
     WHERE rank < :pool_size
 ),
 drawn AS (
-    SELECT problem_id, version_id, source_problem_id, score, rank,
+    SELECT problem_id, experience_id, source_problem_id, score, rank,
            row_number() OVER (
                PARTITION BY problem_id
-               ORDER BY -ln((CAST((hashint8extended(version_id, hashint8extended(problem_id, CAST(:seed AS bigint))) >> 11)
-                 + 4503599627370496 AS float8) + 0.5) / 9007199254740992.0) * (rank + 1), version_id
+               ORDER BY -ln((CAST((hashint8extended(experience_id, hashint8extended(problem_id, CAST(:seed AS bigint))) >> 11)
+                 + 4503599627370496 AS float8) + 0.5) / 9007199254740992.0) * (rank + 1), experience_id
            ) - 1 AS position
     FROM pool
 )
-SELECT d.problem_id, d.version_id AS candidate_id, d.rank, d.position, v.summary AS text, d.score,
-       d.source_problem_id
+SELECT d.problem_id, v.id AS candidate_id, d.rank, d.position, v.summary AS text, d.score, d.source_problem_id
 FROM drawn d
-JOIN experience_versions v ON v.id = d.version_id
+CROSS JOIN LATERAL (
+    SELECT ev.id, ev.summary FROM experience_versions ev
+    WHERE ev.experience_id = d.experience_id
+    ORDER BY ev.version DESC
+    LIMIT 1
+) v
 WHERE d.position < :k
 ORDER BY d.problem_id, d.position

@@ -1,0 +1,344 @@
+"""Benchmark: one training step's pool work on the Postgres store vs an in-memory Python reference pool.
+
+Paper scale: 17,000 problems x 32 experiences (544,000) in the pool, 4 relevant other problems per problem
+(problem-to-problem relevance >= gamma), 8 earlier attempts per problem. One step = sample k=4 contexts
+for 512 problems (inter: relevance-ranked; intra: recency-ranked) + insert 8 new experiences for each of
+the 512 problems with capacity enforcement (per-problem cap 32, oldest out) + record 512 x 16 attempts.
+The same operations run on a reference pool (dicts of lists, numpy weighted choice without replacement).
+
+    python bench/pool_ops.py                 # paper scale (loads ~1.3 M rows with COPY first)
+    python bench/pool_ops.py --scale small   # 1,000 problems, a quick run
+
+Uses its own embedded Postgres in a temporary LANPO_HOME, or a fresh database on $LANPO_DATABASE_URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import Session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lanpo.config import StoreConfig
+from lanpo.db import migrate, server
+from lanpo.db.engine import ENV_URL, make_engine, normalise_url
+from lanpo.db.repo.attempts import ContextRef, NewAttempt, record_attempts
+from lanpo.db.repo.contexts import inter_contexts, intra_contexts
+from lanpo.db.repo.experiences import NewExperience, add_experiences
+from lanpo.db.repo.sampling import rank_weights
+
+SCALES = {"paper": 17_000, "small": 1_000}
+PER_PROBLEM, RELEVANT, EARLIER, BATCH, K, GROUP, NEW_PER_STEP, POOL_SIZE = 32, 4, 8, 512, 4, 16, 8, 32
+SCORER, GAMMA = "bench", 0.9
+
+
+# --------------------------------------------------------------------------- database
+
+
+@contextmanager
+def bench_database() -> Iterator[Engine]:
+    """A fresh, migrated database: a temp embedded server, or a new database on $LANPO_DATABASE_URL."""
+    external = os.environ.get(ENV_URL)
+    if external:
+        admin = sa.create_engine(normalise_url(external), isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+        name = f"lanpo_bench_{uuid.uuid4().hex[:8]}"
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        engine = make_engine(make_url(normalise_url(external)).set(database=name).render_as_string(False))
+        try:
+            migrate.upgrade(engine)
+            yield engine
+        finally:
+            engine.dispose()
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        return
+    with tempfile.TemporaryDirectory(prefix="lanpo-bench-") as home:
+        engine = make_engine(server.start(Path(home)))
+        try:
+            migrate.upgrade(engine)
+            yield engine
+        finally:
+            engine.dispose()
+            server.stop(Path(home))
+
+
+def summary_text(problem: int, n: int) -> str:
+    return f"Flow: split the problem into parts. Principle {n}: check units. Pitfall: sign errors ({problem})."
+
+
+def load(engine: Engine, n_problems: int, rng: np.random.Generator) -> dict[int, list[tuple[int, float]]]:
+    """COPY problems, experiences (+ version 1), relevance and earlier attempts; returns the relevance lists."""
+    relevant: dict[int, list[tuple[int, float]]] = {}
+    raw = engine.raw_connection()
+    try:
+        conn = raw.driver_connection
+        with conn.cursor() as cur:
+            with cur.copy("COPY problems (id, dataset, external_id, question, answer) FROM STDIN") as copy:
+                for p in range(1, n_problems + 1):
+                    copy.write_row((p, "bench", str(p), f"What is {p} + {p}?", str(2 * p)))
+            eid = 0
+            with cur.copy("COPY experiences (id, problem_id, kind, reward, created_at) FROM STDIN") as copy:
+                for p in range(1, n_problems + 1):
+                    for n in range(PER_PROBLEM):
+                        eid += 1
+                        copy.write_row((eid, p, "summary", 1.0, f"2026-01-01 00:00:{n:02d}+00"))
+            with cur.copy("COPY experience_versions (id, experience_id, version, summary) FROM STDIN") as copy:
+                for e in range(1, eid + 1):
+                    copy.write_row((e, e, 1, summary_text((e - 1) // PER_PROBLEM + 1, e)))
+            with cur.copy(
+                "COPY relevance_scores (problem_id, candidate_problem_id, scorer, score) FROM STDIN"
+            ) as copy:
+                for p in range(1, n_problems + 1):
+                    others = rng.choice(n_problems - 1, size=RELEVANT, replace=False) + 1
+                    pairs = [(int(o) + (o >= p), float(rng.uniform(GAMMA, 1.0))) for o in others]
+                    relevant[p] = pairs
+                    for c, s in pairs:
+                        copy.write_row((p, c, SCORER, s))
+            aid = 0
+            with cur.copy("COPY attempts (id, problem_id, mode, prompt, response, reward) FROM STDIN") as copy:
+                for p in range(1, n_problems + 1):
+                    for n in range(EARLIER):
+                        aid += 1
+                        copy.write_row((aid, p, "zero_shot", f"What is {p} + {p}?", f"{p} + {p} = {2 * p + n}", 0.0))
+            for table, last in (
+                ("problems", n_problems),
+                ("experiences", eid),
+                ("experience_versions", eid),
+                ("attempts", aid),
+            ):
+                cur.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), {last})")
+        conn.commit()
+        with conn.cursor() as cur:
+            conn.autocommit = True
+            cur.execute("VACUUM ANALYZE")
+            conn.autocommit = False
+    finally:
+        raw.close()
+    return relevant
+
+
+# --------------------------------------------------------------------------- in-memory reference
+
+
+@dataclass
+class ReferencePool:
+    """Dict-of-lists pool: per problem, its active experiences as (version id, created order, summary)."""
+
+    experiences: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)
+    attempts: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    relevant: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    log: list[tuple] = field(default_factory=list)
+    next_id: int = 10**9
+    clock: int = 10**6
+
+
+def reference_pool(n_problems: int, relevant: dict[int, list[tuple[int, float]]]) -> ReferencePool:
+    pool = ReferencePool(relevant=relevant)
+    eid = aid = 0
+    for p in range(1, n_problems + 1):
+        pool.experiences[p] = []
+        for n in range(PER_PROBLEM):
+            eid += 1
+            pool.experiences[p].append((eid, n, summary_text(p, eid)))
+        pool.attempts[p] = []
+        for n in range(EARLIER):
+            aid += 1
+            pool.attempts[p].append((aid, f"{p} + {p} = {2 * p + n}"))
+    return pool
+
+
+def _draw(n: int, rng: np.random.Generator) -> np.ndarray:
+    w = rank_weights(n)
+    return rng.choice(n, size=min(K, n), replace=False, p=w / w.sum())
+
+
+def ref_sample_inter(pool: ReferencePool, problems: list[int], rng: np.random.Generator) -> dict[int, list]:
+    out = {}
+    for p in problems:
+        cands = [
+            (s, created, vid, text)
+            for c, s in pool.relevant[p]
+            if s >= GAMMA
+            for vid, created, text in pool.experiences[c]
+        ]
+        cands.sort(key=lambda x: (-x[0], -x[1], -x[2]))
+        cands = cands[:POOL_SIZE]
+        out[p] = [cands[i] for i in _draw(len(cands), rng)] if cands else []
+    return out
+
+
+def ref_sample_intra(pool: ReferencePool, problems: list[int], rng: np.random.Generator) -> dict[int, list]:
+    out = {}
+    for p in problems:
+        cands = pool.attempts[p][::-1][:POOL_SIZE]
+        out[p] = [cands[i] for i in _draw(len(cands), rng)] if cands else []
+    return out
+
+
+def ref_insert(pool: ReferencePool, problems: list[int]) -> int:
+    evicted = 0
+    pool.clock += 1
+    for p in problems:
+        items = pool.experiences[p]
+        for n in range(NEW_PER_STEP):
+            pool.next_id += 1
+            items.append((pool.next_id, pool.clock, f"new lesson {n} for {p}"))
+        if len(items) > PER_PROBLEM:
+            items.sort(key=lambda x: (x[1], x[0]))
+            evicted += len(items) - PER_PROBLEM
+            del items[: len(items) - PER_PROBLEM]
+    return evicted
+
+
+def ref_record(pool: ReferencePool, attempts: list[NewAttempt]) -> None:
+    for a in attempts:
+        pool.next_id += 1
+        pool.attempts[a.problem_id].append((pool.next_id, a.response))
+        pool.log.append((pool.next_id, a.problem_id, a.mode, a.prompt, a.reward, tuple(a.contexts)))
+
+
+# --------------------------------------------------------------------------- one step
+
+
+def new_attempts(problems: list[int], inter: dict[int, list], step: int) -> list[NewAttempt]:
+    out = []
+    for p in problems:
+        refs = [ContextRef(i, item.experience_version_id, score=item.score) for i, item in enumerate(inter.get(p, []))]
+        for g in range(GROUP):
+            use = refs if g % 2 else []
+            out.append(
+                NewAttempt(
+                    p,
+                    "inter" if use else "zero_shot",
+                    f"What is {p} + {p}?",
+                    f"step {step} try {g}: {2 * p}",
+                    reward=float(g % 2),
+                    correct=bool(g % 2),
+                    format_ok=True,
+                    step=step,
+                    contexts=use,
+                )
+            )
+    return out
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    value = fn()
+    return (time.perf_counter() - start) * 1000, value
+
+
+def db_step(engine: Engine, problems: list[int], step: int, seed: int) -> dict[str, float]:
+    store = StoreConfig()
+    times: dict[str, float] = {}
+    start = time.perf_counter()
+    with Session(engine) as session, session.begin():
+        times["sample inter"], inter = timed(
+            lambda: inter_contexts(session, problems, k=K, pool_size=POOL_SIZE, seed=seed, gamma=GAMMA, scorer=SCORER)
+        )
+        times["sample intra"], _ = timed(
+            lambda: intra_contexts(session, problems, k=K, pool_size=POOL_SIZE, seed=seed)
+        )
+        attempts = new_attempts(problems, inter, step)  # type: ignore[arg-type]
+        items = [
+            NewExperience(p, f"step {step}: new lesson {n} for {p}", reward=1.0, step=step)
+            for p in problems
+            for n in range(NEW_PER_STEP)
+        ]
+        times["insert 8x512 + cap"], added = timed(lambda: add_experiences(session, items, store))
+        assert len(added.evicted_ids) == len(items), "every problem was full: each new item evicts one"  # type: ignore[attr-defined]
+        times["record 512x16 attempts"], _ = timed(lambda: record_attempts(session, attempts))
+        commit_start = time.perf_counter()
+    times["commit"] = (time.perf_counter() - commit_start) * 1000
+    times["step total"] = (time.perf_counter() - start) * 1000
+    return times
+
+
+def ref_step(pool: ReferencePool, problems: list[int], step: int, rng: np.random.Generator) -> dict[str, float]:
+    times: dict[str, float] = {}
+    start = time.perf_counter()
+    times["sample inter"], inter = timed(lambda: ref_sample_inter(pool, problems, rng))
+    times["sample intra"], _ = timed(lambda: ref_sample_intra(pool, problems, rng))
+
+    @dataclass
+    class Item:
+        experience_version_id: int
+        score: float
+
+    wrapped = {p: [Item(x[2], x[0]) for x in v] for p, v in inter.items()}  # type: ignore[union-attr]
+    attempts = new_attempts(problems, wrapped, step)
+    times["insert 8x512 + cap"], _ = timed(lambda: ref_insert(pool, problems))
+    times["record 512x16 attempts"], _ = timed(lambda: ref_record(pool, attempts))
+    times["commit"] = 0.0
+    times["step total"] = (time.perf_counter() - start) * 1000
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--scale", choices=sorted(SCALES), default="paper", help="paper: 17,000 problems; small: 1,000"
+    )
+    parser.add_argument("--steps", type=int, default=5, help="measured steps (after one warm-up); medians reported")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    n_problems = SCALES[args.scale]
+    rng = np.random.default_rng(args.seed)
+    with bench_database() as engine:
+        load_ms, relevant = timed(lambda: load(engine, n_problems, rng))
+        print(
+            f"scale {args.scale}: {n_problems:,} problems x {PER_PROBLEM} = {n_problems * PER_PROBLEM:,} experiences, "
+            f"{n_problems * RELEVANT:,} relevance rows, {n_problems * EARLIER:,} attempts"
+        )
+        print(f"load (COPY + VACUUM ANALYZE): {load_ms / 1000:.1f} s")
+        ref_ms, pool = timed(lambda: reference_pool(n_problems, relevant))  # type: ignore[arg-type]
+        print(f"reference pool build: {ref_ms / 1000:.1f} s")
+        db_runs, ref_runs = [], []
+        for step in range(args.steps + 1):
+            problems = sorted(int(p) for p in rng.choice(n_problems, size=BATCH, replace=False) + 1)
+            d = db_step(engine, problems, step, seed=args.seed * 1000 + step)
+            r = ref_step(pool, problems, step, rng)  # type: ignore[arg-type]
+            if step:  # step 0 warms caches and plans
+                db_runs.append(d)
+                ref_runs.append(r)
+        with engine.connect() as conn:
+            active_max = conn.scalar(
+                sa.text(
+                    "SELECT max(n) FROM (SELECT count(*) AS n FROM experiences WHERE evicted_at IS NULL "
+                    "GROUP BY problem_id) c"
+                )
+            )
+    print(f"\nmedian of {args.steps} steps (batch {BATCH}, k={K}, pool_size={POOL_SIZE}, group {GROUP}):")
+    print(f"{'operation':<24} {'postgres ms':>12} {'in-memory ms':>13} {'ratio':>7}")
+    for op in db_runs[0]:
+        d = statistics.median(run[op] for run in db_runs)
+        r = statistics.median(run[op] for run in ref_runs)
+        ratio = f"{d / r:6.2f}x" if r > 0 else "     -"
+        print(f"{op:<24} {d:12.1f} {r:13.1f} {ratio:>7}")
+    total = statistics.median(run["step total"] for run in db_runs)
+    sample_ratio = statistics.median(run["sample inter"] for run in db_runs) / statistics.median(
+        run["sample inter"] for run in ref_runs
+    )
+    print(f"\nmax active experiences per problem after the run: {active_max} (cap {PER_PROBLEM})")
+    print(f"target: step pool work < 250 ms -> {total:.0f} ms {'OK' if total < 250 else 'MISSED'}")
+    print(f"target: inter sampling <= 2x in-memory -> {sample_ratio:.2f}x {'OK' if sample_ratio <= 2 else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
