@@ -10,11 +10,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from lanpo.config import StoreConfig
-from lanpo.db import sqlfiles
 from lanpo.db.models import EXPERIENCE_KINDS
-from lanpo.db.repo import capacity, checks
-from lanpo.db.repo.attempts import foreign_key_error
+from lanpo.db.repo import bulk, capacity, checks
 from lanpo.errors import InputError
+
+EXPERIENCE_TYPES = ("int8", "int8", "int8", "text", "float8", "int8", "int4")
 
 
 @dataclass
@@ -92,17 +92,33 @@ def add_experiences(session: Session, items: list[NewExperience], store: StoreCo
         [r["problem_id"] for r in rows], [r["reward"] for r in rows], store.per_step_cap
     )
     capacity.lock_problems(session, [r["problem_id"] for r in rows], store)
-    params: dict[str, list] = {"ords": list(range(1, len(kept) + 1))}
-    for key in rows[0]:
-        params["summaries" if key == "summary" else key + "s"] = [rows[i][key] for i in kept]
-    try:
-        inserted = session.execute(sqlfiles.load("queries/experiences_insert"), params).all()
-    except sa.exc.IntegrityError as exc:
-        raise foreign_key_error(exc, "experiences") from exc
+    admitted = [rows[i] for i in kept]
+    experience_ids = bulk.reserve_ids(session, "experiences", len(admitted))
+    version_ids = bulk.reserve_ids(session, "experience_versions", len(admitted))
+    bulk.copy_rows(
+        session,
+        "queries/experiences_copy",
+        (
+            (eid, r["problem_id"], r["source_attempt_id"], r["kind"], r["reward"], r["run_id"], r["step"])
+            for eid, r in zip(experience_ids, admitted, strict=True)
+        ),
+        EXPERIENCE_TYPES,
+        "experiences",
+    )
+    bulk.copy_rows(
+        session,
+        "queries/experience_versions_copy",
+        (
+            (vid, eid, 1, r["summary"], r["embedding"], r["author"], r["policy_version_id"], r["prompt_version"])
+            for vid, eid, r in zip(version_ids, experience_ids, admitted, strict=True)
+        ),
+        None,
+        "experience versions",
+    )
     evicted = capacity.enforce(session, [r["problem_id"] for r in rows], store)
     return AddResult(
-        experience_ids=[r.experience_id for r in inserted],
-        version_ids=[r.version_id for r in inserted],
+        experience_ids=experience_ids,
+        version_ids=version_ids,
         evicted_ids=sorted(evicted),
         dropped=dropped,
     )
