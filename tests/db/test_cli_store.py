@@ -6,7 +6,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from store_helpers import fill_history, relevance
 
@@ -63,3 +65,21 @@ def test_sql_cli_formats_and_refuses_writes(session: Session, run_cli: Callable,
     assert session.scalar(sa.text("SELECT count(*) FROM attempts")) == 6
     neither = run_cli("sql")
     assert neither.code == 2 and "either a STATEMENT or --file" in neither.err
+
+
+def test_unreachable_and_not_migrated(
+    run_cli: Callable, monkeypatch: pytest.MonkeyPatch, db: Engine, pg_url: str
+) -> None:
+    from lanpo.db import migrate
+
+    monkeypatch.setenv("LANPO_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    for args in (("pool", "stats"), ("sql", "SELECT 1"), ("data", "import", "x.jsonl", "--dataset", "d")):
+        result = run_cli(*args)
+        assert result.code == 2 and "cannot reach the database" in result.err, args
+    monkeypatch.setenv("LANPO_DATABASE_URL", pg_url)
+    migrate.downgrade(db, "0001")
+    try:
+        result = run_cli("pool", "stats")
+        assert result.code == 2 and "lanpo db upgrade" in result.err
+    finally:
+        migrate.upgrade(db)

@@ -111,3 +111,31 @@ def test_inter_ranks_by_relevance(session: Session) -> None:
     assert [d.source_problem_id for d in by_rank] == [near, near, far]
     assert [d.score for d in by_rank] == [0.99, 0.99, 0.91]
     assert sampling.sample_inter(session, [target], k=3, pool_size=3, seed=3, gamma=0.9, scorer="none") == {target: []}
+
+
+def test_inter_sql_matches_reference_distribution(session: Session) -> None:
+    """Same check for the inter query: one source problem with POOL lessons, relevant to many targets."""
+    targets = make_problems(session, 150, dataset="targets")
+    (source,) = make_problems(session, 1, dataset="source")
+    make_experiences(session, source, POOL + 3)
+    session.execute(
+        sa.text(
+            "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) "
+            "SELECT id, :s, 's', 0.95 FROM problems WHERE dataset = 'targets'"
+        ),
+        {"s": source},
+    )
+    samples = []
+    for seed in range(SEEDS):
+        drawn = sampling.sample_inter(session, targets, k=K, pool_size=POOL, seed=seed, gamma=0.9, scorer="s")
+        samples += [[d.rank for d in draws] for draws in drawn.values()]
+    n = len(samples)
+    assert n == len(targets) * SEEDS and all(len(s) == K == len(set(s)) for s in samples)
+    p = sampling.rank_weights(POOL) / sampling.rank_weights(POOL).sum()
+    first = np.bincount([s[0] for s in samples], minlength=POOL)
+    assert len(first) == POOL and stats.chisquare(first, p * n).pvalue > 1e-3
+    rng = np.random.default_rng(2)
+    ref = Counter(r for _ in range(n) for r in sampling.reference_sample(POOL, K, rng))
+    sql = Counter(r for s in samples for r in s)
+    table = np.array([[sql[r] for r in range(POOL)], [ref[r] for r in range(POOL)]])
+    assert stats.chi2_contingency(table).pvalue > 1e-3
