@@ -107,6 +107,9 @@ class GRPOConfig:
     minibatch_size: int = help_field(0, "sequences per optimiser step (0: the whole batch, one update per epoch)")
     micro_batch_size: int = help_field(8, "sequences per forward/backward (gradient accumulation inside a minibatch)")
     max_grad_norm: float = help_field(1.0, "gradient clipping")
+    skip_zero_spread: bool = help_field(
+        False, "drop groups with zero reward spread from the update (DAPO-style; saves their forward/backward)"
+    )
 
     def __post_init__(self) -> None:
         _check(self.learning_rate > 0, f"grpo.learning_rate must be > 0, got {self.learning_rate}")

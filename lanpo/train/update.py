@@ -43,6 +43,17 @@ def cosine_schedule(optimizer: torch.optim.Optimizer, total_updates: int, warmup
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def _no_update(optimizer: torch.optim.Optimizer, scheduler: Any, cfg: GRPOConfig, zero_spread: float) -> UpdateStats:
+    updates = 0
+    for _ in range(cfg.ppo_epochs):
+        optimizer.zero_grad(set_to_none=True)
+        optimizer.step()  # no gradients: a no-op that keeps optimizer / scheduler step counts in line
+        scheduler.step()
+        updates += 1
+    nan = math.nan
+    return UpdateStats(nan, nan, nan, 0.0, 0.0, zero_spread, updates, 0.0, 0.0)
+
+
 def update_policy(
     model: Any,
     optimizer: torch.optim.Optimizer,
@@ -53,11 +64,19 @@ def update_policy(
     seed: int,
 ) -> UpdateStats:
     """PPO epochs x minibatches on `batch` (B sequences) with `advantages` (B,); returns averaged stats."""
-    B = batch.size
-    minibatch = cfg.minibatch_size or B
-    on_policy = cfg.ppo_epochs == 1 and minibatch == B
     params = [p for p in model.parameters() if p.requires_grad]
     zero_spread = float((advantages == 0).float().mean())
+    n_minibatches = batch.size // cfg.minibatch_size if cfg.minibatch_size else 1
+    if cfg.skip_zero_spread:
+        # Rollouts with advantage 0 carry no policy-gradient signal; dropping them saves their forward/backward
+        # (and drops their KL term). Nothing left: the schedule still advances, the weights do not move.
+        keep = torch.nonzero(advantages != 0).flatten()
+        if keep.numel() == 0:
+            return _no_update(optimizer, scheduler, cfg, zero_spread)
+        batch, advantages = batch.select(keep.to(batch.input_ids.device)), advantages[keep]
+    B = batch.size
+    minibatch = -(-B // n_minibatches)  # the configured number of minibatches, over the rollouts kept
+    on_policy = cfg.ppo_epochs == 1 and minibatch == B
 
     started = time.perf_counter()
     ref_logp = reference_logprobs(model, batch, cfg.micro_batch_size) if cfg.beta > 0 else None  # (B, T)

@@ -95,3 +95,22 @@ def test_cosine_schedule_warms_up_then_decays_to_zero() -> None:
         sched.step()
     assert lrs[0] == 0.5 and lrs[1] == 1.0
     assert all(a >= b for a, b in itertools.pairwise(lrs[1:])) and lrs[-1] < 0.05
+
+
+def test_skip_zero_spread_updates_only_on_signal() -> None:
+    model, tokenizer = load_policy(ModelConfig(name="tiny-random", threads=1), LoraConfig(r=4, alpha=8), seed=0)
+    rollouts = _rollouts(model, tokenizer)
+    ids = [c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts]
+    batch = build_batch(*ids, 0, torch.device("cpu"))
+    cfg = GRPOConfig(learning_rate=1e-2, warmup_ratio=0.0, beta=0.01, skip_zero_spread=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate)
+    scheduler = cosine_schedule(optimizer, 10, 0.0)
+    before = [p.detach().clone() for p in params]
+    stats = update_policy(model, optimizer, scheduler, batch, torch.zeros(8), cfg, seed=0)
+    assert stats.updates == 1 and stats.zero_spread == 1.0 and stats.seconds_update == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
+    assert scheduler.last_epoch == 1
+    stats = update_policy(model, optimizer, scheduler, batch, torch.tensor([1.0, -1.0] + [0.0] * 6), cfg, seed=0)
+    assert stats.grad_norm > 0 and stats.zero_spread == 0.75
+    assert any(not torch.equal(a, b) for a, b in zip(before, params, strict=True))
