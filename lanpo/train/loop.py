@@ -191,6 +191,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     cfg, n = t.cfg, t.cfg.rollout.n
     timings: dict[str, float] = {}
     clock = step_start = time.perf_counter()
+    cpu_start = time.process_time()
 
     def lap(name: str) -> None:
         nonlocal clock
@@ -336,6 +337,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         lap("db_write")
         metrics.update({f"time/{k}": v for k, v in timings.items()})
         metrics["time/step"] = time.perf_counter() - step_start
+        metrics["time/cpu_step"] = time.process_time() - cpu_start  # all threads: > wall when the cores are ours
         metrics["time/pool_share"] = (timings["context"] + timings["db_write"]) / metrics["time/step"]
         runs_repo.record_metrics(session, t.run_id, step, metrics)
         pv = runs_repo.add_policy_version(session, t.run_id, step, sha)

@@ -99,10 +99,9 @@ def worked_solution(question: str, answer: str, metadata: dict[str, Any]) -> str
 
 
 LESSON = (
-    "## Flow\n1. Find the quantities and the operations between them.\n2. Do one operation per line, in the "
-    "right order (multiplication and division before addition and subtraction).\n3. Check each line, then box "
-    "the result.\n## Principles\n- Write every intermediate result.\n- Keep track of minus signs.\n"
-    "## Pitfalls\n- Skipping a step and adding in your head.\n- Forgetting the box around the final number."
+    "## Flow\nSplit the problem into single operations and do them in order, one per line.\n"
+    "## Principles\n- Write every intermediate result.\n"
+    "## Pitfalls\n- Dropping a minus sign.\n- Leaving the final number unboxed."
 )
 
 
@@ -127,10 +126,7 @@ def sft_pairs(problems: Sequence[dict[str, Any]], seed: int = 0) -> list[dict[st
     ]
     for question, solution in usable:
         attempt = _slip(solution)
-        review = (
-            "Going through attempt 1 one line at a time and recomputing each operation. "
-            "I redo every line below and keep the final line only if it holds."
-        )
+        review = "I recompute attempt 1 line by line and redo the calculation below."
         intra_user = prompts.intra_messages(question, [_Text(attempt)])
         inter_user = prompts.inter_messages(question, [_Lesson(LESSON)])
         plan = "Work out each operation on its own line, in order, then box the final number."

@@ -1,0 +1,56 @@
+"""Recipes load; unknown keys and impossible values fail with a message naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lanpo.errors import ConfigError
+from lanpo.train.config import TrainConfig, load_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "train" / "configs"
+RECIPES = ["demo-cpu", "grpo-baseline", "lanpo-intra", "lanpo-inter", "lanpo-both", "sft-demo"]
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipes_load(name: str) -> None:
+    cfg = load_config(CONFIGS / f"{name}.toml")
+    assert isinstance(cfg, TrainConfig) and cfg.run_name
+
+
+def test_paper_recipes_carry_the_paper_settings() -> None:
+    for name, mode, p_t in [
+        ("grpo-baseline", "none", 0.0),
+        ("lanpo-intra", "intra", 0.75),
+        ("lanpo-both", "both", 0.5),
+    ]:
+        cfg = load_config(CONFIGS / f"{name}.toml")
+        assert (cfg.feedback.mode, cfg.feedback.p_t) == (mode, p_t)
+        assert (cfg.grpo.eps_low, cfg.grpo.eps_high, cfg.grpo.beta, cfg.grpo.loss_agg) == (
+            0.2,
+            0.28,
+            5e-4,
+            "token-mean",
+        )
+        assert cfg.rollout.n == 16 and cfg.grpo.warmup_ratio == 0.1
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("feedback.p_t=1.5", "feedback.p_t"),
+        ("rollout.n=1", "rollout.n"),
+        ("grpo.eps_high=0.1", "grpo.eps_high"),
+        ("grpo.loss_agg='sum'", "grpo.loss_agg"),
+        ("feedback.mode='sideways'", "feedback.mode"),
+        ("grpo.bogus=1", "grpo.bogus"),
+        ("steps='many'", "steps"),
+        ("grpo.minibatch_size=5", "grpo.minibatch_size"),
+        ("summarizer.max_new_per_step=20", "summarizer.max_new_per_step"),
+    ],
+)
+def test_impossible_values_name_the_key(override: str, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(CONFIGS / "demo-cpu.toml", [override])
+    assert key in str(info.value)
