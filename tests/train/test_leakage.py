@@ -1,0 +1,69 @@
+"""Leakage, end to end through the real store: reflection prompts built from `intra_contexts` never carry the
+gold answer, rewards or correctness of the attempts behind them; `inter_contexts` never come from the same problem.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy.engine import Engine
+
+from lanpo import prompts
+from lanpo.db.engine import transaction
+from lanpo.db.repo import contexts
+from lanpo.db.repo.attempts import NewAttempt, record_attempts
+from lanpo.db.repo.experiences import NewExperience, add_experiences
+from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+
+SAFE = st.text(alphabet="abcdefhkmnpqsuvxyz +-*=()", min_size=1, max_size=40).filter(lambda s: s.strip() != "")
+_datasets = itertools.count()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    history=st.lists(
+        st.tuples(st.integers(0, 2), SAFE, st.floats(-3, 3, allow_nan=False), st.booleans()), min_size=1, max_size=10
+    ),
+    lessons=st.lists(st.tuples(st.integers(0, 2), SAFE), max_size=6),
+    seed=st.integers(0, 2**31),
+)
+def test_contexts_from_the_store_never_leak(db: Engine, history, lessons, seed: int) -> None:
+    dataset = f"leak{next(_datasets)}"
+    golds = [f"{7_000_000 + 1000 * i + seed % 997}" for i in range(3)]
+    with transaction(db) as session:
+        upsert_problems(session, dataset, [ProblemIn(str(i), f"question number {i}", golds[i]) for i in range(3)])
+        pids = problem_ids(session, dataset)
+        record_attempts(
+            session,
+            [
+                NewAttempt(problem_id=pids[p], mode="zero_shot", prompt="q", response=text, reward=r, correct=c)
+                for p, text, r, c in history
+            ],
+        )
+        if lessons:
+            add_experiences(
+                session, [NewExperience(problem_id=pids[p], summary=text, reward=1.0) for p, text in lessons]
+            )
+        session.connection().exec_driver_sql(
+            "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) "
+            f"SELECT a.id, b.id, 'leak', 1.0 FROM problems a JOIN problems b ON a.id <> b.id "
+            f"WHERE a.dataset = '{dataset}' AND b.dataset = '{dataset}'"
+        )
+        intra = contexts.intra_contexts(session, pids, k=4, pool_size=8, seed=seed)
+        inter = contexts.inter_contexts(session, pids, k=4, pool_size=8, seed=seed, gamma=0.5, scorer="leak")
+
+    for i, pid in enumerate(pids):
+        text = "\n".join(m["content"] for m in prompts.intra_messages(f"question number {i}", intra[pid]))
+        for gold in golds:
+            assert gold not in text
+        for _, _, reward, _ in history:
+            if reward not in (0.0, 1.0, 2.0, 3.0):  # small integers occur in "Attempt 1"; others are distinctive
+                assert repr(reward) not in text
+        for word in prompts.JUDGEMENT_WORDS:
+            assert not re.search(rf"\b{re.escape(word)}", text, re.IGNORECASE), word
+        own = {t for p, t, _, _ in history if pids[p] == pid}
+        assert all(item.response in own for item in intra[pid]), "intra context from another problem"
+        assert all(item.source_problem_id != pid for item in inter[pid]), "inter context from the same problem"
