@@ -15,6 +15,7 @@ from lanpo.errors import LanpoError
 # `lanpo db status` does not pay for torch.
 COMMAND_MODULES = {
     "db": "lanpo.cli.db",
+    "demo": "lanpo.cli.demo",
     "data": "lanpo.cli.data",
     "pool": "lanpo.cli.pool",
     "sql": "lanpo.cli.sql",
@@ -61,6 +62,21 @@ def cli(verbose: int) -> None:
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if verbose == 0:
+        _quiet_libraries()
+
+
+def _quiet_libraries() -> None:
+    """Keep library chatter (weight-loading bars, deprecation notices, debug logs) out of lanpo's output."""
+    import os
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"(transformers|peft|torch)\.")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    for name in ("bm25s", "transformers", "peft", "sentence_transformers", "httpx", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:
