@@ -9,19 +9,33 @@
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
 ),
-by_problem AS (
-    SELECT rs.problem_id, e.id AS experience_id, e.problem_id AS source_problem_id, rs.score, e.created_at
+relevant AS (
+    -- problem-level relevance rows, with how many active experiences the strictly better-scored candidate
+    -- problems already hold: a candidate can contribute at most pool_size - better to the pool.
+    SELECT rs.problem_id, rs.candidate_problem_id, rs.score,
+           coalesce(sum(cnt.n) OVER (
+               PARTITION BY rs.problem_id ORDER BY rs.score DESC
+               RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW EXCLUDE GROUP
+           ), 0) AS better
     FROM req
     JOIN relevance_scores rs
       ON rs.problem_id = req.problem_id AND rs.scorer = :scorer AND rs.score >= :gamma
      AND rs.candidate_problem_id IS NOT NULL AND rs.candidate_problem_id <> req.problem_id
     CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM experiences x WHERE x.problem_id = rs.candidate_problem_id AND x.evicted_at IS NULL
+    ) cnt
+),
+by_problem AS (
+    SELECT r.problem_id, e.id AS experience_id, e.problem_id AS source_problem_id, r.score, e.created_at
+    FROM relevant r
+    CROSS JOIN LATERAL (
         SELECT x.id, x.problem_id, x.created_at
         FROM experiences x
-        WHERE x.problem_id = rs.candidate_problem_id AND x.evicted_at IS NULL
+        WHERE x.problem_id = r.candidate_problem_id AND x.evicted_at IS NULL
         ORDER BY x.created_at DESC, x.id DESC
-        LIMIT :pool_size
+        LIMIT greatest(:pool_size - r.better, 0)
     ) e
+    WHERE r.better < :pool_size
 ),
 by_version AS (
     SELECT rs.problem_id, e.id AS experience_id, e.problem_id AS source_problem_id, rs.score, e.created_at

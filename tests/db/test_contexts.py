@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from store_helpers import make_problems
 
 from lanpo.config import StoreConfig
-from lanpo.db.repo import contexts
+from lanpo.db.repo import contexts, sampling
 from lanpo.db.repo.attempts import NewAttempt, record_attempts
 from lanpo.db.repo.contexts import InterItem, IntraItem
 from lanpo.db.repo.experiences import NewExperience, add_experiences, append_version
@@ -67,6 +67,39 @@ def test_inter_context_carries_summary_and_score(session: Session) -> None:
     assert (item.source_problem_id, item.summary, item.score) == (b, "Carry the tens digit.", 0.93)
     assert contexts.inter_contexts(session, [b], k=4, pool_size=8, seed=0, gamma=0.9, scorer="s") == {b: []}
     assert item.ref(2).experience_version_id == item.experience_version_id and item.ref(2).position == 2
+
+
+def _brute_force_pools(session: Session, pids: list[int], gamma: float, pool_size: int) -> dict[int, dict[int, int]]:
+    """Plain-Python pools: version id -> rank of the current versions of active experiences of other problems."""
+    current = session.execute(
+        sa.text(
+            "SELECT DISTINCT ON (e.id) e.id, e.problem_id, e.created_at, v.id AS version_id FROM experiences e "
+            "JOIN experience_versions v ON v.experience_id = e.id WHERE e.evicted_at IS NULL "
+            "AND e.problem_id = ANY(:p) ORDER BY e.id, v.version DESC"
+        ),
+        {"p": pids},
+    ).all()
+    scores = session.execute(
+        sa.text("SELECT problem_id, candidate_problem_id, candidate_version_id, score FROM relevance_scores")
+    ).all()
+    pools = {}
+    for pid in pids:
+        by_problem = {
+            r.candidate_problem_id: r.score for r in scores if r.problem_id == pid and r.candidate_problem_id
+        }
+        by_version = {
+            r.candidate_version_id: r.score for r in scores if r.problem_id == pid and r.candidate_version_id
+        }
+        ranked = []
+        for e in current:
+            if e.problem_id == pid:
+                continue
+            options = [s for s in (by_problem.get(e.problem_id), by_version.get(e.version_id)) if s is not None]
+            options = [s for s in options if s >= gamma]
+            if options:
+                ranked.append((-max(options), -e.created_at.timestamp(), -e.id, e.version_id))
+        pools[pid] = {r[3]: rank for rank, r in enumerate(sorted(ranked)[:pool_size])}
+    return pools
 
 
 pool_spec = st.fixed_dictionaries(
@@ -129,25 +162,16 @@ def test_inter_never_from_same_problem(engine: Engine, spec: dict) -> None:
                         ),
                         {"p": pids[p], "v": added.version_ids[n], "s": score},
                     )
-            out = contexts.inter_contexts(
+            out = sampling.sample_inter(
                 session, pids, k=spec["k"], pool_size=8, seed=spec["seed"], gamma=spec["gamma"], scorer="s"
             )
-            active_current = set(
-                session.scalars(
-                    sa.text(
-                        "SELECT DISTINCT ON (e.id) v.id FROM experiences e JOIN experience_versions v "
-                        "ON v.experience_id = e.id WHERE e.evicted_at IS NULL AND e.problem_id = ANY(:p) "
-                        "ORDER BY e.id, v.version DESC"
-                    ),
-                    {"p": pids},
-                )
-            )
-            for pid, items in out.items():
-                assert len(items) <= spec["k"]
-                assert len({i.experience_version_id for i in items}) == len(items)
-                for item in items:
-                    assert item.source_problem_id != pid
-                    assert item.score >= spec["gamma"]
-                    assert item.experience_version_id in active_current
+            expected = _brute_force_pools(session, pids, spec["gamma"], pool_size=8)
+            for pid, draws in out.items():
+                assert len(draws) == min(spec["k"], len(expected[pid]))
+                assert len({d.candidate_id for d in draws}) == len(draws)
+                for d in draws:
+                    assert d.source_problem_id != pid
+                    assert d.score is not None and d.score >= spec["gamma"]
+                    assert expected[pid].get(d.candidate_id) == d.rank  # in the pool, at the right rank
         finally:
             session.rollback()
