@@ -57,6 +57,9 @@ def test_sql_cli_formats_and_refuses_writes(session: Session, run_cli: Callable,
     assert json.loads(as_json.out) == [{"external_id": "0", "metadata": {"i": 0}}]
     as_csv = run_cli("sql", "SELECT step, mode, attempts FROM run_rewards ORDER BY step, mode", "--format", "csv")
     assert as_csv.out.splitlines()[:2] == ["step,mode,attempts", "0,all,4"]
+    percent = run_cli("sql", "SELECT 'a%b' AS x, now() AS t, CAST(1.5 AS numeric) AS n", "--format", "json")
+    row = json.loads(percent.out)[0]
+    assert row["x"] == "a%b" and row["n"] == 1.5 and row["t"][:2] == "20"
     f = tmp_path / "q.sql"
     f.write_text("-- a comment\nSELECT count(*) AS pool FROM pool_current;\n")
     assert "1" in run_cli("sql", "--file", f).out
