@@ -54,6 +54,8 @@ def strip_nul(text: str, field: str) -> str:
 
 def generated_text(value: Any, field: str, allow_none: bool = False) -> str | None:
     """A model-generated text field: type-checked, NUL-stripped, size-checked."""
+    if type(value) is str and len(value) * 4 <= MAX_TEXT_BYTES and "\x00" not in value:
+        return value  # fast path: the common case in a training step
     if value is None and allow_none:
         return None
     if not isinstance(value, str):
@@ -63,6 +65,8 @@ def generated_text(value: Any, field: str, allow_none: bool = False) -> str | No
 
 def finite_or_none(value: Any, field: str) -> float | None:
     """A reward-like number: None, or a finite float (bool is refused)."""
+    if type(value) is float and math.isfinite(value):
+        return value
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -73,6 +77,9 @@ def finite_or_none(value: Any, field: str) -> float | None:
 
 
 def int_or_none(value: Any, field: str, minimum: int | None = None) -> int | None:
+    """None, or an int (bool refused) not below `minimum`."""
+    if type(value) is int and (minimum is None or value >= minimum):
+        return value
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
