@@ -5,18 +5,20 @@ Two corpora:
 - the current experience pool (ids = experience_versions.id of the latest version of every experience not
   evicted, text = summary): for test-time retrieval.
 
-How the BM25 index stays current: `BM25Cache` keys each index by the corpus's *state*, a few aggregates
-one cheap query returns (for the pool: max version id, number of versions, number of experiences, number
-evicted; for a dataset: count, max id, md5 of the questions). Versions are immutable and append-only and experiences
-leave the pool only by eviction or deletion, so any change to the pool changes the key. A lookup runs the
-state query (a few ms on the paper-scale pool); when the key differs the index is rebuilt from one scan
-(about 1 s per 100k summaries on 2 cores). During training the pool changes every step, so the trainer reads
-pre-computed relevance scores instead of searching the pool; test-time retrieval over a pool that no longer
-changes builds once and then only pays the state query.
+How the BM25 index stays current: `BM25Cache` keys each index by the corpus's *state*, a few aggregates one
+cheap query returns. For the pool: the largest experience-version id and the number of active experiences.
+Versions are immutable and append-only (a new experience or a rewrite raises the max id) and an experience
+leaves the pool only by eviction or deletion (the active count drops), so any change to the pool changes the
+key. For a dataset: count, max id and an md5 of the questions (re-imports may rewrite a question). A lookup
+runs the state query; when the key differs the index is rebuilt from one scan (vectorised: seconds per 100k
+summaries). `max_staleness_s` lets a busy reader skip the state query for a few seconds. During training the
+pool changes every step, so the trainer reads pre-computed relevance scores instead of searching the pool;
+test-time retrieval over a pool that no longer changes builds once and then only pays the state query.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -44,7 +46,7 @@ def problem_corpus_key(session: Session, dataset: str) -> tuple[object, ...]:
 
 def pool_key(session: Session) -> tuple[object, ...]:
     row = session.execute(query("retrieval_pool_state")).one()
-    return ("pool", int(row.max_version_id), int(row.n_versions), int(row.n_experiences), int(row.n_evicted))
+    return ("pool", int(row.max_version_id), int(row.n_active))
 
 
 def problem_corpus(session: Session, dataset: str) -> Corpus:
@@ -71,12 +73,34 @@ class CachedIndex:
 
 
 class BM25Cache:
-    """BM25 indexes keyed by corpus state (see the module docstring); the `capacity` most recent are kept."""
+    """BM25 indexes keyed by corpus state (see the module docstring); the `capacity` most recent are kept.
 
-    def __init__(self, capacity: int = 4, k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25) -> None:
+    `max_staleness_s > 0`: within that many seconds of the last state check of a corpus, its index is reused
+    without asking the database (0: check on every lookup).
+    """
+
+    def __init__(
+        self,
+        capacity: int = 4,
+        k1: float = 1.5,
+        b: float = 0.75,
+        epsilon: float = 0.25,
+        max_staleness_s: float = 0.0,
+    ) -> None:
         self.capacity, self.k1, self.b, self.epsilon = capacity, k1, b, epsilon
+        self.max_staleness_s = max_staleness_s
         self._entries: OrderedDict[tuple[object, ...], CachedIndex] = OrderedDict()
+        self._checked: dict[object, tuple[float, tuple[object, ...]]] = {}
         self.builds = 0
+
+    def _fresh_key(self, corpus_name: object, read_key: object) -> tuple[object, ...]:
+        now = time.monotonic()
+        seen = self._checked.get(corpus_name)
+        if seen is not None and now - seen[0] < self.max_staleness_s and seen[1] in self._entries:
+            return seen[1]
+        key: tuple[object, ...] = read_key()  # type: ignore[operator]
+        self._checked[corpus_name] = (now, key)
+        return key
 
     def _get(self, key: tuple[object, ...], load: object) -> CachedIndex:
         entry = self._entries.get(key)
@@ -94,10 +118,11 @@ class BM25Cache:
         return entry
 
     def problems(self, session: Session, dataset: str) -> CachedIndex:
-        return self._get(problem_corpus_key(session, dataset), lambda: problem_corpus(session, dataset))
+        key = self._fresh_key(("problems", dataset), lambda: problem_corpus_key(session, dataset))
+        return self._get(key, lambda: problem_corpus(session, dataset))
 
     def pool(self, session: Session) -> CachedIndex:
-        return self._get(pool_key(session), lambda: pool_corpus(session))
+        return self._get(self._fresh_key("pool", lambda: pool_key(session)), lambda: pool_corpus(session))
 
 
 DEFAULT_CACHE = BM25Cache()

@@ -7,12 +7,15 @@ whether the candidate is relevant and useful for solving the problem. The score 
 their logits with logsumexp; a token that starts both a yes and a no variant is dropped from both.
 
 Pairs are scored in batches (left padding, explicit position ids so a padded row scores exactly as it would
-alone, only the last position's logits computed). The scorer identity stored in `relevance_scores.scorer` is
-`"<model id>|<prompt version>"`: change the prompt, bump `PROMPT_VERSION`, and nothing cached is reused.
+alone, only the last position's logits computed). Candidates of one problem share the prompt's prefix (system
+prompt + problem): it runs once and its KV cache serves the whole batch. The scorer identity stored in
+`relevance_scores.scorer` is `"<model id>|<prompt version>"`: change the prompt, bump `PROMPT_VERSION`, and
+nothing cached is reused.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +32,7 @@ USER_TEMPLATE = (
 )
 YES_VARIANTS = ("yes", " yes", "Yes", " Yes", "YES")
 NO_VARIANTS = ("no", " no", "No", " No", "NO")
+_SENTINEL = "\x00FEEDBACK\x00"  # marks where the feedback goes when the prompt is split into prefix and suffix
 
 
 def first_token_ids(tokenizer: Any, variants: Sequence[str]) -> list[int]:
@@ -74,6 +78,7 @@ class RelevanceScorer:
         batch_size: int = 16,
         max_chars: int = 1500,
         prompt_version: str = PROMPT_VERSION,
+        share_prefix: bool = True,
     ) -> None:
         if batch_size < 1:
             raise InputError(f"scorer batch size must be >= 1, got {batch_size}")
@@ -86,6 +91,9 @@ class RelevanceScorer:
         self.batch_size = batch_size
         self.max_chars = max_chars
         self.prompt_version = prompt_version
+        self.share_prefix = share_prefix
+        forward_params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
         self.yes_ids, self.no_ids = answer_token_ids(tokenizer)
         self.forward_calls = 0
 
@@ -96,40 +104,111 @@ class RelevanceScorer:
 
     def prompt(self, problem: str, feedback: str) -> str:
         """The judgement prompt, in the model's chat template when it has one."""
-        user = USER_TEMPLATE.format(problem=problem[: self.max_chars], feedback=feedback[: self.max_chars])
+        head, tail = self._template_parts(problem)
+        return head + self._feedback_part(feedback) + tail
+
+    def _feedback_part(self, feedback: str) -> str:
+        return "Feedback:\n" + feedback[: self.max_chars]
+
+    def _template_parts(self, problem: str) -> tuple[str, str]:
+        """The prompt before and after the feedback: (system + problem, question + assistant header)."""
+        user = USER_TEMPLATE.format(problem=problem[: self.max_chars], feedback=_SENTINEL)
         if getattr(self.tokenizer, "chat_template", None):
             messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return f"{SYSTEM}\n\n{user}\nAnswer:"
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        else:
+            text = f"{SYSTEM}\n\n{user}\nAnswer:"
+        head, tail = text.split("Feedback:\n" + _SENTINEL)
+        return head, tail
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     @torch.no_grad()
-    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int | None = None) -> list[float]:
-        """r(problem, feedback) for every pair, in input order (no caching here: see `lanpo.retrieval.relevance`)."""
+    def score(
+        self, pairs: Sequence[tuple[str, str]], batch_size: int | None = None, share_prefix: bool | None = None
+    ) -> list[float]:
+        """r(problem, feedback) for every pair, in input order (no caching here: see `lanpo.retrieval.relevance`).
+
+        A prompt is tokenised as `prefix + suffix`: the prefix (system prompt and problem) is the same for every
+        candidate of one problem. With `share_prefix` (default: the scorer's setting) pairs are grouped by
+        problem, the prefix runs once per batch and its KV cache is repeated over the batch, so each pair
+        costs only its suffix (feedback + question). Without it, every row carries its whole prompt.
+        """
         size = batch_size or self.batch_size
-        prompts = [self.prompt(problem, feedback) for problem, feedback in pairs]
-        encoded = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
-        # Similar lengths together: less padding per batch.
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-        device = next(self.model.parameters()).device
-        scores = [0.0] * len(encoded)
-        for start in range(0, len(order), size):
-            chunk = order[start : start + size]
-            batch = self.tokenizer.pad({"input_ids": [encoded[i] for i in chunk]}, return_tensors="pt")
-            input_ids = batch["input_ids"].to(device)  # (B, T)
-            attention_mask = batch["attention_mask"].to(device)  # (B, T)
-            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens start at 0
-            self.forward_calls += 1
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                use_cache=False,
-                logits_to_keep=1,
-            )
-            probs = yes_no_probability(out.logits[:, -1, :], self.yes_ids, self.no_ids)  # (B,)
+        share = self.share_prefix if share_prefix is None else share_prefix
+        prefixes: dict[str, list[int]] = {}
+        tails: dict[str, str] = {}
+        rows: list[tuple[list[int], list[int]]] = []  # (prefix ids, suffix ids) per pair
+        for problem, feedback in pairs:
+            if problem not in prefixes:
+                head, tails[problem] = self._template_parts(problem)
+                prefixes[problem] = self._encode(head)
+            rows.append((prefixes[problem], self._encode(self._feedback_part(feedback) + tails[problem])))
+        scores = [0.0] * len(rows)
+        if share:
+            groups: dict[int, list[int]] = {}
+            for i, (problem, _) in enumerate(pairs):
+                groups.setdefault(id(prefixes[problem]), []).append(i)
+            chunks = [
+                sorted_group[start : start + size]
+                for group in groups.values()
+                for sorted_group in [sorted(group, key=lambda i: len(rows[i][1]))]
+                for start in range(0, len(sorted_group), size)
+            ]
+        else:
+            order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]) + len(rows[i][1]))  # less padding
+            chunks = [order[start : start + size] for start in range(0, len(order), size)]
+        for chunk in chunks:
+            if share:
+                probs = self._forward_shared(rows[chunk[0]][0], [rows[i][1] for i in chunk])
+            else:
+                probs = self._forward_full([rows[i][0] + rows[i][1] for i in chunk])
             for i, p in zip(chunk, probs.tolist(), strict=True):
                 scores[i] = min(1.0, max(0.0, float(p)))
         return scores
+
+    def _left_pad(self, sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = self.tokenizer.pad({"input_ids": sequences}, return_tensors="pt")
+        device = next(self.model.parameters()).device
+        return batch["input_ids"].to(device), batch["attention_mask"].to(device)  # (B, T), (B, T)
+
+    def _forward_full(self, sequences: list[list[int]]) -> torch.Tensor:
+        """One forward over whole prompts (left padded) -> yes probabilities (B,)."""
+        input_ids, attention_mask = self._left_pad(sequences)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens start at 0
+        self.forward_calls += 1
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+            logits_to_keep=1,
+        )
+        return yes_no_probability(out.logits[:, -1, :], self.yes_ids, self.no_ids)
+
+    def _forward_shared(self, prefix: list[int], suffixes: list[list[int]]) -> torch.Tensor:
+        """Prefix once, its KV cache repeated over the batch, then the left-padded suffixes -> (B,)."""
+        device = next(self.model.parameters()).device
+        prefix_ids = torch.tensor([prefix], device=device)  # (1, P)
+        self.forward_calls += 1
+        prefix_out = self.model(input_ids=prefix_ids, use_cache=True, logits_to_keep=1)
+        cache = prefix_out.get("cache") or prefix_out.get("past_key_values")  # transformers 5 renamed it
+        cache.batch_repeat_interleave(len(suffixes))
+        suffix_ids, suffix_mask = self._left_pad(suffixes)  # (B, S); padding sits between prefix and suffix
+        attention_mask = torch.cat([torch.ones(len(suffixes), len(prefix), dtype=suffix_mask.dtype, device=device),
+                                    suffix_mask], dim=1)  # (B, P + S)  # fmt: skip
+        position_ids = len(prefix) + (suffix_mask.cumsum(-1) - 1).clamp(min=0)  # (B, S)
+        self.forward_calls += 1
+        out = self.model(
+            input_ids=suffix_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            **{self._cache_kwarg: cache},
+            logits_to_keep=1,
+        )
+        return yes_no_probability(out.logits[:, -1, :], self.yes_ids, self.no_ids)
 
 
 def load_scorer(

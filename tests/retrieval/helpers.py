@@ -58,14 +58,17 @@ def make_experiences(session: Session, items: Sequence[tuple[int, str]]) -> list
 
 
 def tiny_scorer(batch_size: int = 4) -> tuple[RelevanceScorer, list[int]]:
-    """A judge on a tiny random causal LM; the list records the batch size of every forward pass."""
+    """A judge on a tiny random causal LM; the list records the batch size of every forward pass that scores
+    pairs (a shared-prefix pass, which scores nothing by itself, is not recorded)."""
     from lanpo.models import tiny_causal_lm
 
     model, tokenizer = tiny_causal_lm(seed=0)
     seen: list[int] = []
 
     def record(_module: object, _args: object, kwargs: dict, _out: object) -> None:
-        seen.append(int(kwargs["input_ids"].shape[0]))
+        prefix_only = kwargs.get("use_cache") and kwargs.get("cache") is None and kwargs.get("past_key_values") is None
+        if not prefix_only:
+            seen.append(int(kwargs["input_ids"].shape[0]))
 
     model.register_forward_hook(record, with_kwargs=True)
     return RelevanceScorer(model, tokenizer, model_id="tiny", batch_size=batch_size), seen

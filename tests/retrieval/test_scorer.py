@@ -34,14 +34,27 @@ def test_answer_tokens_are_disjoint_first_tokens() -> None:
 
 def test_scores_in_unit_interval_batched_equal_one_by_one() -> None:
     scorer, seen = tiny_scorer(batch_size=3)
-    pairs = [(QUESTIONS[i], QUESTIONS[j]) for i in range(4) for j in range(4) if i != j]
-    batched = scorer.score(pairs)
+    pairs = [(QUESTIONS[i], QUESTIONS[j] * (1 + j % 3)) for i in range(4) for j in range(4) if i != j]
+    single = scorer.score(pairs, batch_size=1, share_prefix=False)
+    assert seen == [1] * 12
+    seen.clear()
+    batched = scorer.score(pairs, share_prefix=False)
     assert seen == [3, 3, 3, 3]  # 12 pairs, 3 per forward
-    single = scorer.score(pairs, batch_size=1)
+    seen.clear()
+    shared = scorer.score(pairs)  # default: one prefix pass per problem, then its 3 candidates in one batch
+    assert seen == [3, 3, 3, 3] and scorer.forward_calls == 12 + 4 + 8
     assert all(0.0 <= s <= 1.0 for s in batched)
     assert batched == pytest.approx(single, abs=1e-5)  # left padding changes nothing
+    assert shared == pytest.approx(single, abs=1e-5)  # nor does the shared prefix cache
     assert len(set(batched)) > 1
     assert scorer.identity == f"tiny|{PROMPT_VERSION}"
+
+
+def test_prompt_holds_problem_then_feedback_in_the_chat_template() -> None:
+    scorer, _ = tiny_scorer()
+    prompt = scorer.prompt("What is 2 + 2?", "Add the numbers.")
+    assert prompt.index("What is 2 + 2?") < prompt.index("Feedback:\nAdd the numbers.") < prompt.rindex("yes or no")
+    assert prompt.startswith("<|im_start|>system") and prompt.endswith("<|im_start|>assistant\n")
 
 
 @pytest.mark.slow

@@ -160,3 +160,27 @@ def test_pool_vector_and_hybrid_search(session: Session, db: object, stage1: str
     )  # fmt: skip
     assert hits[0].problem_id == ids[0]
     assert ids[4] not in {h.problem_id for h in hits}
+
+
+def test_pool_key_follows_evictions_and_staleness_window_skips_checks(session: Session) -> None:
+    ids = make_problems(session)
+    versions = make_experiences(
+        session, [(ids[n], f"lesson {n} about apples" if n < 2 else f"lesson {n}") for n in range(8)]
+    )
+    session.commit()
+    cache = BM25Cache()
+    relaxed = BM25Cache(max_staleness_s=3600)
+    params = SearchParams(stage1="bm25")
+    assert len(search_pool(session, "apples", 5, params=params, cache=cache)) == 2
+    search_pool(session, "apples", 5, params=params, cache=relaxed)
+    session.execute(
+        sa.text(
+            "UPDATE experiences SET evicted_at = now(), evicted_by = 'test' "
+            "WHERE id = (SELECT experience_id FROM experience_versions WHERE id = :v)"
+        ),
+        {"v": versions[0]},
+    )
+    session.commit()
+    hits = search_pool(session, "apples", 5, params=params, cache=cache)
+    assert [h.version_id for h in hits] == [versions[1]] and cache.builds == 2  # the eviction changed the key
+    assert len(search_pool(session, "apples", 5, params=params, cache=relaxed)) == 2 and relaxed.builds == 1
