@@ -23,6 +23,5 @@ victims AS (
 )
 UPDATE experiences e
 SET evicted_at = now(), evicted_by = :evicted_by
-FROM victims
-WHERE e.id = victims.id
+WHERE e.id = ANY(ARRAY(SELECT id FROM victims))  -- primary-key lookups, no table scan
 RETURNING e.id

@@ -25,6 +25,5 @@ ranked AS (
 )
 UPDATE experiences e
 SET evicted_at = now(), evicted_by = :evicted_by
-FROM ranked
-WHERE e.id = ranked.id AND ranked.keep_rank > :cap
+WHERE e.id = ANY(ARRAY(SELECT id FROM ranked WHERE keep_rank > :cap))  -- primary-key lookups, no table scan
 RETURNING e.id

@@ -21,7 +21,7 @@ def reserve_ids(session: Session, table: str, n: int) -> list[int]:
     """`n` fresh ids of `table`'s identity sequence, ascending."""
     if n <= 0:
         return []
-    return sorted(session.scalars(sqlfiles.load("queries/reserve_ids"), {"table": table, "n": n}))
+    return sorted(session.scalar(sqlfiles.load("queries/reserve_ids"), {"table": table, "n": n}))
 
 
 def copy_rows(
