@@ -9,6 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import os
+import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,10 +20,14 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from lanpo.config import to_mapping
+from lanpo import prompts
+from lanpo.config import StoreConfig, to_mapping
 from lanpo.db.models import Experience, PolicyVersion, RelevanceScore, Run, RunStep
+from lanpo.db.repo import attempts as attempts_repo
+from lanpo.db.repo import experiences as experiences_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo.attempts import ContextRef
 from lanpo.errors import ConfigError, InputError
 from lanpo.train.config import DataConfig, TrainConfig
 
@@ -143,3 +151,120 @@ def active_pool_size(session: Session) -> int:
     return int(
         session.scalar(sa.select(sa.func.count()).select_from(Experience).where(Experience.evicted_at.is_(None)))
     )
+
+
+# --------------------------------------------------------------------------- one step's rows
+
+
+@dataclass
+class RolloutRecord:
+    """One rollout as the store keeps it (what every rank sends to rank 0 for the step's transaction)."""
+
+    problem_id: int
+    mode: str
+    prompt: str
+    response: str
+    reward: float
+    correct: bool
+    format_ok: bool
+    prompt_tokens: int
+    completion_tokens: int
+    truncated: bool
+    contexts: list[ContextRef]
+    summary: str | None = None  # the lesson distilled from it, when it was chosen for summarising
+
+
+@dataclass
+class StepWrite:
+    attempts: int
+    added: int
+    evicted: int
+    pool_active: int
+
+
+def write_step_rows(
+    session: Session,
+    run_id: int,
+    step: int,
+    policy_version_id: int,
+    rollouts: Sequence[RolloutRecord],
+    store: StoreConfig,
+    summary_author: str,
+) -> StepWrite:
+    """Attempts with their contexts, then experiences summarised from them (capacity enforced inside)."""
+    attempt_ids = attempts_repo.record_attempts(
+        session,
+        [
+            attempts_repo.NewAttempt(
+                problem_id=r.problem_id,
+                mode=r.mode,
+                prompt=r.prompt,
+                response=r.response,
+                reward=r.reward,
+                correct=r.correct,
+                format_ok=r.format_ok,
+                prompt_tokens=r.prompt_tokens,
+                completion_tokens=r.completion_tokens,
+                step=step,
+                run_id=run_id,
+                policy_version_id=policy_version_id,
+                prompt_version=prompts.version_of(r.mode),
+                contexts=r.contexts,
+            )
+            for r in rollouts
+        ],
+    )
+    pause("db_write", step)
+    added = experiences_repo.add_experiences(
+        session,
+        [
+            experiences_repo.NewExperience(
+                problem_id=r.problem_id,
+                summary=r.summary,
+                reward=r.reward,
+                source_attempt_id=attempt_id,
+                run_id=run_id,
+                step=step,
+                author=summary_author,
+                policy_version_id=policy_version_id,
+                prompt_version=prompts.SUMMARY_VERSION,
+            )
+            for r, attempt_id in zip(rollouts, attempt_ids, strict=True)
+            if r.summary
+        ],
+        store,
+    )
+    return StepWrite(len(attempt_ids), len(added.experience_ids), len(added.evicted_ids), active_pool_size(session))
+
+
+def rollout_metrics(rollouts: Sequence[RolloutRecord]) -> dict[str, float]:
+    """Reward and accuracy overall and by mode, format rate, response length, summaries."""
+
+    def mean(values: list[float]) -> float:
+        return float(sum(values) / len(values)) if values else math.nan
+
+    out = {
+        "reward/mean": mean([r.reward for r in rollouts]),
+        "accuracy/mean": mean([float(r.correct) for r in rollouts]),
+        "format/rate": mean([float(r.format_ok) for r in rollouts]),
+        "response_len/mean": mean([float(r.completion_tokens) for r in rollouts]),
+        "response_len/truncated": mean([float(r.truncated) for r in rollouts]),
+        "pool/summaries": float(sum(1 for r in rollouts if r.summary)),
+    }
+    for mode in prompts.MODES:
+        picked = [r for r in rollouts if r.mode == mode]
+        out[f"count/{mode}"] = float(len(picked))
+        if picked:
+            out[f"reward/{mode}"] = mean([r.reward for r in picked])
+            out[f"accuracy/{mode}"] = mean([float(r.correct) for r in picked])
+    return out
+
+
+PAUSE_ENV = "LANPO_TRAIN_PAUSE_AT"
+
+
+def pause(phase: str, step: int) -> None:
+    """Test hook: with LANPO_TRAIN_PAUSE_AT=phase:step, announce on stderr and sleep (the test kills us)."""
+    if os.environ.get(PAUSE_ENV) == f"{phase}:{step}":
+        print(f"lanpo-paused {phase}:{step}", file=sys.stderr, flush=True)
+        time.sleep(3600)

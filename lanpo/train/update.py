@@ -15,6 +15,7 @@ import torch
 from lanpo.rl.loss import policy_loss
 from lanpo.train.batch import RolloutBatch, completion_logprobs, policy_logprobs, reference_logprobs
 from lanpo.train.config import GRPOConfig
+from lanpo.train.dist import Dist
 
 
 @dataclass
@@ -28,6 +29,16 @@ class UpdateStats:
     updates: int
     seconds_ref: float
     seconds_update: float
+
+    def as_metrics(self) -> dict[str, float]:
+        return {
+            "loss": self.loss,
+            "kl": self.kl,
+            "entropy": self.entropy,
+            "grad_norm": self.grad_norm,
+            "clip_frac": self.clip_frac,
+            "groups/zero_spread": self.zero_spread,
+        }
 
 
 def cosine_schedule(optimizer: torch.optim.Optimizer, total_updates: int, warmup_ratio: float) -> Any:
@@ -62,10 +73,16 @@ def update_policy(
     advantages: torch.Tensor,
     cfg: GRPOConfig,
     seed: int,
+    dist: Dist | None = None,
 ) -> UpdateStats:
-    """PPO epochs x minibatches on `batch` (B sequences) with `advantages` (B,); returns averaged stats."""
+    """PPO epochs x minibatches on `batch` (B sequences) with `advantages` (B,); returns averaged stats.
+
+    Under data parallelism (`dist`), every rank holds its own B sequences; token counts and gradients are summed
+    over ranks so the update equals the single-process one over all ranks' rollouts.
+    """
+    dist = dist or Dist()
     params = [p for p in model.parameters() if p.requires_grad]
-    zero_spread = float((advantages == 0).float().mean())
+    zero_spread = float(dist.all_reduce_sum((advantages == 0).float().mean().reshape(1)).item() / dist.world)
     n_minibatches = batch.size // cfg.minibatch_size if cfg.minibatch_size else 1
     if cfg.skip_zero_spread:
         # Rollouts with advantage 0 carry no policy-gradient signal; dropping them saves their forward/backward
@@ -93,7 +110,7 @@ def update_policy(
         order = torch.randperm(B, generator=generator) if not on_policy else torch.arange(B)
         for start in range(0, B, minibatch):
             mb = order[start : start + minibatch]  # (M,)
-            tokens_mb = batch.completion_mask[mb].sum().clamp(min=1).item()
+            tokens_mb = dist.all_reduce_sum(batch.completion_mask[mb].sum().float()).clamp(min=1).item()
             optimizer.zero_grad(set_to_none=True)
             mb_stats = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0}
             for micro_start in range(0, len(mb), cfg.micro_batch_size):
@@ -115,7 +132,7 @@ def update_policy(
                 )
                 # Weight micro-batches so the minibatch loss is the exact token-mean (or seq-mean) over it.
                 tokens = sub.completion_mask.sum().item()
-                weight = tokens / tokens_mb if cfg.loss_agg == "token-mean" else len(idx) / len(mb)
+                weight = tokens / tokens_mb if cfg.loss_agg == "token-mean" else len(idx) / (len(mb) * dist.world)
                 (loss * weight).backward()
                 token_weight = tokens / tokens_mb
                 mb_stats["loss"] += loss.item() * weight
@@ -123,7 +140,10 @@ def update_policy(
                 mb_stats["clip_frac"] += stats["clip_frac"].item() * token_weight
                 mask = sub.completion_mask.float()
                 mb_stats["entropy"] += float((entropy * mask).sum() / tokens_mb)
+            dist.sum_gradients(params)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            summed = dist.all_reduce_sum(torch.tensor([mb_stats[k] for k in ("loss", "kl", "entropy", "clip_frac")]))
+            mb_stats = dict(zip(("loss", "kl", "entropy", "clip_frac"), summed.tolist(), strict=True))
             optimizer.step()
             scheduler.step()
             updates += 1

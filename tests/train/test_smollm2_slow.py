@@ -1,0 +1,58 @@
+"""A few real steps on SmolLM2-135M: SFT warm start into GRPO with feedback, recorded in the store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+import torch
+from sqlalchemy.engine import Engine
+
+from lanpo.train.config import DataConfig, ModelConfig, RolloutConfig, SFTConfig, SummarizerConfig
+from lanpo.train.loop import train
+from tests.train.conftest import tiny_config
+
+pytestmark = pytest.mark.slow
+
+
+def test_sft_then_grpo_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = tiny_config(
+        tmp_path,
+        run_name="smollm2-slow",
+        steps=2,
+        batch_size=2,
+        model=ModelConfig(name="smollm2", threads=min(2, len(os.sched_getaffinity(0)))),
+        data=DataConfig(
+            dataset="slow_chain_sum",
+            task="chain_sum",
+            n=8,
+            task_options={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+        ),
+        rollout=RolloutConfig(n=2, max_new_tokens=32),
+        summarizer=SummarizerConfig(max_new_tokens=32, max_new_per_step=1, max_total_per_step=1),
+        sft=SFTConfig(enabled=True, max_steps=2, batch_size=2, n_problems=4, max_length=256, learning_rate=1e-3),
+    )
+    result = train(cfg, engine=db, progress=False)
+    assert result.steps == [1, 2]
+    with db.connect() as conn:
+        sft_losses = (
+            conn.execute(
+                sa.text("SELECT m.value FROM run_metrics m JOIN runs r ON r.id = m.run_id WHERE r.kind = 'sft'")
+            )
+            .scalars()
+            .all()
+        )
+        attempts = conn.execute(sa.text("SELECT response FROM attempts ORDER BY id")).scalars().all()
+    assert len(sft_losses) == 2 and all(0 < x < 20 for x in sft_losses)
+    assert len(attempts) == 2 * 2 * 2 and all(isinstance(a, str) for a in attempts)
+    for m in result.metrics:
+        assert m["response_len/mean"] > 0 and m["time/generate"] > 0
+        assert torch.isfinite(torch.tensor(m["reward/mean"]))
+    # the warm start moved the adapter away from its zero init (B = 0 in a fresh LoRA)
+    from safetensors.torch import load_file
+
+    state = load_file(str(result.checkpoint_dir / "sft" / "adapter" / "adapter_model.safetensors"))
+    assert any(t.abs().sum() > 0 for k, t in state.items() if "lora_B" in k)
