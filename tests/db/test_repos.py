@@ -188,3 +188,14 @@ def test_experience_bad_input(session: Session) -> None:
         exp_repo.add_experiences(session, [NewExperience(pid, "  ")], store)
     with pytest.raises(InputError, match="must be a string"):
         exp_repo.add_experiences(session, [NewExperience(pid, 42)], store)  # type: ignore[arg-type]
+
+
+def test_text_round_trips_exactly_through_copy(session: Session) -> None:
+    pid = make_problems(session, 1)[0]
+    tricky = "tab\there\nnew line \\ backslash \\N not null, unicode: ∑ x² — 数学, \r\n end"
+    eid = exp_repo.add_experiences(session, [NewExperience(pid, tricky, author="a\tb")]).experience_ids[0]
+    (aid,) = attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", tricky, tricky)])
+    assert exp_repo.current_versions(session, [eid])[eid].summary == tricky
+    assert exp_repo.current_versions(session, [eid])[eid].author == "a\tb"
+    row = session.execute(sa.text("SELECT prompt, response FROM attempts WHERE id = :i"), {"i": aid}).one()
+    assert tuple(row) == (tricky, tricky)
