@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import click
 
@@ -58,6 +59,8 @@ def command(config_path: str, overrides: tuple[str, ...], resume: bool, no_progr
             click.echo(_line(step, metrics))
 
     result = train(cfg, engine=engine, resume=resume, progress=not no_progress, on_step=report)
+    if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
+        return
     if not no_progress:
         for step, metrics in zip(result.steps, result.metrics, strict=True):
             click.echo(_line(step, metrics))

@@ -38,7 +38,7 @@ from lanpo.db.engine import connect, transaction
 from lanpo.db.repo import contexts as contexts_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
-from lanpo.models import apply_chat
+from lanpo.models import adapter_sha256, apply_chat
 from lanpo.rewards import grade
 from lanpo.rl.advantages import group_advantages
 from lanpo.rollout import SamplingParams
@@ -219,7 +219,9 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         )
         for i, (pid, mode, c, g) in enumerate(zip(flat_pids, flat_modes, rollouts, graded, strict=True))
     ]
-    gathered = dist.gather((local, timings))
+    # Every rank must hold the same adapter after the update (gradients were summed); checked here, cheaply.
+    rank_sha = adapter_sha256(t.model) if dist.enabled else ""
+    gathered = dist.gather((local, timings, rank_sha))
     metrics = {
         **stats.as_metrics(),
         "lr": float(t.scheduler.get_last_lr()[0]),
@@ -228,10 +230,12 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         dist.barrier()  # wait for rank 0's commit before the next step reads the store
         return metrics
     assert gathered is not None
-    step_rows = [r for rank_rows, _ in gathered for r in rank_rows]
+    step_rows = [r for rank_rows, _, _ in gathered for r in rank_rows]
+    if len({sha for _, _, sha in gathered}) > 1:
+        raise RuntimeError(f"step {step}: the ranks' adapters diverged after the update")
     # phase times: the slowest rank's (the step waits for it)
     for key in list(timings):
-        timings[key] = max(rank_timings[key] for _, rank_timings in gathered)
+        timings[key] = max(rank_timings[key] for _, rank_timings, _ in gathered)
     metrics.update(record.rollout_metrics(step_rows))
     lap("gather")
 
