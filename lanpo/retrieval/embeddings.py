@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import sqlalchemy as sa
@@ -133,6 +133,19 @@ def embed_missing(
             bar.update(len(rows))
         bar.close()
     return count
+
+
+def fill_embeddings(items: Sequence[Any], embedder: Embedder, text_attr: str = "summary") -> None:
+    """Set `.embedding` on items that have none (e.g. `NewExperience` before `add_experiences`), in one batch.
+
+    The store's repositories insert with hand-written SQL, which the ORM hook below never sees: this is how
+    their rows are embedded on insert.
+    """
+    pending = [item for item in items if getattr(item, "embedding", None) is None]
+    if pending:
+        vectors = embedder.encode([getattr(item, text_attr) for item in pending])
+        for item, vector in zip(pending, vectors, strict=True):
+            item.embedding = vector
 
 
 def embed_on_insert(session_or_factory: object, embedder: Embedder) -> Callable[[], None]:

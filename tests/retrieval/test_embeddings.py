@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from lanpo.db.models import Problem
 from lanpo.errors import InputError
-from lanpo.retrieval.embeddings import column_dim, embed_missing, embed_on_insert
+from lanpo.retrieval.embeddings import column_dim, embed_missing, embed_on_insert, fill_embeddings
 from tests.retrieval.helpers import QUESTIONS, HashEmbedder, make_experiences, make_problems
 
 
@@ -70,6 +70,18 @@ def test_embed_on_insert_fills_new_orm_rows(session: Session) -> None:
     vectors = list(stored(session, "problems").values())
     np.testing.assert_allclose(vectors[0], embedder.encode(["Sam has 5 apples."])[0], atol=1e-6)
     assert vectors[1] is None
+
+
+def test_fill_embeddings_before_a_repository_insert(session: Session) -> None:
+    from lanpo.db.repo.experiences import NewExperience, add_experiences
+
+    ids = make_problems(session)
+    embedder = HashEmbedder()
+    items = [NewExperience(ids[0], "add the apples"), NewExperience(ids[1], "speed times time")]
+    fill_embeddings(items, embedder)
+    version_ids = add_experiences(session, items).version_ids
+    vectors = stored(session, "experience_versions")
+    np.testing.assert_allclose(vectors[version_ids[1]], embedder.encode(["speed times time"])[0], atol=1e-6)
 
 
 def test_bad_what_is_refused(db: Engine) -> None:
