@@ -154,7 +154,7 @@ def test_adapter_is_loaded_and_hashed(tmp_path: Path) -> None:
 marker = st.text(alphabet="ABCDEFGHJKLMNPQRSTUVWXYZ23456789", min_size=8, max_size=12)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(gold=marker, question=st.text(alphabet="abcdefghij +-*/?0123456789", min_size=1, max_size=40))
 def test_prompts_never_carry_gold_reward_or_relevance(
     make_engine: Callable[..., Engine], pool: dict[str, Any], session: Session, gold: str, question: str
