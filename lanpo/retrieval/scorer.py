@@ -92,7 +92,8 @@ class RelevanceScorer:
         self.max_chars = max_chars
         self.prompt_version = prompt_version
         self.share_prefix = share_prefix
-        forward_params = inspect.signature(model.forward).parameters
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps forward(**kw)
+        forward_params = inspect.signature(base.forward).parameters
         self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
         self.yes_ids, self.no_ids = answer_token_ids(tokenizer)
         self.forward_calls = 0
