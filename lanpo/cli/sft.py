@@ -50,7 +50,7 @@ def command(
 
     cfg = load_config(config_path, list(overrides))
     if write_data:
-        pairs = sft_pairs(problems_for_sft(cfg), seed=cfg.sft.seed)
+        pairs = sft_pairs(problems_for_sft(cfg), seed=cfg.sft.seed, skill_problems=cfg.sft.skill_problems)
         write_pairs(pairs, write_data)
         click.echo(f"wrote {len(pairs)} chat pairs to {write_data}")
         return

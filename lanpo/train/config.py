@@ -180,6 +180,7 @@ class SFTConfig:
     batch_size: int = help_field(8, "pairs per optimiser step")
     max_length: int = help_field(512, "tokens per pair (longer pairs are truncated)")
     n_problems: int = help_field(64, "problems to build SFT pairs from when no data file is given")
+    skill_problems: int = help_field(-1, "of those, how many also give the three skill pairs (-1: all)")
     seed: int = help_field(0, "shuffle / generation seed")
 
     def __post_init__(self) -> None:

@@ -115,8 +115,14 @@ def _slip(solution: str) -> str:
     return text + "\nSo the result is " + (str(int(numbers[-1].group()) + 1) if numbers else "unclear") + "."
 
 
-def sft_pairs(problems: Sequence[dict[str, Any]], seed: int = 0) -> list[dict[str, list[Message]]]:
-    """Chat pairs `{"messages": [...]}` from problems `{"question", "answer", "metadata"}` (see the docstring)."""
+def sft_pairs(
+    problems: Sequence[dict[str, Any]], seed: int = 0, skill_problems: int = -1
+) -> list[dict[str, list[Message]]]:
+    """Chat pairs `{"messages": [...]}` from problems `{"question", "answer", "metadata"}` (see the docstring).
+
+    Every usable problem gives a zero-shot pair; the first `skill_problems` (-1: all) also give the reflection,
+    exploration and summary pairs.
+    """
     rng = random.Random(seed)
     pairs: list[dict[str, list[Message]]] = []
     usable = [
@@ -124,14 +130,16 @@ def sft_pairs(problems: Sequence[dict[str, Any]], seed: int = 0) -> list[dict[st
         for p in problems
         if (s := worked_solution(p["question"], str(p["answer"]), p.get("metadata") or {})) is not None
     ]
-    for question, solution in usable:
+    for number, (question, solution) in enumerate(usable):
+        pairs.append({"messages": [*prompts.actor_messages(question), {"role": "assistant", "content": solution}]})
+        if 0 <= skill_problems <= number:
+            continue
         attempt = _slip(solution)
         review = "I recompute attempt 1 line by line and redo the calculation below."
         intra_user = prompts.intra_messages(question, [_Text(attempt)])
         inter_user = prompts.inter_messages(question, [_Lesson(LESSON)])
         plan = "Work out each operation on its own line, in order, then box the final number."
         for messages, reply in (
-            (prompts.actor_messages(question), solution),
             (intra_user, f"## Review\n{review}\n## Solution\n{solution}"),
             (
                 inter_user,
@@ -226,7 +234,7 @@ def run_sft(
     """Train a LoRA adapter on chat pairs (a JSONL path, a list of pairs, or None: built from `data.task`)."""
     started = time.perf_counter()
     if data is None:
-        pairs = sft_pairs(problems_for_sft(config), seed=config.sft.seed)
+        pairs = sft_pairs(problems_for_sft(config), seed=config.sft.seed, skill_problems=config.sft.skill_problems)
     elif isinstance(data, str | Path):
         pairs = read_pairs(data)
     else:
