@@ -12,9 +12,9 @@ import logging
 import math
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from lanpo.db import sqlfiles
 from lanpo.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -119,12 +119,7 @@ def column_dim(session: Session, table: str, column: str = "embedding") -> int |
     bind = session.get_bind()
     key = (bind.url.render_as_string(hide_password=True), table, column)
     if key not in _dims:
-        typmod = session.execute(
-            sa.text(
-                "SELECT a.atttypmod FROM pg_attribute a WHERE a.attrelid = CAST(:t AS regclass) AND a.attname = :c"
-            ),
-            {"t": table, "c": column},
-        ).scalar()
+        typmod = session.scalar(sqlfiles.load("queries/vector_dim"), {"table": table, "column": column})
         _dims[key] = typmod if typmod is not None and typmod > 0 else None
     return _dims[key]
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from lanpo.config import StoreConfig
+from lanpo.db import sqlfiles
 from lanpo.db.models import EXPERIENCE_KINDS
 from lanpo.db.repo import bulk, capacity, checks
 from lanpo.errors import InputError
@@ -138,35 +138,28 @@ def append_version(
     if not summary.strip():
         raise InputError("summary is empty")
     vector = checks.vector_text(session, embedding, "experience_versions", "embedding")
-    found = session.scalar(
-        sa.text("SELECT id FROM experiences WHERE id = :id FOR NO KEY UPDATE"), {"id": experience_id}
-    )
+    found = session.scalar(sqlfiles.load("queries/experience_lock"), {"experience_id": experience_id})
     if found is None:
         raise InputError(f"no experience with id {experience_id}")
     return int(
         session.scalar(
-            sa.text(
-                "INSERT INTO experience_versions (experience_id, version, summary, embedding, author, "
-                "policy_version_id, prompt_version) "
-                "SELECT :e, coalesce(max(version), 0) + 1, :s, CAST(:v AS vector), :a, :p, :pv "
-                "FROM experience_versions WHERE experience_id = :e RETURNING id"
-            ),
-            {"e": experience_id, "s": summary, "v": vector, "a": author, "p": policy_version_id, "pv": prompt_version},
+            sqlfiles.load("queries/experience_version_append"),
+            {
+                "experience_id": experience_id,
+                "summary": summary,
+                "embedding": vector,
+                "author": author,
+                "policy_version_id": policy_version_id,
+                "prompt_version": prompt_version,
+            },
         )
     )
-
-
-_VERSION_COLUMNS = "id, experience_id, version, summary, author, policy_version_id, prompt_version, created_at"
 
 
 def current_versions(session: Session, experience_ids: list[int]) -> dict[int, VersionRow]:
     """experience id -> its latest version (ids that do not exist are absent)."""
     rows = session.execute(
-        sa.text(
-            f"SELECT DISTINCT ON (experience_id) {_VERSION_COLUMNS} FROM experience_versions "
-            "WHERE experience_id = ANY(CAST(:ids AS bigint[])) ORDER BY experience_id, version DESC"
-        ),
-        {"ids": list(experience_ids)},
+        sqlfiles.load("queries/experience_versions_current"), {"experience_ids": list(experience_ids)}
     )
     return {r.experience_id: VersionRow(*r) for r in rows}
 
@@ -175,10 +168,7 @@ def all_versions(session: Session, experience_id: int) -> list[VersionRow]:
     """Every version of an experience, oldest first; InputError when it does not exist."""
     rows = [
         VersionRow(*r)
-        for r in session.execute(
-            sa.text(f"SELECT {_VERSION_COLUMNS} FROM experience_versions WHERE experience_id = :e ORDER BY version"),
-            {"e": experience_id},
-        )
+        for r in session.execute(sqlfiles.load("queries/experience_versions_all"), {"experience_id": experience_id})
     ]
     if not rows:
         raise InputError(f"no experience with id {experience_id}")

@@ -6,7 +6,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
@@ -117,15 +116,12 @@ def upsert_problems(session: Session, dataset: str, rows: list[ProblemIn], updat
     return result
 
 
-_COLUMNS = "id, dataset, external_id, question, answer, metadata"
-
-
 def _row(r: Any) -> ProblemRow:
     return ProblemRow(r.id, r.dataset, r.external_id, r.question, r.answer, r.metadata)
 
 
 def known_datasets(session: Session) -> list[str]:
-    return list(session.scalars(sa.text("SELECT DISTINCT dataset FROM problems ORDER BY 1")))
+    return list(session.scalars(sqlfiles.load("queries/datasets")))
 
 
 def _unknown_dataset(session: Session, dataset: str) -> InputError:
@@ -141,8 +137,7 @@ def _unknown_dataset(session: Session, dataset: str) -> InputError:
 def get_problem(session: Session, dataset: str, external_id: str) -> ProblemRow:
     """The problem `dataset:external_id`; InputError naming what is unknown."""
     r = session.execute(
-        sa.text(f"SELECT {_COLUMNS} FROM problems WHERE dataset = :d AND external_id = :e"),
-        {"d": dataset, "e": str(external_id)},
+        sqlfiles.load("queries/problem_by_external_id"), {"dataset": dataset, "external_id": str(external_id)}
     ).one_or_none()
     if r is None:
         if dataset not in known_datasets(session):
@@ -153,12 +148,7 @@ def get_problem(session: Session, dataset: str, external_id: str) -> ProblemRow:
 
 def problems_by_ids(session: Session, ids: list[int]) -> list[ProblemRow]:
     """Problems by numeric id, in the order given; InputError listing ids that do not exist."""
-    rows = {
-        r.id: _row(r)
-        for r in session.execute(
-            sa.text(f"SELECT {_COLUMNS} FROM problems WHERE id = ANY(CAST(:ids AS bigint[]))"), {"ids": list(ids)}
-        )
-    }
+    rows = {r.id: _row(r) for r in session.execute(sqlfiles.load("queries/problems_by_ids"), {"ids": list(ids)})}
     missing = [i for i in ids if i not in rows]
     if missing:
         raise InputError(
@@ -170,7 +160,7 @@ def problems_by_ids(session: Session, ids: list[int]) -> list[ProblemRow]:
 
 def problem_ids(session: Session, dataset: str) -> list[int]:
     """Every problem id of `dataset`, ascending; InputError when the dataset has none."""
-    ids = list(session.scalars(sa.text("SELECT id FROM problems WHERE dataset = :d ORDER BY id"), {"d": dataset}))
+    ids = list(session.scalars(sqlfiles.load("queries/problem_ids_of_dataset"), {"dataset": dataset}))
     if not ids:
         raise _unknown_dataset(session, dataset)
     return ids

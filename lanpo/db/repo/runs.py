@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from lanpo.db import sqlfiles
 from lanpo.db.models import RUN_KINDS, RUN_STATUSES, Run
 from lanpo.db.repo import checks
 from lanpo.errors import InputError
@@ -40,13 +41,7 @@ def get_run(session: Session, name: str) -> Run:
 def finish_run(session: Session, run_id: int, status: str = "finished") -> None:
     if status not in RUN_STATUSES:
         raise InputError(f"run status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
-    done = session.execute(
-        sa.text(
-            "UPDATE runs SET status = :s, finished_at = CASE WHEN :s = 'running' THEN NULL ELSE now() END "
-            "WHERE id = :id"
-        ),
-        {"s": status, "id": run_id},
-    ).rowcount
+    done = session.execute(sqlfiles.load("queries/run_finish"), {"status": status, "run_id": run_id}).rowcount
     if not done:
         raise InputError(f"no run with id {run_id}")
 
@@ -57,12 +52,8 @@ def add_policy_version(session: Session, run_id: int, step: int, adapter_sha256:
         raise InputError(f"adapter_sha256 must be 64 lowercase hex digits, got {adapter_sha256!r}")
     checks.int_or_none(step, "step", minimum=0)
     row = session.execute(
-        sa.text(
-            "INSERT INTO policy_versions (run_id, step, adapter_sha256) VALUES (:r, :s, :h) "
-            "ON CONFLICT (run_id, step) DO UPDATE SET adapter_sha256 = policy_versions.adapter_sha256 "
-            "RETURNING id, adapter_sha256"
-        ),
-        {"r": run_id, "s": step, "h": adapter_sha256},
+        sqlfiles.load("queries/policy_version_upsert"),
+        {"run_id": run_id, "step": step, "adapter_sha256": adapter_sha256},
     ).one()
     if row.adapter_sha256 != adapter_sha256:
         raise InputError(
@@ -82,31 +73,25 @@ def record_metrics(session: Session, run_id: int, step: int, metrics: dict[str, 
             raise InputError(f"metric names must be non-empty strings, got {name!r}")
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise InputError(f"metric {name} must be a number or None, got {type(value).__name__} ({value!r})")
-        rows.append({"r": run_id, "s": step, "n": name, "v": None if value is None else float(value)})
+        rows.append({"run_id": run_id, "step": step, "name": name, "value": None if value is None else float(value)})
     if rows:
-        session.execute(
-            sa.text(
-                "INSERT INTO run_metrics (run_id, step, name, value) VALUES (:r, :s, :n, :v) "
-                "ON CONFLICT (run_id, step, name) DO UPDATE SET value = EXCLUDED.value"
-            ),
-            rows,
-        )
+        session.execute(sqlfiles.load("queries/run_metric_upsert"), rows)
 
 
 def commit_step(
     session: Session, run_id: int, step: int, policy_version_id: int | None = None, checkpoint: str | None = None
 ) -> None:
     """Mark `step` committed (call it LAST inside the step's transaction); a step commits once."""
-    if session.scalar(sa.text("SELECT 1 FROM run_steps WHERE run_id = :r AND step = :s"), {"r": run_id, "s": step}):
+    if session.scalar(sqlfiles.load("queries/run_step_exists"), {"run_id": run_id, "step": step}):
         raise InputError(f"run {run_id} step {step} is already committed")
     session.execute(
-        sa.text("INSERT INTO run_steps (run_id, step, policy_version_id, checkpoint) VALUES (:r, :s, :p, :c)"),
-        {"r": run_id, "s": step, "p": policy_version_id, "c": checkpoint},
+        sqlfiles.load("queries/run_step_commit"),
+        {"run_id": run_id, "step": step, "policy_version_id": policy_version_id, "checkpoint": checkpoint},
     )
 
 
 def last_committed_step(session: Session, run_id: int) -> int | None:
-    return session.scalar(sa.text("SELECT max(step) FROM run_steps WHERE run_id = :r"), {"r": run_id})
+    return session.scalar(sqlfiles.load("queries/run_last_committed_step"), {"run_id": run_id})
 
 
 @dataclass
@@ -114,8 +99,8 @@ class RollbackResult:
     attempts: int
     experiences: int
     metrics: int
-    policy_versions: int
     steps: int
+    policy_versions: int
 
 
 def rollback_uncommitted(session: Session, run_id: int, after_step: int | None) -> RollbackResult:
@@ -124,17 +109,9 @@ def rollback_uncommitted(session: Session, run_id: int, after_step: int | None) 
     Evictions that a rolled-back step made are not undone (the eviction record does not name the step);
     with one transaction per step nothing of an uncommitted step reaches the database in the first place.
     """
-    p = {"r": run_id, "s": -1 if after_step is None else after_step}
-    attempts = session.execute(sa.text("DELETE FROM attempts WHERE run_id = :r AND step > :s"), p).rowcount
-    experiences = session.execute(sa.text("DELETE FROM experiences WHERE run_id = :r AND step > :s"), p).rowcount
-    metrics = session.execute(sa.text("DELETE FROM run_metrics WHERE run_id = :r AND step > :s"), p).rowcount
-    steps = session.execute(sa.text("DELETE FROM run_steps WHERE run_id = :r AND step > :s"), p).rowcount
-    versions = session.execute(
-        sa.text(
-            "DELETE FROM policy_versions pv WHERE pv.run_id = :r AND pv.step > :s "
-            "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.policy_version_id = pv.id) "
-            "AND NOT EXISTS (SELECT 1 FROM experience_versions v WHERE v.policy_version_id = pv.id)"
-        ),
-        p,
-    ).rowcount
-    return RollbackResult(attempts, experiences, metrics, versions, steps)
+    p = {"run_id": run_id, "after_step": -1 if after_step is None else after_step}
+    counts = {
+        name: session.execute(sqlfiles.load(f"queries/rollback_{name}"), p).rowcount
+        for name in ("attempts", "experiences", "metrics", "steps", "policy_versions")  # order matters: FKs
+    }
+    return RollbackResult(**counts)

@@ -1,0 +1,2 @@
+-- Dataset names in the store.
+SELECT DISTINCT dataset FROM problems ORDER BY dataset
