@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lanpo.config import StoreConfig
+from lanpo.config import EVICTION_POLICIES, StoreConfig
 from lanpo.db import migrate, server
 from lanpo.db.engine import ENV_URL, make_engine, normalise_url
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, record_attempts
@@ -244,8 +244,8 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     return (time.perf_counter() - start) * 1000, value
 
 
-def db_step(engine: Engine, problems: list[int], step: int, seed: int) -> dict[str, float]:
-    store = StoreConfig()
+def db_step(engine: Engine, problems: list[int], step: int, seed: int, eviction: str) -> dict[str, float]:
+    store = StoreConfig(eviction=eviction)
     times: dict[str, float] = {}
     start = time.perf_counter()
     with Session(engine) as session, session.begin():
@@ -262,7 +262,8 @@ def db_step(engine: Engine, problems: list[int], step: int, seed: int) -> dict[s
             for n in range(NEW_PER_STEP)
         ]
         times["insert 8x512 + cap"], added = timed(lambda: add_experiences(session, items, store))
-        assert len(added.evicted_ids) == len(items), "every problem was full: each new item evicts one"  # type: ignore[attr-defined]
+        evicted = len(added.evicted_ids)  # type: ignore[attr-defined]
+        assert evicted == len(items), f"every problem was full: each new item evicts one ({evicted})"
         times["record 512x16 attempts"], _ = timed(lambda: record_attempts(session, attempts))
         commit_start = time.perf_counter()
     times["commit"] = (time.perf_counter() - commit_start) * 1000
@@ -297,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--steps", type=int, default=5, help="measured steps (after one warm-up); medians reported")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--eviction", choices=EVICTION_POLICIES, default="oldest", help="store eviction policy (reference: oldest)"
+    )
     args = parser.parse_args(argv)
     n_problems = SCALES[args.scale]
     rng = np.random.default_rng(args.seed)
@@ -316,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             gc.collect()
             gc.disable()
             try:
-                d = db_step(engine, problems, step, seed=args.seed * 1000 + step)
+                d = db_step(engine, problems, step, seed=args.seed * 1000 + step, eviction=args.eviction)
                 r = ref_step(pool, problems, step, rng)  # type: ignore[arg-type]
             finally:
                 gc.enable()
@@ -330,7 +334,10 @@ def main(argv: list[str] | None = None) -> int:
                     "GROUP BY problem_id) c"
                 )
             )
-    print(f"\nmedian of {args.steps} steps (batch {BATCH}, k={K}, pool_size={POOL_SIZE}, group {GROUP}):")
+    print(
+        f"\nmedian of {args.steps} steps (batch {BATCH}, k={K}, pool_size={POOL_SIZE}, group {GROUP}, "
+        f"eviction {args.eviction}):"
+    )
     print(f"{'operation':<24} {'postgres ms':>12} {'in-memory ms':>13} {'ratio':>7}")
     for op in db_runs[0]:
         d = statistics.median(run[op] for run in db_runs)

@@ -1,24 +1,33 @@
 -- Global cap: evict the worst active experiences of the whole pool until at most :cap remain.
--- Worst-first order by :policy as in evict_per_problem.sql (oldest, lowest reward, lowest relevance).
--- Call it holding the lock of lock_global_cap.sql.
+-- Worst-first order by :policy as in evict_per_problem.sql (oldest, lowest reward, lowest relevance; ties by
+-- age). Call it holding the lock of lock_global_cap.sql.
 WITH excess AS (
     SELECT greatest(count(*) - :cap, 0) AS n FROM experiences WHERE evicted_at IS NULL
+),
+version_relevance AS (
+    SELECT v.experience_id, avg(rs.score) AS score
+    FROM relevance_scores rs
+    JOIN experience_versions v ON v.id = rs.candidate_version_id
+    WHERE :policy = 'lowest_relevance'
+    GROUP BY v.experience_id
+),
+problem_relevance AS (
+    SELECT rs.candidate_problem_id AS problem_id, avg(rs.score) AS score
+    FROM relevance_scores rs
+    WHERE :policy = 'lowest_relevance' AND rs.candidate_problem_id IS NOT NULL
+    GROUP BY rs.candidate_problem_id
 ),
 victims AS (
     SELECT e.id
     FROM experiences e
+    LEFT JOIN version_relevance vr ON vr.experience_id = e.id
+    LEFT JOIN problem_relevance pr ON pr.problem_id = e.problem_id
     WHERE e.evicted_at IS NULL
-    ORDER BY
-        CASE :policy
-            WHEN 'lowest_reward' THEN e.reward
-            WHEN 'lowest_relevance' THEN COALESCE(
-                (SELECT avg(rs.score) FROM relevance_scores rs
-                 JOIN experience_versions v ON v.id = rs.candidate_version_id
-                 WHERE v.experience_id = e.id),
-                (SELECT avg(rs.score) FROM relevance_scores rs WHERE rs.candidate_problem_id = e.problem_id),
-                0)
-        END ASC NULLS FIRST,
-        e.created_at ASC, e.id ASC
+    ORDER BY CASE :policy
+                 WHEN 'lowest_reward' THEN e.reward
+                 WHEN 'lowest_relevance' THEN coalesce(vr.score, pr.score, 0)
+             END ASC NULLS FIRST,
+             e.created_at ASC, e.id ASC
     LIMIT (SELECT n FROM excess)
 )
 UPDATE experiences e

@@ -2,26 +2,39 @@
 -- Keep order by :policy -- oldest: newest first; lowest_reward: highest reward first (NULL reward counts
 -- lowest); lowest_relevance: highest relevance first, where an experience's relevance is the mean score of
 -- relevance_scores rows naming one of its versions, else the mean score of rows naming its problem as the
--- candidate, else 0. Ties always fall back to recency (created_at, id).
-WITH active AS (
-    SELECT e.id, e.problem_id, e.created_at,
-           CASE :policy
-               WHEN 'lowest_reward' THEN e.reward
-               WHEN 'lowest_relevance' THEN COALESCE(
-                   (SELECT avg(rs.score) FROM relevance_scores rs
-                    JOIN experience_versions v ON v.id = rs.candidate_version_id
-                    WHERE v.experience_id = e.id),
-                   (SELECT avg(rs.score) FROM relevance_scores rs WHERE rs.candidate_problem_id = e.problem_id),
-                   0)
-           END AS merit
+-- candidate, else 0. Ties always fall back to recency (created_at, id). The relevance means are computed
+-- once per statement (one pass over relevance_scores), and only under lowest_relevance.
+WITH active AS MATERIALIZED (
+    SELECT e.id, e.problem_id, e.created_at, e.reward
     FROM experiences e
     WHERE e.problem_id = ANY(CAST(:problem_ids AS bigint[])) AND e.evicted_at IS NULL
 ),
+version_relevance AS (
+    SELECT v.experience_id, avg(rs.score) AS score
+    FROM active a
+    JOIN experience_versions v ON v.experience_id = a.id
+    JOIN relevance_scores rs ON rs.candidate_version_id = v.id
+    WHERE :policy = 'lowest_relevance'
+    GROUP BY v.experience_id
+),
+problem_relevance AS (
+    SELECT rs.candidate_problem_id AS problem_id, avg(rs.score) AS score
+    FROM relevance_scores rs
+    WHERE :policy = 'lowest_relevance' AND rs.candidate_problem_id = ANY(CAST(:problem_ids AS bigint[]))
+    GROUP BY rs.candidate_problem_id
+),
 ranked AS (
-    SELECT id, row_number() OVER (
-        PARTITION BY problem_id ORDER BY merit DESC NULLS LAST, created_at DESC, id DESC
+    SELECT a.id, row_number() OVER (
+        PARTITION BY a.problem_id
+        ORDER BY CASE :policy
+                     WHEN 'lowest_reward' THEN a.reward
+                     WHEN 'lowest_relevance' THEN coalesce(vr.score, pr.score, 0)
+                 END DESC NULLS LAST,
+                 a.created_at DESC, a.id DESC
     ) AS keep_rank
-    FROM active
+    FROM active a
+    LEFT JOIN version_relevance vr ON vr.experience_id = a.id
+    LEFT JOIN problem_relevance pr ON pr.problem_id = a.problem_id
 )
 UPDATE experiences e
 SET evicted_at = now(), evicted_by = :evicted_by
