@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -153,3 +154,34 @@ def test_eval_cli_prints_and_writes_the_table(
     assert session.scalar(sa.text("SELECT count(*) FROM attempts")) == 3 * 2 + 3 * 2 * 2
     r = run_cli("eval", "--config", cfg, "--set", "k_samples=0")
     assert r.code == 2 and "k_samples must be >= 1" in r.err
+
+
+@pytest.mark.slow
+def test_infer_with_smollm2_self_correct(run_cli: Callable[..., Any], tmp_path: Path, session: Session) -> None:
+    """The real offline model: two turns per question, the second reflecting on the first, both stored."""
+    path = tmp_path / "real.jsonl"
+    path.write_text('{"id": "a", "question": "What is 12 + 30?", "answer": "42"}\n')
+    out = tmp_path / "answers.jsonl"
+    r = run_cli(
+        "infer",
+        "--model",
+        "smollm2",
+        "--mode",
+        "self-correct",
+        "--input",
+        path,
+        "--out",
+        out,
+        "--max-new-tokens",
+        "24",
+        "--temperature",
+        "0",
+    )
+    assert r.code == 0, r.err
+    (record,) = read(out)
+    first, second = record["samples"][0]["turns"]
+    assert first["completion_tokens"] > 0 and second["completion_tokens"] > 0
+    assert first["response"].strip() and first["finish_reason"] in ("stop", "length")
+    assert "## Review" in second["prompt"] and first["response"].strip() in second["prompt"]
+    steps = sorted(session.scalars(sa.text("SELECT step FROM attempts WHERE mode = 'self_correct'")))
+    assert steps == [0, 1]
