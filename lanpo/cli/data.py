@@ -61,7 +61,7 @@ def import_cmd(file: Path, dataset: str, skip_bad: bool, update: bool) -> None:
     type=click.Choice(generate.SPLITS),
     default="train",
     show_default=True,
-    help="train or test: disjoint seed ranges, so the splits never share a generated item.",
+    help="train or test: disjoint seed ranges (tiny task settings can still repeat a question).",
 )
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Output JSONL file.")
 @click.option(
