@@ -164,8 +164,9 @@ class VLLMBackend:
         if not prompts:
             return []
         vllm = self._vllm
+        greedy = params.temperature <= 0
         sampling = vllm.SamplingParams(
-            n=n,
+            n=1 if greedy else n,  # greedy: one completion, copied n times (as the hf backend does)
             temperature=max(0.0, params.temperature),
             top_p=params.top_p if params.temperature > 0 else 1.0,
             max_tokens=params.max_new_tokens,
@@ -195,5 +196,6 @@ class VLLMBackend:
                 )
                 for c in out.outputs
             ]
+            * (n if greedy else 1)
             for out in outputs
         ]
