@@ -11,7 +11,10 @@ Where this departs from textbook GRPO (and why):
   which is the same model with the LoRA adapter disabled (no second copy in memory).
 - With one PPO epoch and one minibatch the rollouts are on-policy: old_logp is the detached log-prob of the
   same forward that carries the gradient (ratio == 1), so no separate no-grad pass is spent on it.
-- A group with zero reward spread gets advantage 0 (it contributes only the KL term).
+- A group with zero reward spread gets advantage 0 (it contributes only the KL term); with
+  `grpo.skip_zero_spread` (DAPO-style) such groups are left out of the update altogether.
+- Log-probs are taken for completion tokens only (`logits_to_keep`): the vocabulary projection never runs over
+  prompt tokens.
 - Successful rollouts are distilled into experiences by the summariser (default: the policy before this step's
   update); they join the pool in the same transaction as the attempts that produced them.
 
