@@ -82,14 +82,25 @@ class BM25Index:
         postings, tf = np.unique(term * max(n_docs, 1) + doc, return_counts=True)
         posting_term, posting_doc = np.divmod(postings, max(n_docs, 1))
         doc_freqs = np.bincount(posting_term, minlength=len(self.vocab))
-        self.indptr = np.concatenate([[0], np.cumsum(doc_freqs)])  # postings of term t: indptr[t]:indptr[t+1]
-        self.indices = posting_doc
         if n_docs and doc_len.sum():
-            avgdl = float(doc_len.mean())
             idf = okapi_idf(doc_freqs, n_docs, epsilon)
-            self.data = okapi_term_scores(tf, doc_len[posting_doc], avgdl, idf[posting_term], k1, b)
+            data = okapi_term_scores(tf, doc_len[posting_doc], float(doc_len.mean()), idf[posting_term], k1, b)
         else:
-            self.data = np.zeros(0)
+            data = np.zeros(0)
+        # Terms in at least half the documents (template words of summaries) are kept as dense rows: no more
+        # memory than their postings, and adding a dense row is many times faster than scattering postings.
+        dense = doc_freqs * 2 >= max(n_docs, 1)
+        self.dense_row = np.full(len(self.vocab), -1, dtype=np.int64)
+        self.dense_row[dense] = np.arange(int(dense.sum()))
+        self.dense = np.zeros((int(dense.sum()), n_docs))
+        in_dense = dense[posting_term]
+        self.dense[self.dense_row[posting_term[in_dense]], posting_doc[in_dense]] = data[in_dense]
+        sparse = ~in_dense
+        index_dtype = np.int32 if n_docs < 2**31 else np.int64
+        self.indices = posting_doc[sparse].astype(index_dtype)
+        self.data = data[sparse]
+        counts = np.bincount(posting_term[sparse], minlength=len(self.vocab))
+        self.indptr = np.concatenate([[0], np.cumsum(counts)])  # sparse postings of term t: indptr[t]:indptr[t+1]
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -100,8 +111,12 @@ class BM25Index:
         scores = np.zeros(len(self.ids))
         known = [self.vocab[t] for t in tokens if t in self.vocab]
         for term, count in zip(*np.unique(np.asarray(known, dtype=np.int64), return_counts=True), strict=True):
-            postings = slice(self.indptr[term], self.indptr[term + 1])
-            scores[self.indices[postings]] += count * self.data[postings]
+            if self.dense_row[term] >= 0:
+                row = self.dense[self.dense_row[term]]
+                scores += row if count == 1 else count * row
+            else:
+                postings = slice(self.indptr[term], self.indptr[term + 1])
+                scores[self.indices[postings]] += count * self.data[postings]
         return scores
 
     def top_k(self, query: str | Sequence[str], k: int, exclude: Sequence[int] = ()) -> list[tuple[int, float]]:
