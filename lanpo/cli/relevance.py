@@ -59,7 +59,7 @@ def build_cmd(
     )
     click.echo(
         f"{report.problems} problems, {report.pairs} pairs: {report.cached} already scored, {report.scored} scored "
-        f"now ({report.pairs_per_second:.1f} pairs/s) by {judge.identity}"
+        f"now ({report.pairs_per_second:.2f} pairs/s) by {judge.identity} in {report.seconds:.1f} s"
     )
 
 

@@ -92,11 +92,12 @@ class BuildReport:
     pairs: int = 0  # (problem, candidate) pairs stage 1 proposed
     cached: int = 0  # already in relevance_scores before this run
     scored: int = 0  # scored by the model in this run
-    seconds: float = 0.0
+    seconds: float = 0.0  # the whole build
+    score_seconds: float = 0.0  # judging and storing only (stage 1 excluded)
 
     @property
     def pairs_per_second(self) -> float:
-        return self.scored / self.seconds if self.seconds > 0 else 0.0
+        return self.scored / self.score_seconds if self.score_seconds > 0 else 0.0
 
 
 def build_problem_relevance(
@@ -150,6 +151,7 @@ def build_problem_relevance(
     report.cached = len(known)
     todo = [pair for pair in pairs if pair not in known]
     bar = tqdm(total=len(todo), desc=f"relevance {dataset}", unit="pair", disable=not progress or not todo)
+    scoring_started = time.perf_counter()
     for number, start in enumerate(range(0, len(todo), batch), start=1):
         chunk = todo[start : start + batch]
         scores = scorer.score([(texts[p], texts[c]) for p, c in chunk])
@@ -160,6 +162,7 @@ def build_problem_relevance(
         if on_batch is not None:
             on_batch(number)
     bar.close()
+    report.score_seconds = time.perf_counter() - scoring_started
     report.seconds = time.perf_counter() - started
     return report
 
