@@ -2,7 +2,7 @@
 scorer with its cache in `relevance_scores`, the problem-to-problem pre-compute and test-time retrieval.
 
 Modules (import what you need; nothing here imports torch):
-  bm25       tokenizer + exact BM25Okapi (rank-bm25 semantics) on the bm25s sparse engine
+  bm25       tokenizer + exact BM25Okapi (rank-bm25 semantics) on a vectorised sparse index
   corpus     the two corpora read from the store (problems of a dataset, current experience summaries) and a
              BM25 index cache keyed by the pool state
   vector     pgvector HNSW cosine search (and the exact scan it is measured against)
