@@ -128,3 +128,20 @@ def test_retrieve_empty_pool_stage1_only_gamma_and_cache(session: Session) -> No
     assert first_calls > 0 and len(seen) == first_calls  # second time: every pair came from relevance_scores
     cached = session.scalar(sa.text("SELECT count(*) FROM relevance_scores WHERE candidate_version_id IS NOT NULL"))
     assert cached and cached > 0
+
+
+@pytest.mark.parametrize("stage1", ["vector", "hybrid"])
+def test_build_with_embedding_stages(session: Session, db: Engine, stage1: str) -> None:
+    from lanpo.retrieval.embeddings import embed_missing
+    from tests.retrieval.helpers import HashEmbedder
+
+    ids = make_problems(session)
+    session.commit()
+    embed_missing(db, HashEmbedder(), dataset="toy", what="problems", progress=False)
+    scorer, _ = tiny_scorer(batch_size=8)
+    report = build_problem_relevance(
+        db, "toy", scorer, top_k=2, params=SearchParams(stage1), cache=BM25Cache(), progress=False
+    )
+    rows = score_rows(session)
+    assert report.pairs == len(rows) == 16 and all(p != c for p, c, _, _ in rows)
+    assert (ids[0], ids[4]) in {(p, c) for p, c, _, _ in rows}  # the two apple questions are neighbours
