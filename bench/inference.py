@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=8, help="stage-1 candidates the LLM reranks")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", default="batching,retrieval,self-correct")
+    parser.add_argument("--repeats", type=int, default=3, help="round-robin repeats; the best time is kept")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: one per core; 1 on a busy machine)")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -126,9 +127,52 @@ def main() -> None:
     table: list[tuple[str, str, str, str]] = []
     n = len(qs)
     engine(args.batch).solve(qs[:1], "zero_shot")  # warm-up (first-call allocations)
-    zero, t_zero = timed(lambda: engine(args.batch).solve(qs, "zero_shot"))
+    runs: dict[str, Callable[[], Any]] = {"zero": lambda: engine(args.batch).solve(qs, "zero_shot")}
     if "batching" in only:
-        one, t_one = timed(lambda: engine(1).solve(qs, "zero_shot"))
+        runs["one"] = lambda: engine(1).solve(qs, "zero_shot")
+    if "self-correct" in only:
+        runs["self_correct"] = lambda: engine(args.batch).solve(qs, "self_correct")
+    home: Path | None = None
+    db: Any = None
+    if "retrieval" in only:
+        from lanpo.db import migrate, server
+        from lanpo.db.engine import make_engine
+
+        home = Path(tempfile.mkdtemp(prefix="lanpo-bench-inference-"))
+        home.chmod(0o755)  # the embedded server may run as another user
+        db = make_engine(server.start(home))
+        migrate.upgrade(db)
+        _, t_fill = timed(lambda: fill_pool(db, args.pool, args.seed))
+        print(f"(pool of {args.pool} filled in {t_fill:.1f}s)")
+        settings = {"stage1": "bm25", "top_k": args.top_k, "gamma": 0.0, "m": 3}
+        stage1 = engine(args.batch, db=db, retrieval=RetrievalSettings(scorer="none", **settings))
+        rerank = engine(args.batch, db=db, retrieval=RetrievalSettings(scorer="policy", **settings))
+        stage1.retrieve(qs[:1])  # builds the BM25 index over the pool once (cached by pool state)
+        runs["retrieval"] = lambda: rerank.solve(qs, "retrieval")
+    # Round-robin repeats, best time kept: other processes on the cores only ever add time.
+    best: dict[str, float] = {}
+    out: dict[str, Any] = {}
+    stage1_s: list[float] = []
+    rerank_s: list[float] = []
+    try:
+        for _ in range(args.repeats):
+            for name, fn in runs.items():
+                out[name], seconds = timed(fn)
+                best[name] = min(best.get(name, float("inf")), seconds)
+            if db is not None:
+                stage1_s += [timed(lambda q=q: stage1.retrieve([q]))[1] for q in qs]
+                rerank_s += [timed(lambda q=q: rerank.retrieve([q]))[1] for q in qs]
+    finally:
+        if db is not None and home is not None:
+            from lanpo.db import server
+
+            db.dispose()
+            server.stop(home)
+            shutil.rmtree(home, ignore_errors=True)
+    t_zero = best["zero"]
+    if "one" in best:
+        t_one = best["one"]
+        tok_one, tok_zero = generated_tokens(out["one"]) / t_one, generated_tokens(out["zero"]) / t_zero
         table.append(
             (
                 "problems/s, hf backend",
@@ -137,75 +181,48 @@ def main() -> None:
                 f"{t_one / t_zero:.2f}x",
             )
         )
+        table.append(("generated tokens/s", f"{tok_one:.1f}", f"{tok_zero:.1f}", f"{tok_zero / tok_one:.2f}x"))
+    if "retrieval" in best:
+        t_ret = best["retrieval"]
+        used = sum(len(s.experiences) for s in out["retrieval"]) / n
         table.append(
             (
-                "generated tokens/s",
-                f"{generated_tokens(one) / t_one:.0f}",
-                f"{generated_tokens(zero) / t_zero:.0f}",
-                f"{(generated_tokens(zero) / t_zero) / (generated_tokens(one) / t_one):.2f}x",
+                "retrieval: stage 1 (BM25) per question",
+                "-",
+                f"{1000 * statistics.median(stage1_s):.1f} ms",
+                f"pool {args.pool}",
             )
         )
-    if "retrieval" in only:
-        from lanpo.db import migrate, server
-        from lanpo.db.engine import make_engine
-
-        home = Path(tempfile.mkdtemp(prefix="lanpo-bench-inference-"))
-        home.chmod(0o755)  # the embedded server may run as another user
-        db = make_engine(server.start(home))
-        try:
-            migrate.upgrade(db)
-            _, t_fill = timed(lambda: fill_pool(db, args.pool, args.seed))
-            settings = {"stage1": "bm25", "top_k": args.top_k, "gamma": 0.0, "m": 3}
-            stage1 = engine(args.batch, db=db, retrieval=RetrievalSettings(scorer="none", **settings))
-            stage1.retrieve(qs[:1])  # builds the BM25 index over the pool once (cached by pool state)
-            per_q_stage1 = [timed(lambda q=q: stage1.retrieve([q]))[1] for q in qs]
-            rerank = engine(args.batch, db=db, retrieval=RetrievalSettings(scorer="policy", **settings))
-            per_q_rerank = [timed(lambda q=q: rerank.retrieve([q]))[1] for q in qs]
-            solved, t_ret = timed(lambda: rerank.solve(qs, "retrieval"))
-            used = sum(len(s.experiences) for s in solved) / n
-            table.append(
-                (
-                    "retrieval: stage 1 (BM25) per question",
-                    "-",
-                    f"{1000 * statistics.median(per_q_stage1):.1f} ms",
-                    f"pool {args.pool}",
-                )
+        table.append(
+            (
+                "retrieval: stage 1 + rerank per question",
+                "-",
+                f"{1000 * statistics.median(rerank_s):.0f} ms",
+                f"top_k {args.top_k}",
             )
-            table.append(
-                (
-                    "retrieval: stage 1 + rerank per question",
-                    "-",
-                    f"{1000 * statistics.median(per_q_rerank):.0f} ms",
-                    f"top_k {args.top_k}",
-                )
+        )
+        table.append(
+            (
+                "retrieval mode vs zero-shot, s/question",
+                f"{t_zero / n:.2f}",
+                f"{t_ret / n:.2f}",
+                f"{(t_ret - t_zero) / n:+.2f} s ({used:.1f} experiences/prompt)",
             )
-            table.append(
-                (
-                    "retrieval mode vs zero-shot, s/question",
-                    f"{t_zero / n:.2f}",
-                    f"{t_ret / n:.2f}",
-                    f"+{(t_ret - t_zero) / n:.2f} s ({used:.1f} experiences/prompt)",
-                )
-            )
-            print(f"(pool of {args.pool} filled in {t_fill:.1f}s)")
-        finally:
-            db.dispose()
-            server.stop(home)
-            shutil.rmtree(home, ignore_errors=True)
-    if "self-correct" in only:
-        _, t_sc = timed(lambda: engine(args.batch).solve(qs, "self_correct"))
+        )
+    if "self_correct" in best:
+        t_sc = best["self_correct"]
         table.append(
             (
                 "self-correct vs zero-shot, s/question",
                 f"{t_zero / n:.2f}",
                 f"{t_sc / n:.2f}",
-                f"+{(t_sc - t_zero) / n:.2f} s ({t_sc / t_zero:.2f}x)",
+                f"{(t_sc - t_zero) / n:+.2f} s ({t_sc / t_zero:.2f}x)",
             )
         )
 
     print(
         f"\nSmolLM2-135M-Instruct, CPU ({torch.get_num_threads()} threads), {n} questions, greedy, "
-        f"max {args.max_new_tokens} new tokens\n"
+        f"max {args.max_new_tokens} new tokens, best of {args.repeats} round-robin repeats\n"
     )
     header = ("measure", "reference", "lanpo", "ratio / added")
     widths = [max(len(r[i]) for r in [header, *table]) for i in range(4)]
