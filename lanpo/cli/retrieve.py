@@ -44,6 +44,7 @@ def command(
     """
     from sqlalchemy.orm import Session
 
+    from lanpo.retrieval.corpus import BM25Cache
     from lanpo.retrieval.scorer import load_scorer
     from lanpo.retrieval.testtime import default_embedder, retrieve
 
@@ -53,7 +54,7 @@ def command(
     with Session(engine) as session:
         found = retrieve(
             session, question, stage1=stage1, top_k=top_k, gamma=gamma, m=m, scorer=judge, embedder=embedder,
-            ef_search=ef_search,
+            ef_search=ef_search, cache=BM25Cache(),
         )  # fmt: skip
     if not found:
         what = "the pool is empty or nothing reached gamma" if judge else "the pool is empty"

@@ -130,8 +130,8 @@ class BM25Index:
         return top_k_positions(scores, k, self.ids)
 
 
-def top_k_positions(scores: np.ndarray, k: int, ids: np.ndarray) -> list[tuple[int, float]]:
-    """The k highest positive scores as `(ids[i], score)`, best first, ties broken by position."""
+def top_k_positions(scores: np.ndarray, k: int, ids: np.ndarray | None = None) -> list[tuple[int, float]]:
+    """The k highest positive scores as `(ids[i], score)` (`ids` None: positions), best first, ties by position."""
     k = min(k, len(scores))
     if k <= 0:
         return []
@@ -142,4 +142,4 @@ def top_k_positions(scores: np.ndarray, k: int, ids: np.ndarray) -> list[tuple[i
         candidates = np.arange(len(scores))
     # lexsort: the last key is primary -> descending score, then ascending position
     order = candidates[np.lexsort((candidates, -scores[candidates]))][:k]
-    return [(int(ids[i]), float(scores[i])) for i in order if scores[i] > 0]
+    return [(int(i if ids is None else ids[i]), float(scores[i])) for i in order if scores[i] > 0]

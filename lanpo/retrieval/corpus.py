@@ -125,4 +125,5 @@ class BM25Cache:
         return self._get(self._fresh_key("pool", lambda: pool_key(session)), lambda: pool_corpus(session))
 
 
-DEFAULT_CACHE = BM25Cache()
+# The process-wide cache library callers (the inference engine) share: pool changes show within 2 s.
+DEFAULT_CACHE = BM25Cache(max_staleness_s=2.0)

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from tqdm import tqdm
 
 from lanpo.errors import InputError
-from lanpo.retrieval.corpus import DEFAULT_CACHE, BM25Cache
+from lanpo.retrieval.corpus import BM25Cache
 from lanpo.retrieval.scorer import RelevanceScorer
 from lanpo.retrieval.search import SearchParams, search_problems
 from lanpo.retrieval.sqlfiles import query
@@ -120,7 +120,7 @@ def build_problem_relevance(
     if top_k < 1:
         raise InputError(f"--top-k must be >= 1, got {top_k}")
     params = params or SearchParams(stage1="bm25")
-    cache = cache or DEFAULT_CACHE
+    cache = cache or BM25Cache()  # one build reads one snapshot; no staleness window here
     batch = batch_size or scorer.batch_size
     started = time.perf_counter()
     report = BuildReport()

@@ -100,35 +100,29 @@ def search_pool(
     params = params or SearchParams()
     _needs_vector(params, query_vector)
     depth = k if params.stage1 != "hybrid" else max(k, params.hybrid_depth)
-    cached = cache.pool(session)
-    corpus = cached.corpus
-    if len(corpus.ids) == 0:
-        return []
-    position = {int(v): i for i, v in enumerate(corpus.ids)}
+    found: dict[int, PoolHit] = {}  # version id -> hit with its stage-1 score (BM25 or cosine)
     lexical: list[int] = []
     dense: list[int] = []
-    scores: dict[int, float] = {}
     if params.stage1 in ("bm25", "hybrid"):
+        cached = cache.pool(session)
+        corpus = cached.corpus
         bm25_scores = cached.index.scores(question)
         if exclude_problem_ids:
-            bm25_scores = np.where(np.isin(corpus.owner_ids, list(exclude_problem_ids)), -np.inf, bm25_scores)
-        for version_id, score in top_k_positions(bm25_scores, depth, corpus.ids):
+            bm25_scores[np.isin(corpus.owner_ids, list(exclude_problem_ids))] = -np.inf
+        for position, score in top_k_positions(bm25_scores, depth):
+            version_id = int(corpus.ids[position])
+            found[version_id] = PoolHit(version_id, int(corpus.owner_ids[position]), corpus.texts[position], score)
             lexical.append(version_id)
-            scores[version_id] = score
     if params.stage1 in ("vector", "hybrid"):
         hits = vector.search_pool(
             session, query_vector, depth, exclude_problem_ids=exclude_problem_ids, ef_search=params.ef_search
         )
-        if not hits:
-            log.warning("vector search found nothing in a pool of %d: are its summaries embedded?", len(corpus.ids))
-        for version_id, _problem_id, similarity in hits:
-            if version_id in position:  # a version newer than the cached corpus waits for the next rebuild
-                dense.append(version_id)
-                scores.setdefault(version_id, similarity)
-    if params.stage1 == "hybrid":
-        ranked = rrf_fuse([lexical, dense], params.rrf_k)[:k]
-    else:
-        ranked = [(v, scores[v]) for v in (lexical if params.stage1 == "bm25" else dense)]
-    return [
-        PoolHit(v, int(corpus.owner_ids[position[v]]), corpus.texts[position[v]], float(score)) for v, score in ranked
-    ]
+        if not hits and params.stage1 == "vector":
+            log.warning("vector search found nothing: is the pool empty, or are its summaries not embedded?")
+        for version_id, problem_id, similarity, summary in hits:
+            found.setdefault(version_id, PoolHit(version_id, problem_id, summary, similarity))
+            dense.append(version_id)
+    if params.stage1 != "hybrid":
+        return [found[v] for v in (lexical or dense)]
+    fused = rrf_fuse([lexical, dense], params.rrf_k)[:k]
+    return [PoolHit(v, found[v].problem_id, found[v].summary, score) for v, score in fused]

@@ -53,11 +53,14 @@ def search_pool(
     exclude_problem_ids: Sequence[int] = (),
     ef_search: int = 100,
     exact: bool = False,
-) -> list[tuple[int, int, float]]:
-    """The k current experience summaries nearest to `query_vector`: `(version_id, problem_id, similarity)`."""
+) -> list[tuple[int, int, float, str]]:
+    """The k current experience summaries nearest to `query_vector`.
+
+    Returns `(version_id, problem_id, similarity, summary)`, best first.
+    """
     configure_search(session, ef_search=max(ef_search, k), exact=exact)
     rows = session.execute(
         query("retrieval_vector_experiences"),
         {"query": vector_literal(query_vector), "exclude_problem_ids": list(exclude_problem_ids), "k": k},
     ).all()
-    return [(int(r.version_id), int(r.problem_id), float(r.similarity)) for r in rows]
+    return [(int(r.version_id), int(r.problem_id), float(r.similarity), r.summary) for r in rows]

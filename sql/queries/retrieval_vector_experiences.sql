@@ -1,6 +1,6 @@
 -- Nearest current experience summaries by cosine distance: active experiences, latest version only,
 -- never from the excluded problems (a problem never receives its own experiences as inter-sample feedback).
-SELECT v.id AS version_id, e.problem_id, 1 - (v.embedding <=> CAST(:query AS vector)) AS similarity
+SELECT v.id AS version_id, e.problem_id, 1 - (v.embedding <=> CAST(:query AS vector)) AS similarity, v.summary
 FROM experience_versions AS v
 JOIN experiences AS e ON e.id = v.experience_id
 WHERE e.evicted_at IS NULL
