@@ -230,8 +230,13 @@ def run_sft(
     engine: Any = None,
     out_dir: str | Path | None = None,
     progress: bool = False,
+    policy: tuple[Any, Any] | None = None,
 ) -> SFTResult:
-    """Train a LoRA adapter on chat pairs (a JSONL path, a list of pairs, or None: built from `data.task`)."""
+    """Train a LoRA adapter on chat pairs (a JSONL path, a list of pairs, or None: built from `data.task`).
+
+    `policy` = (PEFT model, tokenizer) trains that live adapter in place (the trainer's warm start) instead of
+    loading a fresh copy of the model.
+    """
     started = time.perf_counter()
     if data is None:
         pairs = sft_pairs(problems_for_sft(config), seed=config.sft.seed, skill_problems=config.sft.skill_problems)
@@ -242,7 +247,7 @@ def run_sft(
     if not pairs:
         raise InputError("no SFT pairs (no problem had a worked solution)")
     sft = config.sft
-    model, tokenizer = load_policy(config.model, config.lora, seed=config.seed)
+    model, tokenizer = policy if policy is not None else load_policy(config.model, config.lora, seed=config.seed)
     device = next(model.parameters()).device
     encoded = [tokenize_pair(tokenizer, p["messages"], sft.max_length) for p in pairs]
     params = [p for p in model.parameters() if p.requires_grad]

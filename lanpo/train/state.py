@@ -78,8 +78,7 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
             if cfg.sft.enabled and not cfg.model.init_adapter:
                 from lanpo.train.sft import run_sft
 
-                warm = run_sft(cfg, None, engine=engine, progress=False)
-                ckpt.load_adapter_weights(model, warm.adapter_dir)
+                warm = run_sft(cfg, None, engine=engine, progress=False, policy=(model, tokenizer))
                 log.info("SFT warm start: %d pairs, loss %.3f -> %.3f", warm.pairs, warm.losses[0], warm.losses[-1])
             path, sha = ckpt.save_checkpoint(root, 0, model, optimizer, scheduler)
             with transaction(engine) as session:
