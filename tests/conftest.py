@@ -7,6 +7,8 @@ at the end. Otherwise an embedded server is started in a temporary `LANPO_HOME`.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ from lanpo.db.models import Base
 
 
 @pytest.fixture(scope="session")
-def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_url() -> Iterator[str]:
     """URL of an empty database reserved for this test session."""
     external = os.environ.get(ENV_URL)
     if external:
@@ -36,10 +38,12 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
         return
-    home = tmp_path_factory.mktemp("lanpo-home")
+    # Not under pytest's basetemp: concurrent pytest sessions prune each other's basetemp folders.
+    home = Path(tempfile.mkdtemp(prefix="lanpo-test-home-"))
     url = server.start(home)
     yield url
     server.stop(home)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
