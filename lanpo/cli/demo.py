@@ -16,10 +16,15 @@ import click
     help="Training recipe (default: train/configs/demo-cpu.toml).",
 )
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="GRPO steps (default: the recipe's).")
+@click.option(
+    "--n-train", type=click.IntRange(min=2), default=8, show_default=True, help="Training problems generated."
+)
 @click.option("--n-test", type=click.IntRange(min=1), default=4, show_default=True, help="Held-out problems answered.")
 @click.option("--run-name", default=None, help="Run name (default: demo-<timestamp>, so each demo is a new run).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe field.")
-def command(config_path: Path | None, steps: int | None, n_test: int, run_name: str | None, overrides: tuple) -> None:
+def command(
+    config_path: Path | None, steps: int | None, n_train: int, n_test: int, run_name: str | None, overrides: tuple
+) -> None:
     """Run LANPO end to end in a few minutes on a CPU.
 
     \b
@@ -36,6 +41,7 @@ def command(config_path: Path | None, steps: int | None, n_test: int, run_name: 
         DemoOptions(
             config=config_path or recipe_path("demo-cpu.toml"),
             steps=steps,
+            n_train=n_train,
             n_test=n_test,
             run_name=run_name,
             overrides=overrides,
