@@ -95,8 +95,8 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
             echo(f"      {dataset}: {report.inserted} new, {report.unchanged} already there  ({path})")
         out["test_questions"] = [(r["question"], r["answer"]) for r in files[test_dataset]]
 
-    with stage(3, "relevance: LLM judge scores each problem's nearest other problems (BM25 + vector stage 1)", echo):
-        scorer_id = _build_relevance(engine, cfg.data.dataset, options.relevance_top_k, echo)
+    with stage(3, "relevance: the base model judges each problem's nearest other problems (BM25 + vector)", echo):
+        scorer_id = _build_relevance(engine, cfg.model.name, cfg.data.dataset, options.relevance_top_k, echo)
         cfg = dataclasses.replace(cfg, feedback=dataclasses.replace(cfg.feedback, scorer=scorer_id))
 
     with stage(4, f"training: SFT warm start, then {cfg.steps} LANPO GRPO steps ({cfg.feedback.mode} feedback)", echo):
@@ -154,7 +154,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
     return out
 
 
-def _build_relevance(engine: Any, dataset: str, top_k: int, echo: Callable[[str], None]) -> str:
+def _build_relevance(engine: Any, judge: str, dataset: str, top_k: int, echo: Callable[[str], None]) -> str:
     from lanpo.retrieval.embeddings import SentenceTransformerEmbedder, embed_missing
     from lanpo.retrieval.relevance import build_problem_relevance
     from lanpo.retrieval.scorer import load_scorer
@@ -163,7 +163,7 @@ def _build_relevance(engine: Any, dataset: str, top_k: int, echo: Callable[[str]
     # Templated problems share most words, so BM25 alone ranks them poorly: fuse it with MiniLM vectors.
     count = embed_missing(engine, SentenceTransformerEmbedder(), dataset=dataset, what="problems", progress=False)
     echo(f"      embedded {count.problems} problems (all-MiniLM-L6-v2, offline)")
-    scorer = load_scorer("smollm2")
+    scorer = load_scorer(judge)
     report = build_problem_relevance(
         engine, dataset, scorer, top_k=top_k, params=SearchParams(stage1="hybrid"), progress=False
     )

@@ -26,6 +26,7 @@ from lanpo.errors import InputError
 log = logging.getLogger(__name__)
 
 SMOLLM2 = "smollm2"
+TINY_RANDOM = "tiny-random"  # a tiny randomly initialised model: exercises every code path in milliseconds
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -132,9 +133,11 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
 def load_causal_lm(
     name_or_path: str | Path, dtype: str | torch.dtype | None = None, device: str | torch.device | None = None
 ) -> tuple[Any, Any]:
-    """Load (model, tokenizer) from `smollm2`, a local HF folder, or a hub id (offline cache only here)."""
+    """Load (model, tokenizer) from `smollm2`, `tiny-random`, a local HF folder, or a hub id (cached offline)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if str(name_or_path) == TINY_RANDOM:
+        return tiny_causal_lm()
     resolved = resolve_model(name_or_path)
     dev = torch.device(device) if device is not None else default_device()
     torch_dtype = dtype if isinstance(dtype, torch.dtype) else parse_dtype(dtype, dev)
