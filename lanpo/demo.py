@@ -38,7 +38,7 @@ class DemoOptions:
     n_train: int = 8  # few problems, so they recur within a few steps and intra-sample feedback has history
     n_test: int = 4
     run_name: str | None = None
-    relevance_top_k: int = 4  # the judge costs ~0.3-0.75 s per pair on 2 cores
+    relevance_top_k: int = 7  # every other problem; the judge costs ~0.3-0.75 s per pair on 2 cores
     overrides: tuple[str, ...] = ()
 
 
@@ -58,7 +58,8 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
     from lanpo.db.engine import current_revision, is_embedded, make_engine, transaction
     from lanpo.train.config import load_config
 
-    overrides = [f"data.n={options.n_train}", *options.overrides]
+    # p_t = 0.75 (the paper's best for intra): most prompts of the few demo steps carry feedback.
+    overrides = [f"data.n={options.n_train}", "feedback.p_t=0.75", *options.overrides]
     if options.steps is not None:
         overrides.append(f"steps={options.steps}")
     if options.run_name:
