@@ -3,7 +3,8 @@
 Started on first use and left running so later processes reuse it (`lanpo db stop` ends it).
 Postgres' own `postmaster.pid` lock keeps a second server off the same data directory; a file lock
 here serialises our start-up. pgserver does not recover from a postmaster killed with SIGKILL (it
-trusts a stale `postmaster.pid` whose pid may linger as a zombie), so we detect that and clear it
+trusts a stale `postmaster.pid` whose pid may linger as a zombie, and Postgres then trips on the socket lock
+file naming that zombie), so we detect that and clear both
 first; Postgres then replays its WAL and every committed row is back.
 """
 
@@ -92,6 +93,13 @@ def _clear_stale_server(pgdata: Path) -> None:
         if proc.info.get("name") == "postgres" and str(pgdata) in cmdline and proc.pid != info[0]:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+    # Postgres also refuses to start while a socket lock file names a pid that "exists": a zombie does.
+    socket_dirs = {pgdata, *([Path(info[1])] if info[1] else [])}
+    for folder in socket_dirs:
+        for lock in folder.glob(".s.PGSQL.*.lock"):
+            with contextlib.suppress(FileNotFoundError):
+                lock.unlink()
+                Path(str(lock)[: -len(".lock")]).unlink()
     with contextlib.suppress(FileNotFoundError):
         (pgdata / "postmaster.pid").unlink()
 
