@@ -2,10 +2,10 @@
 
 Started on first use and left running so later processes reuse it (`lanpo db stop` ends it).
 Postgres' own `postmaster.pid` lock keeps a second server off the same data directory; a file lock
-here serialises our start-up. pgserver does not recover from a postmaster killed with SIGKILL (it
-trusts a stale `postmaster.pid` whose pid may linger as a zombie, and Postgres then trips on the socket lock
-file naming that zombie), so we detect that and clear both
-first; Postgres then replays its WAL and every committed row is back.
+here serialises our start-up. pgserver does not recover from a postmaster killed with SIGKILL: it
+trusts a stale `postmaster.pid` whose pid may linger as a zombie, and Postgres then trips on the socket
+lock file naming that zombie. We detect that and clear both first; Postgres then replays its WAL and
+every committed row is back.
 """
 
 from __future__ import annotations
