@@ -19,16 +19,15 @@ import click
 
 from lanpo.config import lanpo_home
 from lanpo.errors import InputError
-
-_REPO_ROOT = Path(__file__).resolve().parents[1]
+from lanpo.resources import project_dir
 
 
 def recipe_path(name: str) -> Path:
     """A recipe of `train/configs/` by file name, from a checkout or the copy packed into the wheel."""
-    for folder in (_REPO_ROOT / "train" / "configs", Path(__file__).resolve().parent / "_data" / "configs"):
-        if (folder / name).is_file():
-            return folder / name
-    raise InputError(f"recipe {name} not found in train/configs", hint="pass --config PATH")
+    folder = project_dir("train/configs", name)
+    if folder is None:
+        raise InputError(f"recipe {name} not found in train/configs", hint="pass --config PATH")
+    return folder / name
 
 
 @dataclass

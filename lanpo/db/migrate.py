@@ -9,15 +9,15 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+from lanpo.resources import project_dir
 
 
 def migrations_dir() -> Path:
     """`migrations/` of a source checkout, or the copy packed into the wheel."""
-    for candidate in (_REPO_ROOT / "migrations", Path(__file__).resolve().parents[1] / "_data" / "migrations"):
-        if (candidate / "env.py").exists():
-            return candidate
-    raise FileNotFoundError("lanpo's migrations/ folder is missing from this installation")
+    found = project_dir("migrations", "env.py")
+    if found is None:
+        raise FileNotFoundError("lanpo's migrations/ folder is missing from this installation")
+    return found
 
 
 def alembic_config(engine: Engine | None = None) -> Config:

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+from lanpo.resources import project_dir
 
 
 def sql_dir() -> Path:
     """`sql/` of a source checkout, or the copy packed into the wheel."""
-    for candidate in (_REPO_ROOT / "sql", Path(__file__).resolve().parents[1] / "_data" / "sql"):
-        if (candidate / "queries").is_dir():
-            return candidate
-    raise FileNotFoundError("lanpo's sql/ folder is missing from this installation")
+    found = project_dir("sql", "queries")
+    if found is None:
+        raise FileNotFoundError("lanpo's sql/ folder is missing from this installation")
+    return found
 
 
 @cache
