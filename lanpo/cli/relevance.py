@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from lanpo.db.engine import connect
+from lanpo.retrieval import STAGE1
 
-STAGE1_CHOICE = click.Choice(["bm25", "vector", "hybrid"])
+STAGE1_CHOICE = click.Choice(STAGE1)
 
 
 @click.group("relevance")

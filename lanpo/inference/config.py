@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 from lanpo.config import help_field
 from lanpo.errors import ConfigError
+from lanpo.retrieval import STAGE1
 
 # Attempt modes of the store that inference produces; the CLI also accepts the dashed spellings.
 MODES = ("zero_shot", "retrieval", "self_correct")
-STAGE1 = ("bm25", "vector", "hybrid")
 BACKENDS = ("hf", "vllm")
 
 

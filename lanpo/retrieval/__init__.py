@@ -13,3 +13,5 @@ Modules (import what you need; nothing here imports torch):
   relevance  cached scoring against `relevance_scores` and `lanpo relevance build`
   testtime   `retrieve(session, question, ...)` for inference
 """
+
+STAGE1 = ("bm25", "vector", "hybrid")  # the first-stage searches, by name

@@ -14,14 +14,12 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from lanpo.errors import InputError
-from lanpo.retrieval import vector
+from lanpo.retrieval import STAGE1, vector
 from lanpo.retrieval.bm25 import top_k_positions
 from lanpo.retrieval.corpus import DEFAULT_CACHE, BM25Cache
 from lanpo.retrieval.hybrid import RRF_K, rrf_fuse
 
 log = logging.getLogger(__name__)
-
-STAGE1 = ("bm25", "vector", "hybrid")
 
 
 @dataclass(frozen=True)
