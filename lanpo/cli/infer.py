@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from lanpo.inference.config import MODES
+from lanpo.retrieval import STAGE1
 
 MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
 
@@ -32,7 +33,7 @@ MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
 @click.option("--samples", default=1, show_default=True, type=click.IntRange(min=1), help="Samples per question (k).")
 @click.option(
     "--stage1",
-    type=click.Choice(["bm25", "vector", "hybrid"]),
+    type=click.Choice(STAGE1),
     default="bm25",
     show_default=True,
     help="Retrieval stage-1 search over the pool.",

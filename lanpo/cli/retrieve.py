@@ -5,12 +5,13 @@ from __future__ import annotations
 import click
 
 from lanpo.db.engine import connect
+from lanpo.retrieval import STAGE1
 
 
 @click.command("retrieve")
 @click.argument("question")
 @click.option(
-    "--stage1", type=click.Choice(["bm25", "vector", "hybrid"]), default="hybrid", show_default=True,
+    "--stage1", type=click.Choice(STAGE1), default="hybrid", show_default=True,
     help="Candidate search over the current experience summaries.",
 )  # fmt: skip
 @click.option("--top-k", type=click.IntRange(min=1), default=16, show_default=True, help="Stage-1 candidates.")
