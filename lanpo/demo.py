@@ -81,10 +81,10 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
     with stage(2, f"problems: reasoning-gym {cfg.data.task} -> JSONL -> store", echo):
         if not cfg.data.task:
             raise InputError("the demo recipe needs data.task (a reasoning-gym task) to generate problems")
-        options_ = dict(cfg.data.task_options)
+        task_options = dict(cfg.data.task_options)
         files = {
-            cfg.data.dataset: generate_problems(cfg.data.task, cfg.data.n, cfg.data.seed, "train", options_),
-            test_dataset: generate_problems(cfg.data.task, options.n_test, cfg.data.seed, "test", options_),
+            cfg.data.dataset: generate_problems(cfg.data.task, cfg.data.n, cfg.data.seed, "train", task_options),
+            test_dataset: generate_problems(cfg.data.task, options.n_test, cfg.data.seed, "test", task_options),
         }
         for dataset, records in files.items():
             path = data_dir / f"{dataset}.jsonl"
