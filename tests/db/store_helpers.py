@@ -86,3 +86,43 @@ def fill_history(session: Session) -> dict[str, int]:
         ],
     )
     return {"a": a, "b": b, "c": c, "run": run, "version": version, "evicted": first.experience_ids[0]}
+
+
+def write_training_steps(
+    session: Session,
+    batches: list[list[int]],
+    n: int,
+    lessons: int = 0,
+    store: StoreConfig | None = None,
+) -> list[tuple[list[int], list[int]]]:
+    """Write one training step per batch of problem ids, laid out as lanpo.train.record.write_step_rows does.
+
+    Per step, in its own committed transaction (so all its rows share one created_at = now(), and steps differ):
+    the attempts group by group (the `n` rollouts of each problem of the batch, in batch order, consecutive
+    ids), then `lessons` (<= n) experiences per problem summarised from its first rollouts, also problem by problem.
+    Recency ties within a step are therefore broken by id, exactly as in a real run.
+    Returns per step (attempt ids, experience version ids), both in write order.
+    """
+    store = store or StoreConfig(per_problem_cap=10_000, per_step_cap=10_000)
+    written = []
+    for step, batch in enumerate(batches):
+        attempt_ids = record_attempts(
+            session,
+            [
+                NewAttempt(p, "zero_shot", "prompt", f"rollout {j} of {p} at step {step}", 1.0, True, step=step)
+                for p in batch
+                for j in range(n)
+            ],
+        )
+        added = add_experiences(
+            session,
+            [
+                NewExperience(p, f"lesson {j} of {p} at step {step}", 1.0, attempt_ids[i * n + j], step=step)
+                for i, p in enumerate(batch)
+                for j in range(lessons)
+            ],
+            store,
+        )
+        session.commit()
+        written.append((attempt_ids, added.version_ids))
+    return written
