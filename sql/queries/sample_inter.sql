@@ -3,8 +3,10 @@
 -- every active experience of that problem) or per experience version (candidate_version_id: that version,
 -- if it is still the current one); the higher score wins when both exist. Ranked by relevance desc, then
 -- recency; the top :pool_size form the pool, rank i gets weight 1/(i+1), :k drawn without replacement by
--- Efraimidis-Spirakis keys -ln(u)/w with u a deterministic hash of (experience, problem, seed). The text of
--- the current version is read for the k drawn items only.
+-- Efraimidis-Spirakis keys -ln(u)/w, u from the top 52 bits of sha256('<experience id>/<problem id>/<seed>')
+-- as in sample_intra.sql (a cryptographic digest: a step's lessons have consecutive ids, issue 8). The key
+-- names the experience, not its version, so a rewrite keeps its draw. The text of the current version is
+-- read for the k drawn items only.
 -- The same problem is excluded twice over: here (<>) and by the CHECK constraint not_self.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
@@ -64,14 +66,18 @@ pool AS (
     ) ranked
     WHERE rank < :pool_size
 ),
+keyed AS (
+    -- The key's twin lives in sample_intra.sql: keep the two expressions identical (a test compares them).
+    SELECT problem_id, experience_id, source_problem_id, score, rank,
+           -ln((CAST(CAST(CAST('x' || left(encode(
+                   sha256(convert_to(concat_ws('/', candidate_id, problem_id, CAST(:seed AS bigint)), 'UTF8')),
+               'hex'), 13) AS bit(52)) AS bigint) AS float8) + 0.5) / 4503599627370496.0) * (rank + 1) AS key
+    FROM (SELECT pool.*, experience_id AS candidate_id FROM pool) p
+),
 drawn AS (
     SELECT problem_id, experience_id, source_problem_id, score, rank,
-           row_number() OVER (
-               PARTITION BY problem_id
-               ORDER BY -ln((CAST((hashint8extended(experience_id, hashint8extended(problem_id, CAST(:seed AS bigint))) >> 11)
-                 + 4503599627370496 AS float8) + 0.5) / 9007199254740992.0) * (rank + 1), experience_id
-           ) - 1 AS position
-    FROM pool
+           row_number() OVER (PARTITION BY problem_id ORDER BY key, experience_id) - 1 AS position
+    FROM keyed
 )
 SELECT d.problem_id, v.id AS candidate_id, d.rank, d.position, v.summary AS text, d.score, d.source_problem_id
 FROM drawn d

@@ -1,6 +1,9 @@
 -- Intra-sample draw for a batch: per problem, its most recent attempts (optionally of one run) form the pool
 -- (top :pool_size by created_at, id), rank i gets weight 1/(i+1), and :k are drawn without replacement by
--- Efraimidis-Spirakis keys -ln(u)/w (smallest k win) with u a deterministic hash of (attempt, problem, seed).
+-- Efraimidis-Spirakis keys -ln(u)/w (smallest k win). u comes from the top 52 bits of
+-- sha256('<attempt id>/<problem id>/<seed>'), plus one half, over 2^52: exact in float8 and strictly inside (0, 1).
+-- A cryptographic digest, because a weak hash of nearby ids (a group's rollouts have consecutive ids) gives
+-- correlated u within a pool and biased draws (issue 8). The same seed gives the same draws, whatever the batch.
 -- Returns one row per draw: problem, attempt id, rank, draw position (0-based, in key order), response.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
@@ -18,9 +21,11 @@ pool AS (
     ) c
 ),
 keyed AS (
+    -- The key's twin lives in sample_inter.sql: keep the two expressions identical (a test compares them).
     SELECT problem_id, candidate_id, rank,
-           -ln((CAST((hashint8extended(candidate_id, hashint8extended(problem_id, CAST(:seed AS bigint))) >> 11)
-                 + 4503599627370496 AS float8) + 0.5) / 9007199254740992.0) * (rank + 1) AS key
+           -ln((CAST(CAST(CAST('x' || left(encode(
+                   sha256(convert_to(concat_ws('/', candidate_id, problem_id, CAST(:seed AS bigint)), 'UTF8')),
+               'hex'), 13) AS bit(52)) AS bigint) AS float8) + 0.5) / 4503599627370496.0) * (rank + 1) AS key
     FROM pool
 ),
 drawn AS (

@@ -2,9 +2,13 @@
 
 Per problem the candidates are ranked (inter: relevance desc; intra: recency), the top `pool_size` kept,
 rank i (0-based) weighted `w_i = 1/(i+1)`, and k drawn WITHOUT replacement. The SQL (sql/queries/sample_*.sql)
-uses Efraimidis-Spirakis keys `-ln(u)/w` with `u` a deterministic hash of (candidate, problem, seed): the k
-smallest keys win, in key order, which is exactly successive weighted draws without replacement, and the
-same seed gives the same draws. `reference_sample` is the same distribution in numpy, for tests and the bench.
+uses Efraimidis-Spirakis keys `-ln(u)/w`: the k smallest keys win, in key order, which is exactly successive
+weighted draws without replacement as long as the u of one pool are independent uniforms. So u comes from a
+cryptographic digest: the top 52 bits of `sha256('<candidate id>/<problem id>/<seed>')`, plus one half, over
+2^52 (exact in float8, strictly inside (0, 1)). A cheaper integer hash was correlated for nearby ids, and a
+step writes a group's rollouts and a problem's lessons with consecutive ids, which biased the draws (issue 8).
+The same seed gives the same draws, whatever the order of the problem ids or the rest of the batch.
+`reference_sample` is the same distribution in numpy, for tests and the bench.
 """
 
 from __future__ import annotations
