@@ -9,10 +9,10 @@ import pytest
 import sqlalchemy as sa
 from scipy import stats
 from sqlalchemy.orm import Session
-from store_helpers import make_attempts, make_experiences, make_problems, relevance
+from store_helpers import group, make_attempts, make_experiences, make_pool, make_problems, relevance
 
 from lanpo.db.repo import sampling
-from lanpo.db.repo.attempts import NewAttempt, record_attempts
+from lanpo.db.repo.attempts import record_groups
 from lanpo.errors import InputError
 
 POOL, K, PROBLEMS, SEEDS = 8, 3, 200, 12
@@ -22,10 +22,7 @@ POOL, K, PROBLEMS, SEEDS = 8, 3, 200, 12
 def intra_pool(session: Session) -> list[int]:
     """PROBLEMS problems with POOL+2 attempts each (the two oldest fall outside the pool)."""
     pids = make_problems(session, PROBLEMS)
-    record_attempts(
-        session,
-        [NewAttempt(p, "zero_shot", "prompt", f"r{j}", 0.0) for j in range(POOL + 2) for p in pids],
-    )
+    record_groups(session, [group(p, [f"r{j}"], reward=0.0) for j in range(POOL + 2) for p in pids])
     return pids
 
 
@@ -82,7 +79,7 @@ def test_intra_run_filter_small_pools_and_bad_args(session: Session) -> None:
     p1, p2 = make_problems(session, 2)
     make_attempts(session, p1, 2)
     run = session.scalar(sa.text("INSERT INTO runs (name, kind) VALUES ('r', 'train') RETURNING id"))
-    record_attempts(session, [NewAttempt(p1, "zero_shot", "p", "in run", run_id=run)])
+    record_groups(session, [group(p1, ["in run"], run_id=run), group(p1, ["validation"], "val", run_id=run)])
     draws = sampling.sample_intra(session, [p1, p2], k=5, pool_size=32, seed=0)
     assert len(draws[p1]) == 3 and draws[p2] == []
     only_run = sampling.sample_intra(session, [p1], k=5, pool_size=32, seed=0, run_id=run)
@@ -93,31 +90,41 @@ def test_intra_run_filter_small_pools_and_bad_args(session: Session) -> None:
     with pytest.raises(InputError, match="seed"):
         sampling.sample_intra(session, [p1], k=1, pool_size=1, seed=2**64)
     with pytest.raises(InputError, match="gamma"):
-        sampling.sample_inter(session, [p1], k=1, pool_size=1, seed=0, gamma=1.5, scorer="s")
+        sampling.sample_inter(session, [p1], k=1, pool_size=1, seed=0, gamma=1.5, scorer="s", pool_id=1)
 
 
 def test_inter_ranks_by_relevance(session: Session) -> None:
     target, near, far, low = make_problems(session, 4)
+    pool = make_pool(session)
     make_experiences(session, near, 2)
     make_experiences(session, far, 2)
     make_experiences(session, low, 2)
+    make_experiences(session, near, 3, make_pool(session, "another run's pool"))  # never drawn: another pool
     relevance(session, target, near, 0.99)
     relevance(session, target, far, 0.91)
     relevance(session, target, low, 0.5)
     relevance(session, target, near, 0.1, scorer="other")
-    draws = sampling.sample_inter(session, [target], k=10, pool_size=3, seed=3, gamma=0.9, scorer="s")[target]
+    draws = sampling.sample_inter(
+        session, [target], k=10, pool_size=3, seed=3, gamma=0.9, scorer="s", pool_id=pool.id
+    )[target]
     assert len(draws) == 3  # pool_size cuts the 4 relevant candidates to 3
     by_rank = sorted(draws, key=lambda d: d.rank)
     assert [d.source_problem_id for d in by_rank] == [near, near, far]
     assert [d.score for d in by_rank] == [0.99, 0.99, 0.91]
-    assert sampling.sample_inter(session, [target], k=3, pool_size=3, seed=3, gamma=0.9, scorer="none") == {target: []}
+    none = sampling.sample_inter(
+        session, [target], k=3, pool_size=3, seed=3, gamma=0.9, scorer="none", pool_id=pool.id
+    )
+    assert none == {target: []}
+    wide = sampling.sample_inter(session, [target], k=9, pool_size=9, seed=3, gamma=0.9, scorer="s", pool_id=pool.id)
+    assert len(wide[target]) == 4 and all("lesson" in d.text for d in wide[target])
 
 
 def test_inter_sql_matches_reference_distribution(session: Session) -> None:
     """Same check for the inter query: one source problem with POOL lessons, relevant to many targets."""
     targets = make_problems(session, 150, dataset="targets")
     (source,) = make_problems(session, 1, dataset="source")
-    make_experiences(session, source, POOL + 3)
+    pool = make_pool(session)
+    make_experiences(session, source, POOL + 3, pool)
     session.execute(
         sa.text(
             "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) "
@@ -127,7 +134,9 @@ def test_inter_sql_matches_reference_distribution(session: Session) -> None:
     )
     samples = []
     for seed in range(SEEDS):
-        drawn = sampling.sample_inter(session, targets, k=K, pool_size=POOL, seed=seed, gamma=0.9, scorer="s")
+        drawn = sampling.sample_inter(
+            session, targets, k=K, pool_size=POOL, seed=seed, gamma=0.9, scorer="s", pool_id=pool.id
+        )
         samples += [[d.rank for d in draws] for draws in drawn.values()]
     n = len(samples)
     assert n == len(targets) * SEEDS and all(len(s) == K == len(set(s)) for s in samples)
