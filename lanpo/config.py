@@ -32,9 +32,11 @@ def help_field(default: Any, help: str, **kwargs: Any) -> Any:
 
 @dataclass
 class StoreConfig:
-    """The experience store: capacity policies and embedding size."""
+    """The run's experience pool: its name and the capacity settings it is created with."""
 
-    embedding_dim: int = help_field(384, "dimension of every embedding column (all-MiniLM-L6-v2: 384)")
+    pool: str | None = help_field(
+        None, "pool the run reads and writes (None: a pool named after the run; a shared name shares on purpose)"
+    )
     per_problem_cap: int = help_field(32, "active experiences kept per problem (paper: 32)")
     per_step_cap: int = help_field(8, "new experiences admitted per problem per training step (paper: 8)")
     global_cap: int | None = help_field(None, "active experiences kept in the whole pool (None: unbounded)")
@@ -43,8 +45,8 @@ class StoreConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.embedding_dim < 1:
-            raise ConfigError(f"store.embedding_dim must be >= 1, got {self.embedding_dim}")
+        if self.pool is not None and not self.pool.strip():
+            raise ConfigError("store.pool must be a pool name or unset", hint="leave it out to use the run's name")
         if self.per_problem_cap < 1:
             raise ConfigError(f"store.per_problem_cap must be >= 1, got {self.per_problem_cap}")
         if self.per_step_cap < 1:

@@ -127,9 +127,9 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
                 f"round(accuracy::numeric, 2) AS accuracy FROM run_rewards "
                 f"WHERE run_name = '{cfg.run_name}' ORDER BY step, mode"
             ),
-            "the newest experiences in the pool": (
+            "the newest experiences in the run's pool": (
                 "SELECT experience_id, problem_id, round(reward::numeric, 2) AS reward, left(summary, 70) AS summary "
-                "FROM pool_current ORDER BY created_at DESC LIMIT 3"
+                f"FROM pool_current WHERE pool = '{cfg.pool_name()}' ORDER BY created_at DESC LIMIT 3"
             ),
         }
         for title, sql in queries.items():
@@ -190,7 +190,9 @@ def _answer_held_out(
         adapters[-1] if adapters else None,
         db=engine,
         sampling=SamplingSettings(max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0),
-        retrieval=RetrievalSettings(stage1="bm25", top_k=8, gamma=cfg.feedback.gamma, m=2, scorer="policy"),
+        retrieval=RetrievalSettings(
+            stage1="bm25", top_k=8, gamma=cfg.feedback.gamma, m=2, scorer="policy", pool=cfg.pool_name()
+        ),
         notify=lambda message: echo(f"      note: {message}"),
     )
     solutions = solver.solve(questions, "retrieval", 1)
@@ -202,6 +204,7 @@ def _answer_held_out(
             {"mode": "retrieval", "dataset": test_dataset},
             cfg.model.name,
             solver.adapter_sha256,
+            pool_id=solver.pool().id,
         )
         record_solutions(session, solutions, run_id, version)
     for solution in solutions:

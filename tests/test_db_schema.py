@@ -43,8 +43,13 @@ def _fill(engine: Engine) -> None:
         conn.execute(
             sa.text("INSERT INTO problems (dataset, external_id, question, answer) VALUES ('d', '1', 'q', 'a')")
         )
-        conn.execute(sa.text("INSERT INTO experiences (problem_id, reward) VALUES (1, 1.0)"))
+        conn.execute(
+            sa.text("INSERT INTO pools (name, per_problem_cap, per_step_cap, eviction) VALUES ('p', 4, 2, 'oldest')")
+        )
+        conn.execute(sa.text("INSERT INTO experiences (pool_id, problem_id, reward) VALUES (1, 1, 1.0)"))
         conn.execute(sa.text("INSERT INTO experience_versions (experience_id, version, summary) VALUES (1, 1, 's')"))
+        conn.execute(sa.text("INSERT INTO rollout_groups (problem_id, mode, prompt) VALUES (1, 'zero_shot', 'p')"))
+        conn.execute(sa.text("INSERT INTO attempts (group_id, response, reward) VALUES (1, 'r', 1.0)"))
 
 
 def test_upgrade_downgrade_upgrade_empty_and_filled(db: Engine) -> None:
@@ -73,8 +78,14 @@ def test_not_migrated_names_the_command(db: Engine) -> None:
     "statement",
     [
         "INSERT INTO problems (dataset, external_id, question) VALUES ('d', 'x', '   ')",
-        "INSERT INTO attempts (problem_id, mode, prompt, response, reward) VALUES (1, 'intra', 'p', 'r', 'NaN')",
-        "INSERT INTO attempts (problem_id, mode, prompt, response) VALUES (1, 'telepathy', 'p', 'r')",
+        "INSERT INTO attempts (group_id, response, reward) VALUES (1, 'r', 'NaN')",
+        "INSERT INTO attempts (group_id, response, served_adapter_sha256) VALUES (1, 'r', 'not-a-sha')",
+        "INSERT INTO rollout_groups (problem_id, mode, prompt) VALUES (1, 'telepathy', 'p')",
+        "INSERT INTO attempts (group_id, response) VALUES (999, 'r')",
+        "INSERT INTO pools (name, per_problem_cap, per_step_cap, eviction) VALUES ('q', 0, 1, 'oldest')",
+        "INSERT INTO pools (name, per_problem_cap, per_step_cap, eviction) VALUES ('q', 1, 1, 'randomly')",
+        "INSERT INTO pools (name, per_problem_cap, per_step_cap, eviction) VALUES ('p', 1, 1, 'oldest')",
+        "INSERT INTO experiences (problem_id) VALUES (1)",
         "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) VALUES (1, 1, 's', 0.5)",
         "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) VALUES (1, 2, 's', 1.5)",
         "INSERT INTO experience_versions (experience_id, version, summary) VALUES (1, 0, 's')",
@@ -85,7 +96,11 @@ def test_check_constraints(db: Engine, statement: str) -> None:
         conn.execute(
             sa.text("INSERT INTO problems (dataset, external_id, question) VALUES ('d', '1', 'q'), ('d', '2', 'q')")
         )
-        conn.execute(sa.text("INSERT INTO experiences (problem_id) VALUES (1)"))
+        conn.execute(
+            sa.text("INSERT INTO pools (name, per_problem_cap, per_step_cap, eviction) VALUES ('p', 4, 2, 'oldest')")
+        )
+        conn.execute(sa.text("INSERT INTO experiences (pool_id, problem_id) VALUES (1, 1)"))
+        conn.execute(sa.text("INSERT INTO rollout_groups (problem_id, mode, prompt) VALUES (1, 'zero_shot', 'p')"))
     with pytest.raises(sa.exc.IntegrityError), db.begin() as conn:
         conn.execute(sa.text(statement))
 

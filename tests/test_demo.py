@@ -47,7 +47,7 @@ def test_demo_runs_every_stage_on_a_tiny_model(db_env: str, db: Engine, tmp_path
         )
         scored = conn.scalar(sa.text("SELECT count(*) FROM relevance_scores"))
         infer_attempts = conn.scalar(
-            sa.text("SELECT count(*) FROM attempts JOIN runs ON runs.id = run_id WHERE runs.kind = 'infer'")
+            sa.text("SELECT count(*) FROM run_attempts JOIN runs ON runs.id = run_id WHERE runs.kind = 'infer'")
         )
     assert kinds["demo-test"] == "train" and kinds["demo-test-infer"] == "infer"
     assert committed == 3

@@ -57,6 +57,12 @@ MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
     help="Experiences put into the prompt at most.",
 )
 @click.option(
+    "--pool",
+    "pool_name",
+    default=None,
+    help="retrieval: the experience pool to read (default: the only pool in the store).",
+)
+@click.option(
     "--scorer",
     default="policy",
     show_default=True,
@@ -116,6 +122,7 @@ def command(
     top_k: int,
     gamma: float,
     m: int,
+    pool_name: str | None,
     scorer: str,
     max_new_tokens: int,
     temperature: float,
@@ -154,9 +161,15 @@ def command(
 
     mode = normalise_mode(mode)
     questions = read_questions(input_path)
-    retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, scorer=scorer)
+    retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, scorer=scorer, pool=pool_name)
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
     db = connect() if (mode == "retrieval" or not no_store) else None
+    pool_id = None
+    if mode == "retrieval":  # before the model loads: an unknown or ambiguous pool fails at once
+        from lanpo.db.repo.pools import resolve_pool
+
+        with transaction(db) as session:
+            pool_id = resolve_pool(session, pool_name).id
     engine = Engine(
         model,
         adapter,
@@ -184,7 +197,9 @@ def command(
         }
         with transaction(db) as session:
             questions = store.import_questions(session, dataset, questions)
-            run_id, version_id = store.start_run(session, name, "infer", config, model, engine.adapter_sha256)
+            run_id, version_id = store.start_run(
+                session, name, "infer", config, model, engine.adapter_sha256, pool_id=pool_id
+            )
     bar = tqdm(total=len(questions), unit="problem", desc=mode, file=sys.stderr, dynamic_ncols=True)
 
     def keep(batch: list[Solution]) -> None:

@@ -1,6 +1,7 @@
-"""`lanpo pool ...`: what is in the experience pool, and what a feedback context would look like.
+"""`lanpo pool ...`: the named experience pools, what is in one, and what a feedback context would look like.
 
-Problem ids on the command line are the numeric `problems.id` or `dataset:external_id`.
+Problem ids on the command line are the numeric `problems.id` or `dataset:external_id`. `--pool NAME` picks the
+pool; it may be left out when the store holds only one.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
 from lanpo.db.engine import connect, transaction
-from lanpo.db.repo import contexts, problems
+from lanpo.db.repo import contexts, pools, problems
 from lanpo.errors import InputError
 
 PROBLEM_HELP = "Problem: numeric problems.id or dataset:external_id (repeatable)."
+POOL_HELP = "Experience pool (default: the only pool in the store; `lanpo pool list` names them)."
 
 
 def render(mode: str, items: Sequence[object]) -> str:
@@ -36,18 +38,39 @@ def render(mode: str, items: Sequence[object]) -> str:
 
 @click.group("pool")
 def command() -> None:
-    """The experience pool: statistics, weighted draws, rendered feedback contexts."""
+    """Experience pools: list them; statistics, weighted draws and rendered feedback contexts of one."""
+
+
+@command.command("list")
+def list_cmd() -> None:
+    """Every pool with its capacity settings, active / evicted experiences and the runs that use it."""
+    with transaction(connect()) as session:
+        found = pools.list_pools(session)
+    if not found:
+        click.echo("no pools yet (a training run creates one named after it)")
+        return
+    header = f"{'pool':<24} {'active':>7} {'evicted':>8}  {'caps (problem/step/global)':<27} {'eviction':<16} runs"
+    click.echo(header)
+    for s in found:
+        p = s.pool
+        caps = f"{p.per_problem_cap}/{p.per_step_cap}/{p.global_cap if p.global_cap is not None else '-'}"
+        click.echo(f"{p.name:<24} {s.active:>7} {s.evicted:>8}  {caps:<27} {p.eviction:<16} {s.runs}")
 
 
 @command.command("stats")
 @click.option("--dataset", default=None, help="Only problems of this dataset (default: all).")
-def stats_cmd(dataset: str | None) -> None:
+@click.option("--pool", "pool_name", default=None, help="Only this pool's experiences (default: every pool).")
+def stats_cmd(dataset: str | None, pool_name: str | None) -> None:
     """Problems, active / evicted experiences, attempts, and per-problem pool sizes (min / median / max)."""
     with transaction(connect()) as session:
         if dataset is not None:
             problems.problem_ids(session, dataset)  # unknown dataset -> clear error
-        row = session.execute(sqlfiles.load("queries/pool_stats"), {"dataset": dataset}).one()
-        sizes = list(session.scalars(sqlfiles.load("queries/pool_sizes"), {"dataset": dataset}))
+        pool_id = None if pool_name is None else pools.get_pool(session, pool_name).id
+        params = {"dataset": dataset, "pool_id": pool_id}
+        row = session.execute(sqlfiles.load("queries/pool_stats"), params).one()
+        sizes = list(session.scalars(sqlfiles.load("queries/pool_sizes"), params))
+    if pool_name is not None:
+        click.echo(f"pool:                  {pool_name}")
     click.echo(f"problems:              {row.problems}")
     click.echo(f"experiences active:    {row.active}")
     click.echo(f"experiences evicted:   {row.evicted}")
@@ -79,6 +102,7 @@ def _mode_options(f: Callable[..., None]) -> Callable[..., None]:
                 "--gamma", default=0.9, show_default=True, type=click.FloatRange(0, 1), help="inter: min relevance."
             ),
             click.option("--scorer", default=None, help="inter: relevance scorer whose scores to use."),
+            click.option("--pool", "pool_name", default=None, help="inter: " + POOL_HELP),
             click.option("--run", "run_id", default=None, type=int, help="intra: only attempts of this run id."),
         ]
     ):
@@ -98,18 +122,22 @@ def _draw(
     pool_size: int,
     gamma: float,
     scorer: str | None,
+    pool_name: str | None,
     run_id: int | None,
 ) -> tuple[list[int], Items]:
     ids = problems.resolve_refs(session, list(refs))
     if mode == "intra":
         return ids, contexts.intra_contexts(session, ids, k=k, pool_size=pool_size, seed=seed, run_id=run_id)
+    pool = pools.resolve_pool(session, pool_name)
     if not scorer:
         known = list(session.scalars(sqlfiles.load("queries/scorers")))
         raise InputError(
             "--mode inter needs --scorer",
             hint=f"scorers in the store: {', '.join(known)}" if known else "compute relevance first (lanpo relevance)",
         )
-    return ids, contexts.inter_contexts(session, ids, k=k, pool_size=pool_size, seed=seed, gamma=gamma, scorer=scorer)
+    return ids, contexts.inter_contexts(
+        session, ids, k=k, pool_size=pool_size, seed=seed, gamma=gamma, scorer=scorer, pool_id=pool.id
+    )
 
 
 @command.command("sample")
@@ -123,12 +151,13 @@ def sample_cmd(
     pool_size: int,
     gamma: float,
     scorer: str | None,
+    pool_name: str | None,
     run_id: int | None,
     as_json: bool,
 ) -> None:
     """Draw K feedback items per problem, exactly as the trainer would (weighted, without replacement)."""
     with transaction(connect()) as session:
-        ids, drawn = _draw(session, refs, mode, k, seed, pool_size, gamma, scorer, run_id)
+        ids, drawn = _draw(session, refs, mode, k, seed, pool_size, gamma, scorer, pool_name, run_id)
     for pid in ids:
         items = drawn.get(pid, [])
         if as_json:
@@ -162,12 +191,13 @@ def context_cmd(
     pool_size: int,
     gamma: float,
     scorer: str | None,
+    pool_name: str | None,
     run_id: int | None,
     messages: bool,
 ) -> None:
     """Print the exact context text that would go into the prompt of each problem."""
     with transaction(connect()) as session:
-        ids, drawn = _draw(session, refs, mode, k, seed, pool_size, gamma, scorer, run_id)
+        ids, drawn = _draw(session, refs, mode, k, seed, pool_size, gamma, scorer, pool_name, run_id)
         rows = {p.id: p for p in problems.problems_by_ids(session, ids)}
     for n, pid in enumerate(ids):
         if len(ids) > 1:

@@ -26,6 +26,9 @@ from lanpo.retrieval import STAGE1
 )
 @click.option("--ef-search", type=click.IntRange(min=1), default=100, show_default=True, help="HNSW ef_search.")
 @click.option("--device", default=None, help="torch device for the judge.")
+@click.option(
+    "--pool", "pool_name", default=None, help="Experience pool to search (default: the only pool in the store)."
+)
 def command(
     question: str,
     stage1: str,
@@ -36,6 +39,7 @@ def command(
     embedding_model: str,
     ef_search: int,
     device: str | None,
+    pool_name: str | None,
 ) -> None:
     """Print up to M experiences relevant to QUESTION (stage 1 -> LLM rerank -> gamma filter).
 
@@ -45,17 +49,21 @@ def command(
     """
     from sqlalchemy.orm import Session
 
+    from lanpo.db.engine import transaction
+    from lanpo.db.repo.pools import resolve_pool
     from lanpo.retrieval.corpus import BM25Cache
     from lanpo.retrieval.scorer import load_scorer
     from lanpo.retrieval.testtime import default_embedder, retrieve
 
     engine = connect()
+    with transaction(engine) as session:
+        pool = resolve_pool(session, pool_name)  # before loading any model: a wrong name fails at once
     judge = None if scorer.lower() == "none" else load_scorer(scorer, device=device)
     embedder = default_embedder(embedding_model) if stage1 != "bm25" else None
     with Session(engine) as session:
         found = retrieve(
-            session, question, stage1=stage1, top_k=top_k, gamma=gamma, m=m, scorer=judge, embedder=embedder,
-            ef_search=ef_search, cache=BM25Cache(),
+            session, question, pool_id=pool.id, stage1=stage1, top_k=top_k, gamma=gamma, m=m, scorer=judge,
+            embedder=embedder, ef_search=ef_search, cache=BM25Cache(),
         )  # fmt: skip
     if not found:
         what = "the pool is empty or nothing reached gamma" if judge else "the pool is empty"

@@ -15,11 +15,11 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from lanpo.config import default_embedding_dim
+from lanpo.config import EVICTION_POLICIES, default_embedding_dim
 
 EMBEDDING_DIM = default_embedding_dim()
 
-ATTEMPT_MODES = ("zero_shot", "intra", "inter", "self_correct", "retrieval")
+ATTEMPT_MODES = ("zero_shot", "intra", "inter", "self_correct", "retrieval", "val")
 EXPERIENCE_KINDS = ("summary", "reflection", "meta")
 RUN_KINDS = ("train", "sft", "eval", "infer", "import", "bench")
 RUN_STATUSES = ("running", "finished", "failed")
@@ -63,8 +63,30 @@ class Run(Base):
     config: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=sa.text("'{}'::jsonb"))
     model: Mapped[str | None] = mapped_column(sa.Text)
     status: Mapped[str] = mapped_column(sa.Text, server_default="running")
+    pool_id: Mapped[int | None] = mapped_column(sa.ForeignKey("pools.id"))  # the pool it reads and writes
     started_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
     finished_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True))
+
+
+class Pool(Base):
+    """A named experience pool with its capacity settings; runs read and write their own (shared on purpose)."""
+
+    __tablename__ = "pools"
+    __table_args__ = (
+        sa.CheckConstraint(_nonempty("name"), name="name_nonempty"),
+        sa.CheckConstraint("per_problem_cap >= 1", name="per_problem_cap_positive"),
+        sa.CheckConstraint("per_step_cap >= 1", name="per_step_cap_positive"),
+        sa.CheckConstraint("global_cap IS NULL OR global_cap >= 1", name="global_cap_positive"),
+        sa.CheckConstraint(_in("eviction", EVICTION_POLICIES), name="eviction_valid"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.Text, unique=True)
+    per_problem_cap: Mapped[int] = mapped_column(sa.Integer)
+    per_step_cap: Mapped[int] = mapped_column(sa.Integer)
+    global_cap: Mapped[int | None] = mapped_column(sa.Integer)
+    eviction: Mapped[str] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 
 class PolicyVersion(Base):
@@ -123,15 +145,16 @@ class Problem(Base):
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 
-class Attempt(Base):
-    __tablename__ = "attempts"
+class RolloutGroup(Base):
+    """One prompt and the n rollouts (attempts) generated from it: the context it carried is stored once, here."""
+
+    __tablename__ = "rollout_groups"
     __table_args__ = (
         sa.CheckConstraint(_in("mode", ATTEMPT_MODES), name="mode_valid"),
-        sa.CheckConstraint(_finite("reward"), name="reward_finite"),
+        sa.CheckConstraint("step IS NULL OR step >= 0", name="step_nonnegative"),
         sa.CheckConstraint("prompt_tokens IS NULL OR prompt_tokens >= 0", name="prompt_tokens_nonnegative"),
-        sa.CheckConstraint("completion_tokens IS NULL OR completion_tokens >= 0", name="completion_tokens_nonneg"),
-        sa.Index("ix_attempts_problem_recent", "problem_id", sa.text("created_at DESC"), sa.text("id DESC")),
-        sa.Index("ix_attempts_run_step", "run_id", "step"),
+        sa.Index("ix_rollout_groups_problem_recent", "problem_id", sa.text("created_at DESC"), sa.text("id DESC")),
+        sa.Index("ix_rollout_groups_run_step", "run_id", "step"),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
@@ -141,13 +164,32 @@ class Attempt(Base):
     policy_version_id: Mapped[int | None] = mapped_column(sa.ForeignKey("policy_versions.id"))
     mode: Mapped[str] = mapped_column(sa.Text)
     prompt: Mapped[str] = mapped_column(sa.Text)
-    response: Mapped[str] = mapped_column(sa.Text)
     prompt_version: Mapped[str | None] = mapped_column(sa.Text)
+    prompt_tokens: Mapped[int | None] = mapped_column(sa.Integer)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+
+
+class Attempt(Base):
+    """One rollout of a group: the response and its grade; run, problem, step and mode are its group's."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (
+        sa.CheckConstraint(_finite("reward"), name="reward_finite"),
+        sa.CheckConstraint("completion_tokens IS NULL OR completion_tokens >= 0", name="completion_tokens_nonneg"),
+        sa.CheckConstraint(
+            "served_adapter_sha256 IS NULL OR served_adapter_sha256 ~ '^[0-9a-f]{64}$'", name="served_sha256_hex"
+        ),
+        sa.Index("ix_attempts_group_id", "group_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    group_id: Mapped[int] = mapped_column(sa.ForeignKey("rollout_groups.id", ondelete="CASCADE"))
+    response: Mapped[str] = mapped_column(sa.Text)
     reward: Mapped[float | None] = mapped_column(sa.Double)
     correct: Mapped[bool | None] = mapped_column(sa.Boolean)
     format_ok: Mapped[bool | None] = mapped_column(sa.Boolean)
-    prompt_tokens: Mapped[int | None] = mapped_column(sa.Integer)
     completion_tokens: Mapped[int | None] = mapped_column(sa.Integer)
+    served_adapter_sha256: Mapped[str | None] = mapped_column(sa.Text)  # the adapter the engine served it with
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 
@@ -158,16 +200,25 @@ class Experience(Base):
         sa.CheckConstraint(_finite("reward"), name="reward_finite"),
         sa.CheckConstraint("(evicted_at IS NULL) = (evicted_by IS NULL)", name="eviction_complete"),
         sa.Index(
-            "ix_experiences_pool",
+            "ix_experiences_active",
+            "pool_id",
             "problem_id",
             sa.text("created_at DESC"),
             sa.text("id DESC"),
             postgresql_where=sa.text("evicted_at IS NULL"),
         ),
-        sa.Index("ix_experiences_active_created", "created_at", "id", postgresql_where=sa.text("evicted_at IS NULL")),
+        sa.Index(
+            "ix_experiences_active_created",
+            "pool_id",
+            "created_at",
+            "id",
+            postgresql_where=sa.text("evicted_at IS NULL"),
+        ),
+        sa.Index("ix_experiences_problem_id", "problem_id"),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    pool_id: Mapped[int] = mapped_column(sa.ForeignKey("pools.id"))
     problem_id: Mapped[int] = mapped_column(sa.ForeignKey("problems.id", ondelete="CASCADE"))
     source_attempt_id: Mapped[int | None] = mapped_column(sa.ForeignKey("attempts.id", ondelete="SET NULL"))
     kind: Mapped[str] = mapped_column(sa.Text, server_default="summary")
@@ -206,17 +257,18 @@ class ExperienceVersion(Base):
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 
-class AttemptContext(Base):
-    """What was injected into an attempt's prompt: an experience version (inter) or an earlier attempt (intra)."""
+class GroupContext(Base):
+    """What was injected into a group's prompt: an experience version (inter) or an earlier attempt (intra)."""
 
-    __tablename__ = "attempt_contexts"
+    __tablename__ = "group_contexts"
     __table_args__ = (
         sa.CheckConstraint("position >= 0", name="position_nonnegative"),
         sa.CheckConstraint("num_nonnulls(experience_version_id, context_attempt_id) = 1", name="one_source"),
-        sa.Index("ix_attempt_contexts_experience_version_id", "experience_version_id"),
+        sa.Index("ix_group_contexts_experience_version_id", "experience_version_id"),
+        sa.Index("ix_group_contexts_context_attempt_id", "context_attempt_id"),
     )
 
-    attempt_id: Mapped[int] = mapped_column(sa.ForeignKey("attempts.id", ondelete="CASCADE"), primary_key=True)
+    group_id: Mapped[int] = mapped_column(sa.ForeignKey("rollout_groups.id", ondelete="CASCADE"), primary_key=True)
     position: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
     experience_version_id: Mapped[int | None] = mapped_column(sa.ForeignKey("experience_versions.id"))
     context_attempt_id: Mapped[int | None] = mapped_column(sa.ForeignKey("attempts.id"))

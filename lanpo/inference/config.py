@@ -36,8 +36,11 @@ class RetrievalSettings:
     scorer: str = help_field(
         "policy", "relevance judge: `policy` (the answering model itself), `none` (stage 1 only), or a model"
     )
+    pool: str | None = help_field(None, "experience pool to retrieve from (None: the only pool in the store)")
 
     def __post_init__(self) -> None:
+        if self.pool is not None and not self.pool.strip():
+            raise ConfigError("retrieval.pool must name a pool, or be left out")
         if self.stage1 not in STAGE1:
             raise ConfigError(f"retrieval.stage1 must be one of {', '.join(STAGE1)}, got {self.stage1!r}")
         if self.top_k < 1:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lanpo import prompts
+from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import ConfigError, InputError
 from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
 from lanpo.inference.io import Question, question_id
@@ -51,6 +52,7 @@ class Turn:
     correct: bool | None
     reward: float | None
     format_ok: bool
+    served_adapter_sha256: str | None = None  # the adapter that answered (None: the base model)
 
     def to_record(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -170,6 +172,7 @@ class Engine:
         self.notify = notify
         self._retriever = retriever
         self._scorer: Any = None
+        self._pool: PoolRow | None = None
         self.adapter = Path(adapter) if adapter is not None else None
         if self.adapter is not None and not (self.adapter / "adapter_config.json").is_file():
             what = "does not exist" if not self.adapter.exists() else "holds no PEFT adapter (adapter_config.json)"
@@ -305,12 +308,14 @@ class Engine:
     ) -> list[list[Turn]]:
         groups = self.backend.generate(prompts_, n, params)
         return [
-            [self._turn(p, c, v, gm, g) for c in group]
+            [self._turn(p, c, v, gm, g, self.adapter_sha256) for c in group]
             for p, group, v, gm, g in zip(prompts_, groups, versions, grade_modes, golds, strict=True)
         ]
 
     @staticmethod
-    def _turn(prompt: str, completion: Completion, version: str, grade_mode: str, gold: str | None) -> Turn:
+    def _turn(
+        prompt: str, completion: Completion, version: str, grade_mode: str, gold: str | None, served: str | None
+    ) -> Turn:
         text = completion.text
         fmt = format_ok(text, grade_mode)
         correct = None if gold is None else is_correct(text, gold)
@@ -326,6 +331,7 @@ class Engine:
             correct=correct,
             reward=reward,
             format_ok=fmt,
+            served_adapter_sha256=served,
         )
 
     def _zero_shot(self, chunk: list[Question], k: int, params: SamplingParams) -> list[Solution]:
@@ -386,13 +392,24 @@ class Engine:
 
     # ------------------------------------------------------------------ retrieval
 
-    def pool_size(self) -> int:
-        """Active experiences in the store (retrieval needs the database)."""
-        from lanpo.db import sqlfiles
-        from lanpo.db.engine import transaction
+    def pool(self) -> PoolRow:
+        """The experience pool retrieval reads (`retrieval.pool`, else the store's only pool), looked up once."""
+        if self._pool is None:
+            from lanpo.db.engine import transaction
+            from lanpo.db.repo.pools import resolve_pool
 
+            with transaction(self._require_db()) as session:
+                self._pool = resolve_pool(session, self.retrieval.pool)
+        return self._pool
+
+    def pool_size(self) -> int:
+        """Active experiences in the pool retrieval reads (retrieval needs the database)."""
+        from lanpo.db.engine import transaction
+        from lanpo.db.repo.pools import active_size
+
+        pool = self.pool()
         with transaction(self._require_db()) as session:
-            return int(session.execute(sqlfiles.load("queries/inference_pool_size")).scalar_one())
+            return active_size(session, pool.id)
 
     def _require_db(self) -> Any:
         if self.db is None:
@@ -409,12 +426,14 @@ class Engine:
             self._retriever = retrieve
         r = self.retrieval
         scorer = self.scorer()
+        pool = self.pool()
         out = []
         with transaction(self._require_db()) as session:
             for q in chunk:
                 hits = self._retriever(
                     session,
                     q.question,
+                    pool_id=pool.id,
                     stage1=r.stage1,
                     top_k=r.top_k,
                     gamma=r.gamma,

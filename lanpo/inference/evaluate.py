@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from lanpo.config import lanpo_home, to_mapping
 from lanpo.db.engine import transaction
+from lanpo.db.repo.pools import resolve_pool
 from lanpo.db.repo.runs import finish_run, record_metrics
 from lanpo.errors import InputError
 from lanpo.inference import store
@@ -89,11 +90,15 @@ def run_eval(
 ) -> EvalResult:
     """Run the evaluation, store it, write table.md / table.csv and return the recounted table."""
     questions = load_questions(db, config, Path(config_dir))
+    pool_id = None
+    if "retrieval" in config.modes:  # before the model loads: an unknown or ambiguous pool fails at once
+        with transaction(db) as session:
+            pool_id = resolve_pool(session, config.retrieval.pool).id
     engine = engine or build_engine(config, db)
     name = config.run_name or f"eval-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     with transaction(db) as session:
         run_id, version_id = store.start_run(
-            session, name, "eval", to_mapping(config), config.model, engine.adapter_sha256
+            session, name, "eval", to_mapping(config), config.model, engine.adapter_sha256, pool_id=pool_id
         )
     datasets = [d.name for d in config.datasets]
     outcomes: list[tuple[str, str, object, bool]] = []

@@ -4,10 +4,11 @@
   stem>` unless `--dataset` names one), keyed by their id; a stored problem with the same id but other text is
   an error (nothing is overwritten).
 - Every turn is an attempt of the run with its mode (`zero_shot`, `retrieval`, `self_correct`), so the
-  `run_rewards` / `experience_usage` views cover inference and evaluation too. `step` holds the turn index
-  (0: the answer; in self-correct 0 is the first attempt and 1 the revision, whose `attempt_contexts` row
-  names the first attempt). Retrieval attempts list the experience versions in their prompt, with relevance.
-- The final answer of a sample is the attempt no other attempt of the run uses as context.
+  `run_rewards` / `experience_usage` views cover inference and evaluation too. The k samples of one prompt form
+  one rollout group; `step` holds the turn index (0: the answer; in self-correct 0 is the first attempt and 1
+  the revision, one group per sample whose `group_contexts` row names the first attempt). Retrieval groups list
+  the experience versions in their prompt, with relevance.
+- The final answer of a sample is the attempt no group of the run uses as context.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
-from lanpo.db.repo.attempts import ContextRef, NewAttempt, record_attempts
+from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.problems import ProblemIn, check_dataset_name, upsert_problems
 from lanpo.db.repo.runs import add_policy_version, create_run
 from lanpo.db.sqlfiles import load
@@ -65,58 +66,82 @@ def dataset_questions(session: Session, dataset: str, limit: int | None = None) 
 
 
 def start_run(
-    session: Session, name: str, kind: str, config: dict, model: str, adapter_sha256: str | None
+    session: Session,
+    name: str,
+    kind: str,
+    config: dict,
+    model: str,
+    adapter_sha256: str | None,
+    pool_id: int | None = None,
 ) -> tuple[int, int | None]:
-    """Create the run (and its policy version when an adapter is served); returns (run id, policy version id)."""
-    run = create_run(session, name, kind, config=config, model=model)
+    """Create the run (reading `pool_id`, and with a policy version when an adapter is served); returns
+    (run id, policy version id)."""
+    run = create_run(session, name, kind, config=config, model=model, pool_id=pool_id)
     version = add_policy_version(session, run.id, 0, adapter_sha256) if adapter_sha256 else None
     return run.id, version
 
 
-def _attempt(q: Question, mode: str, turn: Turn, step: int, run_id: int, policy_version_id: int | None) -> NewAttempt:
-    assert q.problem_id is not None
+def _attempt(turn: Turn) -> NewAttempt:
     return NewAttempt(
-        problem_id=q.problem_id,
-        mode=mode,
-        prompt=turn.prompt,
         response=turn.response,
         reward=turn.reward,
         correct=turn.correct,
         format_ok=turn.format_ok,
-        prompt_tokens=turn.prompt_tokens,
         completion_tokens=turn.completion_tokens,
+        served_adapter_sha256=turn.served_adapter_sha256,
+    )
+
+
+def _group(
+    q: Question, mode: str, turns: list[Turn], step: int, run_id: int, policy_version_id: int | None
+) -> NewGroup:
+    assert q.problem_id is not None
+    first = turns[0]
+    return NewGroup(
+        problem_id=q.problem_id,
+        mode=mode,
+        prompt=first.prompt,
+        prompt_version=first.prompt_version,
+        prompt_tokens=first.prompt_tokens,
         step=step,
         run_id=run_id,
         policy_version_id=policy_version_id,
-        prompt_version=turn.prompt_version,
+        attempts=[_attempt(t) for t in turns],
     )
 
 
 def record_solutions(
     session: Session, solutions: Sequence[Solution], run_id: int, policy_version_id: int | None = None
 ) -> list[int]:
-    """Store every turn of `solutions` as attempts of `run_id`; returns the final-turn attempt ids."""
+    """Store every turn of `solutions` as attempts of `run_id`; returns the final-turn attempt ids.
+
+    Turn 0 of a question's k samples shares one prompt: one group of k attempts. A later turn's prompt carries its
+    own sample's earlier answer: one group per sample, whose context names the attempt it reflects on.
+    """
     for s in solutions:
         if s.question.problem_id is None:
             raise InputError(f"question {s.question.id!r} is not in the store: import it first (import_questions)")
-    # Turn by turn: a later turn's context names the attempt id of the turn before it.
+    final: dict[tuple[int, int], int] = {}
+    first_groups = []
+    for s in solutions:
+        group = _group(s.question, s.mode, [sample.turns[0] for sample in s.samples], 0, run_id, policy_version_id)
+        group.contexts = [
+            ContextRef(position=p, experience_version_id=e.experience_version_id, score=e.relevance)
+            for p, e in enumerate(s.experiences)
+        ]
+        first_groups.append(group)
+    for i, ids in enumerate(record_groups(session, first_groups)):
+        final.update({(i, j): attempt_id for j, attempt_id in enumerate(ids)})
     depth = max((len(sample.turns) for s in solutions for sample in s.samples), default=0)
-    previous: dict[tuple[int, int], int] = {}
-    for step in range(depth):
-        keys, rows = [], []
+    for step in range(1, depth):  # turn by turn: a later turn's context names the attempt of the turn before
+        keys, later = [], []
         for i, s in enumerate(solutions):
             for j, sample in enumerate(s.samples):
-                if step >= len(sample.turns):
-                    continue
-                row = _attempt(s.question, s.mode, sample.turns[step], step, run_id, policy_version_id)
-                if step > 0:
-                    row.contexts = [ContextRef(position=0, context_attempt_id=previous[(i, j)])]
-                elif s.experiences:
-                    row.contexts = [
-                        ContextRef(position=p, experience_version_id=e.experience_version_id, score=e.relevance)
-                        for p, e in enumerate(s.experiences)
-                    ]
-                keys.append((i, j))
-                rows.append(row)
-        previous.update(zip(keys, record_attempts(session, rows), strict=True))
-    return [previous[(i, j)] for i, s in enumerate(solutions) for j in range(len(s.samples))]
+                if step < len(sample.turns):
+                    group = _group(s.question, s.mode, [sample.turns[step]], step, run_id, policy_version_id)
+                    group.contexts = [ContextRef(position=0, context_attempt_id=final[(i, j)])]
+                    keys.append((i, j))
+                    later.append(group)
+        for key, (attempt_id,) in zip(keys, record_groups(session, later), strict=True):
+            final[key] = attempt_id
+    return [final[(i, j)] for i, s in enumerate(solutions) for j in range(len(s.samples))]

@@ -2,11 +2,11 @@
 
 Two corpora:
 - the problems of a dataset (ids = problem ids, text = question): for the problem-to-problem pre-compute;
-- the current experience pool (ids = experience_versions.id of the latest version of every experience not
-  evicted, text = summary): for test-time retrieval.
+- the current experiences of one pool (ids = experience_versions.id of the latest version of every experience
+  of the pool not evicted, text = summary): for test-time retrieval.
 
 How the BM25 index stays current: `BM25Cache` keys each index by the corpus's *state*, a few aggregates one
-cheap query returns. For the pool: the largest experience-version id and the number of active experiences.
+cheap query returns. For a pool: the largest experience-version id and the number of its active experiences.
 Versions are immutable and append-only (a new experience or a rewrite raises the max id) and an experience
 leaves the pool only by eviction or deletion (the active count drops), so any change to the pool changes the
 key. For a dataset: count, max id and an md5 of the questions (re-imports may rewrite a question). A lookup
@@ -44,9 +44,9 @@ def problem_corpus_key(session: Session, dataset: str) -> tuple[object, ...]:
     return ("problems", dataset, int(row.n), int(row.max_id), str(row.digest))
 
 
-def pool_key(session: Session) -> tuple[object, ...]:
-    row = session.execute(query("retrieval_pool_state")).one()
-    return ("pool", int(row.max_version_id), int(row.n_active))
+def pool_key(session: Session, pool_id: int) -> tuple[object, ...]:
+    row = session.execute(query("retrieval_pool_state"), {"pool_id": pool_id}).one()
+    return ("pool", pool_id, int(row.max_version_id), int(row.n_active))
 
 
 def problem_corpus(session: Session, dataset: str) -> Corpus:
@@ -57,10 +57,12 @@ def problem_corpus(session: Session, dataset: str) -> Corpus:
     return Corpus(key, ids, ids, [r.question for r in rows])
 
 
-def pool_corpus(session: Session) -> Corpus:
-    """The latest summary of every experience in the active pool, in version-id order."""
-    key = pool_key(session)
-    rows = sorted(session.execute(query("retrieval_current_summaries")).all(), key=lambda r: r.version_id)
+def pool_corpus(session: Session, pool_id: int) -> Corpus:
+    """The latest summary of every active experience of pool `pool_id`, in version-id order."""
+    key = pool_key(session, pool_id)
+    rows = sorted(
+        session.execute(query("retrieval_current_summaries"), {"pool_id": pool_id}).all(), key=lambda r: r.version_id
+    )
     ids = np.fromiter((r.version_id for r in rows), dtype=np.int64, count=len(rows))
     owners = np.fromiter((r.problem_id for r in rows), dtype=np.int64, count=len(rows))
     return Corpus(key, ids, owners, [r.summary for r in rows])
@@ -121,8 +123,9 @@ class BM25Cache:
         key = self._fresh_key(("problems", dataset), lambda: problem_corpus_key(session, dataset))
         return self._get(key, lambda: problem_corpus(session, dataset))
 
-    def pool(self, session: Session) -> CachedIndex:
-        return self._get(self._fresh_key("pool", lambda: pool_key(session)), lambda: pool_corpus(session))
+    def pool(self, session: Session, pool_id: int) -> CachedIndex:
+        key = self._fresh_key(("pool", pool_id), lambda: pool_key(session, pool_id))
+        return self._get(key, lambda: pool_corpus(session, pool_id))
 
 
 # The process-wide cache library callers (the inference engine) share: pool changes show within 2 s.

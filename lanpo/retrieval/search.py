@@ -89,12 +89,14 @@ def search_pool(
     question: str,
     k: int,
     *,
+    pool_id: int,
     query_vector: Sequence[float] | np.ndarray | None = None,
     exclude_problem_ids: Sequence[int] = (),
     params: SearchParams | None = None,
     cache: BM25Cache = DEFAULT_CACHE,
 ) -> list[PoolHit]:
-    """The k current experience summaries most similar to `question`, none from `exclude_problem_ids`."""
+    """The k current experience summaries of pool `pool_id` most similar to `question`, none from
+    `exclude_problem_ids`."""
     params = params or SearchParams()
     _needs_vector(params, query_vector)
     depth = k if params.stage1 != "hybrid" else max(k, params.hybrid_depth)
@@ -102,7 +104,7 @@ def search_pool(
     lexical: list[int] = []
     dense: list[int] = []
     if params.stage1 in ("bm25", "hybrid"):
-        cached = cache.pool(session)
+        cached = cache.pool(session, pool_id)
         corpus = cached.corpus
         bm25_scores = cached.index.scores(question)
         if exclude_problem_ids:
@@ -113,7 +115,12 @@ def search_pool(
             lexical.append(version_id)
     if params.stage1 in ("vector", "hybrid"):
         hits = vector.search_pool(
-            session, query_vector, depth, exclude_problem_ids=exclude_problem_ids, ef_search=params.ef_search
+            session,
+            query_vector,
+            depth,
+            pool_id=pool_id,
+            exclude_problem_ids=exclude_problem_ids,
+            ef_search=params.ef_search,
         )
         if not hits and params.stage1 == "vector":
             log.warning("vector search found nothing: is the pool empty, or are its summaries not embedded?")

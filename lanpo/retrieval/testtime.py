@@ -1,5 +1,5 @@
 """Test-time retrieval for a question that may not be in the store: stage 1 over the current experience
-summaries -> LLM rerank -> gamma filter -> top m (ARCHITECTURE.md, "Retrieval").
+summaries of one pool -> LLM rerank -> gamma filter -> top m (ARCHITECTURE.md, "Retrieval").
 
 Without a scorer there is no rerank and no gamma filter: the top m of stage 1 come back with `relevance=None`.
 An empty pool (or nothing at gamma) gives `[]`, and the caller answers zero-shot. When the question is a stored
@@ -42,6 +42,7 @@ def retrieve(
     session: Session,
     question: str,
     *,
+    pool_id: int,
     stage1: str = "hybrid",
     top_k: int = 16,
     gamma: float = 0.9,
@@ -52,7 +53,8 @@ def retrieve(
     ef_search: int = 100,
     cache: BM25Cache = DEFAULT_CACHE,
 ) -> list[Retrieved]:
-    """At most `m` current experiences for `question`, best first (by relevance, then stage-1 rank)."""
+    """At most `m` current experiences of pool `pool_id` for `question`, best first (by relevance, then stage-1
+    rank)."""
     if not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be in [0, 1], got {gamma}")
     if m < 1 or top_k < 1:
@@ -65,6 +67,7 @@ def retrieve(
         session,
         question,
         top_k,
+        pool_id=pool_id,
         query_vector=query_vector,
         exclude_problem_ids=[problem_id] if problem_id is not None else [],
         params=params,

@@ -50,17 +50,23 @@ def search_pool(
     query_vector: Sequence[float] | np.ndarray,
     k: int,
     *,
+    pool_id: int,
     exclude_problem_ids: Sequence[int] = (),
     ef_search: int = 100,
     exact: bool = False,
 ) -> list[tuple[int, int, float, str]]:
-    """The k current experience summaries nearest to `query_vector`.
+    """The k current experience summaries of pool `pool_id` nearest to `query_vector`.
 
     Returns `(version_id, problem_id, similarity, summary)`, best first.
     """
     configure_search(session, ef_search=max(ef_search, k), exact=exact)
     rows = session.execute(
         query("retrieval_vector_experiences"),
-        {"query": vector_literal(query_vector), "exclude_problem_ids": list(exclude_problem_ids), "k": k},
+        {
+            "query": vector_literal(query_vector),
+            "pool_id": pool_id,
+            "exclude_problem_ids": list(exclude_problem_ids),
+            "k": k,
+        },
     ).all()
     return [(int(r.version_id), int(r.problem_id), float(r.similarity), r.summary) for r in rows]

@@ -229,6 +229,10 @@ class TrainConfig:
             f"({self.store.per_step_cap}); the extra summaries would be dropped",
         )
 
+    def pool_name(self) -> str:
+        """The experience pool this run reads and writes: `store.pool`, else one named after the run."""
+        return self.store.pool or self.run_name
+
     def checkpoint_root(self) -> Path:
         """Where this run's checkpoints live."""
         return Path(self.output_dir).expanduser() if self.output_dir else lanpo_home() / "runs" / self.run_name

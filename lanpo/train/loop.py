@@ -49,7 +49,7 @@ from lanpo.train import checkpoint as ckpt
 from lanpo.train import record
 from lanpo.train.batch import build_batch
 from lanpo.train.config import TrainConfig
-from lanpo.train.record import PAUSE_ENV, RolloutRecord, pause
+from lanpo.train.record import PAUSE_ENV, GroupRecord, RolloutRecord, pause
 from lanpo.train.state import Trainer, setup
 from lanpo.train.summarize import Candidate, choose_candidates, summarise
 from lanpo.train.update import UpdateStats, update_policy
@@ -131,7 +131,9 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         intra = contexts_repo.intra_contexts(session, intra_pids, fb.k, fb.pool_size, ctx_seed, run_id=t.run_id)
         inter = {}
         if inter_pids and t.scorer:
-            inter = contexts_repo.inter_contexts(session, inter_pids, fb.k, fb.pool_size, ctx_seed, fb.gamma, t.scorer)
+            inter = contexts_repo.inter_contexts(
+                session, inter_pids, fb.k, fb.pool_size, ctx_seed, fb.gamma, t.scorer, t.pool.id
+            )
         prev_pv = record.policy_version_id(session, t.run_id, step - 1)  # the weights that generate this step
     prompt_texts: list[str] = []
     items: list[list[Any]] = []
@@ -206,22 +208,27 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 7. gather this step's rows on rank 0
     local = [
-        RolloutRecord(
+        GroupRecord(
             problem_id=pid,
             mode=mode,
-            prompt=prompt_texts[i // n],
-            response=c.text,
-            reward=g.reward,
-            correct=g.correct,
-            format_ok=g.format_ok,
-            prompt_tokens=len(c.prompt_token_ids),
-            completion_tokens=len(c.token_ids),
-            truncated=c.finish_reason == "length",
-            contexts=[item.ref(pos) for pos, item in enumerate(items[i // n])],
-            summary=summaries.get(i),
+            prompt=prompt_texts[g],
+            prompt_tokens=len(groups[g][0].prompt_token_ids),
+            contexts=[item.ref(pos) for pos, item in enumerate(items[g])],
+            rollouts=[
+                RolloutRecord(
+                    response=c.text,
+                    reward=graded[g * n + j].reward,
+                    correct=graded[g * n + j].correct,
+                    format_ok=graded[g * n + j].format_ok,
+                    completion_tokens=len(c.token_ids),
+                    truncated=c.finish_reason == "length",
+                    summary=summaries.get(g * n + j),
+                )
+                for j, c in enumerate(groups[g])
+            ],
         )
-        for i, (pid, mode, c, g) in enumerate(zip(flat_pids, flat_modes, rollouts, graded, strict=True))
-    ]
+        for g, (pid, mode) in enumerate(zip(pids, modes, strict=True))
+    ]  # (G,) groups of n rollouts
     # Every rank must hold the same adapter after the update (gradients were summed); checked here, cheaply.
     rank_sha = adapter_sha256(t.model) if dist.enabled else ""
     gathered = dist.gather((local, timings, rank_sha))
@@ -233,13 +240,13 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         dist.barrier()  # wait for rank 0's commit before the next step reads the store
         return metrics
     assert gathered is not None
-    step_rows = [r for rank_rows, _, _ in gathered for r in rank_rows]
+    step_groups = [g for rank_groups, _, _ in gathered for g in rank_groups]
     if len({sha for _, _, sha in gathered}) > 1:
         raise RuntimeError(f"step {step}: the ranks' adapters diverged after the update")
     # phase times: the slowest rank's (the step waits for it)
     for key in list(timings):
         timings[key] = max(rank_timings[key] for _, rank_timings, _ in gathered)
-    metrics.update(record.rollout_metrics(step_rows))
+    metrics.update(record.rollout_metrics(step_groups))
     lap("gather")
 
     # ------------------------------------------------------------------ 8. checkpoint (before the DB commit)
@@ -249,7 +256,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     # ------------------------------------------------------------------ 9. one transaction: rows, metrics, commit
     author = "policy" if cfg.summarizer.model == "policy" else cfg.summarizer.model
     with transaction(t.engine) as session:
-        written = record.write_step_rows(session, t.run_id, step, prev_pv, step_rows, cfg.store, author)
+        written = record.write_step_rows(session, t.run_id, t.pool, step, prev_pv, step_groups, author)
         lap("db_write")
         metrics["pool/added"], metrics["pool/evicted"] = float(written.added), float(written.evicted)
         metrics["pool/active"] = float(written.pool_active)

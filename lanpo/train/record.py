@@ -21,13 +21,15 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from lanpo import prompts
-from lanpo.config import StoreConfig, to_mapping
-from lanpo.db.models import Experience, PolicyVersion, RelevanceScore, Run, RunStep
+from lanpo.config import to_mapping
+from lanpo.db.models import PolicyVersion, RelevanceScore, Run, RunStep
 from lanpo.db.repo import attempts as attempts_repo
 from lanpo.db.repo import experiences as experiences_repo
+from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo.attempts import ContextRef
+from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import ConfigError, InputError
 from lanpo.train.config import DataConfig, TrainConfig
 
@@ -108,35 +110,43 @@ def resolve_scorer(session: Session, scorer: str | None) -> str | None:
 @dataclass
 class RunStart:
     run_id: int
+    pool: PoolRow  # the experience pool the run reads and writes
     last_step: int | None  # last committed step (None: nothing committed yet, start from scratch)
     checkpoint: str | None
     adapter_sha256: str | None
 
 
 def start_run(session: Session, cfg: TrainConfig, model_name: str, resume: bool) -> RunStart:
-    """Create the run, or (resume) find it, roll back its uncommitted rows and say where to continue."""
+    """Create the run and its pool, or (resume) find it, roll back its uncommitted rows and say where to continue."""
     run = session.scalar(sa.select(Run).where(Run.name == cfg.run_name))
     if run is None:
-        run = runs_repo.create_run(session, cfg.run_name, "train", to_mapping(cfg), model_name)
-        return RunStart(run.id, None, None, None)
+        pool = pools_repo.ensure_pool(session, cfg.pool_name(), cfg.store)
+        run = runs_repo.create_run(session, cfg.run_name, "train", to_mapping(cfg), model_name, pool_id=pool.id)
+        return RunStart(run.id, pool, None, None, None)
     if not resume:
         raise ConfigError(
             f"a run named {cfg.run_name!r} already exists",
             hint="pass --resume to continue it, or set run_name (e.g. `--set run_name=NEW`) for a new run",
         )
+    pool = pools_repo.ensure_pool(session, cfg.pool_name(), cfg.store)
+    if run.pool_id != pool.id:
+        raise ConfigError(
+            f"run {cfg.run_name!r} writes pool #{run.pool_id}, but this config names pool {pool.name!r}",
+            hint="resume with the [store] settings the run started with",
+        )
     last = runs_repo.last_committed_step(session, run.id)
     rolled = runs_repo.rollback_uncommitted(session, run.id, last)
-    if rolled.attempts or rolled.steps or rolled.experiences:
+    if rolled.groups or rolled.steps or rolled.experiences:
         log.warning("resume: rolled back uncommitted rows after step %s: %s", last, rolled)
     runs_repo.finish_run(session, run.id, "running")
     if last is None:
-        return RunStart(run.id, None, None, None)
+        return RunStart(run.id, pool, None, None, None)
     row = session.execute(
         sa.select(RunStep.checkpoint, PolicyVersion.adapter_sha256)
         .join(PolicyVersion, PolicyVersion.id == RunStep.policy_version_id, isouter=True)
         .where(RunStep.run_id == run.id, RunStep.step == last)
     ).one()
-    return RunStart(run.id, last, row.checkpoint, row.adapter_sha256)
+    return RunStart(run.id, pool, last, row.checkpoint, row.adapter_sha256)
 
 
 def policy_version_id(session: Session, run_id: int, step: int) -> int:
@@ -146,32 +156,32 @@ def policy_version_id(session: Session, run_id: int, step: int) -> int:
     return pv
 
 
-def active_pool_size(session: Session) -> int:
-    """Active (not evicted) experiences in the whole store."""
-    return int(
-        session.scalar(sa.select(sa.func.count()).select_from(Experience).where(Experience.evicted_at.is_(None)))
-    )
-
-
 # --------------------------------------------------------------------------- one step's rows
 
 
 @dataclass
 class RolloutRecord:
-    """One rollout as the store keeps it (what every rank sends to rank 0 for the step's transaction)."""
+    """One rollout as the store keeps it: the response and its grade (its prompt is its group's)."""
 
-    problem_id: int
-    mode: str
-    prompt: str
     response: str
     reward: float
     correct: bool
     format_ok: bool
-    prompt_tokens: int
     completion_tokens: int
     truncated: bool
-    contexts: list[ContextRef]
     summary: str | None = None  # the lesson distilled from it, when it was chosen for summarising
+
+
+@dataclass
+class GroupRecord:
+    """One prompt, the context it carried and its n rollouts (what every rank sends to rank 0 for the commit)."""
+
+    problem_id: int
+    mode: str
+    prompt: str
+    prompt_tokens: int
+    contexts: list[ContextRef]
+    rollouts: list[RolloutRecord]
 
 
 @dataclass
@@ -185,41 +195,47 @@ class StepWrite:
 def write_step_rows(
     session: Session,
     run_id: int,
+    pool: PoolRow,
     step: int,
     policy_version_id: int,
-    rollouts: Sequence[RolloutRecord],
-    store: StoreConfig,
+    groups: Sequence[GroupRecord],
     summary_author: str,
 ) -> StepWrite:
-    """Attempts with their contexts, then experiences summarised from them (capacity enforced inside)."""
-    attempt_ids = attempts_repo.record_attempts(
+    """Groups with their attempts and contexts, then experiences summarised from them (capacity enforced inside)."""
+    attempt_ids = attempts_repo.record_groups(
         session,
         [
-            attempts_repo.NewAttempt(
-                problem_id=r.problem_id,
-                mode=r.mode,
-                prompt=r.prompt,
-                response=r.response,
-                reward=r.reward,
-                correct=r.correct,
-                format_ok=r.format_ok,
-                prompt_tokens=r.prompt_tokens,
-                completion_tokens=r.completion_tokens,
+            attempts_repo.NewGroup(
+                problem_id=g.problem_id,
+                mode=g.mode,
+                prompt=g.prompt,
+                prompt_version=prompts.version_of(g.mode),
+                prompt_tokens=g.prompt_tokens,
                 step=step,
                 run_id=run_id,
                 policy_version_id=policy_version_id,
-                prompt_version=prompts.version_of(r.mode),
-                contexts=r.contexts,
+                contexts=g.contexts,
+                attempts=[
+                    attempts_repo.NewAttempt(
+                        response=r.response,
+                        reward=r.reward,
+                        correct=r.correct,
+                        format_ok=r.format_ok,
+                        completion_tokens=r.completion_tokens,
+                    )
+                    for r in g.rollouts
+                ],
             )
-            for r in rollouts
+            for g in groups
         ],
     )
     pause("db_write", step)
     added = experiences_repo.add_experiences(
         session,
+        pool,
         [
             experiences_repo.NewExperience(
-                problem_id=r.problem_id,
+                problem_id=g.problem_id,
                 summary=r.summary,
                 reward=r.reward,
                 source_attempt_id=attempt_id,
@@ -229,19 +245,26 @@ def write_step_rows(
                 policy_version_id=policy_version_id,
                 prompt_version=prompts.SUMMARY_VERSION,
             )
-            for r, attempt_id in zip(rollouts, attempt_ids, strict=True)
+            for g, ids in zip(groups, attempt_ids, strict=True)
+            for r, attempt_id in zip(g.rollouts, ids, strict=True)
             if r.summary
         ],
-        store,
     )
-    return StepWrite(len(attempt_ids), len(added.experience_ids), len(added.evicted_ids), active_pool_size(session))
+    return StepWrite(
+        sum(len(ids) for ids in attempt_ids),
+        len(added.experience_ids),
+        len(added.evicted_ids),
+        pools_repo.active_size(session, pool.id),
+    )
 
 
-def rollout_metrics(rollouts: Sequence[RolloutRecord]) -> dict[str, float]:
+def rollout_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
     """Reward and accuracy overall and by mode, format rate, response length, summaries."""
 
     def mean(values: list[float]) -> float:
         return float(sum(values) / len(values)) if values else math.nan
+
+    rollouts = [r for g in groups for r in g.rollouts]
 
     out = {
         "reward/mean": mean([r.reward for r in rollouts]),
@@ -252,7 +275,7 @@ def rollout_metrics(rollouts: Sequence[RolloutRecord]) -> dict[str, float]:
         "pool/summaries": float(sum(1 for r in rollouts if r.summary)),
     }
     for mode in prompts.MODES:
-        picked = [r for r in rollouts if r.mode == mode]
+        picked = [r for g in groups if g.mode == mode for r in g.rollouts]
         out[f"count/{mode}"] = float(len(picked))
         if picked:
             out[f"reward/{mode}"] = mean([r.reward for r in picked])

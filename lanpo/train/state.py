@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 
 from lanpo.db.engine import transaction
 from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import ConfigError, InputError
 from lanpo.rollout import make_backend
 from lanpo.train import checkpoint as ckpt
@@ -41,6 +42,7 @@ class Trainer:
     optimizer: torch.optim.Optimizer
     scheduler: Any
     problem_ids: list[int]
+    pool: PoolRow  # the experience pool this run reads and writes
     scorer: str | None
     summarizer: tuple[Any, Any] | None  # (backend, tokenizer), or None when summaries are off
     checkpoint_root: Path
@@ -96,7 +98,14 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
                 )
             log.info("resuming %s after committed step %d", cfg.run_name, start.last_step)
             first, fresh = start.last_step + 1, False
-        shared = {"run_id": start.run_id, "first": first, "path": str(path), "fresh": fresh, "ids": problem_ids}
+        shared = {
+            "run_id": start.run_id,
+            "pool": start.pool,
+            "first": first,
+            "path": str(path),
+            "fresh": fresh,
+            "ids": problem_ids,
+        }
         shared["scorer"] = scorer
     shared = dist.broadcast(shared)
     if not dist.is_main:  # the same weights (and, on resume, optimizer state) as rank 0
@@ -123,6 +132,7 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
         optimizer=optimizer,
         scheduler=scheduler,
         problem_ids=shared["ids"],
+        pool=shared["pool"],
         scorer=shared["scorer"],
         summarizer=summarizer,
         checkpoint_root=root,

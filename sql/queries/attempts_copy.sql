@@ -1,3 +1,3 @@
--- Bulk load of attempts with ids reserved by reserve_ids.sql (psycopg cursor.copy, binary rows).
-COPY attempts (id, run_id, problem_id, step, policy_version_id, mode, prompt, response, prompt_version, reward,
-               correct, format_ok, prompt_tokens, completion_tokens) FROM STDIN (FORMAT BINARY)
+-- Bulk load of attempts (the rollouts of groups) with ids reserved by reserve_ids.sql (binary rows).
+COPY attempts (id, group_id, response, reward, correct, format_ok, completion_tokens, served_adapter_sha256)
+FROM STDIN (FORMAT BINARY)

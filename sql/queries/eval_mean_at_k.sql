@@ -1,15 +1,16 @@
 -- mean@k per (mode, dataset) of one run, from its stored attempts: the final turn of each sample (an attempt
--- no other attempt of the run uses as context) counts; mean over a problem's samples, then over problems.
+-- no group of the run uses as context) counts; mean over a problem's samples, then over problems.
 WITH final AS (
-    SELECT a.mode, p.dataset, a.problem_id, coalesce(a.correct, false) AS correct
+    SELECT g.mode, p.dataset, g.problem_id, coalesce(a.correct, false) AS correct
     FROM attempts AS a
-    JOIN problems AS p ON p.id = a.problem_id
-    WHERE a.run_id = :run_id
+    JOIN rollout_groups AS g ON g.id = a.group_id
+    JOIN problems AS p ON p.id = g.problem_id
+    WHERE g.run_id = :run_id
       AND NOT EXISTS (
           SELECT 1
-          FROM attempt_contexts AS c
-          JOIN attempts AS later ON later.id = c.attempt_id
-          WHERE c.context_attempt_id = a.id AND later.run_id = a.run_id
+          FROM group_contexts AS c
+          JOIN rollout_groups AS later ON later.id = c.group_id
+          WHERE c.context_attempt_id = a.id AND later.run_id = g.run_id
       )
 ),
 per_problem AS (

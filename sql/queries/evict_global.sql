@@ -1,8 +1,8 @@
--- Global cap: evict the worst active experiences of the whole pool until at most :cap remain.
+-- Global cap: evict the worst active experiences of pool :pool_id until at most :cap remain.
 -- Worst-first order by :policy as in evict_per_problem.sql (oldest, lowest reward, lowest relevance; ties by
--- age). Call it holding the lock of lock_global_cap.sql.
+-- age). Call it holding the pool's lock of lock_global_cap.sql.
 WITH excess AS (
-    SELECT greatest(count(*) - :cap, 0) AS n FROM experiences WHERE evicted_at IS NULL
+    SELECT greatest(count(*) - :cap, 0) AS n FROM experiences WHERE pool_id = :pool_id AND evicted_at IS NULL
 ),
 version_relevance AS (
     SELECT v.experience_id, avg(rs.score) AS score
@@ -22,7 +22,7 @@ victims AS (
     FROM experiences e
     LEFT JOIN version_relevance vr ON vr.experience_id = e.id
     LEFT JOIN problem_relevance pr ON pr.problem_id = e.problem_id
-    WHERE e.evicted_at IS NULL
+    WHERE e.pool_id = :pool_id AND e.evicted_at IS NULL
     ORDER BY CASE :policy
                  WHEN 'lowest_reward' THEN e.reward
                  WHEN 'lowest_relevance' THEN coalesce(vr.score, pr.score, 0)

@@ -1,4 +1,4 @@
--- Per-problem cap: keep the best :cap active experiences of each given problem, evict the rest.
+-- Per-problem cap: keep the best :cap active experiences of each given problem in pool :pool_id, evict the rest.
 -- Keep order by :policy -- oldest: newest first; lowest_reward: highest reward first (NULL reward counts
 -- lowest); lowest_relevance: highest relevance first, where an experience's relevance is the mean score of
 -- relevance_scores rows naming one of its versions, else the mean score of rows naming its problem as the
@@ -7,7 +7,7 @@
 WITH active AS MATERIALIZED (
     SELECT e.id, e.problem_id, e.created_at, e.reward
     FROM experiences e
-    WHERE e.problem_id = ANY(CAST(:problem_ids AS bigint[])) AND e.evicted_at IS NULL
+    WHERE e.pool_id = :pool_id AND e.problem_id = ANY(CAST(:problem_ids AS bigint[])) AND e.evicted_at IS NULL
 ),
 version_relevance AS (
     SELECT v.experience_id, avg(rs.score) AS score

@@ -1,2 +1,2 @@
--- How many experiences are in the active pool (not evicted): test-time retrieval falls back to zero-shot at 0.
-SELECT count(*) AS n FROM experiences WHERE evicted_at IS NULL
+-- How many experiences of pool :pool_id are active (not evicted): test-time retrieval answers zero-shot at 0.
+SELECT count(*) AS n FROM experiences WHERE pool_id = :pool_id AND evicted_at IS NULL

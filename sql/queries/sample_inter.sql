@@ -1,5 +1,5 @@
--- Inter-sample draw for a batch: per problem, the current versions of ACTIVE experiences of OTHER problems
--- whose relevance (scorer :scorer) is >= :gamma -- relevance given problem-to-problem (candidate_problem_id:
+-- Inter-sample draw for a batch: per problem, the current versions of ACTIVE experiences of pool :pool_id from
+-- OTHER problems whose relevance (scorer :scorer) is >= :gamma -- relevance given problem-to-problem (candidate_problem_id:
 -- every active experience of that problem) or per experience version (candidate_version_id: that version,
 -- if it is still the current one); the higher score wins when both exist. Ranked by relevance desc, then
 -- recency; the top :pool_size form the pool, rank i gets weight 1/(i+1), :k drawn without replacement by
@@ -24,7 +24,8 @@ relevant AS (
       ON rs.problem_id = req.problem_id AND rs.scorer = :scorer AND rs.score >= :gamma
      AND rs.candidate_problem_id IS NOT NULL AND rs.candidate_problem_id <> req.problem_id
     CROSS JOIN LATERAL (
-        SELECT count(*) AS n FROM experiences x WHERE x.problem_id = rs.candidate_problem_id AND x.evicted_at IS NULL
+        SELECT count(*) AS n FROM experiences x
+        WHERE x.pool_id = :pool_id AND x.problem_id = rs.candidate_problem_id AND x.evicted_at IS NULL
     ) cnt
 ),
 by_problem AS (
@@ -33,7 +34,7 @@ by_problem AS (
     CROSS JOIN LATERAL (
         SELECT x.id, x.problem_id, x.created_at
         FROM experiences x
-        WHERE x.problem_id = r.candidate_problem_id AND x.evicted_at IS NULL
+        WHERE x.pool_id = :pool_id AND x.problem_id = r.candidate_problem_id AND x.evicted_at IS NULL
         ORDER BY x.created_at DESC, x.id DESC
         LIMIT greatest(:pool_size - r.better, 0)
     ) e
@@ -47,6 +48,7 @@ by_version AS (
      AND rs.candidate_version_id IS NOT NULL
     JOIN experience_versions v ON v.id = rs.candidate_version_id
     JOIN experiences e ON e.id = v.experience_id AND e.evicted_at IS NULL AND e.problem_id <> req.problem_id
+                      AND e.pool_id = :pool_id
     WHERE NOT EXISTS (
         SELECT 1 FROM experience_versions newer WHERE newer.experience_id = v.experience_id AND newer.version > v.version
     )

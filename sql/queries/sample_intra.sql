@@ -1,9 +1,10 @@
--- Intra-sample draw for a batch: per problem, its most recent attempts (optionally of one run) form the pool
--- (top :pool_size by created_at, id), rank i gets weight 1/(i+1), and :k are drawn without replacement by
--- Efraimidis-Spirakis keys -ln(u)/w (smallest k win). u comes from the top 52 bits of
--- sha256('<attempt id>/<problem id>/<seed>'), plus one half, over 2^52: exact in float8 and strictly inside (0, 1).
--- A cryptographic digest, because a weak hash of nearby ids (a group's rollouts have consecutive ids) gives
--- correlated u within a pool and biased draws (issue 8). The same seed gives the same draws, whatever the batch.
+-- Intra-sample draw for a batch: per problem, its most recent attempts (optionally of one run; validation
+-- attempts never) form the pool (top :pool_size, newest group first, then newest attempt), rank i gets weight
+-- 1/(i+1), and :k are drawn without replacement by Efraimidis-Spirakis keys -ln(u)/w (smallest k win). u comes
+-- from the top 52 bits of sha256('<attempt id>/<problem id>/<seed>'), plus one half, over 2^52: exact in float8
+-- and strictly inside (0, 1). A cryptographic digest, because a weak hash of nearby ids (a group's rollouts have
+-- consecutive ids) gives correlated u within a pool and biased draws (issue 8). The same seed gives the same
+-- draws, whatever the batch.
 -- Returns one row per draw: problem, attempt id, rank, draw position (0-based, in key order), response.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
@@ -12,11 +13,12 @@ pool AS (
     SELECT req.problem_id, c.id AS candidate_id, c.rank
     FROM req
     CROSS JOIN LATERAL (
-        SELECT a.id, row_number() OVER (ORDER BY a.created_at DESC, a.id DESC) - 1 AS rank
-        FROM attempts a
-        WHERE a.problem_id = req.problem_id
-          AND (CAST(:run_id AS bigint) IS NULL OR a.run_id = CAST(:run_id AS bigint))
-        ORDER BY a.created_at DESC, a.id DESC
+        SELECT a.id, row_number() OVER (ORDER BY g.created_at DESC, g.id DESC, a.id DESC) - 1 AS rank
+        FROM rollout_groups g
+        JOIN attempts a ON a.group_id = g.id
+        WHERE g.problem_id = req.problem_id AND g.mode <> 'val'
+          AND (CAST(:run_id AS bigint) IS NULL OR g.run_id = CAST(:run_id AS bigint))
+        ORDER BY g.created_at DESC, g.id DESC, a.id DESC
         LIMIT :pool_size
     ) c
 ),

@@ -6,9 +6,12 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from lanpo.config import StoreConfig
-from lanpo.db.repo.attempts import NewAttempt, record_attempts
+from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import NewExperience, add_experiences
+from lanpo.db.repo.pools import PoolRow, ensure_pool
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
+
+UNCAPPED = StoreConfig(per_problem_cap=10_000, per_step_cap=10_000)
 
 
 def make_problems(session: Session, n: int, dataset: str = "d") -> list[int]:
@@ -16,22 +19,37 @@ def make_problems(session: Session, n: int, dataset: str = "d") -> list[int]:
     return list(session.scalars(sa.text("SELECT id FROM problems WHERE dataset = :d ORDER BY id"), {"d": dataset}))
 
 
+def make_pool(session: Session, name: str = "test", store: StoreConfig = UNCAPPED) -> PoolRow:
+    """The pool `name` with `store`'s caps (default: effectively uncapped)."""
+    return ensure_pool(session, name, store)
+
+
+def group(
+    problem_id: int,
+    responses: list[str],
+    mode: str = "zero_shot",
+    prompt: str = "prompt",
+    reward: float | None = None,
+    contexts: list[ContextRef] | None = None,
+    **kwargs: object,
+) -> NewGroup:
+    """One prompt and its rollouts (all with `reward`, correct when it is 1)."""
+    attempts = [NewAttempt(r, reward=reward, correct=None if reward is None else reward >= 1.0) for r in responses]
+    return NewGroup(problem_id, mode, prompt, attempts, contexts=contexts or [], **kwargs)  # type: ignore[arg-type]
+
+
 def make_attempts(
     session: Session, problem_id: int, n: int, reward: float = 1.0, mode: str = "zero_shot"
 ) -> list[int]:
-    return record_attempts(
-        session,
-        [
-            NewAttempt(problem_id, mode, f"prompt {i}", f"response {i} to {problem_id}", reward=reward, correct=True)
-            for i in range(n)
-        ],
-    )
+    """n attempts on one problem, one group each (as n separate prompts would give)."""
+    groups = [group(problem_id, [f"response {i} to {problem_id}"], mode, f"prompt {i}", reward) for i in range(n)]
+    return [ids[0] for ids in record_groups(session, groups)]
 
 
-def make_experiences(session: Session, problem_id: int, n: int, store: StoreConfig | None = None) -> list[int]:
-    store = store or StoreConfig(per_problem_cap=10_000, per_step_cap=10_000)
+def make_experiences(session: Session, problem_id: int, n: int, pool: PoolRow | None = None) -> list[int]:
+    pool = pool or make_pool(session)
     items = [NewExperience(problem_id, f"lesson {i} of {problem_id}", reward=float(i)) for i in range(n)]
-    return add_experiences(session, items, store).version_ids
+    return add_experiences(session, pool, items).version_ids
 
 
 def relevance(session: Session, problem_id: int, candidate_problem_id: int, score: float, scorer: str = "s") -> None:
@@ -50,42 +68,45 @@ def fill_history(session: Session) -> dict[str, int]:
     Problem b: one correct zero-shot attempt. Problem c: attempted, never solved.
     """
     from lanpo.db.repo import runs as runs_repo
-    from lanpo.db.repo.attempts import ContextRef
 
     a, b, c = make_problems(session, 3)
-    run = runs_repo.create_run(session, "hist", "train", {}).id
-    store = StoreConfig(per_problem_cap=1, per_step_cap=8)
-    record_attempts(
+    pool = make_pool(session, "hist", StoreConfig(per_problem_cap=1, per_step_cap=8))
+    run = runs_repo.create_run(session, "hist", "train", {}, pool_id=pool.id).id
+    record_groups(
         session,
         [
-            NewAttempt(a, "zero_shot", "p", "r", 0.0, correct=False, step=0, run_id=run),
-            NewAttempt(a, "zero_shot", "p", "r", 0.5, correct=False, step=0, run_id=run),
-            NewAttempt(b, "zero_shot", "p", "r", 1.0, correct=True, step=0, run_id=run),
-            NewAttempt(c, "zero_shot", "p", "r", 0.0, correct=False, step=0, run_id=run),
+            NewGroup(a, "zero_shot", "p", [NewAttempt("r", 0.0, correct=False), NewAttempt("r", 0.5, correct=False)],
+                     step=0, run_id=run),
+            NewGroup(b, "zero_shot", "p", [NewAttempt("r", 1.0, correct=True)], step=0, run_id=run),
+            NewGroup(c, "zero_shot", "p", [NewAttempt("r", 0.0, correct=False)], step=0, run_id=run),
         ],
-    )
-    first = add_experiences(session, [NewExperience(b, "old lesson of b", 0.9, run_id=run, step=0)], store)
-    second = add_experiences(session, [NewExperience(b, "lesson of b", 1.0, run_id=run, step=1)], store)
+    )  # fmt: skip
+    first = add_experiences(session, pool, [NewExperience(b, "old lesson of b", 0.9, run_id=run, step=0)])
+    second = add_experiences(session, pool, [NewExperience(b, "lesson of b", 1.0, run_id=run, step=1)])
     version = second.version_ids[0]
-    record_attempts(
+    record_groups(
         session,
         [
-            NewAttempt(
+            NewGroup(
                 a,
                 "inter",
                 "p",
-                "r",
-                1.0,
-                correct=True,
-                format_ok=True,
+                [NewAttempt("r", 1.0, correct=True, format_ok=True) for _ in range(2)],
                 step=1,
                 run_id=run,
                 contexts=[ContextRef(0, version, score=0.95)],
             )
-            for _ in range(2)
         ],
     )
-    return {"a": a, "b": b, "c": c, "run": run, "version": version, "evicted": first.experience_ids[0]}
+    return {
+        "a": a,
+        "b": b,
+        "c": c,
+        "run": run,
+        "pool": pool.id,
+        "version": version,
+        "evicted": first.experience_ids[0],
+    }
 
 
 def write_training_steps(
@@ -93,35 +114,33 @@ def write_training_steps(
     batches: list[list[int]],
     n: int,
     lessons: int = 0,
-    store: StoreConfig | None = None,
+    pool: PoolRow | None = None,
 ) -> list[tuple[list[int], list[int]]]:
     """Write one training step per batch of problem ids, laid out as lanpo.train.record.write_step_rows does.
 
     Per step, in its own committed transaction (so all its rows share one created_at = now(), and steps differ):
-    the attempts group by group (the `n` rollouts of each problem of the batch, in batch order, consecutive
-    ids), then `lessons` (<= n) experiences per problem summarised from its first rollouts, also problem by problem.
+    one rollout group per problem of the batch, in batch order, holding its `n` rollouts (consecutive attempt ids),
+    then `lessons` (<= n) experiences per problem summarised from its first rollouts, also problem by problem.
     Recency ties within a step are therefore broken by id, exactly as in a real run.
     Returns per step (attempt ids, experience version ids), both in write order.
     """
-    store = store or StoreConfig(per_problem_cap=10_000, per_step_cap=10_000)
+    pool = pool or make_pool(session)
     written = []
     for step, batch in enumerate(batches):
-        attempt_ids = record_attempts(
-            session,
-            [
-                NewAttempt(p, "zero_shot", "prompt", f"rollout {j} of {p} at step {step}", 1.0, True, step=step)
-                for p in batch
-                for j in range(n)
-            ],
-        )
+        groups = [
+            NewGroup(p, "zero_shot", "prompt", [NewAttempt(f"rollout {j} of {p} at step {step}", 1.0, True)
+                                                for j in range(n)], step=step)
+            for p in batch
+        ]  # fmt: skip
+        attempt_ids = [i for ids in record_groups(session, groups) for i in ids]
         added = add_experiences(
             session,
+            pool,
             [
                 NewExperience(p, f"lesson {j} of {p} at step {step}", 1.0, attempt_ids[i * n + j], step=step)
                 for i, p in enumerate(batch)
                 for j in range(lessons)
             ],
-            store,
         )
         session.commit()
         written.append((attempt_ids, added.version_ids))

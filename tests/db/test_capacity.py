@@ -1,4 +1,4 @@
-"""Capacity policies: per-step, per-problem and global caps, the three eviction orders, concurrent writers."""
+"""Capacity policies: per-step, per-problem and global caps per pool, the three eviction orders, concurrent writers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
-from store_helpers import make_problems, relevance
+from store_helpers import make_pool, make_problems, relevance
 
 from lanpo.config import StoreConfig
 from lanpo.db.engine import transaction
@@ -39,7 +39,7 @@ def _active(session: Session, problem_id: int) -> list[str]:
 def test_per_step_cap_drops_and_reports(session: Session) -> None:
     pid = make_problems(session, 1)[0]
     items = [NewExperience(pid, f"s{i}", reward=float(i % 4)) for i in range(10)]
-    result = add_experiences(session, items, StoreConfig(per_step_cap=3))
+    result = add_experiences(session, make_pool(session, "p", StoreConfig(per_step_cap=3)), items)
     assert len(result.experience_ids) == 3 and len(result.dropped) == 7
     assert sorted(_active(session, pid)) == ["s2", "s3", "s7"]  # rewards 3, 3, then 2 (s2 before s6: input order)
 
@@ -54,9 +54,9 @@ def test_per_step_cap_drops_and_reports(session: Session) -> None:
 )
 def test_eviction_policies(session: Session, policy: str, expected: list[str]) -> None:
     pid, other = make_problems(session, 2)
-    store = StoreConfig(per_problem_cap=3, per_step_cap=8, eviction=policy)
+    pool = make_pool(session, "p", StoreConfig(per_problem_cap=3, per_step_cap=8, eviction=policy))
     rewards = [0.9, 0.1, 0.2]
-    first = add_experiences(session, [NewExperience(pid, f"s{i}", rewards[i]) for i in range(3)], store)
+    first = add_experiences(session, pool, [NewExperience(pid, f"s{i}", rewards[i]) for i in range(3)])
     assert first.evicted_ids == []
     # relevance of s1's version is high, s0's low; s2 unscored (problem-level fallback: none -> 0)
     session.execute(
@@ -66,7 +66,7 @@ def test_eviction_policies(session: Session, policy: str, expected: list[str]) -
         ),
         {"o": other, "v0": first.version_ids[0], "v1": first.version_ids[1]},
     )
-    second = add_experiences(session, [NewExperience(pid, f"s{i}", 0.5) for i in (3, 4)], store)
+    second = add_experiences(session, pool, [NewExperience(pid, f"s{i}", 0.5) for i in (3, 4)])
     assert len(second.evicted_ids) == 2
     assert _active(session, pid) == expected
     marks = (
@@ -79,12 +79,12 @@ def test_eviction_policies(session: Session, policy: str, expected: list[str]) -
 
 def test_lowest_relevance_falls_back_to_problem_score(session: Session) -> None:
     a, b, c = make_problems(session, 3)
-    store = StoreConfig(per_problem_cap=2, global_cap=2, eviction="lowest_relevance")
-    add_experiences(session, [NewExperience(a, "from a")], store)
-    add_experiences(session, [NewExperience(b, "from b")], store)
+    pool = make_pool(session, "p", StoreConfig(per_problem_cap=2, global_cap=2, eviction="lowest_relevance"))
+    add_experiences(session, pool, [NewExperience(a, "from a")])
+    add_experiences(session, pool, [NewExperience(b, "from b")])
     relevance(session, c, a, 0.3)
     relevance(session, c, b, 0.8)
-    result = add_experiences(session, [NewExperience(c, "from c")], store)  # c unscored: relevance 0
+    result = add_experiences(session, pool, [NewExperience(c, "from c")])  # c unscored: relevance 0
     assert len(result.evicted_ids) == 1
     assert session.scalar(
         sa.text("SELECT evicted_by FROM experiences WHERE id = :i"), {"i": result.evicted_ids[0]}
@@ -94,9 +94,9 @@ def test_lowest_relevance_falls_back_to_problem_score(session: Session) -> None:
 
 def test_global_cap_evicts_oldest_across_problems(session: Session) -> None:
     pids = make_problems(session, 3)
-    store = StoreConfig(per_problem_cap=10, global_cap=4)
+    pool = make_pool(session, "p", StoreConfig(per_problem_cap=10, global_cap=4))
     for pid in pids:
-        add_experiences(session, [NewExperience(pid, f"{pid}-{i}") for i in range(2)], store)
+        add_experiences(session, pool, [NewExperience(pid, f"{pid}-{i}") for i in range(2)])
     assert session.scalar(sa.text("SELECT count(*) FROM experiences WHERE evicted_at IS NULL")) == 4
     assert _active(session, pids[0]) == []
     assert session.scalar(sa.text("SELECT count(*) FROM experiences")) == 6
@@ -104,9 +104,10 @@ def test_global_cap_evicts_oldest_across_problems(session: Session) -> None:
 
 @pytest.mark.parametrize("global_cap", [None, 20])
 def test_concurrent_writers_never_exceed_caps(db: Engine, global_cap: int | None) -> None:
+    store = StoreConfig(per_problem_cap=5, per_step_cap=8, global_cap=global_cap, eviction="lowest_reward")
     with transaction(db) as session:
         pids = make_problems(session, 4)
-    store = StoreConfig(per_problem_cap=5, per_step_cap=8, global_cap=global_cap, eviction="lowest_reward")
+        pool = make_pool(session, "p", store)
     writers, rounds = 8, 6
     inserted: list[int] = []
     errors: list[BaseException] = []
@@ -124,7 +125,7 @@ def test_concurrent_writers_never_exceed_caps(db: Engine, global_cap: int | None
                     for j in range(3)
                 ]
                 with transaction(db) as session:
-                    result = add_experiences(session, items, store)
+                    result = add_experiences(session, pool, items)
                 with lock:
                     inserted.extend(result.experience_ids)
         except BaseException as exc:  # pragma: no cover - reported below
@@ -149,3 +150,41 @@ def test_concurrent_writers_never_exceed_caps(db: Engine, global_cap: int | None
             active[r.problem_id] = active.get(r.problem_id, 0) + 1
     assert max(active.values()) <= store.per_problem_cap
     assert sum(active.values()) == min(store.per_problem_cap * len(pids), global_cap or 10**9)
+
+
+def test_caps_are_per_pool(session: Session) -> None:
+    """Two pools on the same problems: each keeps its own per-problem and global caps; eviction stays inside."""
+    a, b = make_problems(session, 2)
+    small = make_pool(session, "small", StoreConfig(per_problem_cap=1, global_cap=1))
+    large = make_pool(session, "large", StoreConfig(per_problem_cap=3))
+    for i in range(3):
+        add_experiences(session, large, [NewExperience(a, f"large a{i}"), NewExperience(b, f"large b{i}")])
+    result = add_experiences(session, small, [NewExperience(a, "small a"), NewExperience(b, "small b")])
+    assert len(result.evicted_ids) == 1  # the global cap of 1: one of the two new ones leaves
+    counts = dict(
+        session.execute(
+            sa.text(
+                "SELECT pl.name, count(*) FILTER (WHERE e.evicted_at IS NULL) FROM experiences e "
+                "JOIN pools pl ON pl.id = e.pool_id GROUP BY pl.name"
+            )
+        ).all()
+    )
+    assert counts == {"small": 1, "large": 6}  # nothing of "large" was touched by "small"'s caps
+
+
+def test_a_pool_keeps_its_caps(session: Session) -> None:
+    from lanpo.db.repo.pools import ensure_pool, get_pool, resolve_pool
+    from lanpo.errors import InputError
+
+    pool = ensure_pool(session, "shared", StoreConfig(per_problem_cap=4))
+    assert ensure_pool(session, "shared", StoreConfig(per_problem_cap=4)) == pool  # joining with the same caps
+    with pytest.raises(InputError, match=r"per_problem_cap = 4 \(config: 32\)"):
+        ensure_pool(session, "shared", StoreConfig())
+    with pytest.raises(InputError, match="no pool named 'nope'") as err:
+        get_pool(session, "nope")
+    assert "shared" in (err.value.hint or "")
+    assert resolve_pool(session, None) == pool  # the only pool
+    ensure_pool(session, "other", StoreConfig())
+    with pytest.raises(InputError, match="holds 2 pools") as err:
+        resolve_pool(session, None)
+    assert "--pool" in (err.value.hint or "")

@@ -1,4 +1,5 @@
-"""Feedback contexts: intra carries only prompt-visible text; inter never comes from the same problem."""
+"""Feedback contexts: intra carries only prompt-visible text; inter never comes from the same problem, nor from
+another pool."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
-from store_helpers import make_problems
+from store_helpers import make_pool, make_problems
 
-from lanpo.config import StoreConfig
 from lanpo.db.repo import contexts, sampling
-from lanpo.db.repo.attempts import NewAttempt, record_attempts
+from lanpo.db.repo.attempts import NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.contexts import InterItem, IntraItem
 from lanpo.db.repo.experiences import NewExperience, add_experiences, append_version
 
@@ -37,13 +37,8 @@ def test_intra_context_text_reveals_no_reward_or_gold(session: Session) -> None:
         {"g": GOLD},
     )
     pid = session.scalar(sa.text("SELECT id FROM problems"))
-    record_attempts(
-        session,
-        [
-            NewAttempt(pid, "zero_shot", "prompt", f"I think it is {n}", reward=0.987654, correct=n == 7)
-            for n in (6, 7)
-        ],
-    )
+    attempts = [NewAttempt(f"I think it is {n}", reward=0.987654, correct=n == 7) for n in (6, 7)]
+    record_groups(session, [NewGroup(pid, "zero_shot", "prompt", attempts)])
     items = contexts.intra_contexts(session, [pid], k=4, pool_size=8, seed=1)[pid]
     assert {i.response for i in items} == {"I think it is 6", "I think it is 7"}
     from lanpo.cli.pool import render
@@ -56,28 +51,34 @@ def test_intra_context_text_reveals_no_reward_or_gold(session: Session) -> None:
 
 def test_inter_context_carries_summary_and_score(session: Session) -> None:
     a, b = make_problems(session, 2)
-    add_experiences(session, [NewExperience(b, "Carry the tens digit.", 1.0)])
+    pool = make_pool(session)
+    add_experiences(session, pool, [NewExperience(b, "Carry the tens digit.", 1.0)])
     session.execute(
         sa.text(
             "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) VALUES (:a, :b, 's', 0.93)"
         ),
         {"a": a, "b": b},
     )
-    (item,) = contexts.inter_contexts(session, [a, b], k=4, pool_size=8, seed=0, gamma=0.9, scorer="s")[a]
+    (item,) = contexts.inter_contexts(
+        session, [a, b], k=4, pool_size=8, seed=0, gamma=0.9, scorer="s", pool_id=pool.id
+    )[a]
     assert (item.source_problem_id, item.summary, item.score) == (b, "Carry the tens digit.", 0.93)
-    assert contexts.inter_contexts(session, [b], k=4, pool_size=8, seed=0, gamma=0.9, scorer="s") == {b: []}
+    none = contexts.inter_contexts(session, [b], k=4, pool_size=8, seed=0, gamma=0.9, scorer="s", pool_id=pool.id)
+    assert none == {b: []}
     assert item.ref(2).experience_version_id == item.experience_version_id and item.ref(2).position == 2
 
 
-def _brute_force_pools(session: Session, pids: list[int], gamma: float, pool_size: int) -> dict[int, dict[int, int]]:
+def _brute_force_pools(
+    session: Session, pool_id: int, pids: list[int], gamma: float, pool_size: int
+) -> dict[int, dict[int, int]]:
     """Plain-Python pools: version id -> rank of the current versions of active experiences of other problems."""
     current = session.execute(
         sa.text(
             "SELECT DISTINCT ON (e.id) e.id, e.problem_id, e.created_at, v.id AS version_id FROM experiences e "
             "JOIN experience_versions v ON v.experience_id = e.id WHERE e.evicted_at IS NULL "
-            "AND e.problem_id = ANY(:p) ORDER BY e.id, v.version DESC"
+            "AND e.problem_id = ANY(:p) AND e.pool_id = :pool ORDER BY e.id, v.version DESC"
         ),
-        {"p": pids},
+        {"p": pids, "pool": pool_id},
     ).all()
     scores = session.execute(
         sa.text("SELECT problem_id, candidate_problem_id, candidate_version_id, score FROM relevance_scores")
@@ -105,6 +106,7 @@ def _brute_force_pools(session: Session, pids: list[int], gamma: float, pool_siz
 pool_spec = st.fixed_dictionaries(
     {
         "experiences": st.lists(st.integers(0, 5), min_size=1, max_size=25),  # source problem index of each
+        "elsewhere": st.lists(st.integers(0, 5), max_size=10),  # experiences of the same problems in another pool
         "evicted": st.lists(st.booleans(), min_size=25, max_size=25),
         "rewrites": st.lists(st.integers(0, 24), max_size=5),
         "scores": st.lists(
@@ -124,11 +126,13 @@ def test_inter_never_from_same_problem(engine: Engine, spec: dict) -> None:
     with Session(engine) as session, session.begin():
         try:
             pids = make_problems(session, 6, dataset="hyp")
+            pool, other = make_pool(session, "mine"), make_pool(session, "another run's")
             added = add_experiences(
                 session,
+                pool,
                 [NewExperience(pids[i], f"lesson {n} from {i}", 0.5) for n, i in enumerate(spec["experiences"])],
-                StoreConfig(per_problem_cap=100, per_step_cap=100),
             )
+            add_experiences(session, other, [NewExperience(pids[i], "not mine", 1.0) for i in spec["elsewhere"]])
             eids = added.experience_ids
             current = dict(zip(eids, added.version_ids, strict=True))
             for n in spec["rewrites"]:
@@ -163,14 +167,21 @@ def test_inter_never_from_same_problem(engine: Engine, spec: dict) -> None:
                         {"p": pids[p], "v": added.version_ids[n], "s": score},
                     )
             out = sampling.sample_inter(
-                session, pids, k=spec["k"], pool_size=8, seed=spec["seed"], gamma=spec["gamma"], scorer="s"
+                session,
+                pids,
+                k=spec["k"],
+                pool_size=8,
+                seed=spec["seed"],
+                gamma=spec["gamma"],
+                scorer="s",
+                pool_id=pool.id,
             )
-            expected = _brute_force_pools(session, pids, spec["gamma"], pool_size=8)
+            expected = _brute_force_pools(session, pool.id, pids, spec["gamma"], pool_size=8)
             for pid, draws in out.items():
                 assert len(draws) == min(spec["k"], len(expected[pid]))
                 assert len({d.candidate_id for d in draws}) == len(draws)
                 for d in draws:
-                    assert d.source_problem_id != pid
+                    assert d.source_problem_id != pid and d.text != "not mine"
                     assert d.score is not None and d.score >= spec["gamma"]
                     assert expected[pid].get(d.candidate_id) == d.rank  # in the pool, at the right rank
         finally:

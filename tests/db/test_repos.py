@@ -1,4 +1,4 @@
-"""Repositories against the real database: problems, runs, attempts, experiences and bad input."""
+"""Repositories against the real database: problems, runs, rollout groups, experiences and bad input."""
 
 from __future__ import annotations
 
@@ -7,14 +7,13 @@ import logging
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
-from store_helpers import make_attempts, make_problems
+from store_helpers import group, make_attempts, make_pool, make_problems
 
-from lanpo.config import StoreConfig
 from lanpo.db.repo import attempts as attempts_repo
 from lanpo.db.repo import experiences as exp_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
-from lanpo.db.repo.attempts import ContextRef, NewAttempt
+from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup
 from lanpo.db.repo.checks import MAX_TEXT_BYTES
 from lanpo.db.repo.experiences import NewExperience
 from lanpo.db.repo.problems import ProblemIn
@@ -69,7 +68,8 @@ def test_problem_bad_input(session: Session) -> None:
 
 def test_runs_steps_metrics_and_rollback(session: Session) -> None:
     pid = make_problems(session, 1)[0]
-    run = runs_repo.create_run(session, "r1", "train", {"lr": 1e-5}, "smollm2")
+    pool = make_pool(session)
+    run = runs_repo.create_run(session, "r1", "train", {"lr": 1e-5}, "smollm2", pool_id=pool.id)
     with pytest.raises(InputError, match="already exists"):
         runs_repo.create_run(session, "r1", "train", {})
     with pytest.raises(InputError, match="JSON object"):
@@ -81,8 +81,14 @@ def test_runs_steps_metrics_and_rollback(session: Session) -> None:
     for step in range(3):
         pv = runs_repo.add_policy_version(session, run.id, step, sha)
         assert runs_repo.add_policy_version(session, run.id, step, sha) == pv
-        attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", "p", "r", 1.0, step=step, run_id=run.id)])
-        exp_repo.add_experiences(session, [NewExperience(pid, f"s{step}", 1.0, run_id=run.id, step=step)])
+        (ids,) = attempts_repo.record_groups(session, [group(pid, ["r", "r"], step=step, run_id=run.id)])
+        if step:  # a later group carries an earlier step's attempt as context (rolled back together with it)
+            attempts_repo.record_groups(
+                session, [group(pid, ["r"], "intra", step=step, run_id=run.id, contexts=[ContextRef(0, None, ids[0])])]
+            )
+        exp_repo.add_experiences(
+            session, pool, [NewExperience(pid, f"s{step}", 1.0, source_attempt_id=ids[0], run_id=run.id, step=step)]
+        )
         runs_repo.record_metrics(session, run.id, step, {"loss": 0.5, "reward": 1})
         if step < 2:
             runs_repo.commit_step(session, run.id, step, pv, f"ckpt-{step}")
@@ -90,8 +96,9 @@ def test_runs_steps_metrics_and_rollback(session: Session) -> None:
         runs_repo.add_policy_version(session, run.id, 0, "cd" * 32)
     assert runs_repo.last_committed_step(session, run.id) == 1
     result = runs_repo.rollback_uncommitted(session, run.id, 1)
-    assert (result.attempts, result.experiences, result.metrics, result.policy_versions) == (1, 1, 2, 1)
-    assert session.scalar(sa.text("SELECT max(step) FROM attempts")) == 1
+    assert (result.groups, result.experiences, result.metrics, result.policy_versions) == (2, 1, 2, 1)
+    assert session.scalar(sa.text("SELECT max(step) FROM rollout_groups")) == 1
+    assert session.scalar(sa.text("SELECT count(*) FROM attempts")) == 5  # 2 + (2 + 1) of steps 0 and 1
     with pytest.raises(InputError, match="already committed"):
         runs_repo.commit_step(session, run.id, 1)
     runs_repo.finish_run(session, run.id, "finished")
@@ -100,49 +107,73 @@ def test_runs_steps_metrics_and_rollback(session: Session) -> None:
         runs_repo.record_metrics(session, run.id, 5, {"x": "high"})  # type: ignore[dict-item]
 
 
-def test_record_attempts_with_contexts(session: Session) -> None:
+def test_record_groups_with_contexts(session: Session) -> None:
     pids = make_problems(session, 2)
     earlier = make_attempts(session, pids[0], 2)
-    version = exp_repo.add_experiences(session, [NewExperience(pids[1], "lesson", 1.0)]).version_ids[0]
-    ids = attempts_repo.record_attempts(
+    version = exp_repo.add_experiences(
+        session, make_pool(session), [NewExperience(pids[1], "lesson", 1.0)]
+    ).version_ids[0]
+    ids = attempts_repo.record_groups(
         session,
         [
-            NewAttempt(pids[0], "intra", "p", "r", 0.0, contexts=[ContextRef(0, context_attempt_id=earlier[0])]),
-            NewAttempt(pids[0], "zero_shot", "p", "r2", 1.0),
-            NewAttempt(pids[0], "inter", "p", "r3", 1.0, contexts=[ContextRef(0, version, score=0.9)]),
+            group(pids[0], ["r", "r1"], "intra", "pi", 0.0, [ContextRef(0, context_attempt_id=earlier[0])]),
+            group(pids[0], ["r2"], "zero_shot", "pz", 1.0),
+            group(pids[0], ["r3", "r4", "r5"], "inter", "px", 1.0, [ContextRef(0, version, score=0.9)]),
         ],
     )
-    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert [len(g) for g in ids] == [2, 1, 3]
+    flat = [i for g in ids for i in g]
+    assert flat == sorted(flat) and len(set(flat)) == 6
     rows = session.execute(
-        sa.text("SELECT attempt_id, experience_version_id, context_attempt_id FROM attempt_contexts ORDER BY 1")
+        sa.text(
+            "SELECT a.id, g.prompt, c.experience_version_id, c.context_attempt_id FROM attempts a "
+            "JOIN rollout_groups g ON g.id = a.group_id LEFT JOIN group_contexts c ON c.group_id = g.id "
+            "WHERE a.id = ANY(:ids) ORDER BY a.id"
+        ),
+        {"ids": flat},
     ).all()
-    assert [tuple(r) for r in rows] == [(ids[0], None, earlier[0]), (ids[2], version, None)]
-    assert session.scalar(sa.text("SELECT response FROM attempts WHERE id = :i"), {"i": ids[1]}) == "r2"
+    assert [tuple(r) for r in rows] == [
+        (flat[0], "pi", None, earlier[0]),
+        (flat[1], "pi", None, earlier[0]),
+        (flat[2], "pz", None, None),
+        (flat[3], "px", version, None),
+        (flat[4], "px", version, None),
+        (flat[5], "px", version, None),
+    ]
+    # the prompt is stored once per group, the context once per group and item
+    assert session.scalar(sa.text("SELECT count(*) FROM rollout_groups WHERE prompt IN ('pi', 'pz', 'px')")) == 3
+    assert session.scalar(sa.text("SELECT count(*) FROM group_contexts")) == 2
+    assert session.scalar(sa.text("SELECT response FROM attempts WHERE id = :i"), {"i": flat[2]}) == "r2"
 
 
 def test_attempt_bad_input(session: Session, caplog: pytest.LogCaptureFixture) -> None:
     pid = make_problems(session, 1)[0]
+    session.commit()
     with caplog.at_level(logging.WARNING):
-        (aid,) = attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", "p", "a\x00b")])
+        ((aid,),) = attempts_repo.record_groups(session, [group(pid, ["a\x00b"])])
     assert session.scalar(sa.text("SELECT response FROM attempts WHERE id = :i"), {"i": aid}) == "ab"
     assert "NUL" in caplog.text and "stripped" in caplog.text
-    with pytest.raises(InputError, match="mode"):
-        attempts_repo.record_attempts(session, [NewAttempt(pid, "telepathy", "p", "r")])
-    with pytest.raises(InputError, match="finite"):
-        attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", "p", "r", float("nan"))])
-    with pytest.raises(InputError, match="must be a number"):
-        attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", "p", "r", "1.0")])  # type: ignore[arg-type]
-    with pytest.raises(InputError, match="bytes; the limit"):
-        attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", "p", "x" * (MAX_TEXT_BYTES + 1))])
-    with pytest.raises(InputError, match="exactly one"):
-        attempts_repo.record_attempts(session, [NewAttempt(pid, "intra", "p", "r", contexts=[ContextRef(0)])])
-    with pytest.raises(InputError, match=r"cannot record attempts: .*99999"):
-        attempts_repo.record_attempts(session, [NewAttempt(99999, "zero_shot", "p", "r")])
+    bad = {
+        "mode": group(pid, ["r"], "telepathy"),
+        "finite": group(pid, ["r"], reward=float("nan")),
+        "bytes; the limit": group(pid, ["x" * (MAX_TEXT_BYTES + 1)]),
+        "exactly one": group(pid, ["r"], "intra", contexts=[ContextRef(0)]),
+        "distinct": group(pid, ["r"], "inter", contexts=[ContextRef(0, 1), ContextRef(0, 2)]),
+        "at least one attempt": NewGroup(pid, "zero_shot", "p", []),
+        "64 lowercase hex": NewGroup(pid, "zero_shot", "p", [NewAttempt("r", served_adapter_sha256="abc")]),
+        "must be a number": NewGroup(pid, "zero_shot", "p", [NewAttempt("r", "1.0")]),  # type: ignore[arg-type]
+        r"cannot record rollout groups: .*99999": group(99999, ["r"]),
+    }
+    for message, g in bad.items():
+        with pytest.raises(InputError, match=message):
+            attempts_repo.record_groups(session, [group(pid, ["fine"]), g])
+        session.rollback()
+    assert session.scalar(sa.text("SELECT count(*) FROM attempts")) == 0  # nothing half-written
 
 
 def test_experience_versions(session: Session) -> None:
     pid = make_problems(session, 1)[0]
-    added = exp_repo.add_experiences(session, [NewExperience(pid, "v1 text", 0.5, author="m")])
+    added = exp_repo.add_experiences(session, make_pool(session), [NewExperience(pid, "v1 text", 0.5, author="m")])
     eid = added.experience_ids[0]
     v2 = exp_repo.append_version(session, eid, "v2 text", author="m2")
     v3 = exp_repo.append_version(session, eid, "v3 text")
@@ -164,9 +195,10 @@ def test_wrong_vector_dimension_names_both(session: Session) -> None:
             "AND attname = 'embedding'"
         )
     )
+    pool = make_pool(session)
     with pytest.raises(InputError, match=rf"has 3 dimensions but experience_versions.embedding is vector\({dim}\)"):
-        exp_repo.add_experiences(session, [NewExperience(pid, "s", embedding=[0.1, 0.2, 0.3])])
-    ok = exp_repo.add_experiences(session, [NewExperience(pid, "s", embedding=[0.5] * dim)])
+        exp_repo.add_experiences(session, pool, [NewExperience(pid, "s", embedding=[0.1, 0.2, 0.3])])
+    ok = exp_repo.add_experiences(session, pool, [NewExperience(pid, "s", embedding=[0.5] * dim)])
     assert (
         session.scalar(
             sa.text("SELECT vector_dims(embedding) FROM experience_versions WHERE id = :i"), {"i": ok.version_ids[0]}
@@ -179,23 +211,30 @@ def test_wrong_vector_dimension_names_both(session: Session) -> None:
 
 def test_experience_bad_input(session: Session) -> None:
     pid = make_problems(session, 1)[0]
-    store = StoreConfig()
+    pool = make_pool(session)
     with pytest.raises(InputError, match="unknown problem id: 777"):
-        exp_repo.add_experiences(session, [NewExperience(777, "s")], store)
+        exp_repo.add_experiences(session, pool, [NewExperience(777, "s")])
     with pytest.raises(InputError, match="kind"):
-        exp_repo.add_experiences(session, [NewExperience(pid, "s", kind="gossip")], store)
+        exp_repo.add_experiences(session, pool, [NewExperience(pid, "s", kind="gossip")])
     with pytest.raises(InputError, match="empty"):
-        exp_repo.add_experiences(session, [NewExperience(pid, "  ")], store)
+        exp_repo.add_experiences(session, pool, [NewExperience(pid, "  ")])
     with pytest.raises(InputError, match="must be a string"):
-        exp_repo.add_experiences(session, [NewExperience(pid, 42)], store)  # type: ignore[arg-type]
+        exp_repo.add_experiences(session, pool, [NewExperience(pid, 42)])  # type: ignore[arg-type]
 
 
 def test_text_round_trips_exactly_through_copy(session: Session) -> None:
     pid = make_problems(session, 1)[0]
     tricky = "tab\there\nnew line \\ backslash \\N not null, unicode: ∑ x² — 数学, \r\n end"
-    eid = exp_repo.add_experiences(session, [NewExperience(pid, tricky, author="a\tb")]).experience_ids[0]
-    (aid,) = attempts_repo.record_attempts(session, [NewAttempt(pid, "zero_shot", tricky, tricky)])
+    eid = exp_repo.add_experiences(
+        session, make_pool(session), [NewExperience(pid, tricky, author="a\tb")]
+    ).experience_ids[0]
+    ((aid,),) = attempts_repo.record_groups(session, [group(pid, [tricky], prompt=tricky)])
     assert exp_repo.current_versions(session, [eid])[eid].summary == tricky
     assert exp_repo.current_versions(session, [eid])[eid].author == "a\tb"
-    row = session.execute(sa.text("SELECT prompt, response FROM attempts WHERE id = :i"), {"i": aid}).one()
+    row = session.execute(
+        sa.text(
+            "SELECT g.prompt, a.response FROM attempts a JOIN rollout_groups g ON g.id = a.group_id WHERE a.id = :i"
+        ),
+        {"i": aid},
+    ).one()
     assert tuple(row) == (tricky, tricky)

@@ -14,11 +14,19 @@ import pytest
 import sqlalchemy as sa
 from scipy import stats
 from sqlalchemy.orm import Session
-from store_helpers import make_attempts, make_experiences, make_problems, relevance, write_training_steps
+from store_helpers import (
+    group,
+    make_attempts,
+    make_experiences,
+    make_pool,
+    make_problems,
+    relevance,
+    write_training_steps,
+)
 
 from lanpo.db import sqlfiles
 from lanpo.db.repo import sampling
-from lanpo.db.repo.attempts import NewAttempt, record_attempts
+from lanpo.db.repo.attempts import record_groups
 from lanpo.errors import InputError
 from lanpo.train.record import batch_problem_ids, mix_seed
 
@@ -69,6 +77,7 @@ class Layout:
     """Problems written as STEPS training steps; the expected pools in rank order, from the write order alone."""
 
     problem_ids: list[int]
+    pool_id: int  # the experience pool the lessons were written to
     intra_pool: dict[int, list[int]]  # problem -> its attempt ids, newest first (step desc, then id desc)
     inter_pool: dict[int, list[int]]  # problem -> experience version ids of its sources, best relevance first
 
@@ -77,7 +86,8 @@ def write_layout(session: Session, n_problems: int) -> Layout:
     """STEPS steps over `n_problems` as the trainer writes them; problem i finds i+1 (0.99) and i+2 (0.95) relevant."""
     pids = make_problems(session, n_problems)
     batches = [batch_problem_ids(pids, n_problems, 0, step) for step in range(1, STEPS + 1)]  # seeded permutations
-    written = write_training_steps(session, batches, ROLLOUTS, LESSONS)
+    pool = make_pool(session)
+    written = write_training_steps(session, batches, ROLLOUTS, LESSONS, pool)
     attempts: dict[int, list[int]] = {p: [] for p in pids}
     lessons: dict[int, list[int]] = {p: [] for p in pids}
     for batch, (attempt_ids, version_ids) in reversed(list(zip(batches, written, strict=True))):
@@ -89,8 +99,8 @@ def write_layout(session: Session, n_problems: int) -> Layout:
         relevance(session, p, best, 0.99)
         relevance(session, p, second, 0.95)
     session.commit()
-    assert session.scalar(sa.text("SELECT count(DISTINCT created_at) FROM attempts")) == STEPS  # ties within a step
-    return Layout(pids, attempts, {p: lessons[a] + lessons[b] for p, (a, b) in sources.items()})
+    assert session.scalar(sa.text("SELECT count(DISTINCT created_at) FROM rollout_groups")) == STEPS  # ties in a step
+    return Layout(pids, pool.id, attempts, {p: lessons[a] + lessons[b] for p, (a, b) in sources.items()})
 
 
 @pytest.fixture
@@ -104,11 +114,13 @@ def small_layout(session: Session) -> Layout:
 
 
 def _draw(
-    session: Session, mode: str, problem_ids: list[int], seed: int, k: int = K, pool_size: int = POOL
+    session: Session, layout: Layout, mode: str, problem_ids: list[int], seed: int, k: int = K, pool_size: int = POOL
 ) -> dict[int, list[sampling.Draw]]:
     if mode == "intra":
         return sampling.sample_intra(session, problem_ids, k=k, pool_size=pool_size, seed=seed)
-    return sampling.sample_inter(session, problem_ids, k=k, pool_size=pool_size, seed=seed, gamma=0.9, scorer="s")
+    return sampling.sample_inter(
+        session, problem_ids, k=k, pool_size=pool_size, seed=seed, gamma=0.9, scorer="s", pool_id=layout.pool_id
+    )
 
 
 def _figures(counts: np.ndarray, first: np.ndarray, n: int) -> tuple[np.ndarray, float, str]:
@@ -158,7 +170,9 @@ def test_draws_match_exact_inclusion_probabilities(session: Session, layout: Lay
     """
     counts, first = np.zeros(POOL), np.zeros(POOL)
     for s in range(SEEDS):
-        drawn = _draw(session, mode, layout.problem_ids, mix_seed(0, "contexts", s))  # seeds as the trainer makes them
+        drawn = _draw(
+            session, layout, mode, layout.problem_ids, mix_seed(0, "contexts", s)
+        )  # seeds as the trainer makes them
         for draws in drawn.values():
             assert len(draws) == K and [d.position for d in draws] == list(range(K))
             for d in draws:
@@ -176,7 +190,7 @@ def test_nothing_beyond_pool_size_is_drawn(session: Session, small_layout: Layou
     expected = small_layout.intra_pool if mode == "intra" else small_layout.inter_pool
     for pool_size, k in [(1, 1), (3, 5), (8, 8), (8, 12), (20, 3), (40, 40)]:
         for seed in (0, -1, 2**63 - 1):
-            for p, draws in _draw(session, mode, small_layout.problem_ids, seed, k, pool_size).items():
+            for p, draws in _draw(session, small_layout, mode, small_layout.problem_ids, seed, k, pool_size).items():
                 assert len(draws) == min(k, pool_size, len(expected[p]))
                 assert len({d.candidate_id for d in draws}) == len(draws)
                 for d in draws:
@@ -197,7 +211,7 @@ def test_draw_order_is_the_documented_key(session: Session, small_layout: Layout
     experience_of = dict(session.execute(sa.text("SELECT id, experience_id FROM experience_versions")).all())
     pids = small_layout.problem_ids[:50]
     for seed in (0, 7, -(2**63)):
-        for p, draws in _draw(session, mode, pids, seed, k=POOL).items():
+        for p, draws in _draw(session, small_layout, mode, pids, seed, k=POOL).items():
             pool = (small_layout.intra_pool if mode == "intra" else small_layout.inter_pool)[p][:POOL]
             keyed = pool if mode == "intra" else [experience_of[v] for v in pool]
             order = sorted(range(POOL), key=lambda r: (_key(keyed[r], p, seed, r), keyed[r]))
@@ -217,10 +231,10 @@ def test_both_queries_share_one_key_expression() -> None:
 def test_same_seed_same_draws_other_seed_differs(session: Session, small_layout: Layout) -> None:
     pids = small_layout.problem_ids[:20]
     for mode in ("intra", "inter"):
-        a = _draw(session, mode, pids, 7)
-        assert a == _draw(session, mode, list(reversed(pids)), 7)  # order of the problem ids does not matter
-        assert {pids[3]: a[pids[3]]} == _draw(session, mode, [pids[3]], 7)  # nor the rest of the batch
-        assert a != _draw(session, mode, pids, 8)
+        a = _draw(session, small_layout, mode, pids, 7)
+        assert a == _draw(session, small_layout, mode, list(reversed(pids)), 7)  # order of the ids does not matter
+        assert {pids[3]: a[pids[3]]} == _draw(session, small_layout, mode, [pids[3]], 7)  # nor the rest of the batch
+        assert a != _draw(session, small_layout, mode, pids, 8)
 
 
 def test_rank_weights_and_reference() -> None:
@@ -236,7 +250,7 @@ def test_intra_run_filter_small_pools_and_bad_args(session: Session) -> None:
     p1, p2 = make_problems(session, 2)
     make_attempts(session, p1, 2)
     run = session.scalar(sa.text("INSERT INTO runs (name, kind) VALUES ('r', 'train') RETURNING id"))
-    record_attempts(session, [NewAttempt(p1, "zero_shot", "p", "in run", run_id=run)])
+    record_groups(session, [group(p1, ["in run"], run_id=run), group(p1, ["validation"], "val", run_id=run)])
     draws = sampling.sample_intra(session, [p1, p2], k=5, pool_size=32, seed=0)
     assert len(draws[p1]) == 3 and draws[p2] == []
     only_run = sampling.sample_intra(session, [p1], k=5, pool_size=32, seed=0, run_id=run)
@@ -247,21 +261,30 @@ def test_intra_run_filter_small_pools_and_bad_args(session: Session) -> None:
     with pytest.raises(InputError, match="seed"):
         sampling.sample_intra(session, [p1], k=1, pool_size=1, seed=2**64)
     with pytest.raises(InputError, match="gamma"):
-        sampling.sample_inter(session, [p1], k=1, pool_size=1, seed=0, gamma=1.5, scorer="s")
+        sampling.sample_inter(session, [p1], k=1, pool_size=1, seed=0, gamma=1.5, scorer="s", pool_id=1)
 
 
 def test_inter_ranks_by_relevance(session: Session) -> None:
     target, near, far, low = make_problems(session, 4)
+    pool = make_pool(session)
     make_experiences(session, near, 2)
     make_experiences(session, far, 2)
     make_experiences(session, low, 2)
+    make_experiences(session, near, 3, make_pool(session, "another run's pool"))  # never drawn: another pool
     relevance(session, target, near, 0.99)
     relevance(session, target, far, 0.91)
     relevance(session, target, low, 0.5)
     relevance(session, target, near, 0.1, scorer="other")
-    draws = sampling.sample_inter(session, [target], k=10, pool_size=3, seed=3, gamma=0.9, scorer="s")[target]
+    draws = sampling.sample_inter(
+        session, [target], k=10, pool_size=3, seed=3, gamma=0.9, scorer="s", pool_id=pool.id
+    )[target]
     assert len(draws) == 3  # pool_size cuts the 4 relevant candidates to 3
     by_rank = sorted(draws, key=lambda d: d.rank)
     assert [d.source_problem_id for d in by_rank] == [near, near, far]
     assert [d.score for d in by_rank] == [0.99, 0.99, 0.91]
-    assert sampling.sample_inter(session, [target], k=3, pool_size=3, seed=3, gamma=0.9, scorer="none") == {target: []}
+    none = sampling.sample_inter(
+        session, [target], k=3, pool_size=3, seed=3, gamma=0.9, scorer="none", pool_id=pool.id
+    )
+    assert none == {target: []}
+    wide = sampling.sample_inter(session, [target], k=9, pool_size=9, seed=3, gamma=0.9, scorer="s", pool_id=pool.id)
+    assert len(wide[target]) == 4 and all("lesson" in d.text for d in wide[target])

@@ -14,7 +14,7 @@ from lanpo.cli.sql import format_result, query_readonly
 from lanpo.db import migrate, sqlfiles
 from lanpo.errors import InputError
 
-VIEWS = ["experience_history", "experience_usage", "pool_current", "run_rewards"]
+VIEWS = ["experience_history", "experience_usage", "pool_current", "run_attempts", "run_rewards"]
 
 
 def test_every_view_file_has_a_view() -> None:
@@ -50,8 +50,12 @@ def test_downgrade_drops_views_upgrade_restores(db: Engine) -> None:
 
 def test_views_on_filled_history(session: Session) -> None:
     ids = fill_history(session)
-    pool = session.execute(sa.text("SELECT problem_id, summary FROM pool_current")).all()
-    assert [tuple(r) for r in pool] == [(ids["b"], "lesson of b")]
+    pool = session.execute(sa.text("SELECT pool, problem_id, summary FROM pool_current")).all()
+    assert [tuple(r) for r in pool] == [("hist", ids["b"], "lesson of b")]
+    attempts = session.execute(
+        sa.text("SELECT run_name, step, mode, count(*) FROM run_attempts GROUP BY 1, 2, 3 ORDER BY 2, 3")
+    ).all()
+    assert [tuple(r) for r in attempts] == [("hist", 0, "zero_shot", 4), ("hist", 1, "inter", 2)]
     history = session.execute(
         sa.text("SELECT summary, active, evicted_by, is_current FROM experience_history ORDER BY experience_id")
     ).all()
@@ -89,7 +93,9 @@ def test_recipe_answers(db: Engine, session: Session) -> None:
     lift = query_readonly(db, sqlfiles.text_of("recipes/best_experiences_by_lift"))
     assert lift.rows[0][0] == ids["version"] and float(lift.rows[0][5]) == pytest.approx(0.75)
     evictions = query_readonly(db, sqlfiles.text_of("recipes/evictions_by_policy"))
-    assert [(r[0], r[1]) for r in evictions.rows] == [("per_problem:oldest", 1)]
+    assert [(r[0], r[1], r[2]) for r in evictions.rows] == [("hist", "per_problem:oldest", 1)]
+    growth = query_readonly(db, sqlfiles.text_of("recipes/pool_growth_per_step"))
+    assert [(r[0], r[2], r[3], r[4]) for r in growth.rows] == [("hist", 0, 1, 0), ("hist", 1, 1, 1)]
 
 
 def test_readonly_refuses_writes_and_changes_nothing(db: Engine, session: Session) -> None:

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from lanpo.config import StoreConfig
 from lanpo.db.engine import transaction
 from lanpo.db.repo.experiences import NewExperience, add_experiences
+from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.inference.config import RetrievalSettings, SamplingSettings
 from lanpo.inference.engine import Engine
@@ -106,9 +107,10 @@ def pool(session: Session) -> dict[str, Any]:
         NewExperience(pid, f"A lesson on {topic}: write each step, then check the {topic} result.", EXPERIENCE_REWARD)
         for topic, pid in zip(TOPICS, ids, strict=True)
     ]
-    result = add_experiences(session, items, StoreConfig())
+    pool = ensure_pool(session, "trained", StoreConfig())
+    result = add_experiences(session, pool, items)
     session.commit()
-    return {"problem_ids": ids, "version_ids": result.version_ids}
+    return {"problem_ids": ids, "version_ids": result.version_ids, "pool": pool}
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from lanpo.config import StoreConfig
+from lanpo.db.repo.pools import ensure_pool
 from lanpo.inference.engine import EMPTY_POOL
 
 FAST = ("--max-new-tokens", "6", "--temperature", "1.0", "--batch-size", "2")
@@ -56,9 +58,7 @@ def test_infer_zero_shot_writes_answers_and_stores_the_run(
     assert "wrote 3 answers" in r.err and "mean@2" in r.err
     run = session.execute(sa.text("SELECT id, kind, status, config FROM runs")).one()
     assert (run.kind, run.status, run.config["dataset"]) == ("infer", "finished", "infer-quiz")
-    attempts = session.execute(
-        sa.text("SELECT p.dataset, p.external_id, a.mode FROM attempts a JOIN problems p ON p.id = a.problem_id")
-    ).all()
+    attempts = session.execute(sa.text("SELECT dataset, external_id, mode FROM run_attempts")).all()
     assert len(attempts) == 6 and {a.dataset for a in attempts} == {"infer-quiz"}
     assert {x["problem_id"] for x in records} == set(session.scalars(sa.text("SELECT id FROM problems")))
 
@@ -89,11 +89,16 @@ def test_infer_self_correct_without_gold_and_without_store(
     assert session.scalar(sa.text("SELECT count(*) FROM runs")) == 0
 
 
-def test_infer_retrieval_on_an_empty_pool_says_so(run_cli: Callable[..., Any], tiny_dir: Path, tmp_path: Path) -> None:
+def test_infer_retrieval_on_an_empty_pool_says_so(
+    run_cli: Callable[..., Any], tiny_dir: Path, tmp_path: Path, session: Session
+) -> None:
     out = tmp_path / "answers.jsonl"
-    r = run_cli(
-        "infer", "--model", tiny_dir, "--mode", "retrieval", "--input", questions_file(tmp_path), "--out", out, *FAST
-    )
+    args = ("infer", "--model", tiny_dir, "--mode", "retrieval", "--input", questions_file(tmp_path), "--out", out)
+    none = run_cli(*args, *FAST)
+    assert none.code == 2 and "no experience pool yet" in none.err and not out.exists()
+    ensure_pool(session, "fresh", StoreConfig())
+    session.commit()
+    r = run_cli(*args, *FAST)
     assert r.code == 0, r.err
     assert "empty pool" in r.err and "3 answered zero-shot (fallback)" in r.err
     assert all(x["fallback"] == EMPTY_POOL and x["experiences"] == [] for x in read(out))
@@ -183,5 +188,5 @@ def test_infer_with_smollm2_self_correct(run_cli: Callable[..., Any], tmp_path: 
     assert first["completion_tokens"] > 0 and second["completion_tokens"] > 0
     assert first["response"].strip() and first["finish_reason"] in ("stop", "length")
     assert "## Review" in second["prompt"] and first["response"].strip() in second["prompt"]
-    steps = sorted(session.scalars(sa.text("SELECT step FROM attempts WHERE mode = 'self_correct'")))
+    steps = sorted(session.scalars(sa.text("SELECT step FROM run_attempts WHERE mode = 'self_correct'")))
     assert steps == [0, 1]

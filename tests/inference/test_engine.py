@@ -104,7 +104,14 @@ def test_retrieval_with_llm_rerank_and_gamma(make_engine: Callable[..., Engine],
     assert any("1 of 1 question(s) had no experience" in n for n in none_pass.notes)
 
 
-def test_empty_pool_falls_back_to_zero_shot_and_says_so(make_engine: Callable[..., Engine]) -> None:
+def test_empty_pool_falls_back_to_zero_shot_and_says_so(make_engine: Callable[..., Engine], committed: Any) -> None:
+    from lanpo.config import StoreConfig
+    from lanpo.db.repo.pools import ensure_pool
+
+    with pytest.raises(InputError, match="no experience pool yet"):
+        make_engine().solve(["What is 2+3?"], "retrieval", 1)
+    with committed() as session:
+        ensure_pool(session, "fresh", StoreConfig())
     engine = make_engine()
     solutions = engine.solve(["What is 2+3?", "What is 1+1?"], "retrieval", 1)
     assert all(s.fallback == EMPTY_POOL and s.experiences == [] for s in solutions)

@@ -84,15 +84,16 @@ def test_table_equals_recount_and_truth(
     assert (run.kind, run.status) == ("eval", "finished")
     counts = dict(
         session.execute(
-            sa.text("SELECT mode, count(*) FROM attempts WHERE run_id = :r GROUP BY mode"), {"r": result.run_id}
+            sa.text("SELECT mode, count(*) FROM run_attempts WHERE run_id = :r GROUP BY mode"), {"r": result.run_id}
         ).all()
     )
     assert counts == {"zero_shot": 8 * 3, "retrieval": 8 * 3, "self_correct": 2 * 8 * 3}
     # self-correct revisions point at their first attempt of the same problem
     links = session.execute(
         sa.text(
-            "SELECT a.step, b.step AS prev_step, a.problem_id = b.problem_id AS same FROM attempt_contexts c "
-            "JOIN attempts a ON a.id = c.attempt_id JOIN attempts b ON b.id = c.context_attempt_id WHERE a.run_id = :r"
+            "SELECT a.step, b.step AS prev_step, a.problem_id = b.problem_id AS same FROM group_contexts c "
+            "JOIN run_attempts a ON a.group_id = c.group_id "
+            "JOIN run_attempts b ON b.attempt_id = c.context_attempt_id WHERE a.run_id = :r"
         ),
         {"r": result.run_id},
     ).all()
@@ -100,8 +101,9 @@ def test_table_equals_recount_and_truth(
     # retrieval attempts list the experiences in their prompts, never their own problem's
     used = session.execute(
         sa.text(
-            "SELECT a.problem_id, e.problem_id AS source FROM attempt_contexts c "
-            "JOIN attempts a ON a.id = c.attempt_id JOIN experience_versions v ON v.id = c.experience_version_id "
+            "SELECT a.problem_id, e.problem_id AS source FROM group_contexts c "
+            "JOIN run_attempts a ON a.group_id = c.group_id "
+            "JOIN experience_versions v ON v.id = c.experience_version_id "
             "JOIN experiences e ON e.id = v.experience_id "
             "WHERE a.run_id = :r AND a.mode = 'retrieval'"
         ),
@@ -140,11 +142,16 @@ def test_eval_on_the_tiny_model_stores_what_it_prints(
     result = run_eval(cfg, db, config_dir=tmp_path, engine=make_engine(), echo=lambda _: None, show_progress=False)
     assert result.table.cells == result.computed.cells
     assert result.table.cells[("self_correct", "gsm")].samples == 6
-    total = session.scalar(sa.text("SELECT count(*) FROM attempts WHERE run_id = :r"), {"r": result.run_id})
+    total = session.scalar(sa.text("SELECT count(*) FROM run_attempts WHERE run_id = :r"), {"r": result.run_id})
     assert total == 3 * 2 + 2 * 3 * 2
 
 
 def test_failed_eval_marks_the_run_failed(tmp_path: Path, db: SAEngine, tiny: Any, session: Session) -> None:
+    from lanpo.config import StoreConfig
+    from lanpo.db.repo.pools import ensure_pool
+
+    ensure_pool(session, "p", StoreConfig())
+    session.commit()
     eval_file(tmp_path, range(2))
     model, tokenizer = tiny
     engine = Engine(model, tokenizer=tokenizer, db=None)  # retrieval without a database fails mid-run

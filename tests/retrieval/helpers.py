@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from lanpo.config import StoreConfig
 from lanpo.db.repo.experiences import NewExperience, add_experiences
+from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.retrieval.bm25 import tokenize
 from lanpo.retrieval.scorer import RelevanceScorer
@@ -50,11 +51,19 @@ def make_problems(session: Session, dataset: str = "toy", questions: Sequence[st
     return list(rows)
 
 
-def make_experiences(session: Session, items: Sequence[tuple[int, str]]) -> list[int]:
-    """(problem id, summary) -> version ids of new experiences (capacity caps out of the way)."""
+POOL = "retrieval-test"
+
+
+def make_experiences(session: Session, items: Sequence[tuple[int, str]], pool: str = POOL) -> list[int]:
+    """(problem id, summary) -> version ids of new experiences in `pool` (capacity caps out of the way)."""
     store = StoreConfig(per_problem_cap=10_000, per_step_cap=10_000)
     news = [NewExperience(problem_id, summary, reward=1.0) for problem_id, summary in items]
-    return add_experiences(session, news, store).version_ids
+    return add_experiences(session, ensure_pool(session, pool, store), news).version_ids
+
+
+def pool_id(session: Session, pool: str = POOL) -> int:
+    """The id of the test pool (created, empty, when the test has not filled it)."""
+    return ensure_pool(session, pool, StoreConfig(per_problem_cap=10_000, per_step_cap=10_000)).id
 
 
 def tiny_scorer(batch_size: int = 4) -> tuple[RelevanceScorer, list[int]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
-from tests.retrieval.helpers import make_experiences, make_problems
+from tests.retrieval.helpers import make_experiences, make_problems, pool_id
 
 
 @pytest.fixture(scope="module")
@@ -44,18 +44,32 @@ def test_relevance_build_vector_without_embeddings_fails_with_a_hint(session: Se
 
 
 def test_retrieve_prints_experiences_or_says_zero_shot(session: Session, run_cli) -> None:  # type: ignore[no-untyped-def]
-    empty = run_cli("retrieve", "How many apples?", "--stage1", "bm25", "--scorer", "none")
+    args = ("retrieve", "How many apples?", "--stage1", "bm25", "--scorer", "none")
+    none = run_cli(*args)
+    assert none.code == 2 and "no experience pool yet" in none.err
+    pool_id(session)
+    session.commit()
+    empty = run_cli(*args)
     assert empty.code == 0 and "zero-shot" in empty.out
     ids = make_problems(session)
     make_experiences(
         session, [(ids[0], "apples: add the apples"), (ids[1], "speed times time"), (ids[2], "sum the terms")]
     )
     session.commit()
-    result = run_cli("retrieve", "How many apples?", "--stage1", "bm25", "--scorer", "none", "--m", "2")
+    result = run_cli(*args, "--m", "2")
     assert result.code == 0, result.err
     assert (
         result.out.startswith("#1 version") and "apples: add the apples" in result.out and "relevance -" in result.out
     )
+    other_pool = [(ids[3], "apples, apples, apples"), (ids[5], "distance: speed and time"), (ids[6], "add terms")]
+    make_experiences(session, other_pool, pool="other")
+    session.commit()
+    ambiguous = run_cli(*args)
+    assert ambiguous.code == 2 and "holds 2 pools" in ambiguous.err and "--pool" in ambiguous.err
+    other = run_cli(*args, "--pool", "other")
+    assert other.code == 0 and "apples, apples, apples" in other.out and "add the apples" not in other.out
+    unknown = run_cli(*args, "--pool", "nope")
+    assert unknown.code == 2 and "no pool named 'nope'" in unknown.err and "other" in unknown.err
 
 
 def test_embed_with_a_missing_model_is_a_user_error(session: Session, run_cli) -> None:  # type: ignore[no-untyped-def]

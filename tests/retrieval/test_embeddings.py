@@ -79,7 +79,10 @@ def test_fill_embeddings_before_a_repository_insert(session: Session) -> None:
     embedder = HashEmbedder()
     items = [NewExperience(ids[0], "add the apples"), NewExperience(ids[1], "speed times time")]
     fill_embeddings(items, embedder)
-    version_ids = add_experiences(session, items).version_ids
+    from lanpo.config import StoreConfig
+    from lanpo.db.repo.pools import ensure_pool
+
+    version_ids = add_experiences(session, ensure_pool(session, "p", StoreConfig()), items).version_ids
     vectors = stored(session, "experience_versions")
     np.testing.assert_allclose(vectors[version_ids[1]], embedder.encode(["speed times time"])[0], atol=1e-6)
 

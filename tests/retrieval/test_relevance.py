@@ -13,7 +13,7 @@ from lanpo.retrieval.corpus import BM25Cache
 from lanpo.retrieval.relevance import build_problem_relevance, score_pairs
 from lanpo.retrieval.search import SearchParams
 from lanpo.retrieval.testtime import retrieve
-from tests.retrieval.helpers import QUESTIONS, make_experiences, make_problems, tiny_scorer
+from tests.retrieval.helpers import QUESTIONS, make_experiences, make_problems, pool_id, tiny_scorer
 
 
 def score_rows(session: Session) -> list[tuple[int, int, str, float]]:
@@ -83,10 +83,12 @@ def test_training_reads_the_built_scores_through_inter_contexts(session: Session
     session.commit()
     scorer, _ = tiny_scorer()
     build_problem_relevance(db, "toy", scorer, top_k=3, params=SearchParams("bm25"), cache=BM25Cache(), progress=False)
-    contexts = inter_contexts(session, ids, k=2, pool_size=4, seed=0, gamma=0.0, scorer=scorer.identity)
+    P = pool_id(session)
+    contexts = inter_contexts(session, ids, k=2, pool_size=4, seed=0, gamma=0.0, scorer=scorer.identity, pool_id=P)
     for problem_id, items in contexts.items():
         assert items and all(item.source_problem_id != problem_id for item in items)
-    assert not any(inter_contexts(session, ids, k=2, pool_size=4, seed=0, gamma=1.0, scorer=scorer.identity).values())
+    strict = inter_contexts(session, ids, k=2, pool_size=4, seed=0, gamma=1.0, scorer=scorer.identity, pool_id=P)
+    assert not any(strict.values())
 
 
 def test_build_refuses_unknown_dataset_and_missing_embeddings(session: Session, db: Engine) -> None:
@@ -104,7 +106,8 @@ def test_build_refuses_unknown_dataset_and_missing_embeddings(session: Session, 
 def test_retrieve_empty_pool_stage1_only_gamma_and_cache(session: Session) -> None:
     ids = make_problems(session)
     scorer, seen = tiny_scorer()
-    assert retrieve(session, "How many apples?", stage1="bm25", scorer=scorer, cache=BM25Cache()) == []
+    P = pool_id(session)
+    assert retrieve(session, "How many apples?", pool_id=P, stage1="bm25", scorer=scorer, cache=BM25Cache()) == []
     make_experiences(
         session,
         [(ids[0], "apples: add the apples bought"), (ids[4], "apples: subtract the apples given"),
@@ -113,18 +116,24 @@ def test_retrieve_empty_pool_stage1_only_gamma_and_cache(session: Session) -> No
          (ids[7], "move the constant, divide by the coefficient")],
     )  # fmt: skip
     cache = BM25Cache()
-    plain = retrieve(session, "How many apples?", stage1="bm25", m=5, cache=cache)
+    plain = retrieve(session, "How many apples?", pool_id=P, stage1="bm25", m=5, cache=cache)
     assert {r.source_problem_id for r in plain} == {ids[0], ids[4]} and all(r.relevance is None for r in plain)
-    everything = retrieve(session, "How many apples?", stage1="bm25", gamma=0.0, m=5, scorer=scorer, cache=cache)
+    everything = retrieve(
+        session, "How many apples?", pool_id=P, stage1="bm25", gamma=0.0, m=5, scorer=scorer, cache=cache
+    )
     assert len(everything) == 2 and all(0.0 <= r.relevance <= 1.0 for r in everything)  # type: ignore[operator]
     assert [r.relevance for r in everything] == sorted((r.relevance for r in everything), reverse=True)
-    assert retrieve(session, "How many apples?", stage1="bm25", gamma=1.0, scorer=scorer, cache=cache) == []
+    assert retrieve(session, "How many apples?", pool_id=P, stage1="bm25", gamma=1.0, scorer=scorer, cache=cache) == []
     # A stored problem: its own experiences are excluded and its scores are cached per experience version.
     seen.clear()
-    own = retrieve(session, QUESTIONS[0], stage1="bm25", gamma=0.0, m=1, scorer=scorer, problem_id=ids[0], cache=cache)
+    own = retrieve(
+        session, QUESTIONS[0], pool_id=P, stage1="bm25", gamma=0.0, m=1, scorer=scorer, problem_id=ids[0], cache=cache
+    )
     assert len(own) == 1 and own[0].source_problem_id != ids[0]
     first_calls = len(seen)
-    retrieve(session, QUESTIONS[0], stage1="bm25", gamma=0.0, m=1, scorer=scorer, problem_id=ids[0], cache=cache)
+    retrieve(
+        session, QUESTIONS[0], pool_id=P, stage1="bm25", gamma=0.0, m=1, scorer=scorer, problem_id=ids[0], cache=cache
+    )
     assert first_calls > 0 and len(seen) == first_calls  # second time: every pair came from relevance_scores
     cached = session.scalar(sa.text("SELECT count(*) FROM relevance_scores WHERE candidate_version_id IS NOT NULL"))
     assert cached and cached > 0

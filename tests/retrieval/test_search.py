@@ -13,7 +13,7 @@ from lanpo.retrieval.embeddings import embed_missing
 from lanpo.retrieval.hybrid import rrf_fuse
 from lanpo.retrieval.search import SearchParams, search_pool, search_problems
 from lanpo.retrieval.sqlfiles import vector_literal
-from tests.retrieval.helpers import HashEmbedder, make_experiences, make_problems
+from tests.retrieval.helpers import HashEmbedder, make_experiences, make_problems, pool_id
 
 
 def test_rrf_fuse_by_hand() -> None:
@@ -116,7 +116,8 @@ def test_pool_corpus_holds_latest_versions_of_active_experiences_only(session: S
                 "(SELECT experience_id FROM experience_versions WHERE id = :v)"),
         {"v": v3},
     )  # fmt: skip
-    corpus = pool_corpus(session)
+    make_experiences(session, [(ids[3], "another run's lesson")], pool="elsewhere")
+    corpus = pool_corpus(session, pool_id(session))
     assert corpus.texts == ["first", "second, rewritten"]
     assert list(corpus.owner_ids) == [ids[0], ids[1]]
     assert v1 in corpus.ids and v2 not in corpus.ids
@@ -129,18 +130,27 @@ def test_pool_search_excludes_own_problem_and_cache_follows_the_pool(session: Se
         [(ids[0], "count apples: add the apples bought"), (ids[4], "apples left: subtract the apples given away"),
          (ids[1], "distance is speed times time")],
     )  # fmt: skip
+    elsewhere = [(ids[5], "apples in another run's pool"), (ids[6], "sum the terms"), (ids[7], "isolate y")]
+    make_experiences(session, elsewhere, pool="elsewhere")  # BM25 idf needs a few documents to say anything
     session.commit()
     cache = BM25Cache()
     params = SearchParams(stage1="bm25")
-    hits = search_pool(session, "How many apples?", 5, params=params, cache=cache)
-    assert {h.problem_id for h in hits} == {ids[0], ids[4]}
-    hits = search_pool(session, "How many apples?", 5, exclude_problem_ids=[ids[0]], params=params, cache=cache)
+    P = pool_id(session)
+    hits = search_pool(session, "How many apples?", 5, pool_id=P, params=params, cache=cache)
+    assert {h.problem_id for h in hits} == {ids[0], ids[4]}  # never the other pool's
+    hits = search_pool(
+        session, "How many apples?", 5, pool_id=P, exclude_problem_ids=[ids[0]], params=params, cache=cache
+    )
     assert [h.problem_id for h in hits] == [ids[4]]
     assert cache.builds == 1  # unchanged pool: the index is reused
+    other = search_pool(
+        session, "How many apples?", 5, pool_id=pool_id(session, "elsewhere"), params=params, cache=cache
+    )
+    assert [h.problem_id for h in other] == [ids[5]] and cache.builds == 2  # an index per pool
     make_experiences(session, [(ids[2], "more apples: sum the apples in every basket")])
     session.commit()
-    hits = search_pool(session, "apples", 5, exclude_problem_ids=[ids[0]], params=params, cache=cache)
-    assert cache.builds == 2 and ids[2] in {h.problem_id for h in hits}
+    hits = search_pool(session, "apples", 5, pool_id=P, exclude_problem_ids=[ids[0]], params=params, cache=cache)
+    assert cache.builds == 3 and ids[2] in {h.problem_id for h in hits}
 
 
 @pytest.mark.parametrize("stage1", ["vector", "hybrid"])
@@ -150,16 +160,17 @@ def test_pool_vector_and_hybrid_search(session: Session, db: object, stage1: str
         session,
         [(ids[0], "apples: add the apples"), (ids[4], "apples: subtract the apples"), (ids[1], "speed times time")],
     )
+    make_experiences(session, [(ids[5], "apples: how many apples, another pool")], pool="elsewhere")
     session.commit()
     embedder = HashEmbedder()
     embed_missing(db, embedder, dataset=None, what="experiences", progress=False)  # type: ignore[arg-type]
     q = "how many apples"
     hits = search_pool(
-        session, q, 2, query_vector=embedder.encode([q])[0], exclude_problem_ids=[ids[4]],
+        session, q, 2, pool_id=pool_id(session), query_vector=embedder.encode([q])[0], exclude_problem_ids=[ids[4]],
         params=SearchParams(stage1=stage1), cache=BM25Cache(),
     )  # fmt: skip
     assert hits[0].problem_id == ids[0]
-    assert ids[4] not in {h.problem_id for h in hits}
+    assert not {ids[4], ids[5]} & {h.problem_id for h in hits}
 
 
 def test_pool_key_follows_evictions_and_staleness_window_skips_checks(session: Session) -> None:
@@ -171,8 +182,9 @@ def test_pool_key_follows_evictions_and_staleness_window_skips_checks(session: S
     cache = BM25Cache()
     relaxed = BM25Cache(max_staleness_s=3600)
     params = SearchParams(stage1="bm25")
-    assert len(search_pool(session, "apples", 5, params=params, cache=cache)) == 2
-    search_pool(session, "apples", 5, params=params, cache=relaxed)
+    P = pool_id(session)
+    assert len(search_pool(session, "apples", 5, pool_id=P, params=params, cache=cache)) == 2
+    search_pool(session, "apples", 5, pool_id=P, params=params, cache=relaxed)
     session.execute(
         sa.text(
             "UPDATE experiences SET evicted_at = now(), evicted_by = 'test' "
@@ -181,6 +193,7 @@ def test_pool_key_follows_evictions_and_staleness_window_skips_checks(session: S
         {"v": versions[0]},
     )
     session.commit()
-    hits = search_pool(session, "apples", 5, params=params, cache=cache)
+    hits = search_pool(session, "apples", 5, pool_id=P, params=params, cache=cache)
     assert [h.version_id for h in hits] == [versions[1]] and cache.builds == 2  # the eviction changed the key
-    assert len(search_pool(session, "apples", 5, params=params, cache=relaxed)) == 2 and relaxed.builds == 1
+    assert len(search_pool(session, "apples", 5, pool_id=P, params=params, cache=relaxed)) == 2
+    assert relaxed.builds == 1

@@ -32,7 +32,7 @@ def test_two_ranks_share_one_run(db_env: str, db: Engine, toy_problems: list[int
     with db.connect() as conn:
         steps = conn.execute(sa.text("SELECT step FROM run_steps ORDER BY step")).scalars().all()
         per_step = conn.execute(
-            sa.text("SELECT step, count(*), count(DISTINCT problem_id) FROM attempts GROUP BY step ORDER BY step")
+            sa.text("SELECT step, count(*), count(DISTINCT problem_id) FROM run_attempts GROUP BY step ORDER BY step")
         ).all()
         runs = conn.execute(sa.text("SELECT count(*) FROM runs")).scalar()
     assert steps == [0, 1, 2] and runs == 1

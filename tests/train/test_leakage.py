@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 from lanpo import prompts
+from lanpo.config import StoreConfig
 from lanpo.db.engine import transaction
 from lanpo.db.repo import contexts
-from lanpo.db.repo.attempts import NewAttempt, record_attempts
+from lanpo.db.repo.attempts import NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import NewExperience, add_experiences
+from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
 
 SAFE = st.text(alphabet="abcdefhkmnpqsuvxyz +-*=()", min_size=1, max_size=40).filter(lambda s: s.strip() != "")
@@ -36,16 +38,17 @@ def test_contexts_from_the_store_never_leak(db: Engine, history, lessons, seed: 
     with transaction(db) as session:
         upsert_problems(session, dataset, [ProblemIn(str(i), f"question number {i}", golds[i]) for i in range(3)])
         pids = problem_ids(session, dataset)
-        record_attempts(
+        record_groups(
             session,
             [
-                NewAttempt(problem_id=pids[p], mode="zero_shot", prompt="q", response=text, reward=r, correct=c)
+                NewGroup(pids[p], "zero_shot", "q", [NewAttempt(response=text, reward=r, correct=c)])
                 for p, text, r, c in history
             ],
         )
+        pool = ensure_pool(session, dataset, StoreConfig())
         if lessons:
             add_experiences(
-                session, [NewExperience(problem_id=pids[p], summary=text, reward=1.0) for p, text in lessons]
+                session, pool, [NewExperience(problem_id=pids[p], summary=text, reward=1.0) for p, text in lessons]
             )
         session.connection().exec_driver_sql(
             "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) "
@@ -53,7 +56,9 @@ def test_contexts_from_the_store_never_leak(db: Engine, history, lessons, seed: 
             f"WHERE a.dataset = '{dataset}' AND b.dataset = '{dataset}'"
         )
         intra = contexts.intra_contexts(session, pids, k=4, pool_size=8, seed=seed)
-        inter = contexts.inter_contexts(session, pids, k=4, pool_size=8, seed=seed, gamma=0.5, scorer="leak")
+        inter = contexts.inter_contexts(
+            session, pids, k=4, pool_size=8, seed=seed, gamma=0.5, scorer="leak", pool_id=pool.id
+        )
 
     for i, pid in enumerate(pids):
         text = "\n".join(m["content"] for m in prompts.intra_messages(f"question number {i}", intra[pid]))

@@ -26,36 +26,46 @@ def test_train_records_every_step_in_the_store(db: Engine, toy_problems: list[in
     assert result.steps == [1, 2, 3] and seen == [1, 2, 3]
     run = result.run_id
     assert _scalar(db, "SELECT array_agg(step ORDER BY step) FROM run_steps WHERE run_id = :r", r=run) == [0, 1, 2, 3]
-    assert _scalar(db, "SELECT count(*) FROM attempts WHERE run_id = :r", r=run) == 3 * 3 * 2
+    assert _scalar(db, "SELECT count(*) FROM run_attempts WHERE run_id = :r", r=run) == 3 * 3 * 2
+    # one group (one stored prompt) per problem and step, holding its n = 2 rollouts
+    assert _scalar(db, "SELECT count(*) FROM rollout_groups WHERE run_id = :r", r=run) == 3 * 3
+    assert (
+        _scalar(db, "SELECT pl.name FROM runs r JOIN pools pl ON pl.id = r.pool_id WHERE r.id = :r", r=run) == "tiny"
+    )
+    assert (
+        _scalar(db, "SELECT count(*) FROM experiences e JOIN pools pl ON pl.id = e.pool_id WHERE pl.name <> 'tiny'")
+        == 0
+    )
     assert _scalar(db, "SELECT status FROM runs WHERE id = :r", r=run) == "finished"
     # attempts of step s were produced by the policy of step s - 1
     assert _scalar(
         db,
-        "SELECT bool_and(pv.step = a.step - 1) FROM attempts a JOIN policy_versions pv ON pv.id = a.policy_version_id",
+        "SELECT bool_and(pv.step = g.step - 1) FROM rollout_groups g "
+        "JOIN policy_versions pv ON pv.id = g.policy_version_id",
     )
     # intra contexts come from the same problem; inter contexts from other problems' experiences
     assert (
         _scalar(
             db,
-            "SELECT count(*) FROM attempt_contexts c JOIN attempts a ON a.id = c.attempt_id "
-            "JOIN attempts src ON src.id = c.context_attempt_id WHERE src.problem_id <> a.problem_id",
+            "SELECT count(*) FROM group_contexts c JOIN rollout_groups g ON g.id = c.group_id "
+            "JOIN run_attempts src ON src.attempt_id = c.context_attempt_id WHERE src.problem_id <> g.problem_id",
         )
         == 0
     )
     assert (
         _scalar(
             db,
-            "SELECT count(*) FROM attempt_contexts c JOIN attempts a ON a.id = c.attempt_id "
+            "SELECT count(*) FROM group_contexts c JOIN rollout_groups g ON g.id = c.group_id "
             "JOIN experience_versions v ON v.id = c.experience_version_id "
             "JOIN experiences e ON e.id = v.experience_id "
-            "WHERE e.problem_id = a.problem_id",
+            "WHERE e.problem_id = g.problem_id",
         )
         == 0
     )
-    intra_used = _scalar(db, "SELECT count(*) FROM attempt_contexts WHERE context_attempt_id IS NOT NULL")
-    inter_used = _scalar(db, "SELECT count(*) FROM attempt_contexts WHERE experience_version_id IS NOT NULL")
+    intra_used = _scalar(db, "SELECT count(*) FROM group_contexts WHERE context_attempt_id IS NOT NULL")
+    inter_used = _scalar(db, "SELECT count(*) FROM group_contexts WHERE experience_version_id IS NOT NULL")
     assert intra_used and inter_used, "p_t = 1 and a filled store: later steps must carry both kinds of context"
-    assert _scalar(db, "SELECT count(DISTINCT mode) FROM attempts WHERE step > 1") >= 2
+    assert _scalar(db, "SELECT count(DISTINCT mode) FROM rollout_groups WHERE step > 1") >= 2
     assert _scalar(db, "SELECT count(*) FROM experiences WHERE run_id = :r", r=run) > 0
     names = set(_scalar(db, "SELECT array_agg(DISTINCT name) FROM run_metrics WHERE run_id = :r", r=run))  # type: ignore[arg-type]
     for name in (

@@ -112,7 +112,7 @@ def test_sigkill_during_generation_and_db_write_then_resume(
     # 2. resumed, then killed inside step 3's transaction (attempts inserted, not committed; checkpoint written)
     _kill_when_paused(_launch(config, "db_write:3", resume=True), "lanpo-paused db_write:3")
     assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(0,), (1,), (2,)]
-    assert _rows(db, "SELECT count(*) FROM attempts WHERE step = 3") == [(0,)]
+    assert _rows(db, "SELECT count(*) FROM run_attempts WHERE step = 3") == [(0,)]
     assert ckpt.step_dir(out, 3).exists(), "the step-3 checkpoint was written before the (killed) commit"
 
     # 3. resumed to the end
@@ -124,7 +124,7 @@ def test_sigkill_during_generation_and_db_write_then_resume(
     assert _rows(db, "SELECT step, count(*) FROM policy_versions GROUP BY step ORDER BY step") == [
         (s, 1) for s in range(5)
     ]
-    assert _rows(db, "SELECT step, count(*) FROM attempts GROUP BY step ORDER BY step") == [
+    assert _rows(db, "SELECT step, count(*) FROM run_attempts GROUP BY step ORDER BY step") == [
         (s, 3 * 2) for s in range(1, 5)
     ]
     assert _rows(
@@ -134,7 +134,7 @@ def test_sigkill_during_generation_and_db_write_then_resume(
     assert _rows(db, "SELECT status FROM runs") == [("finished",)]
     # every attempt and experience points at a committed policy version of its own run
     assert _rows(
-        db, "SELECT count(*) FROM attempts a LEFT JOIN run_steps s ON s.step = a.step WHERE s.step IS NULL"
+        db, "SELECT count(*) FROM run_attempts a LEFT JOIN run_steps s ON s.step = a.step WHERE s.step IS NULL"
     ) == [(0,)]
 
     # the checkpoint the database names for the last step holds exactly the adapter it records

@@ -1,7 +1,14 @@
-"""Attempts (rollouts) and what was injected into their prompts, recorded in bulk in one statement."""
+"""Rollout groups and their attempts: one prompt (with the context injected into it) and the rollouts it produced.
+
+A group is stored once: prompt text, template version, token count, run, step, problem, policy version, mode and
+its context rows. Each attempt keeps only what differs between the rollouts of one prompt (the response, its
+grade, and the adapter that served it), so a step of G prompts x n rollouts writes G prompts, not G * n.
+Everything goes in with COPY after reserving ids, in the caller's transaction.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
@@ -10,28 +17,15 @@ from lanpo.db.models import ATTEMPT_MODES
 from lanpo.db.repo import bulk, checks
 from lanpo.errors import InputError
 
-ATTEMPT_TYPES = (
-    "int8",
-    "int8",
-    "int8",
-    "int4",
-    "int8",
-    "text",
-    "text",
-    "text",
-    "text",
-    "float8",
-    "bool",
-    "bool",
-    "int4",
-    "int4",
-)
+GROUP_TYPES = ("int8", "int8", "int8", "int4", "int8", "text", "text", "text", "int4")
+ATTEMPT_TYPES = ("int8", "int8", "text", "float8", "bool", "bool", "int4", "text")
 CONTEXT_TYPES = ("int8", "int4", "int8", "int8", "float8")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
 class ContextRef:
-    """One item injected into an attempt's prompt: an experience version (inter) or an earlier attempt (intra)."""
+    """One item injected into a group's prompt: an experience version (inter) or an earlier attempt (intra)."""
 
     position: int
     experience_version_id: int | None = None
@@ -41,83 +35,126 @@ class ContextRef:
 
 @dataclass
 class NewAttempt:
-    problem_id: int
-    mode: str
-    prompt: str
+    """One rollout of a group: the response, its grade, and the sha256 of the adapter that served it."""
+
     response: str
     reward: float | None = None
     correct: bool | None = None
     format_ok: bool | None = None
-    prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    served_adapter_sha256: str | None = None
+
+
+@dataclass
+class NewGroup:
+    """One prompt and the rollouts generated from it."""
+
+    problem_id: int
+    mode: str
+    prompt: str
+    attempts: list[NewAttempt]
+    prompt_version: str | None = None
+    prompt_tokens: int | None = None
     step: int | None = None
     run_id: int | None = None
     policy_version_id: int | None = None
-    prompt_version: str | None = None
     contexts: list[ContextRef] = field(default_factory=list)
 
 
-def record_attempts(session: Session, attempts: list[NewAttempt]) -> list[int]:
-    """Insert `attempts` and their contexts (reserve ids + two COPYs); returns their ids in input order.
+def _group_row(g: NewGroup, where: str) -> tuple:
+    if g.mode not in ATTEMPT_MODES:
+        raise InputError(f"{where}: mode must be one of {', '.join(ATTEMPT_MODES)}, got {g.mode!r}")
+    problem_id = checks.int_or_none(g.problem_id, f"{where}: problem_id")
+    if problem_id is None:
+        raise InputError(f"{where}: problem_id is required")
+    return (
+        checks.int_or_none(g.run_id, f"{where}: run_id"),
+        problem_id,
+        checks.int_or_none(g.step, f"{where}: step", minimum=0),
+        checks.int_or_none(g.policy_version_id, f"{where}: policy_version_id"),
+        g.mode,
+        checks.generated_text(g.prompt, f"{where}: prompt"),
+        checks.generated_text(g.prompt_version, f"{where}: prompt_version", True),
+        checks.int_or_none(g.prompt_tokens, f"{where}: prompt_tokens", minimum=0),
+    )
 
-    NUL bytes in prompt/response are stripped with a warning; text over 1 MiB, unknown modes, non-finite
-    rewards and contexts that name both or neither source raise InputError before anything is written.
-    """
-    if not attempts:
-        return []
-    rows: list[tuple] = []
-    contexts: list[tuple[int, int, int | None, int | None, float | None]] = []
-    for i, a in enumerate(attempts):
-        where = f"attempt {i}"
-        if a.mode not in ATTEMPT_MODES:
-            raise InputError(f"{where}: mode must be one of {', '.join(ATTEMPT_MODES)}, got {a.mode!r}")
-        problem_id = checks.int_or_none(a.problem_id, f"{where}: problem_id")
-        if problem_id is None:
-            raise InputError(f"{where}: problem_id is required")
+
+def _attempt_row(a: NewAttempt, where: str) -> tuple:
+    sha = a.served_adapter_sha256
+    if sha is not None and (not isinstance(sha, str) or not _SHA256.fullmatch(sha)):
+        raise InputError(f"{where}: served_adapter_sha256 must be 64 lowercase hex digits, got {sha!r}")
+    return (
+        checks.generated_text(a.response, f"{where}: response"),
+        checks.finite_or_none(a.reward, f"{where}: reward"),
+        checks.bool_or_none(a.correct, f"{where}: correct"),
+        checks.bool_or_none(a.format_ok, f"{where}: format_ok"),
+        checks.int_or_none(a.completion_tokens, f"{where}: completion_tokens", minimum=0),
+        sha,
+    )
+
+
+def _context_rows(g: NewGroup, where: str) -> list[tuple]:
+    rows, positions = [], set()
+    for c in g.contexts:
+        if (c.experience_version_id is None) == (c.context_attempt_id is None):
+            raise InputError(f"{where}: a context names exactly one of experience_version_id, context_attempt_id")
+        position = checks.int_or_none(c.position, f"{where}: context position", minimum=0)
+        if position is None or position in positions:
+            raise InputError(f"{where}: context positions must be distinct integers >= 0, got {c.position!r}")
+        positions.add(position)
         rows.append(
             (
-                checks.int_or_none(a.run_id, f"{where}: run_id"),
-                problem_id,
-                checks.int_or_none(a.step, f"{where}: step", minimum=0),
-                checks.int_or_none(a.policy_version_id, f"{where}: policy_version_id"),
-                a.mode,
-                checks.generated_text(a.prompt, f"{where}: prompt"),
-                checks.generated_text(a.response, f"{where}: response"),
-                checks.generated_text(a.prompt_version, f"{where}: prompt_version", True),
-                checks.finite_or_none(a.reward, f"{where}: reward"),
-                checks.bool_or_none(a.correct, f"{where}: correct"),
-                checks.bool_or_none(a.format_ok, f"{where}: format_ok"),
-                checks.int_or_none(a.prompt_tokens, f"{where}: prompt_tokens", minimum=0),
-                checks.int_or_none(a.completion_tokens, f"{where}: completion_tokens", minimum=0),
+                position,
+                checks.int_or_none(c.experience_version_id, f"{where}: experience_version_id"),
+                checks.int_or_none(c.context_attempt_id, f"{where}: context_attempt_id"),
+                checks.finite_or_none(c.score, f"{where}: context score"),
             )
         )
-        positions: set[int] = set()
-        for c in a.contexts:
-            if (c.experience_version_id is None) == (c.context_attempt_id is None):
-                raise InputError(f"{where}: a context names exactly one of experience_version_id, context_attempt_id")
-            position = checks.int_or_none(c.position, f"{where}: context position", minimum=0)
-            if position is None or position in positions:
-                raise InputError(f"{where}: context positions must be distinct integers >= 0, got {c.position!r}")
-            positions.add(position)
-            contexts.append(
-                (
-                    i,
-                    position,
-                    checks.int_or_none(c.experience_version_id, f"{where}: experience_version_id"),
-                    checks.int_or_none(c.context_attempt_id, f"{where}: context_attempt_id"),
-                    checks.finite_or_none(c.score, f"{where}: context score"),
-                )
-            )
-    ids = bulk.reserve_ids(session, "attempts", len(rows))
+    return rows
+
+
+def record_groups(session: Session, groups: list[NewGroup]) -> list[list[int]]:
+    """Insert `groups` with their attempts and contexts; returns each group's attempt ids, in input order.
+
+    NUL bytes in prompt / response are stripped with a warning; text over 1 MiB, unknown modes, non-finite
+    rewards, malformed hashes and contexts that name both or neither source raise InputError before anything
+    is written.
+    """
+    group_rows, attempt_rows, context_rows = [], [], []
+    for i, g in enumerate(groups):
+        where = f"group {i}"
+        group_rows.append(_group_row(g, where))
+        if not g.attempts:
+            raise InputError(f"{where}: a group holds at least one attempt")
+        attempt_rows.extend((i, _attempt_row(a, f"{where} attempt {j}")) for j, a in enumerate(g.attempts))
+        context_rows.extend((i, row) for row in _context_rows(g, where))
+    if not groups:
+        return []
+    group_ids = bulk.reserve_ids(session, "rollout_groups", len(group_rows))
+    attempt_ids = bulk.reserve_ids(session, "attempts", len(attempt_rows))
     bulk.copy_rows(
-        session, "queries/attempts_copy", ((ids[i], *row) for i, row in enumerate(rows)), ATTEMPT_TYPES, "attempts"
+        session,
+        "queries/rollout_groups_copy",
+        ((gid, *row) for gid, row in zip(group_ids, group_rows, strict=True)),
+        GROUP_TYPES,
+        "rollout groups",
     )
-    if contexts:
+    bulk.copy_rows(
+        session,
+        "queries/attempts_copy",
+        ((aid, group_ids[i], *row) for aid, (i, row) in zip(attempt_ids, attempt_rows, strict=True)),
+        ATTEMPT_TYPES,
+        "attempts",
+    )
+    if context_rows:
         bulk.copy_rows(
             session,
-            "queries/attempt_contexts_copy",
-            ((ids[i], *rest) for i, *rest in contexts),
+            "queries/group_contexts_copy",
+            ((group_ids[i], *row) for i, row in context_rows),
             CONTEXT_TYPES,
-            "attempt contexts",
+            "group contexts",
         )
-    return ids
+    out: list[list[int]] = [[] for _ in groups]
+    for aid, (i, _) in zip(attempt_ids, attempt_rows, strict=True):
+        out[i].append(aid)
+    return out

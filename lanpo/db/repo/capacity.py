@@ -1,16 +1,18 @@
-"""Capacity policies of the experience pool, enforced inside the inserting transaction.
+"""Capacity policies of an experience pool, enforced inside the inserting transaction.
 
-Three caps (StoreConfig): per step (new experiences per problem admitted by one `add_experiences` call,
-best reward first, the rest dropped and reported), per problem (active experiences kept per problem) and
-an optional global cap (active experiences in the whole pool). When a cap is exceeded the eviction policy
+Three caps, settings of the pool (`pools` row): per step (new experiences per problem admitted by one
+`add_experiences` call, best reward first, the rest dropped and reported), per problem (active experiences of the
+pool kept per problem) and an optional global cap (active experiences in the pool). When a cap is exceeded the
+eviction policy
 picks who leaves: `oldest`, `lowest_reward` (NULL rewards first) or `lowest_relevance` (relevance of an
 experience = mean score of the relevance_scores rows naming one of its versions, else of the rows naming
 its problem as the candidate, else 0). Ties fall back to age. Evicted rows get `evicted_at = now()` and
 `evicted_by = '<scope>:<policy>'` (scope: per_problem | global) and stay in history.
 
-Concurrency: a writer first takes the global advisory lock (only when a global cap is set), then locks the
-affected problems' rows `FOR NO KEY UPDATE` in id order, so writers on the same problems queue and cannot
-deadlock; each eviction is one set-based statement that runs after the locks, on a fresh snapshot.
+Concurrency: a writer first takes the pool's global-cap advisory lock (only when a global cap is set), then
+locks the affected problems' rows `FOR NO KEY UPDATE` in id order, so writers on the same problems queue and
+cannot deadlock (writers to different pools on the same problems queue too: simple, and never wrong); each
+eviction is one set-based statement that runs after the locks, on a fresh snapshot.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from lanpo.config import StoreConfig
 from lanpo.db import sqlfiles
+from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import InputError
 
 
@@ -43,10 +45,10 @@ def per_step_admit(
     return sorted(kept_set), [i for i in range(len(problem_ids)) if i not in kept_set]
 
 
-def lock_problems(session: Session, problem_ids: Sequence[int], store: StoreConfig) -> None:
-    """Take the writer locks (global advisory lock if a global cap is set, then problem rows in id order)."""
-    if store.global_cap is not None:
-        session.execute(sqlfiles.load("queries/lock_global_cap"))
+def lock_problems(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -> None:
+    """Take the writer locks (the pool's advisory lock if it has a global cap, then problem rows in id order)."""
+    if pool.global_cap is not None:
+        session.execute(sqlfiles.load("queries/lock_global_cap"), {"pool_id": pool.id})
     wanted = sorted(set(problem_ids))
     locked = set(session.scalars(sqlfiles.load("queries/lock_problems"), {"problem_ids": wanted}))
     missing = [p for p in wanted if p not in locked]
@@ -57,8 +59,8 @@ def lock_problems(session: Session, problem_ids: Sequence[int], store: StoreConf
         )
 
 
-def enforce(session: Session, problem_ids: Sequence[int], store: StoreConfig) -> list[int]:
-    """Evict beyond the per-problem cap of `problem_ids`, then beyond the global cap; returns evicted ids.
+def enforce(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -> list[int]:
+    """Evict beyond the pool's per-problem cap of `problem_ids`, then beyond its global cap; returns evicted ids.
 
     Call it inside the transaction that inserted, after `lock_problems`.
     """
@@ -66,16 +68,22 @@ def enforce(session: Session, problem_ids: Sequence[int], store: StoreConfig) ->
         session.scalars(
             sqlfiles.load("queries/evict_per_problem"),
             {
+                "pool_id": pool.id,
                 "problem_ids": sorted(set(problem_ids)),
-                "policy": store.eviction,
-                "evicted_by": f"per_problem:{store.eviction}",
-                "cap": store.per_problem_cap,
+                "policy": pool.eviction,
+                "evicted_by": f"per_problem:{pool.eviction}",
+                "cap": pool.per_problem_cap,
             },
         )
     )
-    if store.global_cap is not None:
+    if pool.global_cap is not None:
         evicted += session.scalars(
             sqlfiles.load("queries/evict_global"),
-            {"policy": store.eviction, "evicted_by": f"global:{store.eviction}", "cap": store.global_cap},
+            {
+                "pool_id": pool.id,
+                "policy": pool.eviction,
+                "evicted_by": f"global:{pool.eviction}",
+                "cap": pool.global_cap,
+            },
         )
     return evicted

@@ -61,10 +61,12 @@ def inter_contexts(
     seed: int,
     gamma: float,
     scorer: str,
+    pool_id: int,
 ) -> dict[int, list[InterItem]]:
-    """problem id -> up to k lessons of OTHER problems with relevance >= gamma (relevance-ranked, weighted draw)."""
+    """problem id -> up to k lessons of pool `pool_id` from OTHER problems with relevance >= gamma
+    (relevance-ranked, weighted draw)."""
     draws = sampling.sample_inter(
-        session, problem_ids, k=k, pool_size=pool_size, seed=seed, gamma=gamma, scorer=scorer
+        session, problem_ids, k=k, pool_size=pool_size, seed=seed, gamma=gamma, scorer=scorer, pool_id=pool_id
     )
     return {
         p: [InterItem(d.candidate_id, int(d.source_problem_id or 0), d.text, float(d.score or 0.0)) for d in ds]

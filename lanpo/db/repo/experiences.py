@@ -1,4 +1,4 @@
-"""Experiences: add (version 1) under the capacity policies, append versions, read current or all versions."""
+"""Experiences: add (version 1) to a pool under its capacity rules, append versions, read current or all versions."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from lanpo.config import StoreConfig
 from lanpo.db import sqlfiles
 from lanpo.db.models import EXPERIENCE_KINDS
 from lanpo.db.repo import bulk, capacity, checks
+from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import InputError
 
-EXPERIENCE_TYPES = ("int8", "int8", "int8", "text", "float8", "int8", "int4")
+EXPERIENCE_TYPES = ("int8", "int8", "int8", "int8", "text", "float8", "int8", "int4")
 
 
 @dataclass
@@ -58,9 +58,8 @@ class VersionRow:
     created_at: datetime
 
 
-def add_experiences(session: Session, items: list[NewExperience], store: StoreConfig | None = None) -> AddResult:
-    """Insert experiences (with version 1) and enforce the capacity policies in this transaction."""
-    store = store or StoreConfig()
+def add_experiences(session: Session, pool: PoolRow, items: list[NewExperience]) -> AddResult:
+    """Insert experiences (with version 1) into `pool` and enforce its capacity policies in this transaction."""
     if not items:
         return AddResult()
     rows: list[dict[str, Any]] = []
@@ -89,9 +88,9 @@ def add_experiences(session: Session, items: list[NewExperience], store: StoreCo
         if rows[-1]["problem_id"] is None:
             raise InputError(f"{where}: problem_id is required")
     kept, dropped = capacity.per_step_admit(
-        [r["problem_id"] for r in rows], [r["reward"] for r in rows], store.per_step_cap
+        [r["problem_id"] for r in rows], [r["reward"] for r in rows], pool.per_step_cap
     )
-    capacity.lock_problems(session, [r["problem_id"] for r in rows], store)
+    capacity.lock_problems(session, pool, [r["problem_id"] for r in rows])
     admitted = [rows[i] for i in kept]
     experience_ids = bulk.reserve_ids(session, "experiences", len(admitted))
     version_ids = bulk.reserve_ids(session, "experience_versions", len(admitted))
@@ -99,7 +98,7 @@ def add_experiences(session: Session, items: list[NewExperience], store: StoreCo
         session,
         "queries/experiences_copy",
         (
-            (eid, r["problem_id"], r["source_attempt_id"], r["kind"], r["reward"], r["run_id"], r["step"])
+            (eid, pool.id, r["problem_id"], r["source_attempt_id"], r["kind"], r["reward"], r["run_id"], r["step"])
             for eid, r in zip(experience_ids, admitted, strict=True)
         ),
         EXPERIENCE_TYPES,
@@ -115,7 +114,7 @@ def add_experiences(session: Session, items: list[NewExperience], store: StoreCo
         None,
         "experience versions",
     )
-    evicted = capacity.enforce(session, [r["problem_id"] for r in rows], store)
+    evicted = capacity.enforce(session, pool, [r["problem_id"] for r in rows])
     return AddResult(
         experience_ids=experience_ids,
         version_ids=version_ids,

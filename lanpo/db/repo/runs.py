@@ -15,8 +15,15 @@ from lanpo.db.repo import checks
 from lanpo.errors import InputError
 
 
-def create_run(session: Session, name: str, kind: str, config: dict | None = None, model: str | None = None) -> Run:
-    """A new run; `name` must be unique (InputError says how to resume or rename)."""
+def create_run(
+    session: Session,
+    name: str,
+    kind: str,
+    config: dict | None = None,
+    model: str | None = None,
+    pool_id: int | None = None,
+) -> Run:
+    """A new run (reading and writing pool `pool_id`, if any); `name` must be unique (InputError says what to do)."""
     if not isinstance(name, str) or not name.strip():
         raise InputError("run name must be a non-empty string")
     checks.refuse_nul(name, "run name")
@@ -25,7 +32,7 @@ def create_run(session: Session, name: str, kind: str, config: dict | None = Non
     config = checks.json_object(config if config is not None else {}, "run config")
     if session.scalar(sa.select(Run.id).where(Run.name == name)) is not None:
         raise InputError(f"a run named {name!r} already exists", hint="choose another name, or resume that run")
-    run = Run(name=name, kind=kind, config=json.loads(json.dumps(config)), model=model)
+    run = Run(name=name, kind=kind, config=json.loads(json.dumps(config)), model=model, pool_id=pool_id)
     session.add(run)
     session.flush()
     return run
@@ -96,7 +103,7 @@ def last_committed_step(session: Session, run_id: int) -> int | None:
 
 @dataclass
 class RollbackResult:
-    attempts: int
+    groups: int  # rollout groups (their attempts and contexts went with them)
     experiences: int
     metrics: int
     steps: int
@@ -112,6 +119,6 @@ def rollback_uncommitted(session: Session, run_id: int, after_step: int | None) 
     p = {"run_id": run_id, "after_step": -1 if after_step is None else after_step}
     counts = {
         name: session.execute(sqlfiles.load(f"queries/rollback_{name}"), p).rowcount
-        for name in ("attempts", "experiences", "metrics", "steps", "policy_versions")  # order matters: FKs
+        for name in ("groups", "experiences", "metrics", "steps", "policy_versions")  # order matters: FKs
     }
     return RollbackResult(**counts)

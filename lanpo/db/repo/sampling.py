@@ -88,7 +88,8 @@ def sample_intra(
     seed: int,
     run_id: int | None = None,
 ) -> dict[int, list[Draw]]:
-    """problem id -> up to k of its own recent attempts (of `run_id` if given), drawn by recency weight."""
+    """problem id -> up to k of its own recent attempts (of `run_id` if given; never validation attempts), drawn by
+    recency weight."""
     ids = _check(problem_ids, k, pool_size, seed)
     if not ids or k == 0:
         return {p: [] for p in ids}
@@ -107,8 +108,10 @@ def sample_inter(
     seed: int,
     gamma: float,
     scorer: str,
+    pool_id: int,
 ) -> dict[int, list[Draw]]:
-    """problem id -> up to k current versions of active experiences of OTHER problems with relevance >= gamma."""
+    """problem id -> up to k current versions of active experiences of pool `pool_id`, from OTHER problems with
+    relevance >= gamma."""
     ids = _check(problem_ids, k, pool_size, seed)
     if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be a number in [0, 1], got {gamma!r}")
@@ -118,6 +121,14 @@ def sample_inter(
         return {p: [] for p in ids}
     rows = session.execute(
         sqlfiles.load("queries/sample_inter"),
-        {"problem_ids": ids, "k": k, "pool_size": pool_size, "seed": seed, "gamma": float(gamma), "scorer": scorer},
+        {
+            "problem_ids": ids,
+            "k": k,
+            "pool_size": pool_size,
+            "seed": seed,
+            "gamma": float(gamma),
+            "scorer": scorer,
+            "pool_id": pool_id,
+        },
     )
     return _group(rows, ids, with_score=True)

@@ -1,0 +1,2 @@
+-- One pool by name, with its capacity settings.
+SELECT id, name, per_problem_cap, per_step_cap, global_cap, eviction, created_at FROM pools WHERE name = :name

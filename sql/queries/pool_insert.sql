@@ -1,0 +1,4 @@
+-- Create a pool unless one of that name exists (a concurrent creator wins; the caller then reads it back).
+INSERT INTO pools (name, per_problem_cap, per_step_cap, global_cap, eviction)
+VALUES (:name, :per_problem_cap, :per_step_cap, :global_cap, :eviction)
+ON CONFLICT (name) DO NOTHING
