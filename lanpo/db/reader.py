@@ -72,11 +72,16 @@ class ReaderLogin:
     def connect(self, application_name: str = "lanpo sql") -> psycopg.Connection:
         """A connection as the reader, checked to be unprivileged (else ReaderUnavailable, and it is closed)."""
         try:
-            conn = psycopg.connect(**self.params, application_name=application_name, connect_timeout=10)
+            conn = psycopg.connect(**{"application_name": application_name, "connect_timeout": 10, **self.params})
         except psycopg.OperationalError as exc:
+            hint = (
+                f"check {ENV_READER_URL}, or unset it to use the role `lanpo db upgrade` made"
+                if self.source == ENV_READER_URL
+                # Postgres lets every role change its own password, so a reader's psql session can lock lanpo out.
+                else "if its password was changed, `lanpo db downgrade 0002 && lanpo db upgrade` makes the role anew"
+            )
             raise ReaderUnavailable(
-                f"cannot log in as the read-only role {self.role} ({self.source}): {str(exc).strip()}",
-                hint=f"check {ENV_READER_URL}, or unset it to use the role `lanpo db upgrade` made",
+                f"cannot log in as the read-only role {self.role} ({self.source}): {str(exc).strip()}", hint=hint
             ) from exc
         try:
             check_unprivileged(conn, self.source)
@@ -147,12 +152,21 @@ def reader_login(owner: Engine) -> ReaderLogin:
     stored = stored_reader(owner)
     params = {**connect_params(owner.url), "user": stored.role, "password": stored.password}
     if not stored.exists:
-        raise ReaderUnavailable(
-            f"lanpo runs your SQL as the read-only role {stored.role}, which does not exist: the user "
-            f"{stored.owner} that ran `lanpo db upgrade` may not create roles; nothing was run",
-            hint=admin_hint(stored, params),
-        )
+        raise _missing(stored, params)
     return ReaderLogin(stored.role, params, "lanpo_private.reader_login")
+
+
+def _missing(stored: StoredReader, params: dict[str, Any], outcome: str = "nothing was run") -> ReaderUnavailable:
+    if not stored.setup_sql:  # the migration made it, and someone dropped it since
+        return ReaderUnavailable(
+            f"lanpo runs your SQL as the read-only role {stored.role}, which was dropped; {outcome}",
+            hint="make it anew: lanpo db downgrade 0002 && lanpo db upgrade",
+        )
+    return ReaderUnavailable(
+        f"lanpo runs your SQL as the read-only role {stored.role}, which does not exist: the user "
+        f"{stored.owner} that ran `lanpo db upgrade` may not create roles; {outcome}",
+        hint=admin_hint(stored, params),
+    )
 
 
 def admin_hint(stored: StoredReader, params: dict[str, Any]) -> str:
@@ -189,10 +203,8 @@ def setup_notices(owner: Engine) -> list[str]:
     """What is missing from the reader's setup, each with the SQL an administrator must run (empty: all set)."""
     stored = stored_reader(owner)
     if not stored.exists:
-        return [
-            f"the read-only role {stored.role} does not exist, so `lanpo sql` and `lanpo db psql` refuse to run; "
-            + admin_hint(stored, {**connect_params(owner.url), "user": stored.role, "password": stored.password})
-        ]
+        params = {**connect_params(owner.url), "user": stored.role, "password": stored.password}
+        return [str(_missing(stored, params, "`lanpo sql` and `lanpo db psql` refuse to run without it"))]
     with owner.connect() as conn:
         signals = conn.scalar(
             sa.text("SELECT has_function_privilege('public', 'pg_catalog.pg_cancel_backend(integer)', 'EXECUTE')")

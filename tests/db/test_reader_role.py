@@ -148,11 +148,28 @@ def test_a_plain_reader_url_is_used(
     name, password = plain_role
     with _admin(pg_url).connect() as conn:
         conn.execute(sa.text(f"GRANT SELECT ON problems TO {name}"))
-    monkeypatch.setenv(ENV_READER_URL, make_url(pg_url).set(username=name, password=password).render_as_string(False))
-    assert query_readonly(db, "SELECT current_user, count(*) FROM problems").rows == [(name, 0)]
+    login = make_url(pg_url).set(username=name, password=password)
+    monkeypatch.setenv(ENV_READER_URL, login.update_query_dict({"application_name": "mine"}).render_as_string(False))
+    assert query_readonly(db, "SELECT current_user, current_setting('application_name')").rows == [(name, "mine")]
     monkeypatch.setenv(ENV_READER_URL, make_url(pg_url).set(username="nobody_here").render_as_string(False))
     with pytest.raises(ReaderUnavailable, match="cannot log in as the read-only role nobody_here"):
         query_readonly(db, "SELECT 1")
+
+
+def test_a_dropped_role_says_how_to_make_it_anew(db: Engine, pg_url: str) -> None:
+    if not _superuser(db):
+        pytest.skip("the test server's user is not a superuser")
+    role = stored_reader(db).role
+    with _admin(pg_url).connect() as conn:
+        conn.execute(sa.text(f'DROP OWNED BY "{role}"'))
+        conn.execute(sa.text(f'DROP ROLE "{role}"'))
+    try:
+        with pytest.raises(ReaderUnavailable, match=f"{role}, which was dropped; nothing was run"):
+            query_readonly(db, "SELECT 1")
+    finally:
+        migrate.downgrade(db, "0002")
+        migrate.upgrade(db)
+    assert query_readonly(db, "SELECT current_user").rows == [(role,)]
 
 
 def test_one_role_per_database(db: Engine, pg_url: str) -> None:
@@ -204,7 +221,10 @@ def test_owner_without_createrole_gets_the_administrators_sql(
         monkeypatch.setenv("LANPO_DATABASE_URL", owner_url.render_as_string(hide_password=False))
         up = run_cli("db", "upgrade")
         assert up.code == 0 and "schema at 0003" in up.out, up.err
-        assert f"warning: the read-only role {reader} does not exist" in up.err and "CREATE ROLE" in up.err
+        assert (
+            f"warning: lanpo runs your SQL as the read-only role {reader}, which does not exist" in up.err
+            and "CREATE ROLE" in up.err
+        )
 
         refused = run_cli("sql", "SELECT count(*) FROM pool_current")
         assert refused.code == 2 and refused.out == ""
