@@ -36,8 +36,15 @@ PRIVILEGED_ROLES = (
     "pg_create_subscription",
 )
 
+WRITE = "INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER"
+
+# Refused: dangerous attributes; membership (even NOINHERIT: SET ROLE) in a privileged role, an owner of lanpo's
+# tables or database, or a role that may write to them; write access of its own.
 PRIVILEGE_CHECK = """
 WITH me AS (SELECT * FROM pg_roles WHERE rolname = current_user),
+lanpo_tables AS (
+    SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+),
 owners AS (
     SELECT c.relowner AS oid FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace
     UNION SELECT d.datdba FROM pg_database d WHERE d.datname = current_database()
@@ -49,13 +56,12 @@ SELECT me.rolname,
        ARRAY(SELECT r.rolname::text FROM pg_roles r
              WHERE r.oid <> me.oid AND pg_has_role(me.oid, r.oid, 'MEMBER')
                AND (r.rolname = ANY(%(privileged)s) OR r.rolsuper OR r.rolcreaterole OR r.rolcreatedb
-                    OR r.rolreplication OR r.rolbypassrls OR r.oid IN (SELECT oid FROM owners))
+                    OR r.rolreplication OR r.rolbypassrls OR r.oid IN (SELECT oid FROM owners)
+                    OR EXISTS (SELECT 1 FROM lanpo_tables t WHERE has_table_privilege(r.oid, t.oid, %(write)s)))
              ORDER BY 1) AS memberships,
        ARRAY(SELECT r.rolname::text FROM pg_roles r WHERE r.oid = me.oid AND r.oid IN (SELECT oid FROM owners))
            AS owns,
-       ARRAY(SELECT c.relname::text FROM pg_class c
-             WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
-               AND has_table_privilege(me.oid, c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER')
+       ARRAY(SELECT t.oid::regclass::text FROM lanpo_tables t WHERE has_table_privilege(me.oid, t.oid, %(write)s)
              ORDER BY 1) AS writable
 FROM me
 """
@@ -182,7 +188,7 @@ def admin_hint(stored: StoredReader, params: dict[str, Any]) -> str:
 def check_unprivileged(conn: psycopg.Connection, source: str) -> None:
     """Refuse (ReaderUnavailable) unless the connected role can do no more than read."""
     with conn.cursor() as cur:
-        cur.execute(PRIVILEGE_CHECK, {"privileged": list(PRIVILEGED_ROLES)})  # type: ignore[arg-type]
+        cur.execute(PRIVILEGE_CHECK, {"privileged": list(PRIVILEGED_ROLES), "write": WRITE})  # type: ignore[arg-type]
         role, attributes, memberships, owns, writable = cur.fetchone()  # type: ignore[misc]
     conn.rollback()
     problems = (

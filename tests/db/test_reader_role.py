@@ -123,7 +123,9 @@ def plain_role(db: Engine, pg_url: str) -> Iterator[tuple[str, str]]:
     admin.dispose()
 
 
-@pytest.mark.parametrize("grant", ["pg_read_server_files", "pg_signal_backend", "OWNER", "ATTRIBUTE", "WRITE"])
+@pytest.mark.parametrize(
+    "grant", ["pg_read_server_files", "pg_signal_backend", "OWNER", "ATTRIBUTE", "WRITE", "WRITER_ROLE"]
+)
 def test_a_privileged_reader_url_is_refused(
     db: Engine, pg_url: str, plain_role: tuple[str, str], monkeypatch: pytest.MonkeyPatch, grant: str
 ) -> None:
@@ -134,12 +136,22 @@ def test_a_privileged_reader_url_is_refused(
             "OWNER": f'GRANT "{owner}" TO {name}',
             "ATTRIBUTE": f"ALTER ROLE {name} CREATEROLE",
             "WRITE": f"GRANT SELECT, INSERT ON problems TO {name}",
+            # NOINHERIT hides the writer's grants from the role itself, but not from SET ROLE.
+            "WRITER_ROLE": f"ALTER ROLE {name} NOINHERIT; CREATE ROLE {name}_w; GRANT DELETE ON attempts TO "
+            f"{name}_w; GRANT {name}_w TO {name}",
         }.get(grant, f"GRANT {grant} TO {name}")
-        conn.execute(sa.text(statement))
-    assert grant in PRIVILEGED_ROLES or grant in ("OWNER", "ATTRIBUTE", "WRITE")
+        conn.exec_driver_sql(statement)
+    assert grant in PRIVILEGED_ROLES or grant in ("OWNER", "ATTRIBUTE", "WRITE", "WRITER_ROLE")
     monkeypatch.setenv(ENV_READER_URL, make_url(pg_url).set(username=name, password=password).render_as_string(False))
-    with pytest.raises(ReaderUnavailable, match=rf"refused: the role {name} \(LANPO_READER_URL\).*nothing was run"):
-        query_readonly(db, "SELECT count(*) FROM problems")
+    try:
+        with pytest.raises(
+            ReaderUnavailable, match=rf"refused: the role {name} \(LANPO_READER_URL\).*nothing was run"
+        ):
+            query_readonly(db, "SELECT count(*) FROM problems")
+    finally:
+        if grant == "WRITER_ROLE":
+            with _admin(pg_url).connect() as conn:
+                conn.exec_driver_sql(f"DROP OWNED BY {name}_w; DROP ROLE {name}_w")
 
 
 def test_a_plain_reader_url_is_used(
