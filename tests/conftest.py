@@ -58,7 +58,7 @@ def pg_server() -> Iterator[PgServer]:
 
 
 def reader_roles(url: str) -> list[str]:
-    """The read-only role migration 0003 recorded in the database at `url` (none before it ran)."""
+    """The read-only role migration 0004 recorded in the database at `url` (none before it ran)."""
     eng = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
         with eng.connect() as conn:

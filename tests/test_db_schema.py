@@ -82,14 +82,14 @@ def test_upgrade_downgrade_upgrade_empty_and_filled(db: Engine) -> None:
 
 
 def test_reader_role_round_trip(db: Engine) -> None:
-    """0003 down drops the role, its login and the revokes; up again makes a fresh role with a new password."""
+    """0004 down drops the role, its login and the revokes; up again makes a fresh role with a new password."""
     superuser = _superuser(db)
     assert _reader_state(db) == (True, True, not superuser)
     _fill(db)
     password = stored_reader(db).password
-    migrate.downgrade(db, "0002")
+    migrate.downgrade(db, "0003")
     assert _reader_state(db) == (False, False, True)
-    assert current_revision(db) == "0002"
+    assert current_revision(db) == "0003"
     migrate.upgrade(db)
     assert _reader_state(db) == (True, True, not superuser)
     assert stored_reader(db).password != password

@@ -69,7 +69,7 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def has_reader_setup(engine: Engine) -> bool:
-    """Whether migration 0003 (the read-only role's login in `lanpo_private`) has run."""
+    """Whether migration 0004 (the read-only role's login in `lanpo_private`) has run."""
     with engine.connect() as conn:
         return sa.inspect(conn).has_table("reader_login", schema="lanpo_private")
 

@@ -1,6 +1,6 @@
 """The read-only role that user SQL runs as (`lanpo sql`, `lanpo db psql`, `lanpo db url --libpq`).
 
-Migration 0003 creates `lanpo_reader_<database>` with a random password kept in `lanpo_private.reader_login`,
+Migration 0004 creates `lanpo_reader_<database>` with a random password kept in `lanpo_private.reader_login`,
 which only the owner can read. lanpo reads it as the owner and logs in as the reader itself: a superuser
 session that `SET ROLE`s to the reader is no sandbox, since it can always switch back. `LANPO_READER_URL`
 names an administrator-made reader instead. Before any user SQL runs, the login is checked to be
@@ -84,7 +84,7 @@ class ReaderLogin:
                 f"check {ENV_READER_URL}, or unset it to use the role `lanpo db upgrade` made"
                 if self.source == ENV_READER_URL
                 # Postgres lets every role change its own password, so a reader's psql session can lock lanpo out.
-                else "if its password was changed, `lanpo db downgrade 0002 && lanpo db upgrade` makes the role anew"
+                else "if its password was changed, `lanpo db downgrade 0003 && lanpo db upgrade` makes the role anew"
             )
             raise ReaderUnavailable(
                 f"cannot log in as the read-only role {self.role} ({self.source}): {str(exc).strip()}", hint=hint
@@ -127,7 +127,7 @@ def libpq_uri(params: dict[str, Any], with_password: bool = True) -> str:
 
 @dataclass(frozen=True)
 class StoredReader:
-    """What migration 0003 recorded, and whether the role exists now."""
+    """What migration 0004 recorded, and whether the role exists now."""
 
     role: str
     password: str
@@ -150,7 +150,7 @@ def stored_reader(owner: Engine) -> StoredReader:
 
 
 def reader_login(owner: Engine) -> ReaderLogin:
-    """`LANPO_READER_URL` when set, else the role migration 0003 made (ReaderUnavailable if it is missing)."""
+    """`LANPO_READER_URL` when set, else the role migration 0004 made (ReaderUnavailable if it is missing)."""
     explicit = os.environ.get(ENV_READER_URL)
     if explicit:
         params = connect_params(explicit)
@@ -166,7 +166,7 @@ def _missing(stored: StoredReader, params: dict[str, Any], outcome: str = "nothi
     if not stored.setup_sql:  # the migration made it, and someone dropped it since
         return ReaderUnavailable(
             f"lanpo runs your SQL as the read-only role {stored.role}, which was dropped; {outcome}",
-            hint="make it anew: lanpo db downgrade 0002 && lanpo db upgrade",
+            hint="make it anew: lanpo db downgrade 0003 && lanpo db upgrade",
         )
     return ReaderUnavailable(
         f"lanpo runs your SQL as the read-only role {stored.role}, which does not exist: the user "

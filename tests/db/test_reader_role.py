@@ -1,4 +1,4 @@
-"""Migration 0003's read-only role: its attributes and grants, later tables, the privilege check, one role
+"""Migration 0004's read-only role: its attributes and grants, later tables, the privilege check, one role
 per database, and an owner that may not create roles (the administrator's SQL, then LANPO_READER_URL)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _migration():
-    spec = importlib.util.spec_from_file_location("m0003", ROOT / "migrations/versions/0003_reader_role.py")
+    spec = importlib.util.spec_from_file_location("m0004", ROOT / "migrations/versions/0004_reader_role.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
@@ -179,7 +179,7 @@ def test_a_dropped_role_says_how_to_make_it_anew(db: Engine, pg_url: str) -> Non
         with pytest.raises(ReaderUnavailable, match=f"{role}, which was dropped; nothing was run"):
             query_readonly(db, "SELECT 1")
     finally:
-        migrate.downgrade(db, "0002")
+        migrate.downgrade(db, "0003")
         migrate.upgrade(db)
     assert query_readonly(db, "SELECT current_user").rows == [(role,)]
 
@@ -232,7 +232,7 @@ def test_owner_without_createrole_gets_the_administrators_sql(
         owner_url = make_url(pg_url).set(username=owner, password=password, database=database)
         monkeypatch.setenv("LANPO_DATABASE_URL", owner_url.render_as_string(hide_password=False))
         up = run_cli("db", "upgrade")
-        assert up.code == 0 and "schema at 0003" in up.out, up.err
+        assert up.code == 0 and "schema at 0004" in up.out, up.err
         assert (
             f"warning: lanpo runs your SQL as the read-only role {reader}, which does not exist" in up.err
             and "CREATE ROLE" in up.err
@@ -270,7 +270,7 @@ def test_owner_without_createrole_gets_the_administrators_sql(
         kill = run_cli("sql", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()")
         assert kill.code == 2 and "permission denied for function pg_terminate_backend" in kill.err
 
-        down = run_cli("db", "downgrade", "0002")  # the owner may revoke its grants but not drop the role
+        down = run_cli("db", "downgrade", "0003")  # the owner may revoke its grants but not drop the role
         assert down.code == 0, down.err
         with there.connect() as conn:
             assert not conn.scalar(sa.text("SELECT has_table_privilege(:r, 'problems', 'SELECT')"), {"r": reader})

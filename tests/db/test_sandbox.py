@@ -141,7 +141,7 @@ def test_cannot_signal_the_trainer(filled: Engine) -> None:
 
 
 def revoked_from_public(db: Engine) -> bool:
-    """Whether migration 0003 could revoke the session functions from PUBLIC (it needs a superuser)."""
+    """Whether migration 0004 could revoke the session functions from PUBLIC (it needs a superuser)."""
     with db.connect() as conn:
         return not conn.scalar(
             sa.text("SELECT has_function_privilege('public', 'pg_cancel_backend(integer)', 'EXECUTE')")

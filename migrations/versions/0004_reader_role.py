@@ -1,7 +1,7 @@
 """read-only role for user SQL
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-11-29
 
 `lanpo sql`, `lanpo db psql` and `lanpo db url --libpq` run user SQL as a role that can read lanpo's tables
@@ -34,8 +34,8 @@ import secrets
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
