@@ -119,7 +119,8 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
         out["run_id"] = result.run_id
 
     with stage(5, "SQL over the history (read-only, as `lanpo sql` runs it)", echo):
-        from lanpo.cli.sql import format_result, query_readonly
+        from lanpo.cli.sql import format_result
+        from lanpo.db.readonly import query_readonly
 
         queries = {
             "reward and accuracy per step": (

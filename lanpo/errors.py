@@ -29,3 +29,7 @@ class NotMigrated(LanpoError):
 
 class InputError(LanpoError):
     """Bad user input: malformed files, unknown ids, wrong dimensions, text Postgres cannot hold."""
+
+
+class ReaderUnavailable(LanpoError):
+    """User SQL cannot run: the read-only role is missing, refuses the login, or is not read-only after all."""

@@ -1,7 +1,9 @@
 """Shared fixtures: a real Postgres + pgvector for the whole session, migrated once, each test isolated.
 
 `LANPO_DATABASE_URL` set: a fresh database `lanpo_test_<random>` is created on that server and dropped
-at the end. Otherwise an embedded server is started in a temporary `LANPO_HOME`.
+at the end, with its read-only role `lanpo_reader_lanpo_test_<random>`; the URL's user needs CREATEDB and
+CREATEROLE (a superuser for the sandbox tests that make roles of their own). Otherwise an embedded server
+is started in a temporary `LANPO_HOME`.
 """
 
 from __future__ import annotations
@@ -24,26 +26,53 @@ from lanpo.db.engine import ENV_URL, make_engine, normalise_url
 from lanpo.db.models import Base
 
 
+@dataclass(frozen=True)
+class PgServer:
+    url: str  # an empty database reserved for this test session
+    home: Path | None  # LANPO_HOME of the embedded server (None: the server of LANPO_DATABASE_URL)
+
+
 @pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """URL of an empty database reserved for this test session."""
+def pg_server() -> Iterator[PgServer]:
     external = os.environ.get(ENV_URL)
     if external:
         admin = sa.create_engine(normalise_url(external), isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
         name = f"lanpo_test_{uuid.uuid4().hex[:10]}"
         with admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        yield make_url(normalise_url(external)).set(database=name).render_as_string(hide_password=False)
+        url = make_url(normalise_url(external)).set(database=name).render_as_string(hide_password=False)
+        yield PgServer(url, None)
+        readers = reader_roles(url)
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            for role in readers:  # roles are cluster-wide: the database's read-only role outlives it
+                conn.execute(sa.text(f'DROP ROLE IF EXISTS "{role}"'))
         admin.dispose()
         return
     # Not under pytest's basetemp: concurrent pytest sessions prune each other's basetemp folders.
     home = Path(tempfile.mkdtemp(prefix="lanpo-test-home-"))
     url = server.start(home)
-    yield url
+    yield PgServer(url, home)
     server.stop(home)
     shutil.rmtree(home, ignore_errors=True)
+
+
+def reader_roles(url: str) -> list[str]:
+    """The read-only role migration 0004 recorded in the database at `url` (none before it ran)."""
+    eng = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with eng.connect() as conn:
+            if not sa.inspect(conn).has_table("reader_login", schema="lanpo_private"):
+                return []
+            return list(conn.scalars(sa.text("SELECT role_name FROM lanpo_private.reader_login")))
+    finally:
+        eng.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_server: PgServer) -> str:
+    """URL of an empty database reserved for this test session."""
+    return pg_server.url
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,8 @@ from sqlalchemy.engine import Engine
 from lanpo.db import migrate
 from lanpo.db.engine import current_revision, require_migrated
 from lanpo.db.models import Base
+from lanpo.db.reader import stored_reader
+from lanpo.db.readonly import query_readonly
 from lanpo.errors import NotMigrated
 
 
@@ -52,9 +54,27 @@ def _fill(engine: Engine) -> None:
         conn.execute(sa.text("INSERT INTO attempts (group_id, response, reward) VALUES (1, 'r', 1.0)"))
 
 
+def _reader_state(engine: Engine) -> tuple[bool, bool, bool]:
+    """(the reader role exists, lanpo_private exists, PUBLIC may run pg_cancel_backend in this database)."""
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.text(
+                "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lanpo_reader_' || current_database()), "
+                "EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'lanpo_private'), "
+                "has_function_privilege('public', 'pg_cancel_backend(integer)', 'EXECUTE')"
+            )
+        ).one()
+
+
+def _superuser(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        return conn.scalar(sa.text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"))
+
+
 def test_upgrade_downgrade_upgrade_empty_and_filled(db: Engine) -> None:
     migrate.downgrade(db, "base")
     assert current_revision(db) is None
+    assert tuple(_reader_state(db))[:2] == (False, False)
     migrate.upgrade(db)
     _fill(db)
     migrate.downgrade(db, "base")
@@ -63,6 +83,22 @@ def test_upgrade_downgrade_upgrade_empty_and_filled(db: Engine) -> None:
     migrate.upgrade(db)
     assert current_revision(db) == migrate.head_revision()
     assert _diff(db) == []
+    assert query_readonly(db, "SELECT count(*) FROM pool_current").rows == [(0,)]
+
+
+def test_reader_role_round_trip(db: Engine) -> None:
+    """0004 down drops the role, its login and the revokes; up again makes a fresh role with a new password."""
+    superuser = _superuser(db)
+    assert _reader_state(db) == (True, True, not superuser)
+    _fill(db)
+    password = stored_reader(db).password
+    migrate.downgrade(db, "0003")
+    assert _reader_state(db) == (False, False, True)
+    assert current_revision(db) == "0003"
+    migrate.upgrade(db)
+    assert _reader_state(db) == (True, True, not superuser)
+    assert stored_reader(db).password != password
+    assert query_readonly(db, "SELECT count(*) FROM experiences").rows == [(1,)]
 
 
 def test_not_migrated_names_the_command(db: Engine) -> None:

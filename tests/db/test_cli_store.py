@@ -70,6 +70,42 @@ def test_sql_cli_formats_and_refuses_writes(session: Session, run_cli: Callable,
     assert neither.code == 2 and "either a STATEMENT or --file" in neither.err
 
 
+def test_sql_cli_limits_and_refusals(
+    session: Session, run_cli: Callable, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill_history(session)
+    session.commit()
+    note = "showing the first 3 rows; the query returned more (use LIMIT or --max-rows)"
+    table = run_cli("sql", "SELECT generate_series(1, 10) AS n", "--max-rows", "3")
+    assert table.code == 0 and table.out.rstrip().endswith(f"(3 rows)\n{note}") and table.err == ""
+    as_csv = run_cli("sql", "SELECT generate_series(1, 10) AS n", "--max-rows", "3", "--format", "csv")
+    assert as_csv.out.split() == ["n", "1", "2", "3"] and as_csv.err.strip() == note
+    as_json = run_cli("sql", "SELECT generate_series(1, 10) AS n", "--max-rows", "3", "--format", "json")
+    assert json.loads(as_json.out) == [{"n": 1}, {"n": 2}, {"n": 3}] and as_json.err.strip() == note
+    whole = run_cli("sql", "SELECT generate_series(1, 1500) AS n", "--max-rows", "0", "--format", "csv")
+    assert len(whole.out.split()) == 1501 and whole.err == ""
+
+    slow = run_cli("sql", "SELECT pg_sleep(3)", "--timeout", "0.3")
+    assert slow.code == 2 and slow.err.startswith("error: the statement ran past 0.3 s and was cancelled")
+    assert "--timeout SECONDS (or LANPO_SQL_TIMEOUT)" in slow.err
+    monkeypatch.setenv("LANPO_SQL_TIMEOUT", "0.2")
+    assert "ran past 0.2 s" in run_cli("sql", "SELECT pg_sleep(3)").err
+    bad = run_cli("sql", "SELECT 1", "--timeout", "0")
+    assert bad.code == 2 and "above 0 s" in bad.err
+
+    comments = tmp_path / "empty.sql"
+    comments.write_text("-- just a note\n\n")
+    only = run_cli("sql", "--file", comments)
+    assert only.code == 2 and only.err.startswith(f"error: no SQL statement in {comments}: only comments")
+
+    attack = run_cli("sql", f"COPY (SELECT 1) TO PROGRAM 'touch {tmp_path / 'pwned'}'")
+    lines = attack.err.splitlines()
+    assert attack.code == 2 and len(lines) == 2 and attack.out == ""
+    assert lines[0].startswith("error: refused: ") and lines[0].endswith("nothing was changed")
+    assert lines[1].startswith("  hint: ")
+    assert not (tmp_path / "pwned").exists()
+
+
 def test_unreachable_and_not_migrated(
     run_cli: Callable, monkeypatch: pytest.MonkeyPatch, db: Engine, pg_url: str
 ) -> None:

@@ -10,8 +10,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from store_helpers import fill_history
 
-from lanpo.cli.sql import format_result, query_readonly
+from lanpo.cli.sql import format_result
 from lanpo.db import migrate, sqlfiles
+from lanpo.db.readonly import query_readonly
 from lanpo.errors import InputError
 
 VIEWS = ["experience_history", "experience_usage", "pool_current", "run_attempts", "run_rewards"]

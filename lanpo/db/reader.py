@@ -1,0 +1,229 @@
+"""The read-only role that user SQL runs as (`lanpo sql`, `lanpo db psql`, `lanpo db url --libpq`).
+
+Migration 0004 creates `lanpo_reader_<database>` with a random password kept in `lanpo_private.reader_login`,
+which only the owner can read. lanpo reads it as the owner and logs in as the reader itself: a superuser
+session that `SET ROLE`s to the reader is no sandbox, since it can always switch back. `LANPO_READER_URL`
+names an administrator-made reader instead. Before any user SQL runs, the login is checked to be
+unprivileged; lanpo refuses otherwise and never falls back to the owner.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine, make_url
+
+from lanpo.db.engine import is_embedded, normalise_url
+from lanpo.errors import ReaderUnavailable
+
+ENV_READER_URL = "LANPO_READER_URL"
+
+# Predefined roles that reach past SELECT: server files and programs, other sessions, all data, maintenance.
+PRIVILEGED_ROLES = (
+    "pg_execute_server_program",
+    "pg_write_server_files",
+    "pg_read_server_files",
+    "pg_signal_backend",
+    "pg_read_all_data",
+    "pg_write_all_data",
+    "pg_maintain",
+    "pg_checkpoint",
+    "pg_create_subscription",
+)
+
+WRITE = "INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER"
+
+# Refused: dangerous attributes; membership (even NOINHERIT: SET ROLE) in a privileged role, an owner of lanpo's
+# tables or database, or a role that may write to them; write access of its own.
+PRIVILEGE_CHECK = """
+WITH me AS (SELECT * FROM pg_roles WHERE rolname = current_user),
+lanpo_tables AS (
+    SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+),
+owners AS (
+    SELECT c.relowner AS oid FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace
+    UNION SELECT d.datdba FROM pg_database d WHERE d.datname = current_database()
+)
+SELECT me.rolname,
+       array_remove(ARRAY[CASE WHEN me.rolsuper THEN 'SUPERUSER' END, CASE WHEN me.rolcreaterole THEN 'CREATEROLE' END,
+             CASE WHEN me.rolcreatedb THEN 'CREATEDB' END, CASE WHEN me.rolreplication THEN 'REPLICATION' END,
+             CASE WHEN me.rolbypassrls THEN 'BYPASSRLS' END], NULL) AS attributes,
+       ARRAY(SELECT r.rolname::text FROM pg_roles r
+             WHERE r.oid <> me.oid AND pg_has_role(me.oid, r.oid, 'MEMBER')
+               AND (r.rolname = ANY(%(privileged)s) OR r.rolsuper OR r.rolcreaterole OR r.rolcreatedb
+                    OR r.rolreplication OR r.rolbypassrls OR r.oid IN (SELECT oid FROM owners)
+                    OR EXISTS (SELECT 1 FROM lanpo_tables t WHERE has_table_privilege(r.oid, t.oid, %(write)s)))
+             ORDER BY 1) AS memberships,
+       ARRAY(SELECT r.rolname::text FROM pg_roles r WHERE r.oid = me.oid AND r.oid IN (SELECT oid FROM owners))
+           AS owns,
+       ARRAY(SELECT t.oid::regclass::text FROM lanpo_tables t WHERE has_table_privilege(me.oid, t.oid, %(write)s)
+             ORDER BY 1) AS writable
+FROM me
+"""
+
+
+@dataclass(frozen=True)
+class ReaderLogin:
+    """How to log in as the reader: libpq keywords (host, port, dbname, user, password, sslmode, ...)."""
+
+    role: str
+    params: dict[str, Any]
+    source: str  # where the login came from, for messages
+
+    def connect(self, application_name: str = "lanpo sql") -> psycopg.Connection:
+        """A connection as the reader, checked to be unprivileged (else ReaderUnavailable, and it is closed)."""
+        try:
+            conn = psycopg.connect(**{"application_name": application_name, "connect_timeout": 10, **self.params})
+        except psycopg.OperationalError as exc:
+            hint = (
+                f"check {ENV_READER_URL}, or unset it to use the role `lanpo db upgrade` made"
+                if self.source == ENV_READER_URL
+                # Postgres lets every role change its own password, so a reader's psql session can lock lanpo out.
+                else "if its password was changed, `lanpo db downgrade 0003 && lanpo db upgrade` makes the role anew"
+            )
+            raise ReaderUnavailable(
+                f"cannot log in as the read-only role {self.role} ({self.source}): {str(exc).strip()}", hint=hint
+            ) from exc
+        try:
+            check_unprivileged(conn, self.source)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def uri(self, with_password: bool = True) -> str:
+        return libpq_uri(self.params, with_password)
+
+
+def connect_params(url: URL | str) -> dict[str, Any]:
+    """libpq keywords for a SQLAlchemy URL (psycopg driver), as SQLAlchemy itself would connect."""
+    url = make_url(normalise_url(url)) if isinstance(url, str) else url
+    _, params = url.get_dialect()().create_connect_args(url)
+    return {k: v for k, v in params.items() if v not in (None, "")}
+
+
+def libpq_uri(params: dict[str, Any], with_password: bool = True) -> str:
+    """`postgresql://user[:password]@host:port/dbname?...`: a URI psql and any libpq client accept.
+
+    A socket directory (or several hosts) goes in `?host=`, as libpq documents for unix sockets.
+    """
+    params = dict(params)
+    user, password = params.pop("user", ""), params.pop("password", None)
+    host, port, dbname = str(params.pop("host", "")), params.pop("port", None), params.pop("dbname", "")
+    auth = quote(user, safe="") + (":" + quote(password, safe="") if password and with_password else "")
+    netloc = f"{auth}@" if auth else ""
+    if host and not host.startswith("/") and "," not in host:
+        netloc += host + (f":{port}" if port else "")
+    else:
+        params = {**({"host": host} if host else {}), **({"port": port} if port else {}), **params}
+    query = "&".join(f"{k}={quote(str(v), safe='/')}" for k, v in params.items())
+    return f"postgresql://{netloc}/{quote(dbname, safe='')}" + (f"?{query}" if query else "")
+
+
+@dataclass(frozen=True)
+class StoredReader:
+    """What migration 0004 recorded, and whether the role exists now."""
+
+    role: str
+    password: str
+    setup_sql: str
+    exists: bool
+    owner: str
+    database: str
+
+
+def stored_reader(owner: Engine) -> StoredReader:
+    with owner.connect() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT l.role_name, l.password, l.setup_sql, current_user AS owner, current_database() AS database, "
+                "EXISTS (SELECT 1 FROM pg_roles WHERE rolname = l.role_name) AS exists "
+                "FROM lanpo_private.reader_login l"
+            )
+        ).one()
+    return StoredReader(row.role_name, row.password, row.setup_sql, row.exists, row.owner, row.database)
+
+
+def reader_login(owner: Engine) -> ReaderLogin:
+    """`LANPO_READER_URL` when set, else the role migration 0004 made (ReaderUnavailable if it is missing)."""
+    explicit = os.environ.get(ENV_READER_URL)
+    if explicit:
+        params = connect_params(explicit)
+        return ReaderLogin(str(params.get("user", "")), params, ENV_READER_URL)
+    stored = stored_reader(owner)
+    params = {**connect_params(owner.url), "user": stored.role, "password": stored.password}
+    if not stored.exists:
+        raise _missing(stored, params)
+    return ReaderLogin(stored.role, params, "lanpo_private.reader_login")
+
+
+def _missing(stored: StoredReader, params: dict[str, Any], outcome: str = "nothing was run") -> ReaderUnavailable:
+    if not stored.setup_sql:  # the migration made it, and someone dropped it since
+        return ReaderUnavailable(
+            f"lanpo runs your SQL as the read-only role {stored.role}, which was dropped; {outcome}",
+            hint="make it anew: lanpo db downgrade 0003 && lanpo db upgrade",
+        )
+    return ReaderUnavailable(
+        f"lanpo runs your SQL as the read-only role {stored.role}, which does not exist: the user "
+        f"{stored.owner} that ran `lanpo db upgrade` may not create roles; {outcome}",
+        hint=admin_hint(stored, params),
+    )
+
+
+def admin_hint(stored: StoredReader, params: dict[str, Any]) -> str:
+    """The SQL an administrator must run, and how to hand lanpo the login."""
+    sql = "".join(f"    {line}\n" for line in stored.setup_sql.splitlines())
+    return (
+        f'an administrator (a superuser) runs this in database "{stored.database}":\n\n{sql}\n'
+        "  then lanpo logs in as that role with the password above; for a reader made another way, hand lanpo "
+        f"its login:\n    export {ENV_READER_URL}='{libpq_uri(params)}'"
+    )
+
+
+def check_unprivileged(conn: psycopg.Connection, source: str) -> None:
+    """Refuse (ReaderUnavailable) unless the connected role can do no more than read."""
+    with conn.cursor() as cur:
+        cur.execute(PRIVILEGE_CHECK, {"privileged": list(PRIVILEGED_ROLES), "write": WRITE})  # type: ignore[arg-type]
+        role, attributes, memberships, owns, writable = cur.fetchone()  # type: ignore[misc]
+    conn.rollback()
+    problems = (
+        [f"has {', '.join(attributes)}"] * bool(attributes)
+        + [f"is a member of {', '.join(memberships)}"] * bool(memberships)
+        + ["owns lanpo's tables or database"] * bool(owns)
+        + [f"may write to {', '.join(writable[:3])}{' ...' if len(writable) > 3 else ''}"] * bool(writable)
+    )
+    if problems:
+        raise ReaderUnavailable(
+            f"refused: the role {role} ({source}) that would run your SQL {'; '.join(problems)}; nothing was run",
+            hint=f"point {ENV_READER_URL} at a role with SELECT on lanpo's tables only, or unset it "
+            "(see README, 'Query your experience history')",
+        )
+
+
+def setup_notices(owner: Engine) -> list[str]:
+    """What is missing from the reader's setup, each with the SQL an administrator must run (empty: all set)."""
+    stored = stored_reader(owner)
+    if not stored.exists:
+        params = {**connect_params(owner.url), "user": stored.role, "password": stored.password}
+        return [str(_missing(stored, params, "`lanpo sql` and `lanpo db psql` refuse to run without it"))]
+    with owner.connect() as conn:
+        signals = conn.scalar(
+            sa.text("SELECT has_function_privilege('public', 'pg_catalog.pg_cancel_backend(integer)', 'EXECUTE')")
+        )
+    if signals and stored.setup_sql:
+        return [
+            f"readers ({stored.role}) may cancel each other's queries and take advisory locks; "
+            f'a superuser can revoke that in database "{stored.database}":\n\n'
+            + "".join(f"    {line}\n" for line in stored.setup_sql.splitlines() if "FUNCTION" in line)
+        ]
+    return []
+
+
+def reader_uri(login: ReaderLogin) -> str:
+    """The login as a libpq URI; no password for the embedded server, whose socket trusts local users."""
+    return login.uri(with_password=not (is_embedded() and login.source != ENV_READER_URL))
