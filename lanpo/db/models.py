@@ -214,7 +214,6 @@ class Experience(Base):
             "id",
             postgresql_where=sa.text("evicted_at IS NULL"),
         ),
-        sa.Index("ix_experiences_problem_id", "problem_id"),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)

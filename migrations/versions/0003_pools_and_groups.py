@@ -301,7 +301,6 @@ def upgrade() -> None:
         unique=False,
         postgresql_where=sa.text("evicted_at IS NULL"),
     )
-    op.create_index("ix_experiences_problem_id", "experiences", ["problem_id"], unique=False)
 
     # ------------------------------------------------------------------ rollout groups
     op.create_table(
@@ -520,7 +519,6 @@ def downgrade() -> None:
     op.drop_table("group_contexts")
     op.drop_table("rollout_groups")
 
-    op.drop_index("ix_experiences_problem_id", table_name="experiences")
     op.drop_index("ix_experiences_active_created", table_name="experiences")
     op.drop_index("ix_experiences_active", table_name="experiences")
     op.drop_column("experiences", "pool_id")

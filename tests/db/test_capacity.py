@@ -188,3 +188,29 @@ def test_a_pool_keeps_its_caps(session: Session) -> None:
     with pytest.raises(InputError, match="holds 2 pools") as err:
         resolve_pool(session, None)
     assert "--pool" in (err.value.hint or "")
+
+
+def test_oldest_fast_path_evicts_what_the_general_ranking_evicts(session: Session) -> None:
+    """evict_per_problem_oldest.sql (the default policy's index-order query) against the general ranking query."""
+    from lanpo.db import sqlfiles
+
+    pids = make_problems(session, 5)
+    pool = make_pool(session, "p", StoreConfig(per_problem_cap=100, per_step_cap=100))
+    rng = __import__("random").Random(7)
+    for step in range(4):  # several transactions: created_at differs between steps and ties within one
+        items = [NewExperience(p, f"{p}-{step}-{i}", rng.random()) for p in pids for i in range(rng.randrange(6))]
+        add_experiences(session, pool, items)
+        session.commit()
+    for cap in (0, 1, 3, 7, 50):
+        chosen = {}
+        for name in ("evict_per_problem", "evict_per_problem_oldest"):
+            with session.begin_nested() as savepoint:
+                chosen[name] = sorted(
+                    session.scalars(
+                        sqlfiles.load(f"queries/{name}"),
+                        {"pool_id": pool.id, "problem_ids": pids, "policy": "oldest", "evicted_by": "t", "cap": cap},
+                    )
+                )
+                savepoint.rollback()
+        assert chosen["evict_per_problem"] == chosen["evict_per_problem_oldest"], cap
+        assert cap == 50 or chosen["evict_per_problem"]

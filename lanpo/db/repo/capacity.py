@@ -64,9 +64,11 @@ def enforce(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -> list
 
     Call it inside the transaction that inserted, after `lock_problems`.
     """
+    # `oldest` reads its victims straight off the active-pool index; the general query ranks every candidate.
+    statement = "queries/evict_per_problem_oldest" if pool.eviction == "oldest" else "queries/evict_per_problem"
     evicted = list(
         session.scalars(
-            sqlfiles.load("queries/evict_per_problem"),
+            sqlfiles.load(statement),
             {
                 "pool_id": pool.id,
                 "problem_ids": sorted(set(problem_ids)),
