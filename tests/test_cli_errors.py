@@ -8,7 +8,7 @@ file), {questions} (JSONL questions), {train} / {eval} (recipes on the store's d
 
 Every row also checks that nothing was written (the store's row counts and schema revision, and the files under
 the test's folder, are unchanged) and that no model loaded: loading one raises, which would show as exit 1.
-The store holds dataset `d` (problems d:0, d:1), scores by scorer `s`, and a run named `taken`.
+The store holds dataset `d` (problems d:0, d:1), scores by scorer `s`, pool `p` and a run named `taken`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from lanpo.db.repo.runs import create_run
-from tests.db.store_helpers import make_attempts, make_experiences, make_problems, relevance
+from tests.db.store_helpers import make_attempts, make_experiences, make_pool, make_problems, relevance
 
 HUGE = "99999999999999999999"  # beyond int64
 
@@ -63,6 +63,7 @@ def pool_cases(sub: str) -> list[Case]:
             (("pool", sub, "--problem", "nosuch:1", "--mode", "intra"), "unknown dataset 'nosuch'"),
             (("pool", sub, "--problem", "d:0", "--mode", "nosuch"), "'nosuch' is not one of 'intra', 'inter'"),
             ((*inter, "--mode", "inter", "--scorer", "nosuch"), "unknown relevance scorer 'nosuch'"),
+            ((*inter, "--mode", "inter", "--scorer", "s", "--pool", "nosuch"), "no pool named 'nosuch'"),
             ((*inter, "--mode", "inter"), "--mode inter needs --scorer"),
             ((*intra, "--run", "999"), "no run with id 999"),
         ),
@@ -71,6 +72,7 @@ def pool_cases(sub: str) -> list[Case]:
             (("pool", sub, "--problem", HUGE, "--mode", "intra"), "problem id 99999999999999999999 is out of range"),
             (("pool", sub, "--problem", "0", "--mode", "intra"), "problem id 0 is out of range"),
             (("pool", sub, "--problem", "-5", "--mode", "intra"), "problem id -5 is out of range"),
+            ((*inter, "--mode", "inter", "--scorer", "s", "--pool", " "), "a pool name must be a non-empty string"),
             ((*intra, "--run", HUGE), "ids are integers from 1 to 9223372036854775807"),
             ((*intra, "--run", "-1"), "run id -1 is out of range"),
         ),
@@ -105,7 +107,7 @@ CASES: list[Case] = [
         "unknown",
         (("db", "upgrade", "nosuch"), "cannot upgrade to revision 'nosuch'"),
         (("db", "downgrade", "nosuch"), "revisions: base, 0001"),
-        (("db", "downgrade", "0003"), "cannot downgrade to revision '0003'"),
+        (("db", "downgrade", "9999"), "cannot downgrade to revision '9999'"),
     ),
     *rows(
         "range",
@@ -187,6 +189,7 @@ CASES: list[Case] = [
         (("retrieve", "q?", "--scorer", "{missing}"), "does not exist"),
         (("retrieve", "q?", "--stage1", "vector", "--embedding-model", "{missing}"), "does not exist"),
         ((*RETRIEVE, "--device", "nosuch"), "unknown torch device 'nosuch'"),
+        ((*RETRIEVE, "--pool", "nosuch"), "no pool named 'nosuch'"),
     ),
     *rows("range", (("retrieve", " ", "--scorer", "none"), "the question is empty")),
     *rows("type", (("retrieve", "q?", "--scorer", "{dir}"), "is not a Hugging Face model folder")),
@@ -195,7 +198,12 @@ CASES: list[Case] = [
     *numbers(RETRIEVE, "--ef-search", "0"),
     *floats(RETRIEVE, "--gamma", "1.5"),
     # pool stats --dataset; pool sample / context (the same options)
-    *rows("unknown", (("pool", "stats", "--dataset", "nosuch"), "unknown dataset 'nosuch'")),
+    *rows(
+        "unknown",
+        (("pool", "stats", "--dataset", "nosuch"), "unknown dataset 'nosuch'"),
+        (("pool", "stats", "--pool", "nosuch"), "no pool named 'nosuch'"),
+    ),
+    *rows("range", (("pool", "stats", "--pool", ""), "a pool name must be a non-empty string")),
     *pool_cases("sample"),
     *pool_cases("context"),
     # infer: every option
@@ -212,6 +220,7 @@ CASES: list[Case] = [
         ((*INFER, "--dtype", "nosuch"), "'nosuch' is not one of 'auto'"),
         ((*INFER, "--device", "nosuch"), "unknown torch device 'nosuch'"),
         ((*INFER, "--run-name", "taken"), "a run named 'taken' already exists"),
+        ((*INFER, "--mode", "retrieval", "--pool", "nosuch"), "no pool named 'nosuch'"),
     ),
     *rows(
         "range",
@@ -251,6 +260,7 @@ CASES: list[Case] = [
         ((*EVAL, "--set", "device='nosuch'"), "unknown torch device 'nosuch'"),
         ((*EVAL, "--set", "dtype='nosuch'"), "dtype must be one of"),
         ((*EVAL, "--set", "modes=['nosuch']"), "unknown inference mode 'nosuch'"),
+        ((*EVAL, "--set", "retrieval.pool='nosuch'"), "no pool named 'nosuch'"),
     ),
     *rows(
         "range",
@@ -368,7 +378,7 @@ def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def store(session: Session) -> Iterator[None]:
     first, second = make_problems(session, 2)
     relevance(session, first, second, 0.95)
-    create_run(session, "taken", "train")
+    create_run(session, "taken", "train", pool_id=make_pool(session, "p").id)
     session.commit()
     yield
 
@@ -395,7 +405,7 @@ def assert_clean_error(result: Any, says: str, hint: bool = True) -> None:
     assert sum(line.startswith("error: ") for line in lines) == 1, result.err
     assert says in result.err, result.err
     if hint:
-        assert any(line.startswith("hint: ") for line in lines), result.err
+        assert any(line.startswith("  hint: ") for line in lines), result.err
 
 
 def case_id(case: Case) -> str:

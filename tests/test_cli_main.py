@@ -45,7 +45,7 @@ def fail_with(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
 
 
 def lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.startswith(("error: ", "hint: "))]
+    return [line for line in text.splitlines() if line.startswith(("error: ", "  hint: "))]
 
 
 DATABASE_ERRORS = [
@@ -73,7 +73,7 @@ def test_database_driver_and_alembic_errors_are_user_errors(
     quiet = run_cli(*STATS)
     assert quiet.code == 2 and "Traceback" not in quiet.err and "[SQL:" not in quiet.err
     error, hint = lines(quiet.err)
-    assert error.startswith("error: ") and says in error and hint.startswith("hint: ")
+    assert error.startswith("error: ") and says in error and hint.startswith("  hint: ")
     loud = run_cli("-vv", *STATS)
     assert loud.code == 2 and "Traceback" in loud.err and lines(loud.err) == [error, hint]
 
@@ -93,7 +93,7 @@ def test_an_unexpected_exception_is_an_internal_error(
     assert quiet.code == 1 and "Traceback" not in quiet.err
     assert lines(quiet.err) == [
         "error: internal error: ValueError: boom",
-        "hint: rerun with -vv for the traceback and report it",
+        "  hint: rerun with -vv for the traceback and report it",
     ]
     loud = run_cli("-vv", *STATS)
     assert loud.code == 1 and "Traceback (most recent call last)" in loud.err and "ValueError: boom" in loud.err
@@ -116,7 +116,7 @@ def test_user_errors_show_the_traceback_only_with_vv(run_cli: Callable[..., Any]
     assert quiet.code == 2 and "Traceback" not in quiet.err
     assert lines(quiet.err) == [
         "error: unknown dataset 'nosuch'",
-        "hint: import one: lanpo data import FILE --dataset NAME",
+        "  hint: import one: lanpo data import FILE --dataset NAME",
     ]
     assert "Traceback" not in run_cli("-v", "pool", "stats", "--dataset", "nosuch").err
     loud = run_cli("-vv", "pool", "stats", "--dataset", "nosuch")
@@ -126,7 +126,7 @@ def test_user_errors_show_the_traceback_only_with_vv(run_cli: Callable[..., Any]
 def test_click_usage_errors_take_the_same_shape(run_cli: Callable[..., Any]) -> None:
     result = run_cli("pool", "sample", "--mode", "intra")
     assert result.code == 2 and "Usage:" not in result.err
-    assert lines(result.err) == ["error: missing option '--problem'.", "hint: see `lanpo pool sample --help`"]
+    assert lines(result.err) == ["error: missing option '--problem'.", "  hint: see `lanpo pool sample --help`"]
 
 
 def test_help_and_version_still_exit_0(capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,7 +26,7 @@ from lanpo.paths import atomic_write, output_dir, output_file
 from lanpo.retrieval.relevance import relevance_status
 from lanpo.retrieval.search import SearchParams
 from lanpo.train.config import GRPOConfig, TrainConfig
-from tests.db.store_helpers import make_attempts, make_problems, relevance
+from tests.db.store_helpers import make_attempts, make_pool, make_problems, relevance
 
 INT64_MAX = 2**63 - 1
 
@@ -53,15 +53,17 @@ def test_an_unknown_run_id_is_refused_not_an_empty_draw(session: Session) -> Non
 
 def test_an_unknown_scorer_is_refused_and_the_known_ones_listed(session: Session) -> None:
     a, b = make_problems(session, 2)
+    pool = make_pool(session).id
     with pytest.raises(InputError, match="unknown relevance scorer 'nope'") as empty:
-        contexts.inter_contexts(session, [a], k=2, pool_size=4, seed=0, gamma=0.5, scorer="nope")
+        contexts.inter_contexts(session, [a], k=2, pool_size=4, seed=0, gamma=0.5, scorer="nope", pool_id=pool)
     assert "lanpo relevance build" in (empty.value.hint or "")
     relevance(session, a, b, 0.3, scorer="judge")
     with pytest.raises(InputError) as err:
-        contexts.inter_contexts(session, [a], k=2, pool_size=4, seed=0, gamma=0.5, scorer="nope")
+        contexts.inter_contexts(session, [a], k=2, pool_size=4, seed=0, gamma=0.5, scorer="nope", pool_id=pool)
     assert err.value.hint == "scorers in the store: judge"
     # a known scorer with nothing at gamma is an honest empty draw
-    assert contexts.inter_contexts(session, [a], k=2, pool_size=4, seed=0, gamma=0.5, scorer="judge") == {a: []}
+    draw = contexts.inter_contexts(session, [a], k=2, pool_size=4, seed=0, gamma=0.5, scorer="judge", pool_id=pool)
+    assert draw == {a: []}
 
 
 def test_relevance_status_of_an_unknown_dataset_lists_the_datasets(session: Session) -> None:
@@ -95,7 +97,7 @@ def test_good_database_urls_get_the_psycopg_driver() -> None:
     assert checked_url(" postgresql+psycopg://h/db ") == "postgresql+psycopg://h/db"
 
 
-@pytest.mark.parametrize("revision", ["nosuch", "0003", "+1"])
+@pytest.mark.parametrize("revision", ["nosuch", "9999", "+1"])
 def test_migrating_to_an_unknown_revision_lists_the_known_ones(db: Engine, revision: str) -> None:
     before = current_revision(db)
     with pytest.raises(InputError, match=re.escape(f"cannot upgrade to revision '{revision}'")) as err:

@@ -99,7 +99,7 @@ def _fail(message: str, hint: str | None, code: int, verbose: int) -> int:
         click.echo(traceback.format_exc().rstrip(), err=True)
     click.echo(f"error: {message}", err=True)
     if hint:
-        click.echo(f"hint: {hint}", err=True)
+        click.echo(f"  hint: {hint}", err=True)  # indented under its error, as str(LanpoError) has it
     return code
 
 
