@@ -8,6 +8,7 @@ unknown keys and wrong types rejected by name, loading TOML, and `a.b=value` ove
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -21,6 +22,7 @@ from lanpo.errors import ConfigError
 T = TypeVar("T")
 
 EVICTION_POLICIES = ("oldest", "lowest_reward", "lowest_relevance")
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # model dtypes a config or a --dtype option may name
 
 
 def help_field(default: Any, help: str, **kwargs: Any) -> Any:
@@ -113,7 +115,14 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise ConfigError(f"{key} must be a finite number, got {value}") from None
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key} must be a finite number, got {value}")
+    if tp is int and isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise ConfigError(f"{key} must be a 64-bit integer, got {value}")
     if tp is int and isinstance(value, bool):
         raise ConfigError(f"{key} must be int, got bool")
     if isinstance(tp, type) and not isinstance(value, tp):
@@ -144,7 +153,7 @@ def from_mapping(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`a.b=value` -> (["a", "b"], value); the value is read as TOML, falling back to a bare string."""
     if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like key.path=value")
+        raise ConfigError(f"override {text!r} must look like key.path=value", hint="e.g. --set steps=5")
     key, raw = text.split("=", 1)
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
@@ -175,15 +184,18 @@ def load_toml(cls: type[T], path: str | Path, overrides: list[str] | None = None
     """Load dataclass `cls` from a TOML file plus `key=value` overrides."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"config file {path} does not exist")
+        raise ConfigError(f"config file {path} does not exist", hint="recipes live in train/configs/")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} is not a file", hint="name a .toml file, not a folder")
     try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}", hint="see the recipes in train/configs/") from exc
     try:
         return from_mapping(cls, apply_overrides(data, overrides or []))
     except ConfigError as exc:
         exc.message = f"{path}: {exc.message}"
+        exc.hint = exc.hint or f"set a valid value in {path}, or override it with --set key=value"
         raise
 
 

@@ -77,19 +77,55 @@ def prepare_smollm2(home: Path | None = None, force: bool = False) -> Path:
     return target
 
 
+MODEL_HINT = "pass a local HF folder, `smollm2` (offline), or a hub id already in the HF cache"
+
+
+def check_model_ref(name_or_path: str | Path, what: str = "model") -> None:
+    """InputError for a reference no load can succeed with: an empty name, or a path that is no model folder.
+
+    Cheap (no import, no download): commands call it before anything slow, so a typo fails in milliseconds.
+    """
+    text = str(name_or_path).strip()
+    if not text:
+        raise InputError(f"{what} name is empty", hint=MODEL_HINT)
+    if text.lower() in (SMOLLM2, "smollm2-135m-instruct", TINY_RANDOM):
+        return
+    path = Path(text).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise InputError(f"{what} {path} is not a Hugging Face model folder (no config.json)", hint=MODEL_HINT)
+    elif text.startswith((".", "/", "~")):
+        raise InputError(f"{what} folder {path} does not exist", hint=MODEL_HINT)
+
+
+def check_device(device: str | torch.device | None) -> None:
+    """InputError unless `device` is unset / `auto` or a torch device this machine has."""
+    if device is None or str(device) == "auto":
+        return
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InputError(f"unknown torch device {str(device)!r}", hint="use cpu, cuda or cuda:N") from exc
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise InputError(f"device {str(device)!r}: no CUDA GPU is visible", hint="use cpu, or leave it unset")
+        if dev.index is not None and dev.index >= count:
+            raise InputError(
+                f"device {str(device)!r}: this machine has {count} CUDA GPU(s)", hint=f"use cuda:0..{count - 1}"
+            )
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"device {str(device)!r}: MPS is not available here", hint="use cpu, or leave it unset")
+
+
 def resolve_model(name_or_path: str | Path) -> str:
     """`smollm2` -> the cached offline folder; an existing path -> itself; anything else is a hub id."""
-    text = str(name_or_path)
+    check_model_ref(name_or_path)
+    text = str(name_or_path).strip()
     if text.lower() in (SMOLLM2, "smollm2-135m-instruct"):
         return str(prepare_smollm2())
     path = Path(text).expanduser()
-    if path.exists():
-        if not (path / "config.json").exists():
-            raise InputError(f"{path} is not a Hugging Face model folder (no config.json)")
-        return str(path)
-    if text.startswith((".", "/", "~")):
-        raise InputError(f"model folder {path} does not exist")
-    return text
+    return str(path) if path.exists() else text
 
 
 def default_device() -> torch.device:
@@ -138,6 +174,9 @@ def load_causal_lm(
 
     if str(name_or_path) == TINY_RANDOM:
         return tiny_causal_lm()
+    check_device(device)
+    if not isinstance(dtype, torch.dtype):
+        parse_dtype(dtype, torch.device("cpu"))  # an unknown name fails before the (slow) resolve and load
     resolved = resolve_model(name_or_path)
     dev = torch.device(device) if device is not None else default_device()
     torch_dtype = dtype if isinstance(dtype, torch.dtype) else parse_dtype(dtype, dev)
@@ -145,10 +184,7 @@ def load_causal_lm(
         tokenizer = AutoTokenizer.from_pretrained(resolved)
         model = AutoModelForCausalLM.from_pretrained(resolved, dtype=torch_dtype)
     except OSError as exc:
-        raise InputError(
-            f"cannot load model {name_or_path!r}: {exc}",
-            hint="pass a local HF folder, `smollm2` (offline), or a hub id already in the HF cache",
-        ) from exc
+        raise InputError(f"cannot load model {name_or_path!r}: {exc}", hint=MODEL_HINT) from exc
     model.to(dev)
     model.generation_config.pad_token_id = tokenizer.pad_token_id or tokenizer.eos_token_id
     return model, prepare_tokenizer(tokenizer)
@@ -186,13 +222,20 @@ def attach_lora(model: Any, spec: LoraSpec) -> Any:
     return get_peft_model(model, config)
 
 
+def check_adapter_dir(adapter_dir: str | Path, what: str = "adapter folder") -> Path:
+    """`adapter_dir` as a folder holding a saved PEFT adapter; InputError saying what is wrong otherwise."""
+    path = Path(adapter_dir).expanduser()
+    if not (path / "adapter_config.json").is_file():
+        why = "does not exist" if not path.exists() else "holds no PEFT adapter (adapter_config.json missing)"
+        raise InputError(f"{what} {path} {why}", hint="pass a folder written by the trainer (e.g. <run>/sft/adapter)")
+    return path
+
+
 def load_adapter(model: Any, adapter_dir: str | Path, trainable: bool = False) -> Any:
     """Attach a saved PEFT adapter to `model`."""
     from peft import PeftModel
 
-    path = Path(adapter_dir)
-    if not (path / "adapter_config.json").exists():
-        raise InputError(f"no PEFT adapter in {path} (adapter_config.json missing)")
+    path = check_adapter_dir(adapter_dir)
     return PeftModel.from_pretrained(model, str(path), is_trainable=trainable)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+import traceback
 
 import click
 
@@ -45,7 +46,7 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="lanpo")
-@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.option("-v", "--verbose", count=True, help="More logging; -vv: debug logs, and the traceback of any error.")
 def cli(verbose: int) -> None:
     """lanpo: LANPO training with a Postgres + pgvector experience store.
 
@@ -79,23 +80,80 @@ def _quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def verbosity(argv: list[str]) -> int:
+    """How many -v the group options carry, read before click parses them (a failure may come first)."""
+    count = 0
+    for arg in argv:
+        if arg == "--verbose":
+            count += 1
+        elif len(arg) > 1 and arg.startswith("-") and not arg.startswith("--") and set(arg[1:]) == {"v"}:
+            count += len(arg) - 1
+        elif not arg.startswith("-") or arg == "--":
+            break  # the sub-command: group options end here
+    return count
+
+
+def _fail(message: str, hint: str | None, code: int, verbose: int) -> int:
+    """Print `error:` + `hint:` (after the traceback of the exception being handled, under -vv); return `code`."""
+    if verbose >= 2:
+        click.echo(traceback.format_exc().rstrip(), err=True)
+    click.echo(f"error: {message}", err=True)
+    if hint:
+        click.echo(f"  hint: {hint}", err=True)  # indented under its error, as str(LanpoError) has it
+    return code
+
+
+def _usage_error(exc: click.UsageError) -> tuple[str, str]:
+    """Click's own parse errors in the project's shape: the message, and where the options are listed."""
+    message = exc.format_message()
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    path = exc.ctx.command_path if exc.ctx is not None else "lanpo"
+    return message, f"see `{path} --help`"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: LanpoError -> `error: ...` on stderr and exit status 2, no traceback."""
+    """Console entry point: every failure is `error: ...` + `hint: ...` on stderr, the traceback only with -vv.
+
+    Exit status: 0 success; 2 bad input, configuration or environment (LanpoError, click usage errors,
+    database / driver / Alembic errors, files that cannot be read or written); 1 an internal error (a bug:
+    please report it with the -vv traceback); 130 interrupted.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    verbose = verbosity(args)
     try:
         # Commands return None; a command that exits with a status (`ctx.exit(n)`, `lanpo db psql` passing on
         # psql's) comes back here as that int, since click does not exit in non-standalone mode.
-        status = cli.main(args=argv, prog_name="lanpo", standalone_mode=False)
+        status = cli.main(args=args, prog_name="lanpo", standalone_mode=False)
     except LanpoError as exc:
-        click.echo(f"error: {exc}", err=True)
-        return 2
-    except click.exceptions.Abort:
+        return _fail(exc.message, exc.hint, 2, verbose)
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)
         return 130
+    except click.UsageError as exc:
+        return _fail(*_usage_error(exc), 2, verbose)
     except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
+        return _fail(exc.format_message(), None, exc.exit_code, verbose)
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        return _fail(
+            f"{exc.strerror or exc}{where}", "check that the path exists and can be read or written", 2, verbose
+        )
+    except Exception as exc:
+        from lanpo.db.errors import as_user_error
+
+        known = as_user_error(exc)
+        if known is not None:
+            return _fail(known.message, known.hint, 2, verbose)
+        first_line = next(iter(str(exc).strip().splitlines()), "")
+        return _fail(
+            f"internal error: {type(exc).__name__}: {first_line}",
+            "rerun with -vv for the traceback and report it",
+            1,
+            verbose,
+        )
     return status if isinstance(status, int) else 0
 
 

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import click
 
+from lanpo.cli.params import Int
 from lanpo.config import parse_override
 from lanpo.data import generate, importer
 from lanpo.db.engine import connect, transaction
 from lanpo.errors import InputError
+from lanpo.paths import output_file
 
 
 @click.group("data")
@@ -54,8 +56,8 @@ def import_cmd(file: Path, dataset: str, skip_bad: bool, update: bool) -> None:
 
 @command.command("gen")
 @click.option("--task", required=True, help="reasoning-gym task, e.g. gsm_symbolic, basic_arithmetic, chain_sum.")
-@click.option("--n", "n", required=True, type=click.IntRange(1), help="Number of problems.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed (reproducible).")
+@click.option("--n", "n", required=True, type=Int(1), help="Number of problems.")
+@click.option("--seed", default=0, show_default=True, type=Int(0), help="Seed (reproducible).")
 @click.option(
     "--split",
     type=click.Choice(generate.SPLITS),
@@ -78,8 +80,11 @@ def gen_cmd(task: str, n: int, seed: int, split: str, out: Path, task_options: t
         try:
             path, value = parse_override(text)
         except Exception as exc:
-            raise InputError(f"--task-option {text!r} must look like key=value") from exc
+            raise InputError(
+                f"--task-option {text!r} must look like key=value", hint="e.g. --task-option max_terms=3"
+            ) from exc
         options[".".join(path)] = value
+    output_file(out, "--out")
     records = generate.generate_problems(task, n, seed=seed, split=split, options=options)
     generate.write_jsonl(records, out)
     click.echo(f"wrote {len(records)} {task} problems ({split}, seed {seed}) to {out}")

@@ -127,10 +127,14 @@ def status_cmd() -> None:
         _print_reader_notices(engine)
 
 
-@command.command("upgrade")
+# REVISION may be relative (`-1`): taken as the argument, not as an unknown option.
+REVISION_ARG = {"ignore_unknown_options": True}
+
+
+@command.command("upgrade", context_settings=REVISION_ARG)
 @click.argument("revision", default="head")
 def upgrade_cmd(revision: str) -> None:
-    """Migrate the schema up to REVISION (default: head). Safe to run again."""
+    """Migrate the schema up to REVISION (default: head; or a relative step such as +1). Safe to run again."""
     engine = db_engine.make_engine()
     before = db_engine.current_revision(engine)
     migrate.upgrade(engine, revision)
@@ -147,10 +151,10 @@ def _print_reader_notices(engine: Engine) -> None:
         click.echo(f"warning: {notice}", err=True)
 
 
-@command.command("downgrade")
+@command.command("downgrade", context_settings=REVISION_ARG)
 @click.argument("revision")
 def downgrade_cmd(revision: str) -> None:
-    """Migrate the schema down to REVISION ('base' drops every lanpo table and its data)."""
+    """Migrate the schema down to REVISION, e.g. -1 ('base' drops every lanpo table and its data)."""
     engine = db_engine.make_engine()
     migrate.downgrade(engine, revision)
     click.echo(f"schema at {db_engine.current_revision(engine) or 'base (empty)'}")

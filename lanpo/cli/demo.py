@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from lanpo.cli.params import Int
+
 
 @click.command("demo")
 @click.option(
@@ -15,11 +17,9 @@ import click
     default=None,
     help="Training recipe (default: train/configs/demo-cpu.toml).",
 )
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="GRPO steps (default: the recipe's).")
-@click.option(
-    "--n-train", type=click.IntRange(min=2), default=8, show_default=True, help="Training problems generated."
-)
-@click.option("--n-test", type=click.IntRange(min=1), default=4, show_default=True, help="Held-out problems answered.")
+@click.option("--steps", type=Int(1), default=None, help="GRPO steps (default: the recipe's).")
+@click.option("--n-train", type=Int(2), default=8, show_default=True, help="Training problems generated.")
+@click.option("--n-test", type=Int(1), default=4, show_default=True, help="Held-out problems answered.")
 @click.option("--run-name", default=None, help="Run name (default: demo-<timestamp>, so each demo is a new run).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe field.")
 def command(

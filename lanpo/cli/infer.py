@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from lanpo.cli.params import SEED, Float, Int
+from lanpo.config import DTYPES
 from lanpo.inference.config import MODES
 from lanpo.retrieval import STAGE1
 
@@ -30,7 +32,7 @@ MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
     help='JSONL questions: {"id"?, "question", "answer"?} per line.',
 )
 @click.option("--out", "out_path", type=click.Path(path_type=Path), required=True, help="JSONL answers to write.")
-@click.option("--samples", default=1, show_default=True, type=click.IntRange(min=1), help="Samples per question (k).")
+@click.option("--samples", default=1, show_default=True, type=Int(1), help="Samples per question (k).")
 @click.option(
     "--stage1",
     type=click.Choice(STAGE1),
@@ -38,14 +40,12 @@ MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
     show_default=True,
     help="Retrieval stage-1 search over the pool.",
 )
-@click.option(
-    "--top-k", default=16, show_default=True, type=click.IntRange(min=1), help="Stage-1 candidates the LLM reranks."
-)
+@click.option("--top-k", default=16, show_default=True, type=Int(1), help="Stage-1 candidates the LLM reranks.")
 @click.option(
     "--gamma",
     default=0.9,
     show_default=True,
-    type=click.FloatRange(0, 1),
+    type=Float(0, 1),
     help="Minimum relevance of a retrieved experience.",
 )
 @click.option(
@@ -53,7 +53,7 @@ MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
     "m",
     default=3,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=Int(1),
     help="Experiences put into the prompt at most.",
 )
 @click.option(
@@ -72,27 +72,25 @@ MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
     "--max-new-tokens",
     default=512,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=Int(1),
     help="Generated tokens per turn at most.",
 )
 @click.option(
     "--temperature",
     default=0.6,
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=Float(min=0),
     help="Sampling temperature (0: greedy).",
 )
 @click.option(
     "--top-p",
     default=0.95,
     show_default=True,
-    type=click.FloatRange(0, 1, min_open=True),
+    type=Float(0, 1, min_open=True),
     help="Nucleus sampling mass.",
 )
-@click.option("--seed", default=0, show_default=True, type=int, help="Sampling seed.")
-@click.option(
-    "--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Questions generated together."
-)
+@click.option("--seed", default=0, show_default=True, type=SEED, help="Sampling seed.")
+@click.option("--batch-size", default=8, show_default=True, type=Int(1), help="Questions generated together.")
 @click.option(
     "--backend",
     type=click.Choice(["hf", "vllm"]),
@@ -100,7 +98,7 @@ MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
     show_default=True,
     help="Generation backend (vllm: GPU, optional extra).",
 )
-@click.option("--dtype", default="auto", show_default=True, help="auto | float32 | bfloat16 | float16.")
+@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help="Model dtype.")
 @click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
 @click.option(
     "--dataset", default=None, help="Dataset the questions are stored under (default: infer-<input file stem>)."
@@ -153,14 +151,16 @@ def command(
 
     from tqdm import tqdm
 
-    from lanpo.db.engine import connect, transaction
+    from lanpo.db.engine import connect, session_factory, transaction
     from lanpo.inference import store
     from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
     from lanpo.inference.engine import Engine, Solution
     from lanpo.inference.io import read_questions, write_jsonl
+    from lanpo.paths import output_file
 
     mode = normalise_mode(mode)
     questions = read_questions(input_path)
+    output_file(out_path, "--out")
     retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, scorer=scorer, pool=pool_name)
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
     db = connect() if (mode == "retrieval" or not no_store) else None
@@ -170,6 +170,14 @@ def command(
 
         with transaction(db) as session:
             pool_id = resolve_pool(session, pool_name).id
+    if not no_store:
+        if dataset is None:
+            dataset = "infer-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", input_path.stem).strip("-") or "input")
+        name = run_name if run_name is not None else f"infer-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+        with session_factory(db)() as session:  # a dry run: what the store refuses fails before the model loads
+            store.import_questions(session, dataset, questions)
+            store.start_run(session, name, "infer", {}, model, None, pool_id=pool_id)
+            session.rollback()
     engine = Engine(
         model,
         adapter,
@@ -183,8 +191,6 @@ def command(
     )
     run_id = version_id = None
     if not no_store:
-        dataset = dataset or "infer-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", input_path.stem).strip("-") or "input")
-        name = run_name or f"infer-{datetime.now(UTC):%Y%m%d-%H%M%S}"
         config = {
             "mode": mode,
             "input": str(input_path),

@@ -25,7 +25,10 @@ def prepare_cmd(name: str, force: bool) -> None:
     from lanpo.models import SMOLLM2, prepare_smollm2
 
     if name.lower() != SMOLLM2:
-        raise InputError(f"only `{SMOLLM2}` needs preparing; pass other HF folders or hub ids directly to --model")
+        raise InputError(
+            f"only `{SMOLLM2}` needs preparing, not {name!r}",
+            hint="pass other HF folders or hub ids directly to --model (`lanpo model info NAME` loads one)",
+        )
     started = time.perf_counter()
     path = prepare_smollm2(force=force)
     click.echo(f"{path} ({time.perf_counter() - started:.1f}s)")

@@ -15,6 +15,7 @@ from statistics import median
 import click
 from sqlalchemy.orm import Session
 
+from lanpo.cli.params import SEED, Float, Int
 from lanpo.db import sqlfiles
 from lanpo.db.engine import connect, transaction
 from lanpo.db.repo import contexts, pools, problems
@@ -89,18 +90,17 @@ def _mode_options(f: Callable[..., None]) -> Callable[..., None]:
                 required=True,
                 help="intra: own earlier attempts; inter: lessons of other relevant problems.",
             ),
-            click.option("--k", default=4, show_default=True, type=click.IntRange(0), help="Items drawn."),
-            click.option("--seed", default=0, show_default=True, type=int, help="Seed (same seed, same draw)."),
+            # k >= 1, as the trainer's feedback.k: a draw of nothing shows nothing the trainer could do
+            click.option("--k", default=4, show_default=True, type=Int(1), help="Items drawn."),
+            click.option("--seed", default=0, show_default=True, type=SEED, help="Seed (same seed, same draw)."),
             click.option(
                 "--pool-size",
                 default=32,
                 show_default=True,
-                type=click.IntRange(1),
+                type=Int(1),
                 help="Top-ranked candidates kept.",
             ),
-            click.option(
-                "--gamma", default=0.9, show_default=True, type=click.FloatRange(0, 1), help="inter: min relevance."
-            ),
+            click.option("--gamma", default=0.9, show_default=True, type=Float(0, 1), help="inter: min relevance."),
             click.option("--scorer", default=None, help="inter: relevance scorer whose scores to use."),
             click.option("--pool", "pool_name", default=None, help="inter: " + POOL_HELP),
             click.option("--run", "run_id", default=None, type=int, help="intra: only attempts of this run id."),
@@ -211,4 +211,15 @@ def context_cmd(
         elif items:
             click.echo(render(mode, items))
         else:
-            click.echo(f"(no {mode} context for problem {pid}: the pool is empty; the prompt would be zero-shot)")
+            click.echo(f"(no {mode} context for problem {pid}: {_no_candidates(mode, run_id, gamma, scorer)})")
+
+
+def _no_candidates(mode: str, run_id: int | None, gamma: float, scorer: str | None) -> str:
+    """Why a draw came back empty, in the terms the draw used (the pool itself may hold plenty)."""
+    if mode == "intra":
+        where = f" in run {run_id}" if run_id is not None else ""
+        return f"no earlier attempt on it{where}; the prompt would be zero-shot"
+    return (
+        f"no active experience of another problem has relevance >= {gamma:g} by scorer {scorer!r}; "
+        "the prompt would be zero-shot"
+    )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
+from lanpo.cli.params import Float, Int
 from lanpo.db.engine import connect
-from lanpo.retrieval import STAGE1
+from lanpo.retrieval import EF_SEARCH_MAX, STAGE1
 
 STAGE1_CHOICE = click.Choice(STAGE1)
 
@@ -17,13 +18,13 @@ def command() -> None:
 
 @command.command("build")
 @click.option("--dataset", required=True, help="Dataset whose problems are scored against each other.")
-@click.option("--top-k", type=click.IntRange(min=1), default=16, show_default=True, help="Candidates per problem.")
+@click.option("--top-k", type=Int(1), default=16, show_default=True, help="Candidates per problem.")
 @click.option(
     "--scorer", default="smollm2", show_default=True, help="Judge model: `smollm2` (offline), HF folder or hub id."
 )
 @click.option("--stage1", type=STAGE1_CHOICE, default="bm25", show_default=True, help="Candidate search.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Pairs per forward.")
-@click.option("--ef-search", type=click.IntRange(min=1), default=100, show_default=True, help="HNSW ef_search.")
+@click.option("--batch-size", type=Int(1), default=16, show_default=True, help="Pairs per forward.")
+@click.option("--ef-search", type=Int(1, EF_SEARCH_MAX), default=100, show_default=True, help="HNSW ef_search.")
 @click.option("--device", default=None, help="torch device for the judge (default: cuda if available, else cpu).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def build_cmd(
@@ -44,18 +45,27 @@ def build_cmd(
     Example:
       lanpo relevance build --dataset chain_sum --top-k 16 --scorer smollm2 --stage1 hybrid
     """
+    from sqlalchemy.orm import Session
+
+    from lanpo.db.repo.problems import require_dataset
+    from lanpo.models import check_device, check_model_ref
     from lanpo.retrieval.relevance import build_problem_relevance
     from lanpo.retrieval.scorer import load_scorer
     from lanpo.retrieval.search import SearchParams
 
+    params = SearchParams(stage1=stage1, ef_search=ef_search)
+    check_model_ref(scorer, "--scorer")
+    check_device(device)
     engine = connect()
+    with Session(engine) as session:  # before the judge loads: a typo in the name fails in a second
+        require_dataset(session, dataset)
     judge = load_scorer(scorer, batch_size=batch_size, device=device)
     report = build_problem_relevance(
         engine,
         dataset,
         judge,
         top_k=top_k,
-        params=SearchParams(stage1=stage1, ef_search=ef_search),
+        params=params,
         progress=not no_progress,
     )
     click.echo(
@@ -66,7 +76,7 @@ def build_cmd(
 
 @command.command("status")
 @click.option("--dataset", required=True, help="Dataset to report on.")
-@click.option("--gamma", type=click.FloatRange(0, 1), default=0.9, show_default=True, help="Relevance threshold.")
+@click.option("--gamma", type=Float(0, 1), default=0.9, show_default=True, help="Relevance threshold.")
 def status_cmd(dataset: str, gamma: float) -> None:
     """Scored problem pairs per scorer, and how many reach gamma."""
     from sqlalchemy.orm import Session

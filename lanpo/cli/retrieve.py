@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
+from lanpo.cli.params import Float, Int
 from lanpo.db.engine import connect
-from lanpo.retrieval import STAGE1
+from lanpo.retrieval import EF_SEARCH_MAX, STAGE1
 
 
 @click.command("retrieve")
@@ -14,9 +15,9 @@ from lanpo.retrieval import STAGE1
     "--stage1", type=click.Choice(STAGE1), default="hybrid", show_default=True,
     help="Candidate search over the current experience summaries.",
 )  # fmt: skip
-@click.option("--top-k", type=click.IntRange(min=1), default=16, show_default=True, help="Stage-1 candidates.")
-@click.option("--gamma", type=click.FloatRange(0, 1), default=0.9, show_default=True, help="Relevance threshold.")
-@click.option("--m", "m", type=click.IntRange(min=1), default=3, show_default=True, help="Experiences returned.")
+@click.option("--top-k", type=Int(1), default=16, show_default=True, help="Stage-1 candidates.")
+@click.option("--gamma", type=Float(0, 1), default=0.9, show_default=True, help="Relevance threshold.")
+@click.option("--m", "m", type=Int(1), default=3, show_default=True, help="Experiences returned.")
 @click.option(
     "--scorer", default="smollm2", show_default=True,
     help="Judge model (`smollm2`, HF folder, hub id), or `none`: stage 1 only, no gamma filter.",
@@ -24,7 +25,7 @@ from lanpo.retrieval import STAGE1
 @click.option(
     "--embedding-model", default="all-MiniLM-L6-v2", show_default=True, help="Embeds the question (vector/hybrid)."
 )
-@click.option("--ef-search", type=click.IntRange(min=1), default=100, show_default=True, help="HNSW ef_search.")
+@click.option("--ef-search", type=Int(1, EF_SEARCH_MAX), default=100, show_default=True, help="HNSW ef_search.")
 @click.option("--device", default=None, help="torch device for the judge.")
 @click.option(
     "--pool", "pool_name", default=None, help="Experience pool to search (default: the only pool in the store)."
@@ -51,10 +52,18 @@ def command(
 
     from lanpo.db.engine import transaction
     from lanpo.db.repo.pools import resolve_pool
+    from lanpo.models import check_device, check_model_ref
     from lanpo.retrieval.corpus import BM25Cache
+    from lanpo.retrieval.embeddings import check_embedder_ref
     from lanpo.retrieval.scorer import load_scorer
-    from lanpo.retrieval.testtime import default_embedder, retrieve
+    from lanpo.retrieval.testtime import check_question, default_embedder, retrieve
 
+    check_question(question)  # everything a typo can break is checked before a model loads
+    if scorer.lower() != "none":
+        check_model_ref(scorer, "--scorer")
+    if stage1 != "bm25":
+        check_embedder_ref(embedding_model)
+    check_device(device)
     engine = connect()
     with transaction(engine) as session:
         pool = resolve_pool(session, pool_name)  # before loading any model: a wrong name fails at once

@@ -45,11 +45,13 @@ def command(
     no_db: bool,
 ) -> None:
     """Fine-tune a LoRA adapter on chat pairs; the adapter is a valid model.init_adapter for `lanpo train`."""
+    from lanpo.paths import output_file
     from lanpo.train.config import load_config
     from lanpo.train.sft import problems_for_sft, run_sft, sft_pairs, write_pairs
 
     cfg = load_config(config_path, list(overrides))
     if write_data:
+        output_file(write_data, "--write-data")
         pairs = sft_pairs(problems_for_sft(cfg), seed=cfg.sft.seed, skill_problems=cfg.sft.skill_problems)
         write_pairs(pairs, write_data)
         click.echo(f"wrote {len(pairs)} chat pairs to {write_data}")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lanpo.errors import InputError
+from lanpo.paths import atomic_write
 
 SPLITS = ("train", "test")
 SPLIT_STRIDE = 1 << 24  # items per split and seed; reasoning-gym seeds item i with seed + i
@@ -81,6 +82,6 @@ def generate_problems(
 def write_jsonl(records: list[dict[str, Any]], path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as handle:
+    with atomic_write(path) as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from lanpo.db.repo import checks
 from lanpo.db.repo.problems import ProblemIn, check_dataset_name, upsert_problems
 from lanpo.errors import InputError, LanpoError
+from lanpo.paths import input_file
 
 
 @dataclass(frozen=True)
@@ -106,17 +107,17 @@ def import_file(
 ) -> ImportReport:
     """Import a JSONL file into `dataset` inside the caller's transaction (see the module docstring)."""
     check_dataset_name(dataset)
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path} does not exist or is not a file")
+    path = input_file(path, "problem file")
     report = ImportReport()
     with path.open(encoding="utf-8", errors="strict", newline="") as handle:
         try:
             lines = list(tqdm(handle, desc=f"reading {path.name}", unit=" lines", disable=None, leave=False))
         except UnicodeDecodeError as exc:
-            raise InputError(f"{path} is not UTF-8 text: {exc}") from exc
+            raise InputError(f"{path} is not UTF-8 text: {exc}", hint="problem files are JSONL in UTF-8") from exc
     report.lines = len(lines)
     good, report.bad = parse_lines(lines)
+    if not good and not report.bad:
+        raise InputError(f"{path} holds no problems", hint='one JSON object per line: {"id", "question", "answer"}')
     if report.bad and not skip_bad:
         return report
     line_of = {p.external_id: n for n, p in good}

@@ -11,14 +11,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from lanpo.config import lanpo_home
 from lanpo.db import server
-from lanpo.errors import DatabaseUnavailable, NotMigrated
+from lanpo.errors import ConfigError, DatabaseUnavailable, NotMigrated
 
 ENV_URL = "LANPO_DATABASE_URL"
+URL_SHAPE = "postgresql://user:pass@host:5432/dbname"
 
 
 def normalise_url(url: str) -> str:
@@ -29,18 +30,50 @@ def normalise_url(url: str) -> str:
     return url
 
 
+def _masked(url: str) -> str:
+    """`url` with any password replaced by ***, for error messages (it may not parse, so by its parts)."""
+    scheme, sep, rest = url.partition("://")
+    prefix, rest = (scheme + sep, rest) if sep else ("", url)
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{prefix}{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def checked_url(url: str, source: str = ENV_URL) -> str:
+    """`url` normalised (psycopg 3 driver), or ConfigError saying what a Postgres URL looks like."""
+    normal = normalise_url(url.strip())
+    try:
+        parsed = make_url(normal)
+        port = parsed.port  # an unparsable port fails here (ValueError)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise ConfigError(
+            f"{source} {_masked(url)!r} is not a database URL", hint=f"it looks like {URL_SHAPE}"
+        ) from exc
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigError(
+            f"{source} {_masked(url)!r} is not a Postgres URL ({parsed.get_backend_name()})",
+            hint=f"lanpo needs Postgres with pgvector: {URL_SHAPE}",
+        )
+    if port is not None and not 1 <= port <= 65535:
+        raise ConfigError(
+            f"{source} {_masked(url)!r}: port {port} is not in 1..65535", hint=f"it looks like {URL_SHAPE}"
+        )
+    return normal
+
+
 def database_url(start_embedded: bool = True) -> str:
     """The URL lanpo uses: `$LANPO_DATABASE_URL`, or the embedded server (started on demand)."""
     url = os.environ.get(ENV_URL)
-    if url:
-        return normalise_url(url)
+    if url and url.strip():
+        return checked_url(url)
     if not start_embedded:
         raise DatabaseUnavailable("no LANPO_DATABASE_URL and the embedded server was not started")
     return server.start(lanpo_home())
 
 
 def is_embedded() -> bool:
-    return not os.environ.get(ENV_URL)
+    return not os.environ.get(ENV_URL, "").strip()
 
 
 def make_engine(url: str | None = None, **kwargs: object) -> Engine:
@@ -53,8 +86,9 @@ def make_engine(url: str | None = None, **kwargs: object) -> Engine:
     except sa.exc.OperationalError as exc:
         engine.dispose()
         where = engine.url.render_as_string(hide_password=True)
+        why = " ".join(str(exc.orig).split())  # libpq's message spans lines; the error is one
         raise DatabaseUnavailable(
-            f"cannot reach the database at {where}: {exc.orig}".strip(),
+            f"cannot reach the database at {where}: {why}",
             hint="start it, check LANPO_DATABASE_URL, or unset it to use the embedded server (`lanpo db start`)",
         ) from exc
     return engine

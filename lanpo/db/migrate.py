@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
+from alembic.util import CommandError
 from sqlalchemy.engine import Engine
 
+from lanpo.errors import InputError
 from lanpo.resources import project_dir
 
 
@@ -32,15 +36,37 @@ def head_revision() -> str:
     return ScriptDirectory.from_config(alembic_config()).get_current_head() or ""
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
+def known_revisions() -> list[str]:
+    """`base`, every revision oldest first as `id (what it does)`, and `head`: what upgrade / downgrade accept."""
+    script = ScriptDirectory.from_config(alembic_config())
+    revisions = [f"{r.revision} ({r.doc})" if r.doc else r.revision for r in reversed(list(script.walk_revisions()))]
+    return ["base", *revisions, "head"]
+
+
+def _migrate(engine: Engine, revision: str, direction: str) -> None:
+    """Run Alembic's upgrade or downgrade in one transaction; a target it cannot reach is an InputError."""
     with engine.begin() as connection:
         config = alembic_config(engine)
         config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+        try:
+            getattr(command, direction)(config, revision)
+        except (CommandError, RevisionError) as exc:  # raised while resolving the target, before any DDL ran
+            inspector = sa.inspect(connection)
+            current = (
+                connection.scalar(sa.text("SELECT version_num FROM alembic_version"))
+                if inspector.has_table("alembic_version")
+                else None
+            )
+            raise InputError(
+                f"cannot {direction} to revision {revision!r}: {exc}",
+                hint=f"the database is at {current or 'base (empty)'}; revisions: {', '.join(known_revisions())}; "
+                "or a relative step such as -1",
+            ) from exc
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    _migrate(engine, revision, "upgrade")
 
 
 def downgrade(engine: Engine, revision: str) -> None:
-    with engine.begin() as connection:
-        config = alembic_config(engine)
-        config.attributes["connection"] = connection
-        command.downgrade(config, revision)
+    _migrate(engine, revision, "downgrade")

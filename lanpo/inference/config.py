@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from lanpo.config import help_field
+from lanpo.config import DTYPES, help_field
 from lanpo.errors import ConfigError
 from lanpo.retrieval import STAGE1
 
@@ -67,10 +68,12 @@ class SamplingSettings:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ConfigError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ConfigError(f"sampling.temperature must be >= 0, got {self.temperature}")
+        if not self.temperature >= 0 or math.isinf(self.temperature):  # `not >=` also refuses NaN
+            raise ConfigError(f"sampling.temperature must be a finite number >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and not -(2**63) <= self.seed < 2**63:
+            raise ConfigError(f"sampling.seed must be a 64-bit integer, got {self.seed}")
 
 
 @dataclass
@@ -127,3 +130,5 @@ class EvalConfig:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")

@@ -178,6 +178,7 @@ class Engine:
             what = "does not exist" if not self.adapter.exists() else "holds no PEFT adapter (adapter_config.json)"
             raise InputError(f"adapter folder {self.adapter} {what}", hint="pass a folder written by the trainer")
         self.backend_name = backend
+        self._check_before_loading(model, device, backend)
         options = dict(backend_options or {})
         if isinstance(model, str):
             self.model_id = model_id or model
@@ -196,6 +197,20 @@ class Engine:
             raise ConfigError(f"unknown backend {backend!r}", hint="use hf or vllm")
 
     # ------------------------------------------------------------------ setup
+
+    def _check_before_loading(self, model: str | Any, device: str | None, backend: str) -> None:
+        """What a typo can break, refused before a model loads (minutes for a large one)."""
+        from lanpo.models import check_device, check_model_ref
+
+        if isinstance(model, str):
+            check_model_ref(model)
+        if self.retrieval.scorer not in ("policy", "none"):
+            check_model_ref(self.retrieval.scorer, "retrieval scorer")
+        check_device(device)
+        if backend == "vllm" and isinstance(model, str):  # an in-memory model is refused below, vLLM or not
+            from lanpo.rollout.vllm import import_vllm
+
+            import_vllm()
 
     def _init_hf(self, model: Any, tokenizer: Any, dtype: str | None, device: str | None, options: dict) -> None:
         from lanpo.models import adapter_sha256, load_adapter, load_causal_lm, prepare_tokenizer

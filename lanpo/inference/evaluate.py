@@ -22,13 +22,14 @@ from tqdm import tqdm
 from lanpo.config import lanpo_home, to_mapping
 from lanpo.db.engine import transaction
 from lanpo.db.repo.pools import resolve_pool
-from lanpo.db.repo.runs import finish_run, record_metrics
+from lanpo.db.repo.runs import finish_run, record_metrics, require_name_free
 from lanpo.errors import InputError
 from lanpo.inference import store
 from lanpo.inference.config import EvalConfig
 from lanpo.inference.engine import Engine, Solution
 from lanpo.inference.io import Question, read_questions
 from lanpo.inference.table import Table, mean_at_k, recount
+from lanpo.paths import atomic_write, output_dir
 
 
 @dataclass
@@ -89,13 +90,18 @@ def run_eval(
     show_progress: bool = True,
 ) -> EvalResult:
     """Run the evaluation, store it, write table.md / table.csv and return the recounted table."""
+    name = config.run_name or f"eval-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    out_dir = output_dir(
+        Path(config.out_dir).expanduser() if config.out_dir else lanpo_home() / "eval" / name, "out_dir"
+    )
+    with transaction(db) as session:  # before the model loads: a taken name fails in a second
+        require_name_free(session, name)
     questions = load_questions(db, config, Path(config_dir))
     pool_id = None
     if "retrieval" in config.modes:  # before the model loads: an unknown or ambiguous pool fails at once
         with transaction(db) as session:
             pool_id = resolve_pool(session, config.retrieval.pool).id
     engine = engine or build_engine(config, db)
-    name = config.run_name or f"eval-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     with transaction(db) as session:
         run_id, version_id = store.start_run(
             session, name, "eval", to_mapping(config), config.model, engine.adapter_sha256, pool_id=pool_id
@@ -137,11 +143,11 @@ def run_eval(
         with transaction(db) as session:
             finish_run(session, run_id, "failed")
         raise
-    out_dir = Path(config.out_dir).expanduser() if config.out_dir else lanpo_home() / "eval" / name
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown_path, csv_path = out_dir / "table.md", out_dir / "table.csv"
-    markdown_path.write_text(table.to_markdown())
-    csv_path.write_text(table.to_csv())
+    for path, text in ((markdown_path, table.to_markdown()), (csv_path, table.to_csv())):
+        with atomic_write(path) as handle:
+            handle.write(text)
     rate = total / seconds if seconds > 0 else 0.0
     echo(table.to_markdown())
     echo(

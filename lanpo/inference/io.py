@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lanpo.errors import InputError
+from lanpo.paths import atomic_write, input_file
 
 
 @dataclass(frozen=True)
@@ -58,15 +59,13 @@ def parse_question(obj: Any, where: str) -> Question:
 
 def read_questions(path: str | Path) -> list[Question]:
     """Questions from a JSONL file (blank lines skipped); duplicate ids and bad lines raise InputError."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"input file {path} does not exist")
+    path = input_file(path, "input file")
     questions: list[Question] = []
     seen: dict[str, int] = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text: {exc}") from exc
+        raise InputError(f"{path} is not UTF-8 text: {exc}", hint="question files are JSONL in UTF-8") from exc
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -86,11 +85,11 @@ def read_questions(path: str | Path) -> list[Question]:
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
-    """Write records as JSONL (parent folders created); returns how many were written."""
+    """Write records as JSONL (parent folders created; all or nothing); returns how many were written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
-    with path.open("w", encoding="utf-8") as out:
+    with atomic_write(path) as out:
         for record in records:
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             count += 1

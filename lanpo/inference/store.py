@@ -19,7 +19,7 @@ from dataclasses import replace
 from sqlalchemy.orm import Session
 
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
-from lanpo.db.repo.problems import ProblemIn, check_dataset_name, upsert_problems
+from lanpo.db.repo.problems import ProblemIn, check_dataset_name, require_dataset, upsert_problems
 from lanpo.db.repo.runs import add_policy_version, create_run
 from lanpo.db.sqlfiles import load
 from lanpo.errors import InputError
@@ -59,6 +59,7 @@ def dataset_questions(session: Session, dataset: str, limit: int | None = None) 
     """The problems of `dataset` (first `limit` by id) as questions; InputError when it has none."""
     rows = session.execute(load("queries/inference_dataset_problems"), {"dataset": dataset, "limit": limit}).all()
     if not rows:
+        require_dataset(session, dataset)  # an unknown name: the error lists the datasets there are
         raise InputError(
             f"dataset {dataset!r} has no problems", hint=f"import it: lanpo data import FILE --dataset {dataset}"
         )

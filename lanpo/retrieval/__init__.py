@@ -15,3 +15,4 @@ Modules (import what you need; nothing here imports torch):
 """
 
 STAGE1 = ("bm25", "vector", "hybrid")  # the first-stage searches, by name
+EF_SEARCH_MAX = 1000  # pgvector's upper limit of hnsw.ef_search

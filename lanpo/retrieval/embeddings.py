@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -20,6 +21,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from tqdm import tqdm
 
+from lanpo.db.repo import problems
 from lanpo.errors import InputError
 from lanpo.retrieval.sqlfiles import query, vector_literal
 
@@ -36,10 +38,23 @@ class Embedder(Protocol):
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray: ...
 
 
+def check_embedder_ref(name_or_path: str | None) -> None:
+    """InputError for an embedding model reference that cannot load: empty, or a path that does not exist."""
+    if name_or_path is None:
+        return
+    text = str(name_or_path).strip()
+    hint = "give a local sentence-transformers folder, or a hub id that is already in the local cache"
+    if not text:
+        raise InputError("embedding model name is empty", hint=hint)
+    if text.startswith((".", "/", "~")) and not Path(text).expanduser().is_dir():
+        raise InputError(f"embedding model folder {text} does not exist", hint=hint)
+
+
 class SentenceTransformerEmbedder:
     """A sentence-transformers model; `"all-MiniLM-L6-v2"` (or None) is the offline copy shipped on PyPI."""
 
     def __init__(self, name_or_path: str | None = None, device: str | None = None) -> None:
+        check_embedder_ref(name_or_path)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
@@ -103,6 +118,11 @@ def embed_missing(
     """
     if what not in ("problems", "experiences", "both"):
         raise InputError(f"--what must be problems, experiences or both, got {what!r}")
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    if dataset is not None:
+        with Session(engine) as session:
+            problems.require_dataset(session, dataset)
     tables = [t for t, w in (("problems", "problems"), ("experience_versions", "experiences")) if what in (w, "both")]
     with Session(engine) as session:
         check_dimension(session, embedder, tables)

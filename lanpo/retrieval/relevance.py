@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from tqdm import tqdm
 
+from lanpo.db.repo import problems
 from lanpo.errors import InputError
 from lanpo.retrieval.corpus import BM25Cache
 from lanpo.retrieval.scorer import RelevanceScorer
@@ -127,6 +128,7 @@ def build_problem_relevance(
     with Session(engine) as session:
         corpus = cache.problems(session, dataset).corpus
         if len(corpus.ids) == 0:
+            problems.require_dataset(session, dataset)  # names the datasets there are
             raise InputError(f"dataset {dataset!r} has no problems", hint="import some with `lanpo data import`")
         texts = {int(i): t for i, t in zip(corpus.ids, corpus.texts, strict=True)}
         vectors = problem_embeddings(session, dataset) if params.stage1 != "bm25" else {}
@@ -168,6 +170,13 @@ def build_problem_relevance(
 
 
 def relevance_status(session: Session, dataset: str, gamma: float) -> list[dict[str, object]]:
-    """Per scorer: scored problem pairs of `dataset`, how many reach `gamma`, mean score, problems covered."""
+    """Per scorer: scored problem pairs of `dataset`, how many reach `gamma`, mean score, problems covered.
+
+    An unknown dataset is an InputError listing the datasets (an empty list means: known, not scored yet).
+    """
+    if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0.0 <= gamma <= 1.0:
+        raise InputError(f"gamma must be a number in [0, 1], got {gamma!r}")
     rows = session.execute(query("retrieval_relevance_status"), {"dataset": dataset, "gamma": gamma}).all()
+    if not rows:
+        problems.require_dataset(session, dataset)
     return [dict(r._mapping) for r in rows]

@@ -14,7 +14,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from lanpo.errors import InputError
-from lanpo.retrieval import STAGE1, vector
+from lanpo.retrieval import EF_SEARCH_MAX, STAGE1, vector
 from lanpo.retrieval.bm25 import top_k_positions
 from lanpo.retrieval.corpus import DEFAULT_CACHE, BM25Cache
 from lanpo.retrieval.hybrid import RRF_K, rrf_fuse
@@ -34,6 +34,13 @@ class SearchParams:
     def __post_init__(self) -> None:
         if self.stage1 not in STAGE1:
             raise InputError(f"stage1 must be one of {', '.join(STAGE1)}, got {self.stage1!r}")
+        if isinstance(self.ef_search, bool) or not isinstance(self.ef_search, int):
+            raise InputError(f"ef_search must be an integer, got {self.ef_search!r}")
+        if not 1 <= self.ef_search <= EF_SEARCH_MAX:
+            raise InputError(
+                f"ef_search must be in 1..{EF_SEARCH_MAX} (pgvector's limit), got {self.ef_search}",
+                hint="a larger top-k needs no larger ef_search: the iterative index scan returns k rows",
+            )
 
 
 @dataclass(frozen=True)

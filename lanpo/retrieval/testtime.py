@@ -38,6 +38,14 @@ def default_embedder(name: str | None = None) -> Embedder:
     return _EMBEDDERS[name]
 
 
+def check_question(question: str) -> None:
+    """InputError for a question no search can use: not a string, blank, or holding a NUL byte."""
+    if not isinstance(question, str) or not question.strip():
+        raise InputError("the question is empty", hint='pass the question text, e.g. lanpo retrieve "What is 2 + 3?"')
+    if "\x00" in question:
+        raise InputError("the question contains a NUL byte (\\x00)", hint="remove it")
+
+
 def retrieve(
     session: Session,
     question: str,
@@ -55,6 +63,7 @@ def retrieve(
 ) -> list[Retrieved]:
     """At most `m` current experiences of pool `pool_id` for `question`, best first (by relevance, then stage-1
     rank)."""
+    check_question(question)
     if not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be in [0, 1], got {gamma}")
     if m < 1 or top_k < 1:

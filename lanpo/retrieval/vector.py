@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from sqlalchemy.orm import Session
 
+from lanpo.retrieval import EF_SEARCH_MAX
 from lanpo.retrieval.sqlfiles import query, vector_literal
 
 
@@ -37,7 +38,7 @@ def search_problems(
     exact: bool = False,
 ) -> list[tuple[int, float]]:
     """The k problems of `dataset` nearest to `query_vector` as `(problem_id, similarity)`, best first."""
-    configure_search(session, ef_search=max(ef_search, k), exact=exact)
+    configure_search(session, ef_search=min(max(ef_search, k), EF_SEARCH_MAX), exact=exact)
     rows = session.execute(
         query("retrieval_vector_problems"),
         {"query": vector_literal(query_vector), "dataset": dataset, "exclude_ids": list(exclude_ids), "k": k},
@@ -59,7 +60,7 @@ def search_pool(
 
     Returns `(version_id, problem_id, similarity, summary)`, best first.
     """
-    configure_search(session, ef_search=max(ef_search, k), exact=exact)
+    configure_search(session, ef_search=min(max(ef_search, k), EF_SEARCH_MAX), exact=exact)
     rows = session.execute(
         query("retrieval_vector_experiences"),
         {

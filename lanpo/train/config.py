@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanpo.config import StoreConfig, help_field, lanpo_home, load_toml
+from lanpo.config import DTYPES, StoreConfig, help_field, lanpo_home, load_toml
 from lanpo.errors import ConfigError
 
 FEEDBACK_MODES = ("none", "intra", "inter", "both")
 AGGREGATIONS = ("token-mean", "seq-mean")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def _check(cond: bool, message: str, hint: str | None = None) -> None:

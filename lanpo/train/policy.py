@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from lanpo.models import LoraSpec, attach_lora, load_adapter, load_causal_lm, tiny_causal_lm
+from lanpo.models import LoraSpec, attach_lora, check_adapter_dir, load_adapter, load_causal_lm, tiny_causal_lm
 from lanpo.train.config import LoraConfig, ModelConfig
 
 TINY = "tiny-random"
@@ -33,6 +33,8 @@ def load_base(model_cfg: ModelConfig, seed: int = 0) -> tuple[Any, Any]:
 def load_policy(model_cfg: ModelConfig, lora_cfg: LoraConfig, seed: int = 0) -> tuple[Any, Any]:
     """(PEFT model with a trainable adapter, tokenizer); the LoRA init is seeded."""
     set_threads(model_cfg.threads)
+    if model_cfg.init_adapter:  # a wrong folder fails now, not after the base model has loaded
+        check_adapter_dir(model_cfg.init_adapter, "model.init_adapter")
     model, tokenizer = load_base(model_cfg, seed)
     torch.manual_seed(seed)
     if model_cfg.init_adapter:

@@ -25,6 +25,7 @@ import torch
 from lanpo import prompts
 from lanpo.errors import InputError
 from lanpo.models import apply_chat
+from lanpo.paths import atomic_write, input_file, output_dir
 from lanpo.train.config import TrainConfig
 from lanpo.train.policy import load_policy
 
@@ -166,7 +167,12 @@ class _Lesson:
 def read_pairs(path: str | Path) -> list[dict[str, list[Message]]]:
     """Chat pairs from JSONL: one `{"messages": [{"role", "content"}, ...]}` per line, ending with the assistant."""
     out = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    path = input_file(path, "SFT data")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text: {exc}", hint="SFT data is JSONL in UTF-8") from exc
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
@@ -185,13 +191,13 @@ def read_pairs(path: str | Path) -> list[dict[str, list[Message]]]:
             )
         out.append({"messages": messages})
     if not out:
-        raise InputError(f"{path} holds no SFT pairs")
+        raise InputError(f"{path} holds no SFT pairs", hint='one {"messages": [...]} per line')
     return out
 
 
 def write_pairs(pairs: Sequence[dict[str, list[Message]]], path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with Path(path).open("w", encoding="utf-8") as handle:
+    with atomic_write(path) as handle:
         for pair in pairs:
             handle.write(json.dumps(pair, ensure_ascii=False) + "\n")
 
@@ -238,6 +244,7 @@ def run_sft(
     loading a fresh copy of the model.
     """
     started = time.perf_counter()
+    target = output_dir(out_dir if out_dir else config.checkpoint_root() / "sft", "SFT output folder")
     if data is None:
         pairs = sft_pairs(problems_for_sft(config), seed=config.sft.seed, skill_problems=config.sft.skill_problems)
     elif isinstance(data, str | Path):
@@ -294,7 +301,6 @@ def run_sft(
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
     if bar is not None:
         bar.close()
-    target = Path(out_dir) if out_dir else config.checkpoint_root() / "sft"
     adapter_dir = target / "adapter"
     model.save_pretrained(adapter_dir)
     result = SFTResult(adapter_dir=adapter_dir, losses=losses, pairs=len(pairs), seconds=time.perf_counter() - started)

@@ -13,13 +13,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 import torch
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 from lanpo.db.engine import transaction
+from lanpo.db.models import Run
+from lanpo.db.repo import contexts as contexts_repo
+from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import ConfigError, InputError
+from lanpo.models import check_device, check_model_ref
+from lanpo.paths import output_dir
 from lanpo.rollout import make_backend
 from lanpo.train import checkpoint as ckpt
 from lanpo.train import record
@@ -55,6 +62,19 @@ def updates_per_step(cfg: TrainConfig, world: int = 1) -> int:
     return cfg.grpo.ppo_epochs * minibatches
 
 
+def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> None:
+    """What the store and the disk would refuse, checked before the policy loads (which takes minutes on a CPU)."""
+    if not cfg.data.task and cfg.data.dataset not in problems_repo.known_datasets(session):
+        record.ensure_dataset(session, cfg.data)  # raises: no problems and nothing to generate them from
+    if cfg.feedback.mode in ("inter", "both") and cfg.feedback.scorer:
+        contexts_repo.require_scorer(session, cfg.feedback.scorer)
+    if not resume and session.scalar(sa.select(Run.id).where(Run.name == cfg.run_name)) is not None:
+        record.start_run(session, cfg, cfg.model.name, resume)  # raises: the name is taken, and says what to do
+    check_device(None if cfg.model.device == "auto" else cfg.model.device)
+    check_model_ref(cfg.model.name, "model.name")
+    output_dir(cfg.checkpoint_root(), "checkpoint folder (output_dir)")
+
+
 def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]:
     """Load the policy, build optimizer + schedule, create or resume the run; returns (trainer, first step)."""
     dist = init_from_env()
@@ -63,6 +83,9 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
             raise ConfigError(f"batch_size ({cfg.batch_size}) must be divisible by the number of ranks ({dist.world})")
         if cfg.grpo.skip_zero_spread:
             raise ConfigError("grpo.skip_zero_spread works in a single process only", hint="set it to false")
+    if dist.is_main:
+        with transaction(engine) as session:
+            check_before_loading(session, cfg, resume)
     model, tokenizer = load_policy(cfg.model, cfg.lora, seed=cfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay)

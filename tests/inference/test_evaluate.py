@@ -168,7 +168,7 @@ def test_dataset_without_gold_or_unknown_is_refused(tmp_path: Path, db: SAEngine
     cfg = config(tmp_path, datasets=[{"name": "gsm", "file": "gsm.jsonl"}])
     with pytest.raises(InputError, match="have no gold answer"):
         run_eval(cfg, db, config_dir=tmp_path, engine=engine, echo=lambda _: None, show_progress=False)
-    with pytest.raises(InputError, match="dataset 'nowhere' has no problems"):
+    with pytest.raises(InputError, match="unknown dataset 'nowhere'"):
         run_eval(config(tmp_path, datasets=[{"name": "nowhere"}]), db, engine=engine, echo=lambda _: None)
 
 

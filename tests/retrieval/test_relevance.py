@@ -95,7 +95,7 @@ def test_build_refuses_unknown_dataset_and_missing_embeddings(session: Session, 
     from lanpo.errors import InputError
 
     scorer, _ = tiny_scorer()
-    with pytest.raises(InputError, match="no problems"):
+    with pytest.raises(InputError, match="unknown dataset 'nope'"):
         build_problem_relevance(db, "nope", scorer, cache=BM25Cache(), progress=False)
     make_problems(session)
     session.commit()

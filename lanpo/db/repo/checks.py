@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -20,6 +21,7 @@ from lanpo.errors import InputError
 log = logging.getLogger(__name__)
 
 MAX_TEXT_BYTES = 1_048_576  # 1 MiB per text field (UTF-8)
+BIGINT_MAX = 2**63 - 1  # Postgres bigint: every id column, and any integer lanpo passes to SQL
 
 
 def check_size(text: str, field: str) -> None:
@@ -87,6 +89,15 @@ def int_or_none(value: Any, field: str, minimum: int | None = None) -> int | Non
     if minimum is not None and value < minimum:
         raise InputError(f"{field} must be >= {minimum}, got {value}")
     return value
+
+
+def row_id(value: Any, field: str, hint: str | None = None) -> int:
+    """A row id (`problems.id`, `runs.id`, ...): an integer from 1 to BIGINT_MAX, or InputError saying the range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # numpy integers are Integral too
+        raise InputError(f"{field} must be an integer, got {type(value).__name__} ({value!r})", hint=hint)
+    if not 1 <= value <= BIGINT_MAX:
+        raise InputError(f"{field} {value} is out of range: ids are integers from 1 to {BIGINT_MAX}", hint=hint)
+    return int(value)
 
 
 def bool_or_none(value: Any, field: str) -> bool | None:

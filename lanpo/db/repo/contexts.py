@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from lanpo.db.repo import sampling
+from lanpo.db import sqlfiles
+from lanpo.db.repo import runs, sampling
 from lanpo.db.repo.attempts import ContextRef
+from lanpo.errors import InputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,12 @@ def intra_contexts(
     seed: int,
     run_id: int | None = None,
 ) -> dict[int, list[IntraItem]]:
-    """problem id -> up to k earlier attempts on that same problem (recency-ranked pool, weighted draw)."""
+    """problem id -> up to k earlier attempts on that same problem (recency-ranked pool, weighted draw).
+
+    `run_id` (only that run's attempts) must name a run: an unknown one is an InputError, not an empty draw.
+    """
+    if run_id is not None:
+        runs.require_run(session, run_id)
     draws = sampling.sample_intra(session, problem_ids, k=k, pool_size=pool_size, seed=seed, run_id=run_id)
     return {p: [IntraItem(d.candidate_id, d.text) for d in ds] for p, ds in draws.items()}
 
@@ -64,11 +71,30 @@ def inter_contexts(
     pool_id: int,
 ) -> dict[int, list[InterItem]]:
     """problem id -> up to k lessons of pool `pool_id` from OTHER problems with relevance >= gamma
-    (relevance-ranked, weighted draw)."""
+    (relevance-ranked, weighted draw).
+
+    `scorer` must have scores in the store: when nothing is drawn at all, an unknown scorer is an InputError
+    naming the scorers there (checked only then, so a training step that draws pays nothing for it).
+    """
     draws = sampling.sample_inter(
         session, problem_ids, k=k, pool_size=pool_size, seed=seed, gamma=gamma, scorer=scorer, pool_id=pool_id
     )
+    if not any(draws.values()):
+        require_scorer(session, scorer)
     return {
         p: [InterItem(d.candidate_id, int(d.source_problem_id or 0), d.text, float(d.score or 0.0)) for d in ds]
         for p, ds in draws.items()
     }
+
+
+def require_scorer(session: Session, scorer: str) -> None:
+    """InputError listing the scorers in `relevance_scores` unless `scorer` has scores there."""
+    if session.scalar(sqlfiles.load("queries/scorer_exists"), {"scorer": scorer}):
+        return
+    known = list(session.scalars(sqlfiles.load("queries/scorers")))
+    raise InputError(
+        f"unknown relevance scorer {scorer!r}: relevance_scores holds no score by it",
+        hint=f"scorers in the store: {', '.join(known)}"
+        if known
+        else "compute relevance first: lanpo relevance build --dataset NAME",
+    )

@@ -52,7 +52,7 @@ class PoolSummary:
 
 def check_pool_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip():
-        raise InputError("a pool name must be a non-empty string")
+        raise InputError("a pool name must be a non-empty string", hint="`lanpo pool list` names the pools")
     checks.refuse_nul(name, "pool name")
     return name
 

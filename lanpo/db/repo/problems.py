@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,10 +61,13 @@ def _check(dataset: str, row: ProblemIn) -> None:
 
 def check_dataset_name(dataset: str) -> None:
     if not isinstance(dataset, str) or not dataset.strip():
-        raise InputError("dataset name must be a non-empty string")
+        raise InputError("dataset name must be a non-empty string", hint="name it, e.g. --dataset chain_sum")
     checks.refuse_nul(dataset, "dataset name")
     if ":" in dataset:
-        raise InputError(f"dataset name {dataset!r} must not contain ':' (used in dataset:external_id references)")
+        raise InputError(
+            f"dataset name {dataset!r} must not contain ':' (used in dataset:external_id references)",
+            hint=f"e.g. {dataset.replace(':', '-')!r}",
+        )
 
 
 def upsert_problems(session: Session, dataset: str, rows: list[ProblemIn], update: bool = False) -> ImportResult:
@@ -136,6 +140,7 @@ def _unknown_dataset(session: Session, dataset: str) -> InputError:
 
 def get_problem(session: Session, dataset: str, external_id: str) -> ProblemRow:
     """The problem `dataset:external_id`; InputError naming what is unknown."""
+    checks.refuse_nul(f"{dataset}:{external_id}", "problem reference")
     r = session.execute(
         sqlfiles.load("queries/problem_by_external_id"), {"dataset": dataset, "external_id": str(external_id)}
     ).one_or_none()
@@ -146,16 +151,27 @@ def get_problem(session: Session, dataset: str, external_id: str) -> ProblemRow:
     return _row(r)
 
 
+ID_HINT = "problem ids are the numeric `problems.id`, or `dataset:external_id` on the command line"
+
+
 def problems_by_ids(session: Session, ids: list[int]) -> list[ProblemRow]:
     """Problems by numeric id, in the order given; InputError listing ids that do not exist."""
+    for i in ids:
+        checks.row_id(i, "problem id", hint=ID_HINT)
     rows = {r.id: _row(r) for r in session.execute(sqlfiles.load("queries/problems_by_ids"), {"ids": list(ids)})}
     missing = [i for i in ids if i not in rows]
     if missing:
         raise InputError(
             f"unknown problem id{'s' if len(missing) > 1 else ''}: {', '.join(map(str, missing[:20]))}",
-            hint="problem ids are the numeric `problems.id`, or `dataset:external_id` on the command line",
+            hint=ID_HINT,
         )
     return [rows[i] for i in ids]
+
+
+def require_dataset(session: Session, dataset: str) -> None:
+    """InputError listing the datasets in the store unless `dataset` has problems."""
+    if dataset not in known_datasets(session):
+        raise _unknown_dataset(session, dataset)
 
 
 def problem_ids(session: Session, dataset: str) -> list[int]:
@@ -171,12 +187,14 @@ def resolve_refs(session: Session, refs: list[str]) -> list[int]:
     out: list[int] = []
     for ref in refs:
         ref = ref.strip()
-        if ref.isdigit():
-            out.append(int(ref))
+        if re.fullmatch(r"[+-]?[0-9]+", ref):
+            out.append(checks.row_id(int(ref), "problem id", hint=ID_HINT))
         elif ":" in ref:
             dataset, external_id = ref.split(":", 1)
             out.append(get_problem(session, dataset, external_id).id)
         else:
-            raise InputError(f"problem reference {ref!r} is neither a numeric id nor dataset:external_id")
+            raise InputError(
+                f"problem reference {ref!r} is neither a numeric id nor dataset:external_id", hint=ID_HINT
+            )
     problems_by_ids(session, [i for i in out])
     return out

@@ -14,6 +14,8 @@ from lanpo.db.models import RUN_KINDS, RUN_STATUSES, Run
 from lanpo.db.repo import checks
 from lanpo.errors import InputError
 
+LIST_RUNS = 'list runs: lanpo sql "SELECT id, name, kind, status FROM runs ORDER BY id"'
+
 
 def create_run(
     session: Session,
@@ -25,23 +27,39 @@ def create_run(
 ) -> Run:
     """A new run (reading and writing pool `pool_id`, if any); `name` must be unique (InputError says what to do)."""
     if not isinstance(name, str) or not name.strip():
-        raise InputError("run name must be a non-empty string")
+        raise InputError(
+            "run name must be a non-empty string", hint="name the run, or leave the name out for a default"
+        )
     checks.refuse_nul(name, "run name")
     if kind not in RUN_KINDS:
         raise InputError(f"run kind must be one of {', '.join(RUN_KINDS)}, got {kind!r}")
     config = checks.json_object(config if config is not None else {}, "run config")
-    if session.scalar(sa.select(Run.id).where(Run.name == name)) is not None:
-        raise InputError(f"a run named {name!r} already exists", hint="choose another name, or resume that run")
+    require_name_free(session, name)
     run = Run(name=name, kind=kind, config=json.loads(json.dumps(config)), model=model, pool_id=pool_id)
     session.add(run)
     session.flush()
     return run
 
 
+def require_name_free(session: Session, name: str) -> None:
+    """InputError when a run is already called `name` (run names are unique)."""
+    if session.scalar(sa.select(Run.id).where(Run.name == name)) is not None:
+        raise InputError(f"a run named {name!r} already exists", hint="choose another name, or resume that run")
+
+
 def get_run(session: Session, name: str) -> Run:
     run = session.scalar(sa.select(Run).where(Run.name == name))
     if run is None:
-        raise InputError(f"no run named {name!r}", hint='list runs: lanpo sql "SELECT id, name, status FROM runs"')
+        raise InputError(f"no run named {name!r}", hint=LIST_RUNS)
+    return run
+
+
+def require_run(session: Session, run_id: int) -> Run:
+    """The run with id `run_id`; InputError when the id is out of range or names no run."""
+    checks.row_id(run_id, "run id", hint=LIST_RUNS)
+    run = session.get(Run, run_id)
+    if run is None:
+        raise InputError(f"no run with id {run_id}", hint=LIST_RUNS)
     return run
 
 
