@@ -64,6 +64,25 @@ class Run(Base):
     model: Mapped[str | None] = mapped_column(sa.Text)
     status: Mapped[str] = mapped_column(sa.Text, server_default="running")
     pool_id: Mapped[int | None] = mapped_column(sa.ForeignKey("pools.id"))  # the pool it reads and writes
+    experiment_id: Mapped[int | None] = mapped_column(sa.ForeignKey("experiments.id", ondelete="SET NULL"))
+    arm: Mapped[str | None] = mapped_column(sa.Text)  # the experiment arm it runs (e.g. grpo, lanpo-both)
+    started_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+    finished_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True))
+
+
+class Experiment(Base):
+    """Runs compared on purpose: arms x seeds on the same start, problems, steps and group size."""
+
+    __tablename__ = "experiments"
+    __table_args__ = (
+        sa.CheckConstraint(_nonempty("name"), name="name_nonempty"),
+        sa.CheckConstraint(_in("status", RUN_STATUSES), name="status_valid"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.Text, unique=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=sa.text("'{}'::jsonb"))
+    status: Mapped[str] = mapped_column(sa.Text, server_default="running")
     started_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
     finished_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True))
 
