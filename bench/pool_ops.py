@@ -51,7 +51,7 @@ from lanpo.db.repo.pools import PoolRow, ensure_pool
 from lanpo.db.repo.sampling import rank_weights
 
 SCALES = {"paper": 17_000, "small": 1_000}
-PER_PROBLEM, RELEVANT, EARLIER, BATCH, K, GROUP, NEW_PER_STEP, POOL_SIZE = 32, 4, 8, 512, 4, 16, 8, 32
+PER_PROBLEM, RELEVANT, EARLIER, BATCH, K, GROUP, NEW_PER_STEP, CANDIDATES = 32, 4, 8, 512, 4, 16, 8, 32
 SCORER, GAMMA, POOL = "bench", 0.9, "bench"
 ATTEMPT_TABLES = ("rollout_groups", "attempts", "group_contexts")
 WORDS = str.split(
@@ -207,7 +207,7 @@ def ref_sample_inter(pool: ReferencePool, problems: list[int], rng: np.random.Ge
             for vid, created, text in pool.experiences[c]
         ]
         cands.sort(key=lambda x: (-x[0], -x[1], -x[2]))
-        cands = cands[:POOL_SIZE]
+        cands = cands[:CANDIDATES]
         out[p] = [cands[i] for i in _draw(len(cands), rng)] if cands else []
     return out
 
@@ -215,7 +215,7 @@ def ref_sample_inter(pool: ReferencePool, problems: list[int], rng: np.random.Ge
 def ref_sample_intra(pool: ReferencePool, problems: list[int], rng: np.random.Generator) -> dict[int, list]:
     out = {}
     for p in problems:
-        cands = pool.attempts[p][::-1][:POOL_SIZE]
+        cands = pool.attempts[p][::-1][:CANDIDATES]
         out[p] = [cands[i] for i in _draw(len(cands), rng)] if cands else []
     return out
 
@@ -353,10 +353,10 @@ def db_step(engine: Engine, pool: PoolRow, problems: list[int], step: int, seed:
     inter = meter.run(
         "sample inter",
         lambda: inter_contexts(
-            session, problems, k=K, pool_size=POOL_SIZE, seed=seed, gamma=GAMMA, scorer=SCORER, pool_id=pool.id
+            session, problems, k=K, candidates=CANDIDATES, seed=seed, gamma=GAMMA, scorer=SCORER, pool_id=pool.id
         ),
     )
-    intra = meter.run("sample intra", lambda: intra_contexts(session, problems, k=K, pool_size=POOL_SIZE, seed=seed))
+    intra = meter.run("sample intra", lambda: intra_contexts(session, problems, k=K, candidates=CANDIDATES, seed=seed))
     groups = new_groups(problems, inter, intra, step, texts)  # type: ignore[arg-type]
     added = meter.run("insert 8x512 + cap", lambda: add_experiences(session, pool, items))
     evicted = len(added.evicted_ids)  # type: ignore[attr-defined]
@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
     print(
-        f"\nmedian of {args.steps} steps (batch {BATCH}, k={K}, pool_size={POOL_SIZE}, group {GROUP}, "
+        f"\nmedian of {args.steps} steps (batch {BATCH}, k={K}, candidates={CANDIDATES}, group {GROUP}, "
         f"eviction {args.eviction}); cpu = this process + its Postgres backend"
     )
     print(f"{'operation':<24} {'pg wall ms':>10} {'pg cpu ms':>10} {'ref ms':>8} {'wall ratio':>10} {'cpu ratio':>10}")

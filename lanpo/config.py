@@ -26,7 +26,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")  # model dtypes a config or 
 
 
 def help_field(default: Any, help: str, **kwargs: Any) -> Any:
-    """A dataclass field whose help text documents it (shown by `--help` and in README)."""
+    """A dataclass field whose help text documents it (`lanpo train --keys` and `lanpo eval --keys` print them)."""
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kwargs)
     return field(default=default, metadata={"help": help}, **kwargs)
@@ -197,6 +197,32 @@ def load_toml(cls: type[T], path: str | Path, overrides: list[str] | None = None
         exc.message = f"{path}: {exc.message}"
         exc.hint = exc.hint or f"set a valid value in {path}, or override it with --set key=value"
         raise
+
+
+def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """Every key of dataclass `cls` (nested ones dotted) as (key, default, help), in declaration order."""
+    rows: list[tuple[str, str, str]] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(hints[f.name]):
+            rows += describe(hints[f.name], f"{key}.")
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = "(required)"
+        rows.append((key, "unset" if default is None else repr(default), f.metadata.get("help", "")))
+    return rows
+
+
+def keys_text(cls: type) -> str:
+    """`describe(cls)` as aligned lines: `key = default  help`."""
+    rows = describe(cls)
+    width = max(len(f"{k} = {d}") for k, d, _ in rows)
+    return "\n".join(f"{f'{k} = {d}':<{width}}  {h}" for k, d, h in rows)
 
 
 def to_mapping(obj: Any) -> dict[str, Any]:

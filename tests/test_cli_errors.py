@@ -82,7 +82,7 @@ def pool_cases(sub: str) -> list[Case]:
             ((*intra, "--run", "abc"), "'abc' is not a valid integer"),
         ),
         *numbers(intra, "--k", "0"),
-        *numbers(intra, "--pool-size", "0"),
+        *numbers(intra, "--candidates", "0"),
         ("range", (*intra, "--seed", HUGE), "is not in the range", True),
         ("type", (*intra, "--seed", "abc"), "is not a valid integer", True),
         *floats((*inter, "--mode", "inter", "--scorer", "s"), "--gamma", "1.5"),
@@ -111,7 +111,7 @@ CASES: list[Case] = [
     ),
     *rows(
         "range",
-        (("db", "downgrade", "-5"), "Relative revision -5"),
+        (("db", "downgrade", "-99"), "Relative revision -99"),
         (("db", "downgrade", "+1"), "cannot downgrade to revision '+1'"),
     ),
     *rows("type", (("db", "downgrade"), "missing argument 'REVISION'")),

@@ -43,26 +43,26 @@ def test_an_unknown_run_id_is_refused_not_an_empty_draw(session: Session) -> Non
     (pid,) = make_problems(session, 1)
     make_attempts(session, pid, 2)
     with pytest.raises(InputError, match="no run with id 999") as err:
-        contexts.intra_contexts(session, [pid], k=2, pool_size=4, seed=0, run_id=999)
+        contexts.intra_contexts(session, [pid], k=2, candidates=4, seed=0, run_id=999)
     assert "SELECT id, name, kind, status FROM runs" in (err.value.hint or "")
     with pytest.raises(InputError, match="out of range"):
         runs.require_run(session, INT64_MAX + 1)
     run = runs.create_run(session, "r", "train")
-    assert contexts.intra_contexts(session, [pid], k=2, pool_size=4, seed=0, run_id=run.id) == {pid: []}
+    assert contexts.intra_contexts(session, [pid], k=2, candidates=4, seed=0, run_id=run.id) == {pid: []}
 
 
 def test_an_unknown_scorer_is_refused_and_the_known_ones_listed(session: Session) -> None:
     a, b = make_problems(session, 2)
     pool = make_pool(session).id
     with pytest.raises(InputError, match="unknown relevance scorer 'nope'") as empty:
-        contexts.inter_contexts(session, [a], k=2, pool_size=4, seed=0, gamma=0.5, scorer="nope", pool_id=pool)
+        contexts.inter_contexts(session, [a], k=2, candidates=4, seed=0, gamma=0.5, scorer="nope", pool_id=pool)
     assert "lanpo relevance build" in (empty.value.hint or "")
     relevance(session, a, b, 0.3, scorer="judge")
     with pytest.raises(InputError) as err:
-        contexts.inter_contexts(session, [a], k=2, pool_size=4, seed=0, gamma=0.5, scorer="nope", pool_id=pool)
+        contexts.inter_contexts(session, [a], k=2, candidates=4, seed=0, gamma=0.5, scorer="nope", pool_id=pool)
     assert err.value.hint == "scorers in the store: judge"
     # a known scorer with nothing at gamma is an honest empty draw
-    draw = contexts.inter_contexts(session, [a], k=2, pool_size=4, seed=0, gamma=0.5, scorer="judge", pool_id=pool)
+    draw = contexts.inter_contexts(session, [a], k=2, candidates=4, seed=0, gamma=0.5, scorer="judge", pool_id=pool)
     assert draw == {a: []}
 
 

@@ -6,8 +6,11 @@ from pathlib import Path
 
 import click
 
+from lanpo.cli.keys import keys_option
+
 
 @click.command("eval")
+@keys_option("lanpo.inference.config:EvalConfig")
 @click.option(
     "--config",
     "config_path",

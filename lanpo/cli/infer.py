@@ -214,23 +214,14 @@ def command(
                 store.record_solutions(session, batch, run_id, version_id)
         bar.update(len(batch))
 
+    from lanpo.db.repo.runs import run_lifecycle
+
     try:
-        solutions = engine.solve(questions, mode, samples, on_batch=keep)
-    except BaseException:
+        with run_lifecycle(db, run_id):  # the run is marked failed if this raises, finished otherwise
+            solutions = engine.solve(questions, mode, samples, on_batch=keep)
+            write_jsonl(out_path, (s.to_record() for s in solutions))
+    finally:
         bar.close()
-        if run_id is not None:
-            from lanpo.db.repo.runs import finish_run
-
-            with transaction(db) as session:
-                finish_run(session, run_id, "failed")
-        raise
-    bar.close()
-    write_jsonl(out_path, (s.to_record() for s in solutions))
-    if run_id is not None:
-        from lanpo.db.repo.runs import finish_run
-
-        with transaction(db) as session:
-            finish_run(session, run_id, "finished")
     graded = [s.mean_correct for s in solutions if s.mean_correct is not None]
     summary = f"wrote {len(solutions)} answers to {out_path}"
     if graded:

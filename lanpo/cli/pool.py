@@ -94,7 +94,7 @@ def _mode_options(f: Callable[..., None]) -> Callable[..., None]:
             click.option("--k", default=4, show_default=True, type=Int(1), help="Items drawn."),
             click.option("--seed", default=0, show_default=True, type=SEED, help="Seed (same seed, same draw)."),
             click.option(
-                "--pool-size",
+                "--candidates",
                 default=32,
                 show_default=True,
                 type=Int(1),
@@ -119,7 +119,7 @@ def _draw(
     mode: str,
     k: int,
     seed: int,
-    pool_size: int,
+    candidates: int,
     gamma: float,
     scorer: str | None,
     pool_name: str | None,
@@ -127,16 +127,16 @@ def _draw(
 ) -> tuple[list[int], Items]:
     ids = problems.resolve_refs(session, list(refs))
     if mode == "intra":
-        return ids, contexts.intra_contexts(session, ids, k=k, pool_size=pool_size, seed=seed, run_id=run_id)
+        return ids, contexts.intra_contexts(session, ids, k=k, candidates=candidates, seed=seed, run_id=run_id)
     pool = pools.resolve_pool(session, pool_name)
     if not scorer:
-        known = list(session.scalars(sqlfiles.load("queries/scorers")))
+        known = contexts.scorers(session)
         raise InputError(
             "--mode inter needs --scorer",
             hint=f"scorers in the store: {', '.join(known)}" if known else "compute relevance first (lanpo relevance)",
         )
     return ids, contexts.inter_contexts(
-        session, ids, k=k, pool_size=pool_size, seed=seed, gamma=gamma, scorer=scorer, pool_id=pool.id
+        session, ids, k=k, candidates=candidates, seed=seed, gamma=gamma, scorer=scorer, pool_id=pool.id
     )
 
 
@@ -148,7 +148,7 @@ def sample_cmd(
     mode: str,
     k: int,
     seed: int,
-    pool_size: int,
+    candidates: int,
     gamma: float,
     scorer: str | None,
     pool_name: str | None,
@@ -157,7 +157,7 @@ def sample_cmd(
 ) -> None:
     """Draw K feedback items per problem, exactly as the trainer would (weighted, without replacement)."""
     with transaction(connect()) as session:
-        ids, drawn = _draw(session, refs, mode, k, seed, pool_size, gamma, scorer, pool_name, run_id)
+        ids, drawn = _draw(session, refs, mode, k, seed, candidates, gamma, scorer, pool_name, run_id)
     for pid in ids:
         items = drawn.get(pid, [])
         if as_json:
@@ -188,7 +188,7 @@ def context_cmd(
     mode: str,
     k: int,
     seed: int,
-    pool_size: int,
+    candidates: int,
     gamma: float,
     scorer: str | None,
     pool_name: str | None,
@@ -197,7 +197,7 @@ def context_cmd(
 ) -> None:
     """Print the exact context text that would go into the prompt of each problem."""
     with transaction(connect()) as session:
-        ids, drawn = _draw(session, refs, mode, k, seed, pool_size, gamma, scorer, pool_name, run_id)
+        ids, drawn = _draw(session, refs, mode, k, seed, candidates, gamma, scorer, pool_name, run_id)
         rows = {p.id: p for p in problems.problems_by_ids(session, ids)}
     for n, pid in enumerate(ids):
         if len(ids) > 1:

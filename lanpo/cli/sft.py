@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import click
 
+from lanpo.cli.keys import keys_option
+
 
 @click.command("sft")
+@keys_option("lanpo.train.config:TrainConfig")
 @click.option(
     "--config",
     "config_path",

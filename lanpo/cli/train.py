@@ -7,6 +7,8 @@ import os
 
 import click
 
+from lanpo.cli.keys import keys_option
+
 
 def _line(step: int, metrics: dict[str, float]) -> str:
     acc_by_mode = " ".join(
@@ -23,6 +25,7 @@ def _line(step: int, metrics: dict[str, float]) -> str:
 
 
 @click.command("train")
+@keys_option("lanpo.train.config:TrainConfig")
 @click.option(
     "--config",
     "config_path",

@@ -282,7 +282,7 @@ class Engine:
         items = [q if isinstance(q, Question) else Question(question_id(q), q) for q in questions]
         pool_empty = False
         if mode == "retrieval":
-            pool_empty = self.pool_size() == 0
+            pool_empty = self.active_experiences() == 0
             if pool_empty:
                 self.notify(f"retrieval: {EMPTY_POOL} ({len(items)} question(s))")
         solutions: list[Solution] = []
@@ -417,7 +417,7 @@ class Engine:
                 self._pool = resolve_pool(session, self.retrieval.pool)
         return self._pool
 
-    def pool_size(self) -> int:
+    def active_experiences(self) -> int:
         """Active experiences in the pool retrieval reads (retrieval needs the database)."""
         from lanpo.db.engine import transaction
         from lanpo.db.repo.pools import active_size

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from lanpo.config import lanpo_home, to_mapping
 from lanpo.db.engine import transaction
 from lanpo.db.repo.pools import resolve_pool
-from lanpo.db.repo.runs import finish_run, record_metrics, require_name_free
+from lanpo.db.repo.runs import record_metrics, require_name_free, run_lifecycle
 from lanpo.errors import InputError
 from lanpo.inference import store
 from lanpo.inference.config import EvalConfig
@@ -121,28 +121,26 @@ def run_eval(
         bar.update(len(batch))
 
     try:
-        for mode in config.modes:
-            for dataset in datasets:
-                bar.set_description(f"{mode} {dataset}")
-                solutions = engine.solve(questions[dataset], mode, config.k_samples, on_batch=keep)
-                for s in solutions:
-                    outcomes.extend((mode, dataset, s.question.problem_id, bool(x.final.correct)) for x in s.samples)
-                metrics.update(_cell_metrics(mode, dataset, solutions))
+        with run_lifecycle(db, run_id):  # the run is marked failed if this raises, finished otherwise
+            for mode in config.modes:
+                for dataset in datasets:
+                    bar.set_description(f"{mode} {dataset}")
+                    solutions = engine.solve(questions[dataset], mode, config.k_samples, on_batch=keep)
+                    for s in solutions:
+                        outcomes.extend(
+                            (mode, dataset, s.question.problem_id, bool(x.final.correct)) for x in s.samples
+                        )
+                    metrics.update(_cell_metrics(mode, dataset, solutions))
+            seconds = time.perf_counter() - started
+            computed = mean_at_k(outcomes, config.modes, datasets, config.k_samples)
+            for (mode, dataset), cell in computed.cells.items():
+                metrics[f"mean@k/{mode}/{dataset}"] = cell.mean
+            metrics["problems_per_second"] = total / seconds if seconds > 0 else 0.0
+            with transaction(db) as session:
+                record_metrics(session, run_id, 0, metrics)
+                table = recount(session, run_id, config.modes, datasets, config.k_samples)
+    finally:
         bar.close()
-        seconds = time.perf_counter() - started
-        computed = mean_at_k(outcomes, config.modes, datasets, config.k_samples)
-        for (mode, dataset), cell in computed.cells.items():
-            metrics[f"mean@k/{mode}/{dataset}"] = cell.mean
-        metrics["problems_per_second"] = total / seconds if seconds > 0 else 0.0
-        with transaction(db) as session:
-            record_metrics(session, run_id, 0, metrics)
-            table = recount(session, run_id, config.modes, datasets, config.k_samples)
-            finish_run(session, run_id, "finished")
-    except BaseException:
-        bar.close()
-        with transaction(db) as session:
-            finish_run(session, run_id, "failed")
-        raise
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown_path, csv_path = out_dir / "table.md", out_dir / "table.csv"
     for path, text in ((markdown_path, table.to_markdown()), (csv_path, table.to_csv())):

@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.problems import ProblemIn, check_dataset_name, require_dataset, upsert_problems
-from lanpo.db.repo.runs import add_policy_version, create_run
+from lanpo.db.repo.runs import create_run
+from lanpo.db.repo.steps import add_policy_version
 from lanpo.db.sqlfiles import load
 from lanpo.errors import InputError
 from lanpo.inference.engine import Solution, Turn

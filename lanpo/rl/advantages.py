@@ -24,16 +24,3 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) 
     adv = (grouped - mean) / (std + eps)  # (G, n)
     adv = torch.where(std < ZERO_SPREAD, torch.zeros_like(adv), adv)
     return adv.view(-1)
-
-
-def group_advantages_reference(rewards: list[float], group_size: int, eps: float = 1e-4) -> list[float]:
-    """Plain-loop reference of `group_advantages` (tests compare the two with allclose)."""
-    out: list[float] = []
-    for start in range(0, len(rewards), group_size):
-        group = rewards[start : start + group_size]
-        mean = sum(group) / len(group)
-        var = sum((r - mean) ** 2 for r in group) / (len(group) - 1)
-        std = var**0.5
-        for r in group:
-            out.append(0.0 if std < ZERO_SPREAD else (r - mean) / (std + eps))
-    return out

@@ -8,6 +8,11 @@ Textbook PPO-clip per token t of rollout i with advantage A_i and ratio rho = ex
 
 Aggregation: "token-mean" averages over every unmasked token of the batch (DAPO / paper default: long
 responses weigh more); "seq-mean" averages per sequence, then over sequences (original GRPO).
+
+Truncated importance sampling (TIS): when the rollouts came from another engine (vLLM in bf16) than the one that
+computes logp (the trainer), the sampler's log-probs `behavior_logp` differ a little from `old_logp`. The policy-
+gradient term of each token is then weighted by `min(exp(old_logp - behavior_logp), tis_cap)` (detached), which
+corrects for the mismatch with bounded variance; the KL term is not weighted.
 """
 
 from __future__ import annotations
@@ -46,18 +51,28 @@ def policy_loss(
     eps_high: float = 0.28,
     beta: float = 5e-4,
     agg: Aggregation = "token-mean",
+    behavior_logp: torch.Tensor | None = None,
+    tis_cap: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped GRPO loss with a k3 KL penalty.
+    """Clipped GRPO loss with a k3 KL penalty, optionally with truncated importance sampling.
 
     logp, old_logp, ref_logp, mask: (B, T) over completion tokens (mask 1 = real token); advantages: (B,).
-    ref_logp may be None when beta == 0. Returns the scalar loss and detached stats: `kl` (token-mean k3),
-    `clip_frac` (share of tokens whose clipped branch is active), `ratio_mean`, `pg_loss`.
+    ref_logp may be None when beta == 0. behavior_logp (B, T): the sampling engine's log-probs, used when
+    `tis_cap` is set. Returns the scalar loss and detached stats: `kl` (token-mean k3), `clip_frac` (share of
+    tokens whose clipped branch is active), `ratio_mean`, `pg_loss`, and `tis_weight` (token-mean weight; 1
+    without TIS).
     """
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
     ratio = torch.exp(logp - old_logp)  # (B, T)
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     pg = torch.maximum(-adv * ratio, -adv * clipped)  # (B, T)
+    weight = torch.ones_like(logp)
+    if tis_cap is not None:
+        if behavior_logp is None:
+            raise ValueError("behavior_logp is required when tis_cap is set")
+        weight = torch.exp(old_logp.detach() - behavior_logp).clamp(max=tis_cap).detach()  # (B, T)
+        pg = pg * weight
     per_token = pg
     if beta != 0.0:
         if ref_logp is None:
@@ -75,36 +90,6 @@ def policy_loss(
             "clip_frac": (is_clipped.to(mask.dtype) * mask).sum() / denom,
             "ratio_mean": (ratio.detach() * mask).sum() / denom,
             "pg_loss": aggregate(pg.detach(), mask, agg),
+            "tis_weight": (weight * mask).sum() / denom,
         }
     return loss, stats
-
-
-def policy_loss_reference(
-    logp: list[list[float]],
-    old_logp: list[list[float]],
-    ref_logp: list[list[float]],
-    advantages: list[float],
-    mask: list[list[int]],
-    eps_low: float,
-    eps_high: float,
-    beta: float,
-    agg: Aggregation = "token-mean",
-) -> float:
-    """Plain-loop reference of `policy_loss`'s value (tests compare with allclose)."""
-    import math
-
-    total, count, seq_means = 0.0, 0, []
-    for b, adv in enumerate(advantages):
-        seq_total, seq_count = 0.0, 0
-        for t in range(len(logp[b])):
-            if not mask[b][t]:
-                continue
-            ratio = math.exp(logp[b][t] - old_logp[b][t])
-            clipped = min(max(ratio, 1 - eps_low), 1 + eps_high)
-            pg = max(-adv * ratio, -adv * clipped)
-            delta = ref_logp[b][t] - logp[b][t]
-            value = pg + beta * (math.exp(delta) - delta - 1)
-            total, count = total + value, count + 1
-            seq_total, seq_count = seq_total + value, seq_count + 1
-        seq_means.append(seq_total / max(seq_count, 1))
-    return total / max(count, 1) if agg == "token-mean" else sum(seq_means) / len(seq_means)

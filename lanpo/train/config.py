@@ -13,7 +13,7 @@ from pathlib import Path
 from lanpo.config import DTYPES, StoreConfig, help_field, lanpo_home, load_toml
 from lanpo.errors import ConfigError
 
-FEEDBACK_MODES = ("none", "intra", "inter", "both")
+FEEDBACK_SETTINGS = ("none", "intra", "inter", "both")  # feedback.mode; the prompt modes are lanpo.prompts.MODES
 AGGREGATIONS = ("token-mean", "seq-mean")
 
 
@@ -78,7 +78,9 @@ class RolloutConfig:
     backend: str = help_field("hf", "hf (transformers generate) | vllm (GPU)")
     n: int = help_field(16, "rollouts per prompt = GRPO group size (paper: 16)")
     max_new_tokens: int = help_field(1024, "completion length limit")
-    max_prompt_tokens: int = help_field(2048, "prompts are left-truncated to this many tokens")
+    max_prompt_tokens: int = help_field(
+        2048, "prompt length limit: context items are dropped (last drawn first) until it fits; none are cut"
+    )
     temperature: float = help_field(1.0, "sampling temperature (paper: 1.0)")
     top_p: float = help_field(1.0, "nucleus sampling (paper: 1.0)")
 
@@ -103,11 +105,16 @@ class GRPOConfig:
     beta: float = help_field(5e-4, "KL penalty against the reference policy (paper: 5e-4)")
     loss_agg: str = help_field("token-mean", "token-mean (paper) | seq-mean")
     ppo_epochs: int = help_field(1, "passes over each step's rollouts")
-    minibatch_size: int = help_field(0, "sequences per optimiser step (0: the whole batch, one update per epoch)")
+    minibatch_size: int = help_field(
+        0, "sequences per optimiser step over all ranks (0: the whole batch, one update per epoch)"
+    )
     micro_batch_size: int = help_field(8, "sequences per forward/backward (gradient accumulation inside a minibatch)")
     max_grad_norm: float = help_field(1.0, "gradient clipping")
     skip_zero_spread: bool = help_field(
         False, "drop groups with zero reward spread from the update (DAPO-style; saves their forward/backward)"
+    )
+    tis_cap: float | None = help_field(
+        None, "truncated importance sampling cap on exp(logp_trainer - logp_engine) (None: on-policy ratio only)"
     )
 
     def __post_init__(self) -> None:
@@ -125,6 +132,7 @@ class GRPOConfig:
         _check(self.minibatch_size >= 0, f"grpo.minibatch_size must be >= 0, got {self.minibatch_size}")
         _check(self.micro_batch_size >= 1, f"grpo.micro_batch_size must be >= 1, got {self.micro_batch_size}")
         _check(self.max_grad_norm > 0, f"grpo.max_grad_norm must be > 0, got {self.max_grad_norm}")
+        _check(self.tis_cap is None or self.tis_cap >= 1.0, f"grpo.tis_cap must be >= 1 or unset, got {self.tis_cap}")
 
 
 @dataclass
@@ -134,17 +142,20 @@ class FeedbackConfig:
     mode: str = help_field("both", "none (plain GRPO) | intra | inter | both (pick per problem)")
     p_t: float = help_field(0.5, "probability that a problem gets a feedback context (paper: 0.5; intra best 0.75)")
     k: int = help_field(2, "items in a context (earlier attempts or lessons)")
-    pool_size: int = help_field(8, "top-ranked candidates kept before the weighted draw w_i = 1/(i+1)")
+    candidates: int = help_field(8, "top-ranked candidates kept before the weighted draw w_i = 1/(i+1)")
     gamma: float = help_field(0.9, "inter: minimum relevance score of a lesson's source problem (paper: 0.9)")
-    scorer: str | None = help_field(None, "inter: relevance scorer string in relevance_scores (None: any)")
+    scorer: str | None = help_field(
+        None, "inter: the relevance scorer whose scores to read (None: the only one in relevance_scores)"
+    )
 
     def __post_init__(self) -> None:
         _check(
-            self.mode in FEEDBACK_MODES, f"feedback.mode must be one of {', '.join(FEEDBACK_MODES)}, got {self.mode!r}"
+            self.mode in FEEDBACK_SETTINGS,
+            f"feedback.mode must be one of {', '.join(FEEDBACK_SETTINGS)}, got {self.mode!r}",
         )
         _check(0.0 <= self.p_t <= 1.0, f"feedback.p_t must be in [0, 1], got {self.p_t}")
         _check(self.k >= 1, f"feedback.k must be >= 1, got {self.k}")
-        _check(self.pool_size >= self.k, f"feedback.pool_size ({self.pool_size}) must be >= feedback.k ({self.k})")
+        _check(self.candidates >= self.k, f"feedback.candidates ({self.candidates}) must be >= feedback.k ({self.k})")
         _check(0.0 <= self.gamma <= 1.0, f"feedback.gamma must be in [0, 1], got {self.gamma}")
 
 
@@ -216,16 +227,40 @@ class TrainConfig:
         _check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
         _check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
-        rollouts = self.batch_size * self.rollout.n
-        if self.grpo.minibatch_size:
-            _check(
-                rollouts % self.grpo.minibatch_size == 0,
-                f"grpo.minibatch_size ({self.grpo.minibatch_size}) must divide batch_size * rollout.n ({rollouts})",
-            )
+        self.check_world(1)
         _check(
             self.summarizer.max_new_per_step <= self.store.per_step_cap,
             f"summarizer.max_new_per_step ({self.summarizer.max_new_per_step}) exceeds store.per_step_cap "
             f"({self.store.per_step_cap}); the extra summaries would be dropped",
+        )
+
+    def check_world(self, world: int) -> None:
+        """Refuse batch shapes that `world` ranks cannot split evenly (every rank takes the same share)."""
+        at = f" at world size {world}" if world > 1 else ""
+        _check(
+            self.batch_size % world == 0,
+            f"batch_size ({self.batch_size}) must be divisible by the world size ({world}): every rank takes "
+            "batch_size / world prompts",
+            "change batch_size or the number of ranks (torchrun --nproc_per_node)",
+        )
+        rollouts = self.batch_size * self.rollout.n
+        minibatch = self.grpo.minibatch_size
+        if minibatch:
+            _check(
+                rollouts % minibatch == 0,
+                f"grpo.minibatch_size ({minibatch}) must divide batch_size * rollout.n ({rollouts})",
+            )
+            _check(
+                minibatch % (self.rollout.n * world) == 0,
+                f"grpo.minibatch_size ({minibatch}) must be a multiple of rollout.n x world size "
+                f"({self.rollout.n} x {world}){at}: a minibatch holds whole groups, the same number on every rank",
+                "count the minibatch in prompts, as verl does: minibatch_size = prompts x rollout.n",
+            )
+        _check(
+            world == 1 or not self.grpo.skip_zero_spread,
+            f"grpo.skip_zero_spread works in a single process only{at}: the ranks would keep different numbers "
+            "of rollouts",
+            "set grpo.skip_zero_spread = false",
         )
 
     def pool_name(self) -> str:
@@ -237,6 +272,15 @@ class TrainConfig:
         return Path(self.output_dir).expanduser() if self.output_dir else lanpo_home() / "runs" / self.run_name
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
-    """A TrainConfig from a TOML recipe plus `a.b=value` overrides."""
-    return load_toml(TrainConfig, path, overrides)
+def load_config(path: str | Path, overrides: list[str] | None = None, world: int | None = None) -> TrainConfig:
+    """A TrainConfig from a TOML recipe plus `a.b=value` overrides, checked against the world size (default:
+    WORLD_SIZE, as torchrun sets it)."""
+    from lanpo.train.dist import world_size
+
+    cfg = load_toml(TrainConfig, path, overrides)
+    try:
+        cfg.check_world(world if world is not None else world_size())
+    except ConfigError as exc:
+        exc.message = f"{path}: {exc.message}"
+        raise
+    return cfg

@@ -1,20 +1,28 @@
-"""Data parallelism for the trainer under torchrun / accelerate: one process per GPU (or CPU, with gloo).
+"""Data parallelism under torchrun / accelerate: one process per GPU (or per CPU worker, with gloo).
 
-Each rank takes its share of the step's problems, reads its own feedback contexts, generates and grades its
-rollouts; the update averages LoRA gradients with an all-reduce (what DDP does, without its bucketing: the
-adapter is small) and normalises the token-mean loss by the token count over all ranks. Rank 0 alone writes
-the checkpoint and the step's one transaction, from rows gathered from every rank; a barrier after the commit
-keeps the next step's context reads behind it. A single process (no WORLD_SIZE) skips all of this.
+- Each rank takes its share of the step's prompts, strided (rank r: prompts r, r + W, r + 2W, ...), reads its own
+  feedback contexts, generates and grades its rollouts.
+- The update runs through torch's DistributedDataParallel (`wrap`): DDP all-reduces the trainable parameters'
+  gradients in buckets during backward. Sizes are global (a minibatch counts sequences over all ranks), so every
+  rank holds the same share of each minibatch and the minibatches are the single process's ones: with the strided
+  assignment, rank r's j-th local block of prompts, taken over every r, is exactly block j of the whole batch.
+- Rank 0 alone writes the checkpoint and the step's one transaction, from what every rank sends it
+  (`gather_step`); a barrier after the commit keeps the next step's context reads behind it.
+
+A single process (no WORLD_SIZE) skips all of this.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as torch_dist
+
+from lanpo.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,10 @@ class Dist:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def share(self, items: Sequence[Any]) -> list[Any]:
+        """This rank's share of a step's prompts: items r, r + W, r + 2W, ..."""
+        return list(items[self.rank :: self.world])
+
     def barrier(self) -> None:
         if self.enabled:
             torch_dist.barrier()
@@ -40,19 +52,6 @@ class Dist:
         if self.enabled:
             torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
         return tensor
-
-    def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum the gradients of `params` over ranks (each rank's loss is already scaled by global counts)."""
-        if not self.enabled:
-            return
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        torch_dist.all_reduce(flat, op=torch_dist.ReduceOp.SUM)
-        offset = 0
-        for p, g in zip(params, grads, strict=True):
-            n = g.numel()
-            p.grad = flat[offset : offset + n].view_as(p).clone()
-            offset += n
 
     def gather(self, obj: Any) -> list[Any] | None:
         """Every rank's `obj` on rank 0 (in rank order); None elsewhere."""
@@ -70,10 +69,51 @@ class Dist:
         torch_dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def wrap(self, model: Any) -> Any:
+        """The module the update trains through: DDP over the trainable parameters, or `model` itself alone."""
+        if not self.enabled:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [self.local_rank] if next(model.parameters()).device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+
+
+@dataclass
+class GatheredStep:
+    """What rank 0 holds after a step's gather: every rank's rows, the slowest rank's phase times."""
+
+    rows: list[Any]
+    seconds: dict[str, float]
+
+
+def gather_step(dist: Dist, rows: list[Any], seconds: dict[str, float], adapter_sha256: str) -> GatheredStep | None:
+    """Rank 0: every rank's rows (in rank order) and, per phase, the slowest rank's seconds (the step waits for it).
+
+    Also checks that every rank holds the same adapter after the update (it is the one the step commits).
+    Other ranks get None.
+    """
+    gathered = dist.gather((rows, seconds, adapter_sha256))
+    if gathered is None:
+        return None
+    if len({sha for _, _, sha in gathered}) > 1:
+        raise RuntimeError("the ranks' adapters diverged after the update")
+    merged = {k: max(rank_seconds[k] for _, rank_seconds, _ in gathered) for k in seconds}
+    return GatheredStep([row for rank_rows, _, _ in gathered for row in rank_rows], merged)
+
+
+def world_size() -> int:
+    """The number of ranks torchrun / accelerate describe in the environment (1 when alone)."""
+    raw = os.environ.get("WORLD_SIZE", "1")
+    try:
+        return max(1, int(raw))
+    except ValueError as exc:
+        raise ConfigError(f"WORLD_SIZE must be an integer, got {raw!r}") from exc
+
 
 def init_from_env() -> Dist:
     """Join the process group torchrun / accelerate describe in the environment (or run alone)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = world_size()
     if world <= 1:
         return Dist()
     rank = int(os.environ.get("RANK", "0"))

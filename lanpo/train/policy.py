@@ -47,7 +47,3 @@ def load_policy(model_cfg: ModelConfig, lora_cfg: LoraConfig, seed: int = 0) -> 
     # Keep the model's KV cache on: generation needs it (without it every new token re-reads the whole
     # sequence, ~50x slower on CPU); the update's forwards pass use_cache=False themselves.
     return model, tokenizer
-
-
-def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
-    return [p for p in model.parameters() if p.requires_grad]

@@ -27,6 +27,7 @@ from lanpo.errors import InputError
 from lanpo.models import apply_chat
 from lanpo.paths import atomic_write, input_file, output_dir
 from lanpo.train.config import TrainConfig
+from lanpo.train.dist import Dist
 from lanpo.train.policy import load_policy
 
 Message = dict[str, str]
@@ -230,6 +231,28 @@ def tokenize_pair(tokenizer: Any, messages: list[Message], max_length: int) -> t
     return full_ids, labels
 
 
+def _padded(chunk: Sequence[tuple[list[int], list[int]]], pad: int, device: Any) -> tuple[torch.Tensor, ...]:
+    """Right-padded (input_ids, attention_mask, labels), each (b, L)."""
+    L = max(len(ids) for ids, _ in chunk)
+    input_ids = torch.full((len(chunk), L), pad, dtype=torch.long)
+    labels = torch.full((len(chunk), L), -100, dtype=torch.long)
+    attention = torch.zeros((len(chunk), L), dtype=torch.long)
+    for row, (ids, lab) in enumerate(chunk):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, : len(lab)] = torch.tensor(lab)
+        attention[row, : len(ids)] = 1
+    return input_ids.to(device), attention.to(device), labels.to(device)
+
+
+def nll_sum(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Summed next-token negative log-likelihood of the labelled (not -100) tokens: a scalar."""
+    logits = model(input_ids=input_ids, attention_mask=attention, use_cache=False).logits[:, :-1, :]  # (b, L-1, V)
+    target = labels[:, 1:]  # (b, L-1): position t predicts token t + 1
+    return torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum"
+    )
+
+
 def run_sft(
     config: TrainConfig,
     data: str | Path | Sequence[dict[str, Any]] | None = None,
@@ -237,12 +260,17 @@ def run_sft(
     out_dir: str | Path | None = None,
     progress: bool = False,
     policy: tuple[Any, Any] | None = None,
+    dist: Dist | None = None,
+    ddp: Any = None,
 ) -> SFTResult:
     """Train a LoRA adapter on chat pairs (a JSONL path, a list of pairs, or None: built from `data.task`).
 
     `policy` = (PEFT model, tokenizer) trains that live adapter in place (the trainer's warm start) instead of
-    loading a fresh copy of the model.
+    loading a fresh copy of the model. Under data parallelism (`dist`, `ddp` = the DDP module over `model`) every
+    rank takes its strided share of each batch of `sft.batch_size` pairs and the loss is the token-mean over the
+    whole batch, so the adapter equals the single process's; rank 0 alone writes it (and records the run).
     """
+    dist = dist or Dist()
     started = time.perf_counter()
     target = output_dir(out_dir if out_dir else config.checkpoint_root() / "sft", "SFT output folder")
     if data is None:
@@ -255,6 +283,7 @@ def run_sft(
         raise InputError("no SFT pairs (no problem had a worked solution)")
     sft = config.sft
     model, tokenizer = policy if policy is not None else load_policy(config.model, config.lora, seed=config.seed)
+    trained = ddp if ddp is not None else model
     device = next(model.parameters()).device
     encoded = [tokenize_pair(tokenizer, p["messages"], sft.max_length) for p in pairs]
     params = [p for p in model.parameters() if p.requires_grad]
@@ -265,12 +294,11 @@ def run_sft(
     from lanpo.train.update import cosine_schedule
 
     scheduler = cosine_schedule(optimizer, total, 0.1)
-    rng = random.Random(sft.seed)
+    rng = random.Random(sft.seed)  # the same order on every rank
     losses: list[float] = []
-    pad = tokenizer.pad_token_id
     model.train()
     bar = None
-    if progress:
+    if progress and dist.is_main:
         from tqdm import tqdm
 
         bar = tqdm(total=total, desc="lanpo sft", unit="step", dynamic_ncols=True)
@@ -280,49 +308,40 @@ def run_sft(
         for start in range(0, len(order), sft.batch_size):
             if len(losses) >= total:
                 break
-            chunk = [encoded[i] for i in order[start : start + sft.batch_size]]
-            L = max(len(ids) for ids, _ in chunk)
-            input_ids = torch.full((len(chunk), L), pad, dtype=torch.long)  # (b, L) right-padded
-            labels = torch.full((len(chunk), L), -100, dtype=torch.long)  # (b, L)
-            attention = torch.zeros((len(chunk), L), dtype=torch.long)
-            for row, (ids, lab) in enumerate(chunk):
-                input_ids[row, : len(ids)] = torch.tensor(ids)
-                labels[row, : len(lab)] = torch.tensor(lab)
-                attention[row, : len(ids)] = 1
-            out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device))
+            chunk = [encoded[i] for i in order[start : start + sft.batch_size]]  # the whole batch, every rank
+            mine = dist.share(chunk)
+            share, weight = (mine, 1.0) if mine else (chunk[:1], 0.0)  # no pair of its own: still in the all-reduce
+            labelled = weight * sum(sum(t != -100 for t in lab[1:]) for _, lab in share)  # tokens predicted
+            tokens = dist.all_reduce_sum(torch.tensor(float(labelled))).clamp(min=1.0)
+            summed = nll_sum(trained, *_padded(share, tokenizer.pad_token_id, device)) * weight
             optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
+            (summed / tokens * dist.world).backward()  # DDP averages the ranks' gradients: the whole batch's mean
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             scheduler.step()
-            losses.append(float(out.loss.item()))
+            losses.append(float(dist.all_reduce_sum(summed.detach().clone()) / tokens))
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
     if bar is not None:
         bar.close()
     adapter_dir = target / "adapter"
-    model.save_pretrained(adapter_dir)
+    if dist.is_main:
+        model.save_pretrained(adapter_dir)
     result = SFTResult(adapter_dir=adapter_dir, losses=losses, pairs=len(pairs), seconds=time.perf_counter() - started)
-    if engine is not None:
+    if engine is not None and dist.is_main:
         _record(engine, config, result)
     return result
 
 
 def _record(engine: Any, config: TrainConfig, result: SFTResult) -> None:
     """An `sft` run with its loss curve in run_metrics (name `<run_name>-sft`, suffixed if taken)."""
-    import sqlalchemy as sa
-
     from lanpo.config import to_mapping
     from lanpo.db.engine import transaction
-    from lanpo.db.models import Run
     from lanpo.db.repo import runs as runs_repo
 
     with transaction(engine) as session:
-        name, i = f"{config.run_name}-sft", 1
-        while session.scalar(sa.select(Run.id).where(Run.name == name)) is not None:
-            i += 1
-            name = f"{config.run_name}-sft-{i}"
+        name = runs_repo.free_name(session, f"{config.run_name}-sft")
         run = runs_repo.create_run(session, name, "sft", to_mapping(config), config.model.name)
         for step, loss in enumerate(result.losses, start=1):
             runs_repo.record_metrics(session, run.id, step, {"sft/loss": loss})

@@ -1,10 +1,16 @@
 """The policy update of a GRPO step: reference log-probs, then PPO epochs over minibatches of micro-batches.
 
-Kept apart from the loop so a test can run exactly one update on a tiny model with chosen advantages.
+Sizes are global. `grpo.minibatch_size` counts sequences over every rank, so a step takes
+`ppo_epochs * (batch_size * rollout.n / minibatch_size)` optimizer steps at any world size, and each rank holds
+the same share of every minibatch (its next `minibatch_size / world` sequences; see `lanpo.train.dist` for why
+that makes the minibatches the single process's ones). The loss of a minibatch is the token-mean (or seq-mean)
+over all its sequences on all ranks: each rank scales its micro-batch losses by the global token count, and by
+the world size because DDP averages gradients. Kept apart from the loop so a test can run exactly one update.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -12,10 +18,12 @@ from typing import Any
 
 import torch
 
-from lanpo.rl.loss import policy_loss
+from lanpo.rl.loss import kl_k3, policy_loss
 from lanpo.train.batch import RolloutBatch, completion_logprobs, policy_logprobs, reference_logprobs
 from lanpo.train.config import GRPOConfig
 from lanpo.train.dist import Dist
+
+STATS = ("loss", "kl", "entropy", "clip_frac", "tis_weight")
 
 
 @dataclass
@@ -25,13 +33,13 @@ class UpdateStats:
     entropy: float
     grad_norm: float
     clip_frac: float
+    tis_weight: float  # token-mean truncated importance weight (1.0 without TIS)
     zero_spread: float  # share of rollouts whose advantage is exactly 0
-    updates: int
     seconds_ref: float
     seconds_update: float
 
     def as_metrics(self) -> dict[str, float]:
-        return {
+        out = {
             "loss": self.loss,
             "kl": self.kl,
             "entropy": self.entropy,
@@ -39,6 +47,9 @@ class UpdateStats:
             "clip_frac": self.clip_frac,
             "groups/zero_spread": self.zero_spread,
         }
+        if self.tis_weight != 1.0:
+            out["tis/weight"] = self.tis_weight
+        return out
 
 
 def cosine_schedule(optimizer: torch.optim.Optimizer, total_updates: int, warmup_ratio: float) -> Any:
@@ -54,15 +65,62 @@ def cosine_schedule(optimizer: torch.optim.Optimizer, total_updates: int, warmup
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def _no_update(optimizer: torch.optim.Optimizer, scheduler: Any, cfg: GRPOConfig, zero_spread: float) -> UpdateStats:
-    updates = 0
-    for _ in range(cfg.ppo_epochs):
-        optimizer.zero_grad(set_to_none=True)
-        optimizer.step()  # no gradients: a no-op that keeps optimizer / scheduler step counts in line
-        scheduler.step()
-        updates += 1
-    nan = math.nan
-    return UpdateStats(nan, nan, nan, 0.0, 0.0, zero_spread, updates, 0.0, 0.0)
+def minibatches_per_epoch(global_sequences: int, cfg: GRPOConfig) -> int:
+    """Optimizer steps per PPO epoch: the step's sequences over all ranks / `minibatch_size` (0: one minibatch)."""
+    return global_sequences // cfg.minibatch_size if cfg.minibatch_size else 1
+
+
+def micro_batch_loss(
+    model: Any,
+    sub: RolloutBatch,
+    advantages: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor,
+    behavior_logp: torch.Tensor | None,
+    cfg: GRPOConfig,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    """The clipped GRPO loss of one micro-batch (its own token-mean), its stats, and its entropy (m, T).
+
+    old_logp None: on-policy, the ratio is 1 and the forward's own detached log-probs stand in for it.
+    """
+    logp, entropy = completion_logprobs(model, sub, with_entropy=True)  # (m, T) each
+    old = logp.detach() if old_logp is None else old_logp
+    loss, stats = policy_loss(
+        logp,
+        old,
+        ref_logp,
+        advantages,
+        sub.completion_mask,
+        cfg.eps_low,
+        cfg.eps_high,
+        cfg.beta,
+        cfg.loss_agg,  # type: ignore[arg-type]
+        behavior_logp=behavior_logp,
+        tis_cap=cfg.tis_cap,
+    )
+    return loss, stats, entropy  # type: ignore[return-value]
+
+
+def _skip_update(optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+    """An optimizer step with no gradient (moves nothing) and a schedule step: the schedule stays on time."""
+    optimizer.zero_grad(set_to_none=True)
+    optimizer.step()
+    scheduler.step()
+
+
+def _measure_only(model: Any, batch: RolloutBatch, micro: int) -> dict[str, float]:
+    """KL and entropy of a batch nothing was learned from (every group skipped): no gradient, no step."""
+    kl_sum = entropy_sum = tokens = 0.0
+    ref = reference_logprobs(model, batch, micro)  # (B, T)
+    with torch.no_grad():
+        for start in range(0, batch.size, micro):
+            sub = batch.select(slice(start, start + micro))
+            logp, entropy = completion_logprobs(model, sub, with_entropy=True)
+            mask = sub.completion_mask.float()
+            kl_sum += float((kl_k3(logp, ref[start : start + micro]) * mask).sum())
+            entropy_sum += float((entropy * mask).sum())  # type: ignore[operator]
+            tokens += float(mask.sum())
+    return {"kl": kl_sum / max(tokens, 1.0), "entropy": entropy_sum / max(tokens, 1.0)}
 
 
 def update_policy(
@@ -74,92 +132,100 @@ def update_policy(
     cfg: GRPOConfig,
     seed: int,
     dist: Dist | None = None,
+    ddp: Any = None,
+    behavior_logp: torch.Tensor | None = None,
 ) -> UpdateStats:
-    """PPO epochs x minibatches on `batch` (B sequences) with `advantages` (B,); returns averaged stats.
+    """PPO epochs x minibatches on this rank's `batch` (B sequences) with `advantages` (B,); returns mean stats.
 
-    Under data parallelism (`dist`), every rank holds its own B sequences; token counts and gradients are summed
-    over ranks so the update equals the single-process one over all ranks' rollouts.
+    `model` is the PEFT module (its adapter off gives the reference); `ddp` the module the gradient flows
+    through under data parallelism (default: `model`). `behavior_logp` (B, T): the sampling engine's log-probs
+    of the rollout tokens, for truncated importance sampling (`cfg.tis_cap`).
     """
     dist = dist or Dist()
+    trained = ddp if ddp is not None else model
     params = [p for p in model.parameters() if p.requires_grad]
     zero_spread = float(dist.all_reduce_sum((advantages == 0).float().mean().reshape(1)).item() / dist.world)
-    n_minibatches = batch.size // cfg.minibatch_size if cfg.minibatch_size else 1
+    n_minibatches = minibatches_per_epoch(batch.size * dist.world, cfg)
     if cfg.skip_zero_spread:
         # Rollouts with advantage 0 carry no policy-gradient signal; dropping them saves their forward/backward
-        # (and drops their KL term). Nothing left: the schedule still advances, the weights do not move.
+        # (and drops their KL term). Single process only: ranks would hold minibatches of different sizes.
         keep = torch.nonzero(advantages != 0).flatten()
-        if keep.numel() == 0:
-            return _no_update(optimizer, scheduler, cfg, zero_spread)
+        if keep.numel() == 0:  # nothing to learn from: the schedule advances, the weights do not move
+            measured = _measure_only(model, batch, cfg.micro_batch_size)
+            for _ in range(cfg.ppo_epochs * n_minibatches):
+                _skip_update(optimizer, scheduler)
+            return UpdateStats(0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, zero_spread, 0.0, 0.0)
         batch, advantages = batch.select(keep.to(batch.input_ids.device)), advantages[keep]
+        behavior_logp = None if behavior_logp is None else behavior_logp[keep]
     B = batch.size
-    minibatch = -(-B // n_minibatches)  # the configured number of minibatches, over the rollouts kept
-    on_policy = cfg.ppo_epochs == 1 and minibatch == B
+    on_policy = cfg.ppo_epochs == 1 and n_minibatches == 1
 
     started = time.perf_counter()
-    ref_logp = reference_logprobs(model, batch, cfg.micro_batch_size) if cfg.beta > 0 else None  # (B, T)
+    ref_logp = reference_logprobs(model, batch, cfg.micro_batch_size)  # (B, T): the KL term, and its metric
     # Several updates per batch: the ratio needs log-probs of the policy that generated it, taken before any step.
     old_logp = None if on_policy else policy_logprobs(model, batch, cfg.micro_batch_size)  # (B, T)
     seconds_ref = time.perf_counter() - started
 
     started = time.perf_counter()
-    totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+    totals = dict.fromkeys((*STATS, "grad_norm"), 0.0)
     updates = 0
-    generator = torch.Generator().manual_seed(seed % (2**63))
+    generator = torch.Generator().manual_seed(seed % (2**63))  # the same on every rank: the same local order
     model.train()
     for _epoch in range(cfg.ppo_epochs):
-        order = torch.randperm(B, generator=generator) if not on_policy else torch.arange(B)
-        for start in range(0, B, minibatch):
-            mb = order[start : start + minibatch]  # (M,)
+        # One epoch: minibatches are consecutive blocks of prompts (already a random draw); several: a fresh order.
+        order = torch.randperm(B, generator=generator) if cfg.ppo_epochs > 1 else torch.arange(B)
+        for mb in torch.tensor_split(order, n_minibatches):  # (M,) this rank's share of each minibatch
+            if mb.numel() == 0:  # fewer rollouts kept than minibatches (skip_zero_spread): the schedule still steps
+                _skip_update(optimizer, scheduler)
+                continue
             tokens_mb = dist.all_reduce_sum(batch.completion_mask[mb].sum().float()).clamp(min=1).item()
             optimizer.zero_grad(set_to_none=True)
-            mb_stats = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0}
-            for micro_start in range(0, len(mb), cfg.micro_batch_size):
+            mb_stats = dict.fromkeys(STATS, 0.0)
+            micro_starts = range(0, len(mb), cfg.micro_batch_size)
+            for micro_start in micro_starts:
                 idx = mb[micro_start : micro_start + cfg.micro_batch_size]  # (m,)
                 sub = batch.select(idx.to(batch.input_ids.device))
-                logp, entropy = completion_logprobs(model, sub, with_entropy=True)  # (m, T) each
-                old = logp.detach() if old_logp is None else old_logp[idx]
-                ref = None if ref_logp is None else ref_logp[idx]
-                loss, stats = policy_loss(
-                    logp,
-                    old,
-                    ref,
-                    advantages[idx],
-                    sub.completion_mask,
-                    cfg.eps_low,
-                    cfg.eps_high,
-                    cfg.beta,
-                    cfg.loss_agg,  # type: ignore[arg-type]
-                )
-                # Weight micro-batches so the minibatch loss is the exact token-mean (or seq-mean) over it.
-                tokens = sub.completion_mask.sum().item()
-                weight = tokens / tokens_mb if cfg.loss_agg == "token-mean" else len(idx) / (len(mb) * dist.world)
-                (loss * weight).backward()
+                last = micro_start == micro_starts[-1]
+                # DDP all-reduces on the minibatch's last backward only; the others accumulate locally.
+                sync = contextlib.nullcontext() if last or ddp is None else ddp.no_sync()
+                with sync:
+                    loss, stats, entropy = micro_batch_loss(
+                        trained,
+                        sub,
+                        advantages[idx],
+                        None if old_logp is None else old_logp[idx],
+                        ref_logp[idx],
+                        None if behavior_logp is None else behavior_logp[idx],
+                        cfg,
+                    )
+                    # Weight micro-batches so the minibatch loss is the exact token-mean (or seq-mean) over every
+                    # rank's sequences; times the world size, since DDP averages the ranks' gradients.
+                    tokens = sub.completion_mask.sum().item()
+                    weight = tokens / tokens_mb if cfg.loss_agg == "token-mean" else len(idx) / (len(mb) * dist.world)
+                    (loss * weight * dist.world).backward()
                 token_weight = tokens / tokens_mb
                 mb_stats["loss"] += loss.item() * weight
-                mb_stats["kl"] += stats["kl"].item() * token_weight
-                mb_stats["clip_frac"] += stats["clip_frac"].item() * token_weight
-                mask = sub.completion_mask.float()
-                mb_stats["entropy"] += float((entropy * mask).sum() / tokens_mb)
-            dist.sum_gradients(params)
+                for key in ("kl", "clip_frac", "tis_weight"):
+                    mb_stats[key] += stats[key].item() * token_weight
+                mb_stats["entropy"] += float((entropy * sub.completion_mask.float()).sum() / tokens_mb)  # type: ignore[operator]
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            summed = dist.all_reduce_sum(torch.tensor([mb_stats[k] for k in ("loss", "kl", "entropy", "clip_frac")]))
-            mb_stats = dict(zip(("loss", "kl", "entropy", "clip_frac"), summed.tolist(), strict=True))
+            summed = dist.all_reduce_sum(torch.tensor([mb_stats[k] for k in STATS], dtype=torch.float64))
             optimizer.step()
             scheduler.step()
             updates += 1
-            for key, value in mb_stats.items():
+            for key, value in zip(STATS, summed.tolist(), strict=True):
                 totals[key] += value
             totals["grad_norm"] += float(grad_norm)
     optimizer.zero_grad(set_to_none=True)
-    seconds_update = time.perf_counter() - started
+    mean = {k: v / max(updates, 1) for k, v in totals.items()}
     return UpdateStats(
-        loss=totals["loss"] / updates,
-        kl=totals["kl"] / updates,
-        entropy=totals["entropy"] / updates,
-        grad_norm=totals["grad_norm"] / updates,
-        clip_frac=totals["clip_frac"] / updates,
+        loss=mean["loss"],
+        kl=mean["kl"],
+        entropy=mean["entropy"],
+        grad_norm=mean["grad_norm"],
+        clip_frac=mean["clip_frac"],
+        tis_weight=mean["tis_weight"],
         zero_spread=zero_spread,
-        updates=updates,
         seconds_ref=seconds_ref,
-        seconds_update=seconds_update,
+        seconds_update=time.perf_counter() - started,
     )

@@ -2,7 +2,7 @@
 -- OTHER problems whose relevance (scorer :scorer) is >= :gamma -- relevance given problem-to-problem (candidate_problem_id:
 -- every active experience of that problem) or per experience version (candidate_version_id: that version,
 -- if it is still the current one); the higher score wins when both exist. Ranked by relevance desc, then
--- recency; the top :pool_size form the pool, rank i gets weight 1/(i+1), :k drawn without replacement by
+-- recency; the top :candidates form the pool, rank i gets weight 1/(i+1), :k drawn without replacement by
 -- Efraimidis-Spirakis keys -ln(u)/w, u from the top 52 bits of sha256('<experience id>/<problem id>/<seed>')
 -- as in sample_intra.sql (a cryptographic digest: a step's lessons have consecutive ids, issue 8). The key
 -- names the experience, not its version, so a rewrite keeps its draw. The text of the current version is
@@ -13,7 +13,7 @@ WITH req AS (
 ),
 relevant AS (
     -- problem-level relevance rows, with how many active experiences the strictly better-scored candidate
-    -- problems already hold: a candidate can contribute at most pool_size - better to the pool.
+    -- problems already hold: a candidate can contribute at most candidates - better to the pool.
     SELECT rs.problem_id, rs.candidate_problem_id, rs.score,
            coalesce(sum(cnt.n) OVER (
                PARTITION BY rs.problem_id ORDER BY rs.score DESC
@@ -36,9 +36,9 @@ by_problem AS (
         FROM experiences x
         WHERE x.pool_id = :pool_id AND x.problem_id = r.candidate_problem_id AND x.evicted_at IS NULL
         ORDER BY x.created_at DESC, x.id DESC
-        LIMIT greatest(:pool_size - r.better, 0)
+        LIMIT greatest(:candidates - r.better, 0)
     ) e
-    WHERE r.better < :pool_size
+    WHERE r.better < :candidates
 ),
 by_version AS (
     SELECT rs.problem_id, e.id AS experience_id, e.problem_id AS source_problem_id, rs.score, e.created_at
@@ -66,7 +66,7 @@ pool AS (
         ) - 1 AS rank
         FROM candidates c
     ) ranked
-    WHERE rank < :pool_size
+    WHERE rank < :candidates
 ),
 keyed AS (
     -- The key's twin lives in sample_intra.sql: keep the two expressions identical (a test compares them).

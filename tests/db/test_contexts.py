@@ -39,7 +39,7 @@ def test_intra_context_text_reveals_no_reward_or_gold(session: Session) -> None:
     pid = session.scalar(sa.text("SELECT id FROM problems"))
     attempts = [NewAttempt(f"I think it is {n}", reward=0.987654, correct=n == 7) for n in (6, 7)]
     record_groups(session, [NewGroup(pid, "zero_shot", "prompt", attempts)])
-    items = contexts.intra_contexts(session, [pid], k=4, pool_size=8, seed=1)[pid]
+    items = contexts.intra_contexts(session, [pid], k=4, candidates=8, seed=1)[pid]
     assert {i.response for i in items} == {"I think it is 6", "I think it is 7"}
     from lanpo.cli.pool import render
 
@@ -60,16 +60,16 @@ def test_inter_context_carries_summary_and_score(session: Session) -> None:
         {"a": a, "b": b},
     )
     (item,) = contexts.inter_contexts(
-        session, [a, b], k=4, pool_size=8, seed=0, gamma=0.9, scorer="s", pool_id=pool.id
+        session, [a, b], k=4, candidates=8, seed=0, gamma=0.9, scorer="s", pool_id=pool.id
     )[a]
     assert (item.source_problem_id, item.summary, item.score) == (b, "Carry the tens digit.", 0.93)
-    none = contexts.inter_contexts(session, [b], k=4, pool_size=8, seed=0, gamma=0.9, scorer="s", pool_id=pool.id)
+    none = contexts.inter_contexts(session, [b], k=4, candidates=8, seed=0, gamma=0.9, scorer="s", pool_id=pool.id)
     assert none == {b: []}
     assert item.ref(2).experience_version_id == item.experience_version_id and item.ref(2).position == 2
 
 
 def _brute_force_pools(
-    session: Session, pool_id: int, pids: list[int], gamma: float, pool_size: int
+    session: Session, pool_id: int, pids: list[int], gamma: float, candidates: int
 ) -> dict[int, dict[int, int]]:
     """Plain-Python pools: version id -> rank of the current versions of active experiences of other problems."""
     current = session.execute(
@@ -99,7 +99,7 @@ def _brute_force_pools(
             options = [s for s in options if s >= gamma]
             if options:
                 ranked.append((-max(options), -e.created_at.timestamp(), -e.id, e.version_id))
-        pools[pid] = {r[3]: rank for rank, r in enumerate(sorted(ranked)[:pool_size])}
+        pools[pid] = {r[3]: rank for rank, r in enumerate(sorted(ranked)[:candidates])}
     return pools
 
 
@@ -170,13 +170,13 @@ def test_inter_never_from_same_problem(engine: Engine, spec: dict) -> None:
                 session,
                 pids,
                 k=spec["k"],
-                pool_size=8,
+                candidates=8,
                 seed=spec["seed"],
                 gamma=spec["gamma"],
                 scorer="s",
                 pool_id=pool.id,
             )
-            expected = _brute_force_pools(session, pool.id, pids, spec["gamma"], pool_size=8)
+            expected = _brute_force_pools(session, pool.id, pids, spec["gamma"], candidates=8)
             for pid, draws in out.items():
                 assert len(draws) == min(spec["k"], len(expected[pid]))
                 assert len({d.candidate_id for d in draws}) == len(draws)

@@ -13,6 +13,7 @@ from lanpo.db.repo import attempts as attempts_repo
 from lanpo.db.repo import experiences as exp_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup
 from lanpo.db.repo.checks import MAX_TEXT_BYTES
 from lanpo.db.repo.experiences import NewExperience
@@ -79,8 +80,8 @@ def test_runs_steps_metrics_and_rollback(session: Session) -> None:
     assert runs_repo.get_run(session, "r1").id == run.id
     sha = "ab" * 32
     for step in range(3):
-        pv = runs_repo.add_policy_version(session, run.id, step, sha)
-        assert runs_repo.add_policy_version(session, run.id, step, sha) == pv
+        pv = steps_repo.add_policy_version(session, run.id, step, sha)
+        assert steps_repo.add_policy_version(session, run.id, step, sha) == pv
         (ids,) = attempts_repo.record_groups(session, [group(pid, ["r", "r"], step=step, run_id=run.id)])
         if step:  # a later group carries an earlier step's attempt as context (rolled back together with it)
             attempts_repo.record_groups(
@@ -91,16 +92,16 @@ def test_runs_steps_metrics_and_rollback(session: Session) -> None:
         )
         runs_repo.record_metrics(session, run.id, step, {"loss": 0.5, "reward": 1})
         if step < 2:
-            runs_repo.commit_step(session, run.id, step, pv, f"ckpt-{step}")
+            steps_repo.commit_step(session, run.id, step, pv, f"ckpt-{step}")
     with pytest.raises(InputError, match="already recorded with adapter"):
-        runs_repo.add_policy_version(session, run.id, 0, "cd" * 32)
-    assert runs_repo.last_committed_step(session, run.id) == 1
-    result = runs_repo.rollback_uncommitted(session, run.id, 1)
+        steps_repo.add_policy_version(session, run.id, 0, "cd" * 32)
+    assert steps_repo.last_committed_step(session, run.id) == 1
+    result = steps_repo.rollback_uncommitted(session, run.id, 1)
     assert (result.groups, result.experiences, result.metrics, result.policy_versions) == (2, 1, 2, 1)
     assert session.scalar(sa.text("SELECT max(step) FROM rollout_groups")) == 1
     assert session.scalar(sa.text("SELECT count(*) FROM attempts")) == 5  # 2 + (2 + 1) of steps 0 and 1
     with pytest.raises(InputError, match="already committed"):
-        runs_repo.commit_step(session, run.id, 1)
+        steps_repo.commit_step(session, run.id, 1)
     runs_repo.finish_run(session, run.id, "finished")
     assert session.scalar(sa.text("SELECT finished_at IS NOT NULL FROM runs")) is True
     with pytest.raises(InputError, match="number"):

@@ -28,7 +28,7 @@ from lanpo.db import sqlfiles
 from lanpo.db.repo import sampling
 from lanpo.db.repo.attempts import record_groups
 from lanpo.errors import InputError
-from lanpo.train.record import batch_problem_ids, mix_seed
+from lanpo.train.schedule import batch_problem_ids, mix_seed
 
 POOL, K = 8, 3
 # The paper recipe's layout (train/configs/lanpo-*.toml): groups of 16 rollouts, up to 8 lessons per problem per
@@ -114,12 +114,12 @@ def small_layout(session: Session) -> Layout:
 
 
 def _draw(
-    session: Session, layout: Layout, mode: str, problem_ids: list[int], seed: int, k: int = K, pool_size: int = POOL
+    session: Session, layout: Layout, mode: str, problem_ids: list[int], seed: int, k: int = K, candidates: int = POOL
 ) -> dict[int, list[sampling.Draw]]:
     if mode == "intra":
-        return sampling.sample_intra(session, problem_ids, k=k, pool_size=pool_size, seed=seed)
+        return sampling.sample_intra(session, problem_ids, k=k, candidates=candidates, seed=seed)
     return sampling.sample_inter(
-        session, problem_ids, k=k, pool_size=pool_size, seed=seed, gamma=0.9, scorer="s", pool_id=layout.pool_id
+        session, problem_ids, k=k, candidates=candidates, seed=seed, gamma=0.9, scorer="s", pool_id=layout.pool_id
     )
 
 
@@ -185,16 +185,16 @@ def test_draws_match_exact_inclusion_probabilities(session: Session, layout: Lay
 
 
 @pytest.mark.parametrize("mode", ["intra", "inter"])
-def test_nothing_beyond_pool_size_is_drawn(session: Session, small_layout: Layout, mode: str) -> None:
-    """Every draw is the expected candidate of its rank, and that rank is < pool_size (the rest is never drawn)."""
+def test_nothing_beyond_candidates_is_drawn(session: Session, small_layout: Layout, mode: str) -> None:
+    """Every draw is the expected candidate of its rank, and that rank is < candidates (the rest is never drawn)."""
     expected = small_layout.intra_pool if mode == "intra" else small_layout.inter_pool
-    for pool_size, k in [(1, 1), (3, 5), (8, 8), (8, 12), (20, 3), (40, 40)]:
+    for candidates, k in [(1, 1), (3, 5), (8, 8), (8, 12), (20, 3), (40, 40)]:
         for seed in (0, -1, 2**63 - 1):
-            for p, draws in _draw(session, small_layout, mode, small_layout.problem_ids, seed, k, pool_size).items():
-                assert len(draws) == min(k, pool_size, len(expected[p]))
+            for p, draws in _draw(session, small_layout, mode, small_layout.problem_ids, seed, k, candidates).items():
+                assert len(draws) == min(k, candidates, len(expected[p]))
                 assert len({d.candidate_id for d in draws}) == len(draws)
                 for d in draws:
-                    assert d.rank < pool_size and d.candidate_id == expected[p][d.rank]
+                    assert d.rank < candidates and d.candidate_id == expected[p][d.rank]
 
 
 def _key(candidate_id: int, problem_id: int, seed: int, rank: int) -> float:
@@ -237,13 +237,22 @@ def test_same_seed_same_draws_other_seed_differs(session: Session, small_layout:
         assert a != _draw(session, small_layout, mode, pids, 8)
 
 
+def reference_sample(n_candidates: int, k: int, rng: np.random.Generator) -> list[int]:
+    """Reference: ranks drawn from a pool of `n_candidates`, weights 1/(i+1), k without replacement, in order."""
+    if n_candidates <= 0 or k <= 0:
+        return []
+    weights = sampling.rank_weights(n_candidates)
+    take = min(k, n_candidates)
+    return [int(i) for i in rng.choice(n_candidates, size=take, replace=False, p=weights / weights.sum())]
+
+
 def test_rank_weights_and_reference() -> None:
     assert np.allclose(sampling.rank_weights(4), [1, 1 / 2, 1 / 3, 1 / 4])
     rng = np.random.default_rng(0)
-    drawn = sampling.reference_sample(5, 3, rng)
+    drawn = reference_sample(5, 3, rng)
     assert len(drawn) == len(set(drawn)) == 3 and all(0 <= r < 5 for r in drawn)
-    assert sorted(sampling.reference_sample(2, 5, rng)) == [0, 1]
-    assert sampling.reference_sample(0, 3, rng) == []
+    assert sorted(reference_sample(2, 5, rng)) == [0, 1]
+    assert reference_sample(0, 3, rng) == []
 
 
 def test_intra_run_filter_small_pools_and_bad_args(session: Session) -> None:
@@ -251,17 +260,17 @@ def test_intra_run_filter_small_pools_and_bad_args(session: Session) -> None:
     make_attempts(session, p1, 2)
     run = session.scalar(sa.text("INSERT INTO runs (name, kind) VALUES ('r', 'train') RETURNING id"))
     record_groups(session, [group(p1, ["in run"], run_id=run), group(p1, ["validation"], "val", run_id=run)])
-    draws = sampling.sample_intra(session, [p1, p2], k=5, pool_size=32, seed=0)
+    draws = sampling.sample_intra(session, [p1, p2], k=5, candidates=32, seed=0)
     assert len(draws[p1]) == 3 and draws[p2] == []
-    only_run = sampling.sample_intra(session, [p1], k=5, pool_size=32, seed=0, run_id=run)
+    only_run = sampling.sample_intra(session, [p1], k=5, candidates=32, seed=0, run_id=run)
     assert [d.text for d in only_run[p1]] == ["in run"]
-    assert sampling.sample_intra(session, [p1], k=0, pool_size=4, seed=0) == {p1: []}
-    with pytest.raises(InputError, match="pool_size"):
-        sampling.sample_intra(session, [p1], k=1, pool_size=0, seed=0)
+    assert sampling.sample_intra(session, [p1], k=0, candidates=4, seed=0) == {p1: []}
+    with pytest.raises(InputError, match="candidates"):
+        sampling.sample_intra(session, [p1], k=1, candidates=0, seed=0)
     with pytest.raises(InputError, match="seed"):
-        sampling.sample_intra(session, [p1], k=1, pool_size=1, seed=2**64)
+        sampling.sample_intra(session, [p1], k=1, candidates=1, seed=2**64)
     with pytest.raises(InputError, match="gamma"):
-        sampling.sample_inter(session, [p1], k=1, pool_size=1, seed=0, gamma=1.5, scorer="s", pool_id=1)
+        sampling.sample_inter(session, [p1], k=1, candidates=1, seed=0, gamma=1.5, scorer="s", pool_id=1)
 
 
 def test_inter_ranks_by_relevance(session: Session) -> None:
@@ -276,15 +285,15 @@ def test_inter_ranks_by_relevance(session: Session) -> None:
     relevance(session, target, low, 0.5)
     relevance(session, target, near, 0.1, scorer="other")
     draws = sampling.sample_inter(
-        session, [target], k=10, pool_size=3, seed=3, gamma=0.9, scorer="s", pool_id=pool.id
+        session, [target], k=10, candidates=3, seed=3, gamma=0.9, scorer="s", pool_id=pool.id
     )[target]
-    assert len(draws) == 3  # pool_size cuts the 4 relevant candidates to 3
+    assert len(draws) == 3  # candidates cuts the 4 relevant candidates to 3
     by_rank = sorted(draws, key=lambda d: d.rank)
     assert [d.source_problem_id for d in by_rank] == [near, near, far]
     assert [d.score for d in by_rank] == [0.99, 0.99, 0.91]
     none = sampling.sample_inter(
-        session, [target], k=3, pool_size=3, seed=3, gamma=0.9, scorer="none", pool_id=pool.id
+        session, [target], k=3, candidates=3, seed=3, gamma=0.9, scorer="none", pool_id=pool.id
     )
     assert none == {target: []}
-    wide = sampling.sample_inter(session, [target], k=9, pool_size=9, seed=3, gamma=0.9, scorer="s", pool_id=pool.id)
+    wide = sampling.sample_inter(session, [target], k=9, candidates=9, seed=3, gamma=0.9, scorer="s", pool_id=pool.id)
     assert len(wide[target]) == 4 and all("lesson" in d.text for d in wide[target])

@@ -84,10 +84,10 @@ def test_training_reads_the_built_scores_through_inter_contexts(session: Session
     scorer, _ = tiny_scorer()
     build_problem_relevance(db, "toy", scorer, top_k=3, params=SearchParams("bm25"), cache=BM25Cache(), progress=False)
     P = pool_id(session)
-    contexts = inter_contexts(session, ids, k=2, pool_size=4, seed=0, gamma=0.0, scorer=scorer.identity, pool_id=P)
+    contexts = inter_contexts(session, ids, k=2, candidates=4, seed=0, gamma=0.0, scorer=scorer.identity, pool_id=P)
     for problem_id, items in contexts.items():
         assert items and all(item.source_problem_id != problem_id for item in items)
-    strict = inter_contexts(session, ids, k=2, pool_size=4, seed=0, gamma=1.0, scorer=scorer.identity, pool_id=P)
+    strict = inter_contexts(session, ids, k=2, candidates=4, seed=0, gamma=1.0, scorer=scorer.identity, pool_id=P)
     assert not any(strict.values())
 
 

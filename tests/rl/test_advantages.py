@@ -7,7 +7,20 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lanpo.rl.advantages import group_advantages, group_advantages_reference
+from lanpo.rl.advantages import ZERO_SPREAD, group_advantages
+
+
+def group_advantages_reference(rewards: list[float], group_size: int, eps: float = 1e-4) -> list[float]:
+    """Plain-loop reference of `group_advantages`."""
+    out: list[float] = []
+    for start in range(0, len(rewards), group_size):
+        group = rewards[start : start + group_size]
+        mean = sum(group) / len(group)
+        var = sum((r - mean) ** 2 for r in group) / (len(group) - 1)
+        std = var**0.5
+        for r in group:
+            out.append(0.0 if std < ZERO_SPREAD else (r - mean) / (std + eps))
+    return out
 
 
 @settings(max_examples=60, deadline=None)

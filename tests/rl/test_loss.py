@@ -8,7 +8,41 @@ import pytest
 import torch
 
 from lanpo.rl.logprobs import entropy_from_logits, token_logprobs
-from lanpo.rl.loss import kl_k3, policy_loss, policy_loss_reference
+from lanpo.rl.loss import kl_k3, policy_loss
+
+
+def policy_loss_reference(
+    logp: list[list[float]],
+    old_logp: list[list[float]],
+    ref_logp: list[list[float]],
+    advantages: list[float],
+    mask: list[list[int]],
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    agg: str = "token-mean",
+    behavior_logp: list[list[float]] | None = None,
+    tis_cap: float | None = None,
+) -> float:
+    """Plain-loop reference of `policy_loss`'s value (compared with allclose)."""
+    total, count, seq_means = 0.0, 0, []
+    for b, adv in enumerate(advantages):
+        seq_total, seq_count = 0.0, 0
+        for t in range(len(logp[b])):
+            if not mask[b][t]:
+                continue
+            ratio = math.exp(logp[b][t] - old_logp[b][t])
+            clipped = min(max(ratio, 1 - eps_low), 1 + eps_high)
+            pg = max(-adv * ratio, -adv * clipped)
+            if tis_cap is not None:
+                assert behavior_logp is not None
+                pg *= min(math.exp(old_logp[b][t] - behavior_logp[b][t]), tis_cap)
+            delta = ref_logp[b][t] - logp[b][t]
+            value = pg + beta * (math.exp(delta) - delta - 1)
+            total, count = total + value, count + 1
+            seq_total, seq_count = seq_total + value, seq_count + 1
+        seq_means.append(seq_total / max(seq_count, 1))
+    return total / max(count, 1) if agg == "token-mean" else sum(seq_means) / len(seq_means)
 
 
 def _batch(seed: int, b: int = 4, t: int = 7) -> dict[str, torch.Tensor]:
@@ -88,3 +122,29 @@ def test_token_logprobs_and_entropy_match_log_softmax_loop() -> None:
             row = torch.log_softmax(logits[b, t], dim=-1)
             assert torch.isclose(got[b, t], row[ids[b, t]], atol=1e-5)
             assert torch.isclose(ent[b, t], -(row.exp() * row).sum(), atol=1e-5)
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean"])
+@pytest.mark.parametrize("seed", range(3))
+def test_truncated_importance_sampling_matches_plain_loop(agg: str, seed: int) -> None:
+    batch = _batch(seed)
+    batch["mask"][:, 0] = 1
+    g = torch.Generator().manual_seed(100 + seed)
+    behavior = batch["old_logp"] + (torch.rand(batch["logp"].shape, generator=g) - 0.5) * 0.6  # engine vs trainer
+    loss, stats = policy_loss(
+        **batch, eps_low=0.2, eps_high=0.28, beta=0.05, agg=agg, behavior_logp=behavior, tis_cap=1.2
+    )  # type: ignore[arg-type]
+    want = policy_loss_reference(
+        batch["logp"].tolist(), batch["old_logp"].tolist(), batch["ref_logp"].tolist(),
+        batch["advantages"].tolist(), batch["mask"].tolist(), 0.2, 0.28, 0.05, agg,
+        behavior.tolist(), 1.2,
+    )  # fmt: skip
+    assert math.isclose(loss.item(), want, rel_tol=1e-5, abs_tol=1e-6)
+    assert 0 < stats["tis_weight"].item() <= 1.2
+    plain, plain_stats = policy_loss(**batch, eps_low=0.2, eps_high=0.28, beta=0.05, agg=agg)  # type: ignore[arg-type]
+    assert plain_stats["tis_weight"].item() == 1.0 and not math.isclose(plain.item(), loss.item())
+    # engine and trainer agreeing exactly: TIS is the plain loss
+    same, _ = policy_loss(
+        **batch, eps_low=0.2, eps_high=0.28, beta=0.05, agg=agg, behavior_logp=batch["old_logp"], tis_cap=2.0
+    )  # type: ignore[arg-type]
+    assert torch.allclose(same, plain)

@@ -48,7 +48,7 @@ def tiny_config(tmp_path: Path, **overrides: object) -> TrainConfig:
         "data": DataConfig(dataset="toy"),
         "rollout": RolloutConfig(n=2, max_new_tokens=24),
         "grpo": GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0),
-        "feedback": FeedbackConfig(mode="both", p_t=1.0, k=2, pool_size=4, gamma=0.5, scorer="test"),
+        "feedback": FeedbackConfig(mode="both", p_t=1.0, k=2, candidates=4, gamma=0.5, scorer="test"),
         "summarizer": SummarizerConfig(min_reward=0.0, max_new_tokens=32, max_new_per_step=2, temperature=1.0),
     }
     values.update(overrides)

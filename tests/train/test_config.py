@@ -54,3 +54,15 @@ def test_impossible_values_name_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(CONFIGS / "demo-cpu.toml", [override])
     assert key in str(info.value)
+
+
+def test_keys_lists_every_field_with_its_help(run_cli) -> None:  # type: ignore[no-untyped-def]
+    from lanpo.config import describe
+    from lanpo.train.config import TrainConfig
+
+    out = run_cli("train", "--keys")
+    assert out.code == 0, out.err
+    for key, default, help_text in describe(TrainConfig):
+        assert help_text, f"{key} has no help"
+        assert f"{key} = {default}" in out.out and help_text in out.out
+    assert "feedback.candidates = 8" in out.out and "grpo.tis_cap = unset" in out.out

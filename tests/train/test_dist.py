@@ -1,11 +1,13 @@
-"""Two data-parallel CPU ranks (torchrun + gloo) on a tiny model: one run, every problem of every step recorded
-once, rank 0 alone writing; the ranks' adapters stay identical (the loop checks it each step)."""
+"""Data-parallel CPU ranks (torchrun + gloo) on a tiny model through `lanpo train`: one run, every problem of every
+step recorded once, rank 0 alone writing, the ranks' adapters identical (the loop checks it each step); and a paper
+recipe's real batch and minibatch shapes (128 prompts x 16 rollouts, minibatch 512) at the paper's world size 8,
+scaled down only in sequence length and model size."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,22 @@ from sqlalchemy.engine import Engine
 
 from tests.train.test_resume import RECIPE
 
+ROOT = Path(__file__).resolve().parents[2]
 
-@pytest.mark.skipif(shutil.which("torchrun") is None or shutil.which("lanpo") is None, reason="needs torchrun + lanpo")
+
+def _torchrun(world: int, *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """`torchrun --nproc_per_node world -m lanpo train ARGS` with this interpreter (gloo on CPU)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world)]
+    return subprocess.run(
+        [*run, "-m", "lanpo", "train", *args, "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def test_two_ranks_share_one_run(db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
     config = tmp_path / "recipe.toml"
     config.write_text(
@@ -23,11 +39,7 @@ def test_two_ranks_share_one_run(db_env: str, db: Engine, toy_problems: list[int
         .replace("steps = 4", "steps = 2")
         .replace("batch_size = 3", "batch_size = 2")
     )
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    args = ["torchrun", "--standalone", "--nproc_per_node", "2", "--no-python", "lanpo", "train"]
-    proc = subprocess.run(
-        [*args, "--config", str(config), "--no-progress"], env=env, capture_output=True, text=True, timeout=600
-    )
+    proc = _torchrun(2, "--config", str(config))
     assert proc.returncode == 0, proc.stderr[-4000:]
     with db.connect() as conn:
         steps = conn.execute(sa.text("SELECT step FROM run_steps ORDER BY step")).scalars().all()
@@ -38,3 +50,43 @@ def test_two_ranks_share_one_run(db_env: str, db: Engine, toy_problems: list[int
     assert steps == [0, 1, 2] and runs == 1
     assert [tuple(r) for r in per_step] == [(1, 2 * 2, 2), (2, 2 * 2, 2)]
     assert "step    2" in proc.stdout and proc.stdout.count("step    1") == 1  # rank 0 alone reports
+
+
+@pytest.mark.slow
+def test_paper_recipe_shapes_at_world_size_8(db_env: str, db: Engine, tmp_path: Path) -> None:
+    """lanpo-both.toml's batch (128 prompts x 16 rollouts) and minibatch (512 = 4 optimizer steps) on 8 ranks."""
+    from lanpo.db.engine import transaction
+    from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+
+    with transaction(db) as session:
+        upsert_problems(session, "paper", [ProblemIn(str(i), f"{i}+{i}?", str(2 * i)) for i in range(256)])
+        ids = problem_ids(session, "paper")
+        session.connection().exec_driver_sql(  # each problem finds its neighbours relevant: inter contexts exist
+            "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) "
+            "SELECT a.id, b.id, 'test', 0.95 FROM problems a JOIN problems b ON abs(a.id - b.id) BETWEEN 1 AND 2"
+        )
+    overrides = {
+        "run_name": '"paper-shapes"',
+        "steps": "2",
+        "output_dir": f'"{tmp_path / "ckpt"}"',
+        "model.name": '"tiny-random"',
+        "model.threads": "1",
+        "data.dataset": '"paper"',
+        "rollout.max_new_tokens": "3",
+        "rollout.max_prompt_tokens": "400",
+        "summarizer.max_new_tokens": "3",
+        "feedback.scorer": '"test"',
+    }
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
+    proc = _torchrun(8, "--config", str(ROOT / "train/configs/lanpo-both.toml"), *sets, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    with db.connect() as conn:
+        per_step = conn.execute(
+            sa.text("SELECT step, count(*), count(DISTINCT group_id) FROM run_attempts GROUP BY step ORDER BY step")
+        ).all()
+        metrics = dict(conn.execute(sa.text("SELECT name, value FROM run_metrics WHERE step = 1")).all())
+    assert [tuple(r) for r in per_step] == [(1, 128 * 16, 128), (2, 128 * 16, 128)]
+    assert len(ids) == 256 and metrics["kl"] == metrics["kl"]  # a number, not NaN
+    # 2 steps x 4 optimizer steps on a cosine schedule: after step 1's four, the rate is half the peak (one step
+    # per training step, as minibatches cut from each rank's local share gave at 8 ranks, would leave 0.96 of it)
+    assert metrics["lr"] == pytest.approx(0.5 * 1e-5)

@@ -55,9 +55,9 @@ def test_contexts_from_the_store_never_leak(db: Engine, history, lessons, seed: 
             f"SELECT a.id, b.id, 'leak', 1.0 FROM problems a JOIN problems b ON a.id <> b.id "
             f"WHERE a.dataset = '{dataset}' AND b.dataset = '{dataset}'"
         )
-        intra = contexts.intra_contexts(session, pids, k=4, pool_size=8, seed=seed)
+        intra = contexts.intra_contexts(session, pids, k=4, candidates=8, seed=seed)
         inter = contexts.inter_contexts(
-            session, pids, k=4, pool_size=8, seed=seed, gamma=0.5, scorer="leak", pool_id=pool.id
+            session, pids, k=4, candidates=8, seed=seed, gamma=0.5, scorer="leak", pool_id=pool.id
         )
 
     for i, pid in enumerate(pids):

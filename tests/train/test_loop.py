@@ -106,18 +106,18 @@ def test_existing_run_needs_resume_and_resume_of_a_finished_run_does_nothing(
 def test_dataset_is_generated_on_first_use_and_batches_are_reproducible(db: Engine) -> None:
     from lanpo.db.engine import transaction
     from lanpo.errors import InputError
-    from lanpo.train import record
+    from lanpo.train import run, schedule
     from lanpo.train.config import DataConfig
 
     data = DataConfig(dataset="gen_once", task="chain_sum", n=5, task_options={"min_terms": 2, "max_terms": 2})
     with transaction(db) as session:
-        ids = record.ensure_dataset(session, data)
-        assert len(ids) == 5 and record.ensure_dataset(session, data) == ids
+        ids = run.ensure_dataset(session, data)
+        assert len(ids) == 5 and run.ensure_dataset(session, data) == ids
         with pytest.raises(InputError, match="has no problems"):
-            record.ensure_dataset(session, DataConfig(dataset="nothing_here"))
-    first = [record.batch_problem_ids(ids, 3, seed=7, step=s) for s in (1, 2, 3)]
-    assert first == [record.batch_problem_ids(ids, 3, seed=7, step=s) for s in (1, 2, 3)]
+            run.ensure_dataset(session, DataConfig(dataset="nothing_here"))
+    first = [schedule.batch_problem_ids(ids, 3, seed=7, step=s) for s in (1, 2, 3)]
+    assert first == [schedule.batch_problem_ids(ids, 3, seed=7, step=s) for s in (1, 2, 3)]
     assert sorted(first[0] + first[1][:2]) == sorted(ids)  # one epoch visits every problem once
-    modes = record.choose_modes(list(range(400)), "both", 0.5, seed=1, step=1)
+    modes = schedule.choose_modes(list(range(400)), "both", 0.5, seed=1, step=1)
     assert 0.4 < modes.count("zero_shot") / 400 < 0.6 and {"intra", "inter"} <= set(modes)
-    assert set(record.choose_modes(list(range(50)), "none", 1.0, seed=1, step=1)) == {"zero_shot"}
+    assert set(schedule.choose_modes(list(range(50)), "none", 1.0, seed=1, step=1)) == {"zero_shot"}

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from lanpo.train import checkpoint as ckpt
-from lanpo.train.loop import PAUSE_ENV
+from lanpo.train.pause import PAUSE_ENV
 
 RECIPE = """
 run_name = "resume-test"
@@ -47,7 +47,7 @@ learning_rate = 1e-3
 mode = "both"
 p_t = 1.0
 k = 2
-pool_size = 4
+candidates = 4
 gamma = 0.5
 scorer = "test"
 

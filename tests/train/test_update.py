@@ -34,7 +34,7 @@ def test_one_grpo_step_changes_lora_and_not_base() -> None:
     scheduler = cosine_schedule(optimizer, 10, 0.0)
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
     stats = update_policy(model, optimizer, scheduler, batch, advantages, cfg, seed=0)
-    assert stats.updates == 1 and stats.grad_norm > 0 and stats.zero_spread == 0.5
+    assert scheduler.last_epoch == 1 and stats.grad_norm > 0 and stats.zero_spread == 0.5
     changed_lora = [n for n, p in model.named_parameters() if "lora_" in n and not torch.equal(p, before[n])]
     changed_base = [n for n, p in model.named_parameters() if "lora_" not in n and not torch.equal(p, before[n])]
     assert changed_lora, "no LoRA parameter moved"
@@ -108,7 +108,7 @@ def test_skip_zero_spread_updates_only_on_signal() -> None:
     scheduler = cosine_schedule(optimizer, 10, 0.0)
     before = [p.detach().clone() for p in params]
     stats = update_policy(model, optimizer, scheduler, batch, torch.zeros(8), cfg, seed=0)
-    assert stats.updates == 1 and stats.zero_spread == 1.0 and stats.seconds_update == 0.0
+    assert stats.zero_spread == 1.0 and stats.seconds_update == 0.0 and stats.kl == stats.kl  # a number, not NaN
     assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
     assert scheduler.last_epoch == 1
     stats = update_policy(model, optimizer, scheduler, batch, torch.tensor([1.0, -1.0] + [0.0] * 6), cfg, seed=0)

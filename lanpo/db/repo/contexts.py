@@ -46,7 +46,7 @@ def intra_contexts(
     session: Session,
     problem_ids: Sequence[int],
     k: int,
-    pool_size: int,
+    candidates: int,
     seed: int,
     run_id: int | None = None,
 ) -> dict[int, list[IntraItem]]:
@@ -56,7 +56,7 @@ def intra_contexts(
     """
     if run_id is not None:
         runs.require_run(session, run_id)
-    draws = sampling.sample_intra(session, problem_ids, k=k, pool_size=pool_size, seed=seed, run_id=run_id)
+    draws = sampling.sample_intra(session, problem_ids, k=k, candidates=candidates, seed=seed, run_id=run_id)
     return {p: [IntraItem(d.candidate_id, d.text) for d in ds] for p, ds in draws.items()}
 
 
@@ -64,7 +64,7 @@ def inter_contexts(
     session: Session,
     problem_ids: Sequence[int],
     k: int,
-    pool_size: int,
+    candidates: int,
     seed: int,
     gamma: float,
     scorer: str,
@@ -77,7 +77,7 @@ def inter_contexts(
     naming the scorers there (checked only then, so a training step that draws pays nothing for it).
     """
     draws = sampling.sample_inter(
-        session, problem_ids, k=k, pool_size=pool_size, seed=seed, gamma=gamma, scorer=scorer, pool_id=pool_id
+        session, problem_ids, k=k, candidates=candidates, seed=seed, gamma=gamma, scorer=scorer, pool_id=pool_id
     )
     if not any(draws.values()):
         require_scorer(session, scorer)
@@ -87,11 +87,16 @@ def inter_contexts(
     }
 
 
+def scorers(session: Session) -> list[str]:
+    """The relevance scorers with scores in `relevance_scores`, by name."""
+    return list(session.scalars(sqlfiles.load("queries/scorers")))
+
+
 def require_scorer(session: Session, scorer: str) -> None:
     """InputError listing the scorers in `relevance_scores` unless `scorer` has scores there."""
     if session.scalar(sqlfiles.load("queries/scorer_exists"), {"scorer": scorer}):
         return
-    known = list(session.scalars(sqlfiles.load("queries/scorers")))
+    known = scorers(session)
     raise InputError(
         f"unknown relevance scorer {scorer!r}: relevance_scores holds no score by it",
         hint=f"scorers in the store: {', '.join(known)}"

@@ -1,12 +1,16 @@
-"""Runs, policy versions, metrics and committed steps (the trainer's crash-recovery anchor)."""
+"""Runs: create, look up, finish (or reopen) one, its life cycle around a body of work, and its metrics.
+
+Policy versions and committed steps, the trainer's crash-recovery anchor, live in `lanpo.db.repo.steps`.
+"""
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
@@ -47,11 +51,25 @@ def require_name_free(session: Session, name: str) -> None:
         raise InputError(f"a run named {name!r} already exists", hint="choose another name, or resume that run")
 
 
+def find_run(session: Session, name: str) -> Run | None:
+    """The run called `name`, or None."""
+    return session.scalar(sa.select(Run).where(Run.name == name))
+
+
 def get_run(session: Session, name: str) -> Run:
-    run = session.scalar(sa.select(Run).where(Run.name == name))
+    run = find_run(session, name)
     if run is None:
         raise InputError(f"no run named {name!r}", hint=LIST_RUNS)
     return run
+
+
+def free_name(session: Session, base: str) -> str:
+    """`base`, or `base-2`, `base-3`, ... : the first name no run has yet."""
+    name, n = base, 1
+    while find_run(session, name) is not None:
+        n += 1
+        name = f"{base}-{n}"
+    return name
 
 
 def require_run(session: Session, run_id: int) -> Run:
@@ -64,28 +82,36 @@ def require_run(session: Session, run_id: int) -> Run:
 
 
 def finish_run(session: Session, run_id: int, status: str = "finished") -> None:
-    if status not in RUN_STATUSES:
-        raise InputError(f"run status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
+    """Mark a run finished or failed (with its finish time)."""
+    if status not in RUN_STATUSES or status == "running":
+        raise InputError(f"a run finishes as finished or failed, got {status!r}")
     done = session.execute(sqlfiles.load("queries/run_finish"), {"status": status, "run_id": run_id}).rowcount
     if not done:
         raise InputError(f"no run with id {run_id}")
 
 
-def add_policy_version(session: Session, run_id: int, step: int, adapter_sha256: str) -> int:
-    """Record which adapter produced rows at `step`; returns its id (the same id if already recorded)."""
-    if not re.fullmatch(r"[0-9a-f]{64}", adapter_sha256 or ""):
-        raise InputError(f"adapter_sha256 must be 64 lowercase hex digits, got {adapter_sha256!r}")
-    checks.int_or_none(step, "step", minimum=0)
-    row = session.execute(
-        sqlfiles.load("queries/policy_version_upsert"),
-        {"run_id": run_id, "step": step, "adapter_sha256": adapter_sha256},
-    ).one()
-    if row.adapter_sha256 != adapter_sha256:
-        raise InputError(
-            f"run {run_id} step {step} is already recorded with adapter {row.adapter_sha256[:12]}..., "
-            f"not {adapter_sha256[:12]}..."
-        )
-    return int(row.id)
+def reopen_run(session: Session, run_id: int) -> None:
+    """A resumed run is running again (its finish time cleared)."""
+    if not session.execute(sqlfiles.load("queries/run_reopen"), {"run_id": run_id}).rowcount:
+        raise InputError(f"no run with id {run_id}")
+
+
+@contextmanager
+def run_lifecycle(engine: Engine, run_id: int | None) -> Iterator[None]:
+    """The work of run `run_id` (None: nothing is recorded): it is marked failed if the body raises (Ctrl-C too),
+    finished if it returns. Each mark is its own transaction, so a failure inside the body cannot undo it."""
+    from lanpo.db.engine import transaction
+
+    try:
+        yield
+    except BaseException:
+        if run_id is not None:
+            with transaction(engine) as session:
+                finish_run(session, run_id, "failed")
+        raise
+    if run_id is not None:
+        with transaction(engine) as session:
+            finish_run(session, run_id, "finished")
 
 
 def record_metrics(session: Session, run_id: int, step: int, metrics: dict[str, float]) -> None:
@@ -101,42 +127,3 @@ def record_metrics(session: Session, run_id: int, step: int, metrics: dict[str, 
         rows.append({"run_id": run_id, "step": step, "name": name, "value": None if value is None else float(value)})
     if rows:
         session.execute(sqlfiles.load("queries/run_metric_upsert"), rows)
-
-
-def commit_step(
-    session: Session, run_id: int, step: int, policy_version_id: int | None = None, checkpoint: str | None = None
-) -> None:
-    """Mark `step` committed (call it LAST inside the step's transaction); a step commits once."""
-    if session.scalar(sqlfiles.load("queries/run_step_exists"), {"run_id": run_id, "step": step}):
-        raise InputError(f"run {run_id} step {step} is already committed")
-    session.execute(
-        sqlfiles.load("queries/run_step_commit"),
-        {"run_id": run_id, "step": step, "policy_version_id": policy_version_id, "checkpoint": checkpoint},
-    )
-
-
-def last_committed_step(session: Session, run_id: int) -> int | None:
-    return session.scalar(sqlfiles.load("queries/run_last_committed_step"), {"run_id": run_id})
-
-
-@dataclass
-class RollbackResult:
-    groups: int  # rollout groups (their attempts and contexts went with them)
-    experiences: int
-    metrics: int
-    steps: int
-    policy_versions: int
-
-
-def rollback_uncommitted(session: Session, run_id: int, after_step: int | None) -> RollbackResult:
-    """Delete the run's rows of steps > `after_step` (None: every step), for resuming after a crash.
-
-    Evictions that a rolled-back step made are not undone (the eviction record does not name the step);
-    with one transaction per step nothing of an uncommitted step reaches the database in the first place.
-    """
-    p = {"run_id": run_id, "after_step": -1 if after_step is None else after_step}
-    counts = {
-        name: session.execute(sqlfiles.load(f"queries/rollback_{name}"), p).rowcount
-        for name in ("groups", "experiences", "metrics", "steps", "policy_versions")  # order matters: FKs
-    }
-    return RollbackResult(**counts)

@@ -1,6 +1,6 @@
 """Weighted sampling of feedback contexts for a whole batch, in one round trip (paper appendix 10.2).
 
-Per problem the candidates are ranked (inter: relevance desc; intra: recency), the top `pool_size` kept,
+Per problem the candidates are ranked (inter: relevance desc; intra: recency), the top `candidates` kept,
 rank i (0-based) weighted `w_i = 1/(i+1)`, and k drawn WITHOUT replacement. The SQL (sql/queries/sample_*.sql)
 uses Efraimidis-Spirakis keys `-ln(u)/w`: the k smallest keys win, in key order, which is exactly successive
 weighted draws without replacement as long as the u of one pool are independent uniforms. So u comes from a
@@ -8,7 +8,6 @@ cryptographic digest: the top 52 bits of `sha256('<candidate id>/<problem id>/<s
 2^52 (exact in float8, strictly inside (0, 1)). A cheaper integer hash was correlated for nearby ids, and a
 step writes a group's rollouts and a problem's lessons with consecutive ids, which biased the draws (issue 8).
 The same seed gives the same draws, whatever the order of the problem ids or the rest of the batch.
-`reference_sample` is the same distribution in numpy, for tests and the bench.
 """
 
 from __future__ import annotations
@@ -44,20 +43,11 @@ def rank_weights(n: int) -> np.ndarray:
     return 1.0 / np.arange(1, n + 1, dtype=np.float64)
 
 
-def reference_sample(n_candidates: int, k: int, rng: np.random.Generator) -> list[int]:
-    """Pure reference: ranks drawn from a pool of `n_candidates`, weights 1/(i+1), k without replacement, in order."""
-    if n_candidates <= 0 or k <= 0:
-        return []
-    weights = rank_weights(n_candidates)
-    take = min(k, n_candidates)
-    return [int(i) for i in rng.choice(n_candidates, size=take, replace=False, p=weights / weights.sum())]
-
-
-def _check(problem_ids: Sequence[int], k: int, pool_size: int, seed: int) -> list[int]:
+def _check(problem_ids: Sequence[int], k: int, candidates: int, seed: int) -> list[int]:
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise InputError(f"k must be an integer >= 0, got {k!r}")
-    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
-        raise InputError(f"pool_size must be an integer >= 1, got {pool_size!r}")
+    if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
+        raise InputError(f"candidates must be an integer >= 1, got {candidates!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
         raise InputError(f"seed must be a 64-bit integer, got {seed!r}")
     return sorted({int(p) for p in problem_ids})
@@ -84,18 +74,18 @@ def sample_intra(
     session: Session,
     problem_ids: Sequence[int],
     k: int,
-    pool_size: int,
+    candidates: int,
     seed: int,
     run_id: int | None = None,
 ) -> dict[int, list[Draw]]:
     """problem id -> up to k of its own recent attempts (of `run_id` if given; never validation attempts), drawn by
     recency weight."""
-    ids = _check(problem_ids, k, pool_size, seed)
+    ids = _check(problem_ids, k, candidates, seed)
     if not ids or k == 0:
         return {p: [] for p in ids}
     rows = session.execute(
         sqlfiles.load("queries/sample_intra"),
-        {"problem_ids": ids, "k": k, "pool_size": pool_size, "seed": seed, "run_id": run_id},
+        {"problem_ids": ids, "k": k, "candidates": candidates, "seed": seed, "run_id": run_id},
     )
     return _group(rows, ids, with_score=False)
 
@@ -104,7 +94,7 @@ def sample_inter(
     session: Session,
     problem_ids: Sequence[int],
     k: int,
-    pool_size: int,
+    candidates: int,
     seed: int,
     gamma: float,
     scorer: str,
@@ -112,7 +102,7 @@ def sample_inter(
 ) -> dict[int, list[Draw]]:
     """problem id -> up to k current versions of active experiences of pool `pool_id`, from OTHER problems with
     relevance >= gamma."""
-    ids = _check(problem_ids, k, pool_size, seed)
+    ids = _check(problem_ids, k, candidates, seed)
     if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be a number in [0, 1], got {gamma!r}")
     if not isinstance(scorer, str) or not scorer.strip():
@@ -124,7 +114,7 @@ def sample_inter(
         {
             "problem_ids": ids,
             "k": k,
-            "pool_size": pool_size,
+            "candidates": candidates,
             "seed": seed,
             "gamma": float(gamma),
             "scorer": scorer,

@@ -1,0 +1,96 @@
+"""Policy versions and committed steps: which weights produced a row, and the trainer's crash-recovery anchor.
+
+A training step's transaction records its policy version and, last, its `run_steps` row; resume continues after
+the last committed step and deletes anything newer (`rollback_uncommitted`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from lanpo.db import sqlfiles
+from lanpo.db.repo import checks
+from lanpo.errors import InputError
+
+
+def add_policy_version(session: Session, run_id: int, step: int, adapter_sha256: str) -> int:
+    """Record which adapter produced rows at `step`; returns its id (the same id if already recorded)."""
+    if not re.fullmatch(r"[0-9a-f]{64}", adapter_sha256 or ""):
+        raise InputError(f"adapter_sha256 must be 64 lowercase hex digits, got {adapter_sha256!r}")
+    checks.int_or_none(step, "step", minimum=0)
+    row = session.execute(
+        sqlfiles.load("queries/policy_version_upsert"),
+        {"run_id": run_id, "step": step, "adapter_sha256": adapter_sha256},
+    ).one()
+    if row.adapter_sha256 != adapter_sha256:
+        raise InputError(
+            f"run {run_id} step {step} is already recorded with adapter {row.adapter_sha256[:12]}..., "
+            f"not {adapter_sha256[:12]}..."
+        )
+    return int(row.id)
+
+
+def policy_version_id(session: Session, run_id: int, step: int) -> int:
+    """The id of run `run_id`'s policy version at `step`; InputError when it was never recorded."""
+    found = session.scalar(sqlfiles.load("queries/policy_version_id"), {"run_id": run_id, "step": step})
+    if found is None:
+        raise InputError(f"run {run_id} has no policy version for step {step}")
+    return int(found)
+
+
+def commit_step(
+    session: Session, run_id: int, step: int, policy_version_id: int | None = None, checkpoint: str | None = None
+) -> None:
+    """Mark `step` committed (call it LAST inside the step's transaction); a step commits once."""
+    if session.scalar(sqlfiles.load("queries/run_step_exists"), {"run_id": run_id, "step": step}):
+        raise InputError(f"run {run_id} step {step} is already committed")
+    session.execute(
+        sqlfiles.load("queries/run_step_commit"),
+        {"run_id": run_id, "step": step, "policy_version_id": policy_version_id, "checkpoint": checkpoint},
+    )
+
+
+def last_committed_step(session: Session, run_id: int) -> int | None:
+    return session.scalar(sqlfiles.load("queries/run_last_committed_step"), {"run_id": run_id})
+
+
+@dataclass(frozen=True)
+class CommittedStep:
+    """What the database says about a committed step: its checkpoint folder and the adapter it holds."""
+
+    step: int
+    checkpoint: str | None
+    adapter_sha256: str | None
+
+
+def committed_step(session: Session, run_id: int, step: int) -> CommittedStep:
+    row = session.execute(sqlfiles.load("queries/run_step_state"), {"run_id": run_id, "step": step}).one_or_none()
+    if row is None:
+        raise InputError(f"run {run_id} has no committed step {step}")
+    return CommittedStep(step, row.checkpoint, row.adapter_sha256)
+
+
+@dataclass
+class RollbackResult:
+    groups: int  # rollout groups (their attempts and contexts went with them)
+    experiences: int
+    metrics: int
+    steps: int
+    policy_versions: int
+
+
+def rollback_uncommitted(session: Session, run_id: int, after_step: int | None) -> RollbackResult:
+    """Delete the run's rows of steps > `after_step` (None: every step), for resuming after a crash.
+
+    Evictions that a rolled-back step made are not undone (the eviction record does not name the step);
+    with one transaction per step nothing of an uncommitted step reaches the database in the first place.
+    """
+    p = {"run_id": run_id, "after_step": -1 if after_step is None else after_step}
+    counts = {
+        name: session.execute(sqlfiles.load(f"queries/rollback_{name}"), p).rowcount
+        for name in ("groups", "experiences", "metrics", "steps", "policy_versions")  # order matters: FKs
+    }
+    return RollbackResult(**counts)

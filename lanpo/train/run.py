@@ -1,0 +1,93 @@
+"""The training run in the store: its dataset, the relevance scorer inter mode reads, and the run itself (created
+with its pool, or resumed after its last committed step with anything newer rolled back).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from lanpo.config import to_mapping
+from lanpo.db.repo import contexts as contexts_repo
+from lanpo.db.repo import pools as pools_repo
+from lanpo.db.repo import problems as problems_repo
+from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo import steps as steps_repo
+from lanpo.db.repo.pools import PoolRow
+from lanpo.errors import ConfigError, InputError
+from lanpo.train.config import DataConfig, TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+def ensure_dataset(session: Session, data: DataConfig) -> list[int]:
+    """Problem ids of `data.dataset`, generating it from reasoning-gym first when empty and `data.task` is set."""
+    if data.dataset in problems_repo.known_datasets(session):
+        ids = problems_repo.problem_ids(session, data.dataset)
+        if ids:
+            return ids
+    if not data.task:
+        raise InputError(
+            f"dataset {data.dataset!r} has no problems",
+            hint=f"import one (`lanpo data import FILE --dataset {data.dataset}`) or set data.task to generate it",
+        )
+    from lanpo.data.generate import generate_problems
+    from lanpo.data.importer import parse_line
+
+    records = generate_problems(data.task, n=data.n, seed=data.seed, options=dict(data.task_options))
+    problems_repo.upsert_problems(session, data.dataset, [parse_line(json.dumps(r)) for r in records])
+    return problems_repo.problem_ids(session, data.dataset)
+
+
+def resolve_scorer(session: Session, scorer: str | None) -> str | None:
+    """The relevance scorer inter mode reads: the configured one, or the only one present (None: none yet)."""
+    if scorer:
+        return scorer
+    found = contexts_repo.scorers(session)
+    if len(found) > 1:
+        raise ConfigError(
+            f"feedback.scorer is unset and relevance_scores holds several scorers ({', '.join(found)})",
+            hint="set feedback.scorer to one of them",
+        )
+    return found[0] if found else None
+
+
+@dataclass
+class RunStart:
+    run_id: int
+    pool: PoolRow  # the experience pool the run reads and writes
+    last_step: int | None  # last committed step (None: nothing committed yet, start from scratch)
+    checkpoint: str | None
+    adapter_sha256: str | None
+
+
+def open_run(session: Session, cfg: TrainConfig, model_name: str, resume: bool) -> RunStart:
+    """Create the run and its pool, or (resume) find it, roll back its uncommitted rows and say where to continue."""
+    run = runs_repo.find_run(session, cfg.run_name)
+    if run is None:
+        pool = pools_repo.ensure_pool(session, cfg.pool_name(), cfg.store)
+        run = runs_repo.create_run(session, cfg.run_name, "train", to_mapping(cfg), model_name, pool_id=pool.id)
+        return RunStart(run.id, pool, None, None, None)
+    if not resume:
+        raise ConfigError(
+            f"a run named {cfg.run_name!r} already exists",
+            hint="pass --resume to continue it, or set run_name (e.g. `--set run_name=NEW`) for a new run",
+        )
+    pool = pools_repo.ensure_pool(session, cfg.pool_name(), cfg.store)
+    if run.pool_id != pool.id:
+        raise ConfigError(
+            f"run {cfg.run_name!r} writes pool #{run.pool_id}, but this config names pool {pool.name!r}",
+            hint="resume with the [store] settings the run started with",
+        )
+    last = steps_repo.last_committed_step(session, run.id)
+    rolled = steps_repo.rollback_uncommitted(session, run.id, last)
+    if rolled.groups or rolled.steps or rolled.experiences:
+        log.warning("resume: rolled back uncommitted rows after step %s: %s", last, rolled)
+    runs_repo.reopen_run(session, run.id)
+    if last is None:
+        return RunStart(run.id, pool, None, None, None)
+    state = steps_repo.committed_step(session, run.id, last)
+    return RunStart(run.id, pool, last, state.checkpoint, state.adapter_sha256)

@@ -1,0 +1,44 @@
+"""What a step works on, reproducibly: seeds, the problems of each step, and which prompts ask for feedback.
+
+Everything here is a pure function of (seed, step): a resumed run sees the same batches, modes and seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def mix_seed(*parts: int | str) -> int:
+    """A stable 63-bit seed from parts (Python's hash() is salted per process; this is not)."""
+    digest = hashlib.sha256("|".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def batch_problem_ids(all_ids: Sequence[int], batch_size: int, seed: int, step: int) -> list[int]:
+    """The problems of `step` (1-based): epochs of seeded permutations, so a resumed run sees the same batches."""
+    n = len(all_ids)
+    out = []
+    for i in range((step - 1) * batch_size, step * batch_size):
+        epoch, pos = divmod(i, n)
+        order = np.random.default_rng(mix_seed(seed, "epoch", epoch)).permutation(n)
+        out.append(int(all_ids[order[pos]]))
+    return out
+
+
+def choose_modes(problem_ids: Sequence[int], mode: str, p_t: float, seed: int, step: int) -> list[str]:
+    """Per problem: a feedback mode with probability p_t (intra / inter, or either for `both`), else zero_shot."""
+    rng = np.random.default_rng(mix_seed(seed, "modes", step))
+    out = []
+    for _ in problem_ids:
+        use_feedback = rng.random() < p_t
+        pick_inter = rng.random() < 0.5
+        if mode == "none" or not use_feedback:
+            out.append("zero_shot")
+        elif mode == "both":
+            out.append("inter" if pick_inter else "intra")
+        else:
+            out.append(mode)
+    return out

@@ -1,0 +1,2 @@
+-- The policy version of (run, step).
+SELECT id FROM policy_versions WHERE run_id = :run_id AND step = :step

@@ -1,0 +1,105 @@
+"""What each rank runs in tests/train/test_multirank.py (spawned processes import it by name), and the single-
+process side it is compared with. Everything is deterministic from fixed seeds, so every rank builds the same
+model and the same global batch and then keeps its strided share, as the trainer does."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as torch_dist
+
+from lanpo.train.batch import build_batch
+from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig, SFTConfig, TrainConfig
+from lanpo.train.dist import Dist
+from lanpo.train.policy import load_policy
+from lanpo.train.update import cosine_schedule, update_policy
+
+PROMPTS, N = 16, 2  # 16 prompts x 2 rollouts = 32 sequences
+GRPO = GRPOConfig(learning_rate=1e-2, warmup_ratio=0.0, beta=0.05, minibatch_size=16, micro_batch_size=3)
+
+
+def policy() -> tuple[Any, Any]:
+    """The tiny policy with its LoRA B perturbed (so A gets a gradient too), the same in every process."""
+    torch.set_num_threads(1)
+    model, tokenizer = load_policy(ModelConfig(name="tiny-random", threads=1), LoraConfig(r=4, alpha=8), seed=0)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.1)
+    return model, tokenizer
+
+
+def global_rollouts() -> tuple[list[list[int]], list[list[int]], torch.Tensor]:
+    """PROMPTS x N sequences (prompt ids, completion ids) of uneven lengths, and group-centred advantages."""
+    generator = torch.Generator().manual_seed(2)
+    prompts, completions = [], []
+    for _ in range(PROMPTS):
+        prompt = torch.randint(5, 90, (int(torch.randint(3, 9, (1,), generator=generator)),), generator=generator)
+        for _ in range(N):
+            length = int(torch.randint(1, 7, (1,), generator=generator))
+            prompts.append(prompt.tolist())
+            completions.append(torch.randint(5, 90, (length,), generator=generator).tolist())
+    advantages = torch.randn(PROMPTS, N, generator=generator)
+    return prompts, completions, (advantages - advantages.mean(dim=1, keepdim=True)).flatten()
+
+
+def share(rank: int, world: int) -> list[int]:
+    """Sequence indices of the prompts rank `rank` takes (r, r + W, ...), group by group."""
+    return [p * N + j for p in range(rank, PROMPTS, world) for j in range(N)]
+
+
+def grpo_update(rank: int, world: int, ddp: bool) -> tuple[dict[str, torch.Tensor], int]:
+    """One GRPO update on this rank's share; returns the trainable weights and the optimizer steps taken."""
+    model, _ = policy()
+    prompts, completions, advantages = global_rollouts()
+    mine = share(rank, world)
+    batch = build_batch([prompts[i] for i in mine], [completions[i] for i in mine], 0, torch.device("cpu"))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=GRPO.learning_rate)
+    scheduler = cosine_schedule(optimizer, 10, 0.0)
+    dist = Dist(rank=rank, world=world)
+    wrapped = dist.wrap(model) if ddp else None
+    update_policy(model, optimizer, scheduler, batch, advantages[mine], GRPO, seed=0, dist=dist, ddp=wrapped)
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, scheduler.last_epoch
+
+
+SFT_PAIRS = [
+    {"messages": [{"role": "user", "content": f"What is {a} + {b}?"}, {"role": "assistant", "content": str(a + b)}]}
+    for a, b in [(1, 2), (3, 4), (10, 7), (2, 2), (5, 9), (8, 1), (6, 6), (4, 11), (7, 3)]
+]  # 9 pairs: batches of 4, 4 and 1 (a rank without a pair of its own in the last one)
+
+
+def sft_config(out: Path) -> TrainConfig:
+    return TrainConfig(
+        run_name="sft-ranks",
+        output_dir=str(out),
+        model=ModelConfig(name="tiny-random", threads=1),
+        lora=LoraConfig(r=4, alpha=8),
+        sft=SFTConfig(enabled=True, learning_rate=5e-3, epochs=2, batch_size=4, max_length=64),
+    )
+
+
+def sft(rank: int, world: int, out: Path, ddp: bool) -> tuple[dict[str, torch.Tensor], list[float]]:
+    from lanpo.train.sft import run_sft
+
+    model, tokenizer = policy()
+    dist = Dist(rank=rank, world=world)
+    result = run_sft(
+        sft_config(out), SFT_PAIRS, policy=(model, tokenizer), dist=dist, ddp=dist.wrap(model) if ddp else None
+    )
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, result.losses
+
+
+def worker(rank: int, world: int, store: str, job: str, out: str) -> None:
+    """A spawned rank: join the gloo group, run `job`, rank 0 saves what it got to `out`."""
+    os.environ.update(MASTER_ADDR="127.0.0.1")
+    torch_dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        result = grpo_update(rank, world, ddp=True) if job == "grpo" else sft(rank, world, Path(out).parent, ddp=True)
+        if rank == 0:
+            torch.save(result, out)
+    finally:
+        torch_dist.destroy_process_group()
