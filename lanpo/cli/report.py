@@ -42,6 +42,8 @@ def command(names: tuple[str, ...], out_dir: Path | None, band: str, baseline: s
     report.md embedding them with the final table in the paper's Table 1 shape, and table.csv. A name is a run
     or an experiment; `run:NAME` or `experiment:NAME` says which when a name is both.
     """
+    import sqlalchemy as sa
+
     from lanpo.config import lanpo_home
     from lanpo.db.engine import connect, transaction
     from lanpo.report.build import read_report, write_report
@@ -49,6 +51,8 @@ def command(names: tuple[str, ...], out_dir: Path | None, band: str, baseline: s
 
     out = check_out_dir(out_dir if out_dir is not None else lanpo_home() / "reports" / names[0].replace("/", "_"))
     with transaction(connect()) as session:
+        # one snapshot: a run that commits a step meanwhile is read as it was, not half before and half after
+        session.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
         data = read_report(session, names, baseline)
     line = shlex.join(["lanpo", "report", *names, "--out", str(out), "--band", band])
     result = write_report(data, out, band, line)  # type: ignore[arg-type]
