@@ -334,6 +334,24 @@ CASES: list[Case] = [
     *numbers(("demo",), "--steps", "0"),
     *numbers(("demo",), "--n-train", "1"),
     *numbers(("demo",), "--n-test", "0"),
+    # report NAMES --out --band --baseline
+    *rows(
+        "unknown",
+        (("report", "nosuch"), "no run or experiment named 'nosuch'"),
+        (("report", "experiment:taken"), "no run or experiment named 'experiment:taken'"),
+        (("report", "takne", "--out", "{tmp}/r"), "did you mean taken?"),
+    ),
+    *rows(
+        "range",
+        (("report", "taken", "--out", "{tmp}/r"), "taken: no metrics recorded yet"),
+        (("report", "taken", "--out", "{tmp}"), "holds files that are not a lanpo report"),
+    ),
+    *rows(
+        "type",
+        (("report",), "missing argument 'RUN|EXPERIMENT...'"),
+        (("report", "taken", "--out", "{file}"), "is a file, not a folder"),
+        (("report", "taken", "--band", "wide"), "'wide' is not one of 'minmax', 'std'"),
+    ),
 ]
 
 

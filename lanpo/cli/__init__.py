@@ -28,6 +28,7 @@ COMMAND_MODULES = {
     "eval": "lanpo.cli.eval",
     "train": "lanpo.cli.train",
     "sft": "lanpo.cli.sft",
+    "report": "lanpo.cli.report",
 }
 
 
@@ -57,6 +58,7 @@ def cli(verbose: int) -> None:
       lanpo data import p.jsonl --dataset chain_sum
       lanpo train --config train/configs/demo-cpu.toml
       lanpo sql "SELECT * FROM run_rewards"
+      lanpo report demo-cpu --out report/     # figures + report.md from the store
       lanpo infer --mode retrieval --input q.jsonl --out a.jsonl
 
     The database is $LANPO_DATABASE_URL when set, else an embedded Postgres under $LANPO_HOME (~/.lanpo).

@@ -1,0 +1,278 @@
+"""The figure catalogue: which `run_metrics` names each figure of a report draws, panel by panel.
+
+A figure is a list of panels; a panel holds curves, each read from one run's metrics (a metric as recorded, or
+derived from several, like the share of rollouts that were served feedback). Panels whose curves have no data in
+any run are left out and named in report.md; a figure left without panels is not drawn. Figures whose panels
+depend on what was recorded (validation datasets, MEL, missed-feedback reasons) discover the names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from lanpo.prompts import FEEDBACK_MODES, MODES
+from lanpo.report.series import RunData, Series, derived
+
+Getter = Callable[[RunData], Series | None]
+
+PHASES = ("context", "generate", "reward", "summarize", "prepare", "ref_logp", "update", "gather", "checkpoint")
+PHASES_LAST = ("db_write",)
+NOT_PHASES = ("step", "cpu_step", "pool_share")  # time/* metrics that are not a phase of the step
+MODE_TITLES = {"zero_shot": "zero-shot", "intra": "intra", "inter": "inter"}
+VAL_MEAN = re.compile(r"^val/(?P<dataset>.+)/mean@(?P<k>\d+)$")
+
+
+@dataclass(frozen=True)
+class Curve:
+    get: Getter
+    reads: tuple[str, ...]  # the metric names it is made of (what report.md says is missing)
+    label: str = ""  # legend entry when a panel holds several curves (drawn solid, dashed, dash-dotted, ...)
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    curves: tuple[Curve, ...]
+    ylabel: str = ""
+    kind: str = "line"  # line: value per step | bars: one bar per curve, its mean over steps
+    reference: Callable[[RunData], float | None] | None = None  # a dotted level per line, e.g. the p_t asked for
+    reference_label: str = ""
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(name for c in self.curves for name in c.reads))
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    name: str  # file stem: <name>.png
+    title: str
+    about: str  # one line in report.md: what it shows and from which metrics
+    panels: Callable[[Sequence[RunData]], list[Panel]]
+    pattern: str  # the metric names it draws, for "not recorded by this run"
+
+
+def metric(name: str, label: str = "") -> Curve:
+    return Curve(lambda run: run.metrics.get(name), (name,), label)
+
+
+def single(title: str, name: str, ylabel: str = "") -> Panel:
+    return Panel(title, (metric(name),), ylabel)
+
+
+def total(run: RunData, names: Sequence[str]) -> Series | None:
+    """The sum of the count metrics `names` on every step any of them has (a count not recorded there is 0)."""
+    found = [run.metrics[n] for n in names if n in run.metrics]
+    if not found:
+        return None
+    steps = np.unique(np.concatenate([s.steps for s in found]))
+    values = np.zeros(len(steps))
+    for s in found:
+        values[np.searchsorted(steps, s.steps)] += np.nan_to_num(s.values)
+    return Series(steps, values)
+
+
+def served_share(run: RunData) -> Series | None:
+    """Share of the step's rollouts that carried a feedback context (count/<mode> are rollouts actually served)."""
+    served, every = total(run, [f"count/{m}" for m in FEEDBACK_MODES]), total(run, [f"count/{m}" for m in MODES])
+    return None if served is None or every is None else derived(served, every, "div")
+
+
+def asked_share(run: RunData) -> Series | None:
+    """Share of the step's prompts that asked for feedback: feedback/asked/* over rollouts / group size."""
+    asked, every = (
+        total(run, [f"feedback/asked/{m}" for m in FEEDBACK_MODES]),
+        total(run, [f"count/{m}" for m in MODES]),
+    )
+    n = run.run.group_size
+    if asked is None or every is None or not n:
+        return None
+    return derived(asked, Series(every.steps, every.values / n), "div")
+
+
+def served_per_asked(mode: str) -> Curve:
+    def get(run: RunData) -> Series | None:
+        served, asked = run.metrics.get(f"feedback/served/{mode}"), run.metrics.get(f"feedback/asked/{mode}")
+        return None if served is None or asked is None else derived(served, asked, "div")
+
+    return Curve(get, (f"feedback/served/{mode}", f"feedback/asked/{mode}"), mode)
+
+
+def names_matching(runs: Sequence[RunData], prefix: str) -> list[str]:
+    return sorted({name for r in runs for name in r.metrics if name.startswith(prefix)})
+
+
+def validation_keys(runs: Sequence[RunData]) -> dict[str, int]:
+    """dataset -> k of its mean@k (the largest k recorded when there are several)."""
+    out: dict[str, int] = {}
+    for name in names_matching(runs, "val/"):
+        match = VAL_MEAN.match(name)
+        if match:
+            out[match["dataset"]] = max(out.get(match["dataset"], 0), int(match["k"]))
+    return dict(sorted(out.items()))
+
+
+def val_average(keys: dict[str, int]) -> Getter:
+    """Per run: the unweighted mean over datasets of mean@k, on the steps every dataset was validated."""
+
+    def get(run: RunData) -> Series | None:
+        found = [run.metrics.get(f"val/{d}/mean@{k}") for d, k in keys.items()]
+        series = [s for s in found if s is not None]
+        if not series or len(series) < len(found):
+            return None
+        steps = sorted(set.intersection(*(set(s.steps.tolist()) for s in series)))
+        return Series.of(steps, [float(np.mean([s.at(x) for s in series])) for x in steps])
+
+    return get
+
+
+def _validation(runs: Sequence[RunData]) -> list[Panel]:
+    keys = validation_keys(runs)
+    panels = [single(f"{d}: mean@{k}", f"val/{d}/mean@{k}", "mean@k") for d, k in keys.items()]
+    if len(keys) > 1:
+        reads = tuple(f"val/{d}/mean@{k}" for d, k in keys.items())
+        panels.append(Panel("average over datasets", (Curve(val_average(keys), reads),), "mean@k"))
+    return panels
+
+
+def _validation_detail(runs: Sequence[RunData]) -> list[Panel]:
+    names = names_matching(runs, "val/")
+    passes = [n for n in names if re.match(r"^val/.+/pass@\d+$", n)]
+    formats = [n for n in names if n.endswith("/format")]
+    return [single(n.removeprefix("val/").replace("/", ": "), n) for n in passes + formats]
+
+
+def _feedback(runs: Sequence[RunData]) -> list[Panel]:
+    share = Panel(
+        "feedback share: served vs asked",
+        (
+            Curve(served_share, tuple(f"count/{m}" for m in MODES), "served (rollouts)"),
+            Curve(asked_share, tuple(f"feedback/asked/{m}" for m in FEEDBACK_MODES), "asked (prompts)"),
+        ),
+        "share",
+        reference=lambda run: run.run.asked_p_t,
+        reference_label="p_t asked for",
+    )
+    per_mode = Panel("served per asked, by mode", tuple(served_per_asked(m) for m in FEEDBACK_MODES), "share")
+    missed = [
+        Curve(metric(n).get, (n,), n.removeprefix("feedback/missed/"))
+        for n in names_matching(runs, "feedback/missed/")
+    ]
+    return [share, per_mode] + ([Panel("missed contexts, by reason", tuple(missed), "prompts")] if missed else [])
+
+
+def _time(runs: Sequence[RunData]) -> list[Panel]:
+    recorded = {n.removeprefix("time/") for n in names_matching(runs, "time/")} - set(NOT_PHASES)
+    order = [p for p in PHASES if p in recorded] + sorted(recorded - set(PHASES) - set(PHASES_LAST))
+    order += [p for p in PHASES_LAST if p in recorded]
+    phases = Panel("mean seconds per phase", tuple(metric(f"time/{p}", p) for p in order), "seconds", kind="bars")
+    step = Panel("seconds per step", (metric("time/step", "wall"), metric("time/cpu_step", "CPU")), "seconds")
+    return [phases, step, single("pool's share of the step", "time/pool_share", "share")]
+
+
+def _each(prefix: str) -> Callable[[Sequence[RunData]], list[Panel]]:
+    return lambda runs: [single(n.removeprefix(prefix), n) for n in names_matching(runs, prefix)]
+
+
+def _by_mode(what: str) -> Callable[[Sequence[RunData]], list[Panel]]:
+    return lambda runs: (
+        [single("all modes", f"{what}/mean", what)] + [single(MODE_TITLES[m], f"{what}/{m}", what) for m in MODES]
+    )
+
+
+def _fixed(*panels: Panel) -> Callable[[Sequence[RunData]], list[Panel]]:
+    return lambda runs: list(panels)
+
+
+CATALOGUE: tuple[FigureSpec, ...] = (
+    FigureSpec(
+        "reward",
+        "Reward per step",
+        "mean reward of the step's rollouts, overall and by mode",
+        _by_mode("reward"),
+        "reward/mean, reward/<mode>",
+    ),
+    FigureSpec(
+        "accuracy",
+        "Accuracy per step",
+        "share of correct rollouts, overall and by mode",
+        _by_mode("accuracy"),
+        "accuracy/mean, accuracy/<mode>",
+    ),
+    FigureSpec(
+        "validation",
+        "Validation mean@k",
+        "held-out mean@k per dataset (step 0: before any update)",
+        _validation,
+        "val/<dataset>/mean@<k>",
+    ),
+    FigureSpec(
+        "validation_detail",
+        "Validation pass@k and format",
+        "held-out pass@k and boxed-answer rate",
+        _validation_detail,
+        "val/<dataset>/pass@<k>, val/<dataset>/format",
+    ),
+    FigureSpec(
+        "response_length",
+        "Response length",
+        "completion tokens, truncated share and format rate",
+        _fixed(
+            single("mean response length", "response_len/mean", "tokens"),
+            single("truncated at max_new_tokens", "response_len/truncated", "share"),
+            single("format rate", "format/rate", "share"),
+        ),
+        "response_len/mean, response_len/truncated, format/rate",
+    ),
+    FigureSpec(
+        "policy",
+        "KL, entropy and clip fraction",
+        "k3 KL to the reference, token entropy, clipped share",
+        _fixed(single("KL to reference", "kl"), single("entropy", "entropy"), single("clip fraction", "clip_frac")),
+        "kl, entropy, clip_frac",
+    ),
+    FigureSpec(
+        "optimizer",
+        "Loss and optimiser",
+        "loss, gradient norm, learning rate, zero-spread share",
+        _fixed(
+            single("loss", "loss"),
+            single("grad norm", "grad_norm"),
+            single("learning rate", "lr"),
+            single("rollouts with zero advantage", "groups/zero_spread", "share"),
+        ),
+        "loss, grad_norm, lr, groups/zero_spread",
+    ),
+    FigureSpec(
+        "feedback",
+        "Feedback served against p_t",
+        "share of rollouts served a context vs the p_t asked for",
+        _feedback,
+        "count/<mode>, feedback/asked|served/<mode>, feedback/missed/<reason>",
+    ),
+    FigureSpec(
+        "pool",
+        "Experience pool",
+        "active experiences, added and evicted per step, summaries written",
+        _fixed(
+            single("active", "pool/active", "experiences"),
+            single("added", "pool/added", "per step"),
+            single("evicted", "pool/evicted", "per step"),
+            single("summaries", "pool/summaries", "per step"),
+        ),
+        "pool/active, pool/added, pool/evicted, pool/summaries",
+    ),
+    FigureSpec(
+        "time",
+        "Seconds per phase",
+        "wall seconds of each phase of a step (mean over steps)",
+        _time,
+        "time/<phase>, time/step, time/cpu_step, time/pool_share",
+    ),
+    FigureSpec("mel", "Meta-experience learning", "MEL pairs, validation, replay and NLL", _each("mel/"), "mel/*"),
+    FigureSpec("engine", "Rollout engine", "vLLM against trainer log-probs", _each("engine/"), "engine/*"),
+)

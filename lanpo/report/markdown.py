@@ -1,0 +1,120 @@
+"""report.md: the runs, the Table 1-shaped results, every figure embedded, and what was not recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from lanpo.report.figures import FigureSpec, Panel
+from lanpo.report.output import MARKER
+from lanpo.report.series import BAND_LABELS, Band, Line
+from lanpo.report.table import ResultTable
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A figure of the catalogue and what became of it: its panels with data, and those without."""
+
+    spec: FigureSpec
+    kept: list[Panel]
+    missing: list[Panel]
+
+    @property
+    def file(self) -> str | None:
+        return f"{self.spec.name}.png" if self.kept else None
+
+
+def report_markdown(
+    title: str,
+    command: str,
+    written_at: datetime,
+    lines: Sequence[Line],
+    table: ResultTable,
+    drawn: Sequence[Drawn],
+    unplotted: Sequence[str],
+    band: Band,
+) -> str:
+    runs = [r for line in lines for r in line.runs]
+    these = "this run" if len(runs) == 1 else "these runs"
+    out = [
+        MARKER,
+        f"# lanpo report: {title}",
+        "",
+        f"Written by `{command}` at {written_at:%Y-%m-%d %H:%M:%S %Z} from the lanpo store, the source of truth: "
+        "every number here is read from `runs`, `run_metrics` and the stored attempts.",
+    ]
+    if any(line.seeds > 1 for line in lines):
+        out.append(
+            f"A line over several seeds is their mean at each step; its shaded band is the {BAND_LABELS[band]}."
+        )
+    out += ["", "## Runs", "", "| run | experiment | arm | seed | feedback | p_t asked | status | last step |"]
+    out.append("| --- | --- | --- | ---: | --- | ---: | --- | ---: |")
+    for r in runs:
+        info = r.run
+        cells = [
+            info.name,
+            info.experiment,
+            info.arm,
+            info.seed,
+            info.feedback_mode,
+            info.p_t,
+            info.status,
+            info.last_step,
+        ]
+        out.append("| " + " | ".join("-" if c is None else str(c) for c in cells) + " |")
+    notes = [f"- {r.run.name}: {note}" for r in runs for note in r.notes]
+    out += ["", *notes] if notes else []
+    out += ["", "## Results", "", *_results(table, these)]
+    out += ["", "## Figures"]
+    for d in drawn:
+        if d.file is None:
+            continue
+        out += ["", f"### {d.spec.title}", "", f"{d.spec.about}.", "", f"![{d.spec.title}]({d.file})"]
+        if d.missing:
+            gaps = "; ".join(f"{p.title} ({', '.join(p.reads)})" for p in d.missing)
+            out += ["", f"Panels left out, not recorded by {these}: {gaps}."]
+    absent = [d for d in drawn if d.file is None]
+    if absent:
+        out += ["", f"## Not recorded by {these}", ""]
+        out += [
+            f"- {d.spec.title} (`{d.spec.name}.png`, from {d.spec.pattern}): not recorded by {these}." for d in absent
+        ]
+    if unplotted:
+        out += ["", "Recorded but in no figure: " + ", ".join(f"`{n}`" for n in unplotted) + "."]
+    return "\n".join(out) + "\n"
+
+
+def _results(table: ResultTable, these: str) -> list[str]:
+    if not table.datasets:
+        return [
+            f"No validation was recorded by {these} (`val/<dataset>/mean@<k>` metrics or `val` attempts), so the "
+            "Table 1-shaped results are empty."
+        ]
+    ks = sorted(set(table.ks.values()))
+    k = f"mean@{ks[0]}" if len(ks) == 1 else "mean@k"
+    out = [
+        f"**Held-out {k} at the last validated step**, in percent: mean ± sample std (ddof=1) over seeds; "
+        "Average = each run's unweighted mean over the datasets, then over seeds.",
+        "",
+        table.to_markdown("final"),
+    ]
+    steps = [f"{r.label}: {', '.join(map(str, r.final_steps))}" for r in table.rows if r.final_steps]
+    out += [f"Last validated step per run — {'; '.join(steps)}.", ""]
+    start = table.to_markdown("start")
+    out += ["**At step 0, before any update**", "", start] if start else [f"No step-0 validation by {these}.", ""]
+    diff = table.to_markdown("diff")
+    if diff:
+        out += [
+            "**Paired difference against the baseline arm**, in percentage points: for each seed, the arm's value "
+            "minus the baseline's for the same seed, at the last validated step; mean ± sample std over the pairs.",
+            "",
+            diff,
+        ]
+    elif any(r.line.experiment for r in table.rows):
+        out += [
+            "No paired difference: no baseline arm (an arm named `grpo`, one without feedback, or `--baseline`).",
+            "",
+        ]
+    out.append("The same numbers, as fractions with each seed's value: `table.csv`.")
+    return out

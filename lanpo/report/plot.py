@@ -1,0 +1,127 @@
+"""Drawing: panels and lines in, a matplotlib Figure out; no pyplot, no display, no global state.
+
+A `Figure` built directly renders with the Agg canvas when saved as PNG, so reports draw on a headless machine
+and in threads. One colour per line (a run, or an arm), one line style per curve of a panel; a line over several
+seeds is its mean with a shaded band (min–max or ±1 std). Steps with a single point get markers, so that a
+validation curve with two points (step 0 and the last step) still shows.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+
+from lanpo.report.figures import Curve, Panel
+from lanpo.report.series import BAND_LABELS, Aggregate, Band, Line, band
+
+MARKERS_UP_TO = 30  # points per curve below which every point gets a marker
+STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))  # one per curve of a panel; dotted is the reference level
+
+
+def curve_of(curve: Curve, line: Line, kind: Band) -> Aggregate | None:
+    """The curve over the line's runs (None when none of them recorded it)."""
+    found = [s for s in (curve.get(r) for r in line.runs) if s is not None and s.has_data()]
+    return band(found, kind) if found else None
+
+
+def has_data(panel: Panel, lines: Sequence[Line]) -> bool:
+    return any(curve_of(c, line, "minmax") is not None for c in panel.curves for line in lines)
+
+
+def draw(title: str, panels: Sequence[Panel], lines: Sequence[Line], kind: Band = "minmax") -> Figure:
+    """One figure: a grid of `panels`, each line in its colour, its band shaded when it spans several seeds."""
+    cols = 1 if len(panels) == 1 else 2 if len(panels) in (2, 4) else 3
+    rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(4.8 * cols, 3.3 * rows + 0.9), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax, panel in zip(axes, panels, strict=False):
+        if panel.kind == "bars":
+            _bars(ax, panel, lines, kind)
+        else:
+            _lines(ax, panel, lines, kind)
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_ylabel(panel.ylabel, fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    banded = any(line.seeds > 1 for line in lines)
+    fig.suptitle(title + (f"  (mean over seeds; band: {BAND_LABELS[kind]})" if banded else ""), fontsize=11)
+    handles = [Line2D([], [], color=_colour(i), linewidth=2) for i in range(len(lines))]
+    labels = [f"{line.label} (n={line.seeds})" if line.seeds > 1 else line.label for line in lines]
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(lines), 4), fontsize=9, frameon=False)
+    return fig
+
+
+def png_bytes(fig: Figure, dpi: int = 100) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+def _colour(index: int) -> str:
+    return f"C{index % 10}"
+
+
+def _lines(ax: Axes, panel: Panel, lines: Sequence[Line], kind: Band) -> None:
+    drawn: set[int] = set()  # curves with data, for the legend of line styles
+    for i, line in enumerate(lines):
+        for j, curve in enumerate(panel.curves):
+            agg = curve_of(curve, line, kind)
+            if agg is None:
+                continue
+            drawn.add(j)
+            marker = "o" if np.isfinite(agg.mean).sum() <= MARKERS_UP_TO else None
+            style = STYLES[j % len(STYLES)]
+            ax.plot(agg.steps, agg.mean, linestyle=style, color=_colour(i), marker=marker, markersize=3, linewidth=1.5)
+            if line.seeds > 1:
+                ax.fill_between(agg.steps, agg.low, agg.high, color=_colour(i), alpha=0.2, linewidth=0)
+        level = _reference(panel, line)
+        if level is not None:
+            ax.axhline(level, color=_colour(i), linestyle=":", linewidth=1.2)
+    ax.set_xlabel("step", fontsize=9)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    styled = sorted(drawn) if len(panel.curves) > 1 else []
+    keys = [Line2D([], [], color="0.3", linestyle=STYLES[j % len(STYLES)]) for j in styled]
+    names = [panel.curves[j].label for j in styled]
+    if panel.reference is not None and any(_reference(panel, line) is not None for line in lines):
+        keys.append(Line2D([], [], color="0.3", linestyle=":"))
+        names.append(panel.reference_label)
+    if keys:
+        ax.legend(keys, names, fontsize=7, loc="best")
+
+
+def _reference(panel: Panel, line: Line) -> float | None:
+    if panel.reference is None:
+        return None
+    levels = [v for v in (panel.reference(r) for r in line.runs) if v is not None and math.isfinite(v)]
+    return sum(levels) / len(levels) if levels else None
+
+
+def _bars(ax: Axes, panel: Panel, lines: Sequence[Line], kind: Band) -> None:
+    """One group of bars per curve (e.g. a phase): each line's mean over steps, then over seeds, with its band."""
+    width = 0.8 / max(len(lines), 1)
+    x = np.arange(len(panel.curves))
+    for i, line in enumerate(lines):
+        heights, low, high = [], [], []
+        for curve in panel.curves:
+            per_run = [float(np.nanmean(s.values)) for s in (curve.get(r) for r in line.runs) if s and s.has_data()]
+            mean = float(np.mean(per_run)) if per_run else np.nan
+            if kind == "std" and len(per_run) > 1:
+                spread = float(np.std(per_run, ddof=1))
+                lo, hi = mean - spread, mean + spread
+            else:
+                lo, hi = (min(per_run), max(per_run)) if per_run else (np.nan, np.nan)
+            heights.append(mean)
+            low.append(mean - lo)
+            high.append(hi - mean)
+        errors = np.clip(np.nan_to_num(np.array([low, high])), 0, None) if line.seeds > 1 else None  # (2, P)
+        ax.bar(x + (i - (len(lines) - 1) / 2) * width, heights, width, yerr=errors, color=_colour(i), capsize=2)
+    ax.set_xticks(x, [c.label for c in panel.curves], rotation=40, ha="right", fontsize=8)

@@ -1,0 +1,25 @@
+-- Validation recounted from the stored `val` attempts of the runs :run_ids, per (run, step, dataset):
+-- mean@k = mean over problems of the share of a problem's samples that are correct; pass@k = share of problems
+-- with at least one correct sample; format = share of samples with format_ok; k = most samples of one problem.
+-- An ungraded sample (correct NULL) counts as wrong, as in eval_mean_at_k.
+WITH per_problem AS (
+    SELECT g.run_id, g.step, p.dataset, g.problem_id,
+           avg(CAST(coalesce(a.correct, false) AS integer)) AS share_correct,
+           bool_or(coalesce(a.correct, false)) AS solved,
+           sum(CAST(coalesce(a.format_ok, false) AS integer)) AS formatted,
+           count(*) AS samples
+    FROM attempts AS a
+    JOIN rollout_groups AS g ON g.id = a.group_id
+    JOIN problems AS p ON p.id = g.problem_id
+    WHERE g.mode = 'val' AND g.step IS NOT NULL AND g.run_id = ANY(CAST(:run_ids AS bigint[]))
+    GROUP BY g.run_id, g.step, p.dataset, g.problem_id
+)
+SELECT run_id, step, dataset,
+       avg(share_correct) AS mean_at_k,
+       avg(CAST(solved AS integer)) AS pass_at_k,
+       CAST(sum(formatted) AS float8) / sum(samples) AS format_rate,
+       max(samples) AS k,
+       count(*) AS problems
+FROM per_problem
+GROUP BY run_id, step, dataset
+ORDER BY run_id, dataset, step
