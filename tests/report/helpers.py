@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo import steps as steps_repo
 from lanpo.train.record import GroupRecord, RolloutRecord, rollout_metrics
 from lanpo.train.update import UpdateStats
 
@@ -107,7 +108,7 @@ def write_run(session: Session, run_id: int, arm: str, seed_index: int, mode: st
         if step % VAL_EVERY == 0:
             metrics |= val_metrics(arm, seed_index, step)
         runs_repo.record_metrics(session, run_id, step, metrics)
-        runs_repo.commit_step(session, run_id, step)
+        steps_repo.commit_step(session, run_id, step)
 
 
 def fill_experiment(session: Session, name: str = "exp") -> dict[tuple[str, int], int]:
