@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -237,6 +238,47 @@ def load_adapter(model: Any, adapter_dir: str | Path, trainable: bool = False) -
 
     path = check_adapter_dir(adapter_dir)
     return PeftModel.from_pretrained(model, str(path), is_trainable=trainable)
+
+
+# An RL adapter trained on top of a start (an SFT adapter merged into the base) says so in this file, next to its
+# weights: loading it onto the plain base would give another policy.
+START_FILE = "lanpo_start.json"
+
+
+def merge_adapter(model: Any, adapter_dir: str | Path) -> tuple[Any, str]:
+    """`model` with a saved LoRA adapter merged into its weights (no adapter left), and that adapter's sha256."""
+    with_adapter = load_adapter(model, adapter_dir)
+    sha = adapter_sha256(with_adapter)
+    return with_adapter.merge_and_unload(), sha
+
+
+def write_start(adapter_dir: str | Path, start: dict[str, Any]) -> None:
+    """Record in an adapter folder the start it was trained on: {"adapter": folder or None, "adapter_sha256": ...}."""
+    Path(adapter_dir, START_FILE).write_text(json.dumps(start, indent=1) + "\n")
+
+
+def read_start(adapter_dir: str | Path) -> dict[str, Any] | None:
+    path = Path(adapter_dir, START_FILE)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def load_adapter_stack(model: Any, adapter_dir: str | Path, trainable: bool = False) -> tuple[Any, str | None]:
+    """Attach a saved adapter to `model`, first merging the start adapter it was trained on (if its folder says so).
+
+    Returns (the PEFT model, the start adapter's sha256 or None). InputError when the start adapter is gone or is
+    not the one the RL adapter was trained on.
+    """
+    start = read_start(adapter_dir)
+    start_sha = None
+    if start and start.get("adapter"):
+        folder = check_adapter_dir(start["adapter"], f"the start adapter {adapter_dir} was trained on")
+        model, start_sha = merge_adapter(model, folder)
+        if start.get("adapter_sha256") not in (None, start_sha):
+            raise InputError(
+                f"the start adapter {folder} changed since {adapter_dir} was trained on it",
+                hint="restore the start adapter the run used (see lanpo_start.json in the adapter folder)",
+            )
+    return load_adapter(model, adapter_dir, trainable=trainable), start_sha
 
 
 def adapter_state(model: Any) -> dict[str, torch.Tensor]:

@@ -187,6 +187,7 @@ class Engine:
                 raise ConfigError("an in-memory model needs its tokenizer (Engine(model, tokenizer=...))")
             self.model_id = model_id or str(getattr(model.config, "name_or_path", "") or "in-memory")
         self.adapter_sha256: str | None = None
+        self.start_sha256: str | None = None  # the start adapter merged into the base under the adapter, if any
         if backend == "hf":
             self._init_hf(model, tokenizer, dtype, device, options)
         elif backend == "vllm":
@@ -213,14 +214,14 @@ class Engine:
             import_vllm()
 
     def _init_hf(self, model: Any, tokenizer: Any, dtype: str | None, device: str | None, options: dict) -> None:
-        from lanpo.models import adapter_sha256, load_adapter, load_causal_lm, prepare_tokenizer
+        from lanpo.models import adapter_sha256, load_adapter_stack, load_causal_lm, prepare_tokenizer
         from lanpo.rollout.hf import HFBackend
 
         if isinstance(model, str):
             model, tokenizer = load_causal_lm(model, dtype=dtype, device=device)
         tokenizer = prepare_tokenizer(tokenizer)
         if self.adapter is not None:
-            model = load_adapter(model, self.adapter)
+            model, self.start_sha256 = load_adapter_stack(model, self.adapter)  # its SFT start merged in first
             self.adapter_sha256 = adapter_sha256(model)
         model.eval()
         self.model, self.tokenizer = model, tokenizer
@@ -244,8 +245,9 @@ class Engine:
     @property
     def scorer_identity(self) -> str:
         """The model id the relevance judge is known by (adapter hash included: other weights, other scores)."""
+        start = f"+{self.start_sha256[:12]}" if self.start_sha256 else ""
         suffix = f"+{self.adapter_sha256[:12]}" if self.adapter_sha256 else ""
-        return f"{self.model_id}{suffix}"
+        return f"{self.model_id}{start}{suffix}"
 
     def scorer(self) -> Any:
         """The relevance judge for retrieval (built on first use); None when `retrieval.scorer = "none"`."""

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from lanpo.errors import InputError
-from lanpo.models import adapter_sha256
+from lanpo.models import adapter_sha256, write_start
 
 STATE_FILE = "trainer_state.pt"
 ADAPTER_DIR = "adapter"
@@ -47,13 +47,21 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(root: Path, step: int, model: Any, optimizer: Any, scheduler: Any) -> tuple[Path, str]:
-    """Write `root/step-NNNNNN` atomically; returns (its path, the adapter's sha256)."""
+def save_checkpoint(
+    root: Path, step: int, model: Any, optimizer: Any, scheduler: Any, start: dict[str, Any] | None = None
+) -> tuple[Path, str]:
+    """Write `root/step-NNNNNN` atomically; returns (its path, the adapter's sha256).
+
+    `start` (the model and start adapter RL began from) goes next to the adapter's weights as `lanpo_start.json`,
+    so `lanpo infer --adapter step-NNNNNN/adapter` rebuilds the same base before attaching it.
+    """
     root.mkdir(parents=True, exist_ok=True)
     final = step_dir(root, step)
     tmp = root / f".{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp / ADAPTER_DIR)
+    if start is not None:
+        write_start(tmp / ADAPTER_DIR, start)
     sha = adapter_sha256(model)
     torch.save(
         {

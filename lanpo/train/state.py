@@ -8,6 +8,7 @@ need by broadcast and load the same adapter weights.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,18 +24,21 @@ from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.pools import PoolRow
-from lanpo.errors import InputError
-from lanpo.models import check_device, check_model_ref
+from lanpo.errors import ConfigError, InputError
+from lanpo.models import adapter_sha256, check_adapter_dir, check_device, check_model_ref, merge_adapter
 from lanpo.paths import output_dir
 from lanpo.rollout import make_backend
 from lanpo.train import checkpoint as ckpt
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist, init_from_env
-from lanpo.train.policy import load_base, load_policy
+from lanpo.train.policy import load_base, set_threads, with_fresh_adapter
 from lanpo.train.run import RunStart, ensure_dataset, open_run, resolve_scorer
 from lanpo.train.update import cosine_schedule, minibatches_per_epoch
+from lanpo.train.validate import ValidationSet, prepare_validation
 
 log = logging.getLogger(__name__)
+
+START_RECORD = "start.json"  # in the run's folder: the model and start adapter RL began from
 
 
 @dataclass
@@ -55,6 +59,8 @@ class Trainer:
     summary_author: str  # experience_versions.author of the lessons it writes
     checkpoint_root: Path
     dist: Dist
+    start: dict[str, Any]  # what RL started from: the model and the start adapter merged into it (START_RECORD)
+    validation: ValidationSet | None  # the held-out problems `eval` validates on (None: eval.every = 0)
 
 
 def updates_per_step(cfg: TrainConfig) -> int:
@@ -66,44 +72,65 @@ def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> No
     """What the store and the disk would refuse, checked before the policy loads (which takes minutes on a CPU)."""
     if not cfg.data.task and cfg.data.dataset not in problems_repo.known_datasets(session):
         ensure_dataset(session, cfg.data)  # raises: no problems and nothing to generate them from
-    if cfg.feedback.mode in ("inter", "both") and cfg.feedback.scorer:
-        contexts_repo.require_scorer(session, cfg.feedback.scorer)
+    if cfg.feedback.mode in ("inter", "both"):
+        if cfg.feedback.scorer:
+            contexts_repo.require_scorer(session, cfg.feedback.scorer)
+        elif not cfg.feedback.allow_empty_inter and not contexts_repo.scorers(session):
+            raise ConfigError(
+                f"feedback.mode = {cfg.feedback.mode} draws inter-sample lessons by relevance, and relevance_scores "
+                "holds no score yet: every inter prompt would go zero-shot",
+                hint=f"lanpo relevance build --dataset {cfg.data.dataset} --scorer MODEL (then set feedback.scorer),"
+                " or set feedback.allow_empty_inter = true",
+            )
     if not resume and runs_repo.find_run(session, cfg.run_name) is not None:
         open_run(session, cfg, cfg.model.name, resume)  # raises: the name is taken, and says what to do
     check_device(None if cfg.model.device == "auto" else cfg.model.device)
     check_model_ref(cfg.model.name, "model.name")
+    if cfg.model.init_adapter:
+        check_adapter_dir(cfg.model.init_adapter, "model.init_adapter")
     output_dir(cfg.checkpoint_root(), "checkpoint folder (output_dir)")
 
 
 def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]:
-    """Load the policy, build optimizer + schedule, create or resume the run; returns (trainer, first step)."""
+    """Load the start and the policy, build optimizer + schedule, create or resume the run.
+
+    Returns (trainer, first step to run).
+    """
     dist = init_from_env()
     cfg.check_world(dist.world)
     if dist.is_main:
         with transaction(engine) as session:
             check_before_loading(session, cfg, resume)
-    model, tokenizer = load_policy(cfg.model, cfg.lora, seed=cfg.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay)
-    scheduler = cosine_schedule(optimizer, cfg.steps * updates_per_step(cfg), cfg.grpo.warmup_ratio)
+    set_threads(cfg.model.threads)
+    base, tokenizer = load_base(cfg.model, cfg.seed)
     root = cfg.checkpoint_root()
 
     shared: dict[str, Any] = {}
     if dist.is_main:
         with transaction(engine) as session:
             problem_ids = ensure_dataset(session, cfg.data)
+            validation = prepare_validation(session, cfg)
             feedback_inter = cfg.feedback.mode in ("inter", "both")
             scorer = resolve_scorer(session, cfg.feedback.scorer) if feedback_inter else None
             start = open_run(session, cfg, cfg.model.name, resume)
-        shared = {"start": start, "ids": problem_ids, "scorer": scorer}
+        shared = {"start": start, "ids": problem_ids, "scorer": scorer, "validation": validation}
     shared = dist.broadcast(shared)
     start = shared["start"]
+    base, start_record = load_start(cfg, engine, start, base, tokenizer, root, dist)
+    model = with_fresh_adapter(base, cfg.lora, cfg.seed)  # RL trains a new adapter on the start
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay)
+    scheduler = cosine_schedule(optimizer, cfg.steps * updates_per_step(cfg), cfg.grpo.warmup_ratio)
     if start.last_step is not None:  # every rank: the committed checkpoint's adapter, optimizer and schedule
         _resume_from(cfg, start, model, optimizer, scheduler, root)
     ddp = dist.wrap(model) if dist.enabled else None  # DDP also broadcasts rank 0's weights once, here
     first = 1 if start.last_step is None else start.last_step + 1
-    if start.last_step is None:
-        _step_zero(cfg, engine, start, model, tokenizer, optimizer, scheduler, root, dist, ddp)
+    if start.last_step is None and dist.is_main:
+        path, sha = ckpt.save_checkpoint(root, 0, model, optimizer, scheduler, start_record)
+        with transaction(engine) as session:
+            pv = steps_repo.add_policy_version(session, start.run_id, 0, sha)
+            steps_repo.commit_step(session, start.run_id, 0, pv, str(path))
+    dist.barrier()
 
     backend = make_backend(cfg.rollout.backend, model, tokenizer)
     summarizer = None
@@ -130,34 +157,56 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
         summary_author=cfg.summarizer.model,  # "policy", or the summariser model's name
         checkpoint_root=root,
         dist=dist,
+        start=start_record,
+        validation=shared["validation"],
     )
     return trainer, first
 
 
-def _step_zero(
-    cfg: TrainConfig,
-    engine: Engine,
-    start: RunStart,
-    model: Any,
-    tokenizer: Any,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    root: Path,
-    dist: Dist,
-    ddp: Any,
-) -> None:
-    """A new run: the SFT warm start (every rank, data-parallel), then rank 0 commits the initial adapter as step 0."""
-    if cfg.sft.enabled and not cfg.model.init_adapter:
+def load_start(
+    cfg: TrainConfig, engine: Engine, start: RunStart, base: Any, tokenizer: Any, root: Path, dist: Dist
+) -> tuple[Any, dict[str, Any]]:
+    """The model RL starts from: `base` with the start adapter merged in (the paper starts RL from its SFT model).
+
+    A new run takes `model.init_adapter`, or trains its own SFT warm start (every rank, data-parallel) when
+    `sft.enabled`; a resumed run merges the adapter its `start.json` names, checked by hash. Returns the model
+    and the start record (also written next to every checkpoint's adapter, so inference rebuilds the same base).
+    """
+    record_path = root / START_RECORD
+    if start.last_step is not None:
+        recorded = json.loads(record_path.read_text()) if record_path.is_file() else {"adapter": None}
+        if not recorded.get("adapter"):
+            return base, recorded
+        merged, sha = merge_adapter(base, recorded["adapter"])
+        if sha != recorded.get("adapter_sha256"):
+            raise InputError(
+                f"the start adapter {recorded['adapter']} changed since this run started from it",
+                hint="restore it, or start a new run_name",
+            )
+        return merged, recorded
+    folder, sha = cfg.model.init_adapter, None
+    if folder is None and cfg.sft.enabled:
         from lanpo.train.sft import run_sft
 
-        warm = run_sft(cfg, None, engine=engine, progress=False, policy=(model, tokenizer), dist=dist, ddp=ddp)
+        sft_model = with_fresh_adapter(base, cfg.lora, cfg.seed)
+        warm = run_sft(
+            cfg, cfg.sft.data, engine=engine, progress=False, policy=(sft_model, tokenizer), dist=dist,
+            ddp=dist.wrap(sft_model) if dist.enabled else None,
+        )  # fmt: skip
         log.info("SFT warm start: %d pairs, loss %.3f -> %.3f", warm.pairs, warm.losses[0], warm.losses[-1])
+        sha = adapter_sha256(sft_model)
+        base = sft_model.merge_and_unload()
+        folder = str(warm.adapter_dir)
+        dist.barrier()  # rank 0 has written the adapter
+    elif folder is not None:
+        base, sha = merge_adapter(base, folder)
+    record = {"model": cfg.model.name, "adapter": None if folder is None else str(Path(folder).resolve())}
+    if sha is not None:
+        record["adapter_sha256"] = sha
     if dist.is_main:
-        path, sha = ckpt.save_checkpoint(root, 0, model, optimizer, scheduler)
-        with transaction(engine) as session:
-            pv = steps_repo.add_policy_version(session, start.run_id, 0, sha)
-            steps_repo.commit_step(session, start.run_id, 0, pv, str(path))
-    dist.barrier()
+        root.mkdir(parents=True, exist_ok=True)
+        record_path.write_text(json.dumps(record, indent=1) + "\n")
+    return base, record
 
 
 def _resume_from(
