@@ -87,8 +87,9 @@ class HasSummary(Protocol):
 
 
 def version_of(mode: str) -> str:
-    """The template version stored with attempts made in `mode` (zero_shot | intra | inter)."""
-    versions = {"zero_shot": ACTOR_VERSION, "intra": INTRA_VERSION, "inter": INTER_VERSION}
+    """The template version stored with attempts made in `mode` (zero_shot | intra | inter; validation, `val`,
+    answers with the zero-shot actor prompt)."""
+    versions = {"zero_shot": ACTOR_VERSION, "val": ACTOR_VERSION, "intra": INTRA_VERSION, "inter": INTER_VERSION}
     if mode not in versions:
         raise ValueError(f"unknown prompt mode {mode!r}; expected one of {', '.join(MODES)}")
     return versions[mode]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lanpo.config import DTYPES, StoreConfig, help_field, lanpo_home, load_toml
 from lanpo.errors import ConfigError
+from lanpo.report.live import check_report_to
 
 FEEDBACK_SETTINGS = ("none", "intra", "inter", "both")  # feedback.mode; the prompt modes are lanpo.prompts.MODES
 AGGREGATIONS = ("token-mean", "seq-mean")
@@ -29,7 +30,9 @@ class ModelConfig:
     name: str = help_field("smollm2", "model folder, hub id, .gguf file, or 'smollm2' (offline SmolLM2-135M)")
     dtype: str = help_field("auto", "auto (CPU float32, GPU bfloat16) | float32 | bfloat16 | float16")
     device: str = help_field("auto", "auto (cuda when available) | cpu | cuda | cuda:N")
-    init_adapter: str | None = help_field(None, "LoRA adapter folder to start from (e.g. the SFT stage's output)")
+    init_adapter: str | None = help_field(
+        None, "a finished SFT adapter folder: merged into the base, RL starts from there (a fresh RL adapter)"
+    )
     threads: int = help_field(0, "torch CPU threads (0: all cores)")
 
     def __post_init__(self) -> None:
@@ -147,6 +150,9 @@ class FeedbackConfig:
     scorer: str | None = help_field(
         None, "inter: the relevance scorer whose scores to read (None: the only one in relevance_scores)"
     )
+    allow_empty_inter: bool = help_field(
+        False, "start inter / both even when relevance_scores holds no score (every inter prompt goes zero-shot)"
+    )
 
     def __post_init__(self) -> None:
         _check(
@@ -183,7 +189,10 @@ class SummarizerConfig:
 class SFTConfig:
     """The supervised warm start: chat pairs for answer format and the three atomic skills."""
 
-    enabled: bool = help_field(False, "run the SFT stage before GRPO (`lanpo train` uses its adapter)")
+    enabled: bool = help_field(
+        False, "run the SFT stage before GRPO; its adapter is merged into the base and RL starts from there"
+    )
+    data: str | None = help_field(None, "chat pairs JSONL to train on (None: build them from data.task)")
     learning_rate: float = help_field(2e-4, "AdamW learning rate")
     epochs: int = help_field(1, "passes over the SFT data")
     max_steps: int = help_field(0, "stop after this many optimiser steps (0: no limit)")
@@ -200,6 +209,29 @@ class SFTConfig:
         _check(self.batch_size >= 1, f"sft.batch_size must be >= 1, got {self.batch_size}")
         _check(self.max_length >= 16, f"sft.max_length must be >= 16, got {self.max_length}")
         _check(self.n_problems >= 1, f"sft.n_problems must be >= 1, got {self.n_problems}")
+
+
+@dataclass
+class ValidationConfig:
+    """Held-out validation during training: mean@k and pass@k of the current policy, zero-shot (paper Table 7)."""
+
+    every: int = help_field(0, "validate every N steps, at step 0 (before any update) and at the last step (0: never)")
+    dataset: str | None = help_field(
+        None, "held-out dataset in the store (None: '<data.dataset>-val', generated from data.task's test split)"
+    )
+    n: int = help_field(40, "held-out problems: the first n by id (generated ones leave out questions in training)")
+    k: int = help_field(8, "samples per problem: mean@k and pass@k (paper: 8)")
+    temperature: float = help_field(0.6, "sampling temperature (paper: 0.6)")
+    top_p: float = help_field(0.9, "nucleus sampling (paper: 0.9)")
+    max_new_tokens: int = help_field(0, "completion length limit (0: rollout.max_new_tokens)")
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 0, f"eval.every must be >= 0, got {self.every}")
+        _check(self.n >= 1, f"eval.n must be >= 1, got {self.n}")
+        _check(self.k >= 1, f"eval.k must be >= 1, got {self.k}")
+        _check(self.temperature >= 0, f"eval.temperature must be >= 0, got {self.temperature}")
+        _check(0 < self.top_p <= 1, f"eval.top_p must be in (0, 1], got {self.top_p}")
+        _check(self.max_new_tokens >= 0, f"eval.max_new_tokens must be >= 0, got {self.max_new_tokens}")
 
 
 @dataclass
@@ -221,6 +253,12 @@ class TrainConfig:
     summarizer: SummarizerConfig = field(default_factory=SummarizerConfig, metadata={"help": "distillation"})
     sft: SFTConfig = field(default_factory=SFTConfig, metadata={"help": "supervised warm start"})
     store: StoreConfig = field(default_factory=StoreConfig, metadata={"help": "experience store capacity policies"})
+    experiment: str | None = help_field(None, "the experiment this run is an arm of (lanpo experiment sets it)")
+    arm: str | None = help_field(None, "its arm in that experiment, e.g. grpo or lanpo-both")
+    eval: ValidationConfig = field(default_factory=ValidationConfig, metadata={"help": "held-out validation"})
+    report_to: list[str] = field(
+        default_factory=list, metadata={"help": "live logging besides the database: tensorboard | wandb"}
+    )
 
     def __post_init__(self) -> None:
         _check(self.run_name.strip() != "", "run_name must not be empty")
@@ -228,6 +266,12 @@ class TrainConfig:
         _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
         _check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         self.check_world(1)
+        check_report_to(self.report_to)
+        _check(
+            self.validation_dataset() != self.data.dataset,
+            f"eval.dataset ({self.eval.dataset}) is the training dataset: validation must be held out",
+            "name another dataset, or leave eval.dataset unset for '<data.dataset>-val'",
+        )
         _check(
             self.summarizer.max_new_per_step <= self.store.per_step_cap,
             f"summarizer.max_new_per_step ({self.summarizer.max_new_per_step}) exceeds store.per_step_cap "
@@ -262,6 +306,10 @@ class TrainConfig:
             "of rollouts",
             "set grpo.skip_zero_spread = false",
         )
+
+    def validation_dataset(self) -> str:
+        """The held-out dataset validation reads: `eval.dataset`, else `<data.dataset>-val`."""
+        return self.eval.dataset or f"{self.data.dataset}-val"
 
     def pool_name(self) -> str:
         """The experience pool this run reads and writes: `store.pool`, else one named after the run."""

@@ -38,10 +38,12 @@ from typing import Any
 import torch
 from sqlalchemy.engine import Engine
 
+from lanpo.config import to_mapping
 from lanpo.db.engine import connect, transaction
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.models import adapter_sha256
+from lanpo.report.live import MetricsLogger
 from lanpo.rewards import Graded, grade
 from lanpo.rl.advantages import group_advantages
 from lanpo.rollout import Completion, SamplingParams
@@ -58,6 +60,7 @@ from lanpo.train.state import Trainer, setup
 from lanpo.train.summarize import Candidate, choose_candidates, summarise
 from lanpo.train.timing import StepTimer
 from lanpo.train.update import update_policy
+from lanpo.train.validate import due, validate, validated
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,7 @@ class TrainResult:
     steps: list[int]  # steps completed by this call
     checkpoint_dir: Path
     metrics: list[dict[str, float]] = field(default_factory=list)
+    validation: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> val/... metrics (rank 0)
 
 
 def train(
@@ -85,13 +89,24 @@ def train(
     trainer, start = setup(config, engine, resume)
     main = trainer.dist.is_main
     result = TrainResult(trainer.run_id, config.run_name, [], trainer.checkpoint_root)
+    live = MetricsLogger(
+        config.report_to if main else [], config.run_name, trainer.checkpoint_root, to_mapping(config)
+    )
     bar = _progress(progress and main, start, config.steps)
     try:
-        with runs_repo.run_lifecycle(engine, trainer.run_id if main else None):
+        with runs_repo.run_lifecycle(engine, trainer.run_id if main else None), live:
+            # the start (or, resumed, the last committed step) is validated first, when due and not done yet
+            for step, val in _validate_if_due(trainer, start - 1).items():
+                result.validation[step] = val
+                live.log(step, val)
             for step in range(start, config.steps + 1):
                 metrics = grpo_step(trainer, step)
+                for val in _validate_if_due(trainer, step).values():
+                    result.validation[step] = val
+                    metrics.update(val)
                 result.steps.append(step)
                 result.metrics.append(metrics)
+                live.log(step, metrics)
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", acc=f"{metrics['accuracy/mean']:.2f}")
@@ -101,6 +116,19 @@ def train(
         if bar is not None:
             bar.close()
     return result
+
+
+def _validate_if_due(t: Trainer, step: int) -> dict[int, dict[str, float]]:
+    """{step: val metrics} when `step` is due for validation and not validated yet (rank 0 decides); else {}."""
+    if not due(t.cfg, step):
+        return {}
+    done = None
+    if t.dist.is_main:
+        with transaction(t.engine) as session:
+            done = validated(session, t.run_id, step)
+    if t.dist.broadcast(done):
+        return {}
+    return {step: validate(t, step)}
 
 
 def grpo_step(t: Trainer, step: int) -> dict[str, float]:
@@ -162,7 +190,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 8. checkpoint (before the DB commit)
     with timer.phase("checkpoint"):
-        path, sha = ckpt.save_checkpoint(t.checkpoint_root, step, t.model, t.optimizer, t.scheduler)
+        path, sha = ckpt.save_checkpoint(t.checkpoint_root, step, t.model, t.optimizer, t.scheduler, t.start)
 
     # ------------------------------------------------------------------ 9. one transaction: rows, metrics, commit
     with transaction(t.engine) as session:

@@ -70,33 +70,7 @@ def write_step_rows(
     summary_author: str,
 ) -> StepWrite:
     """Groups with their attempts and contexts, then experiences summarised from them (capacity enforced inside)."""
-    attempt_ids = attempts_repo.record_groups(
-        session,
-        [
-            attempts_repo.NewGroup(
-                problem_id=g.problem_id,
-                mode=g.mode,
-                prompt=g.prompt,
-                prompt_version=prompts.version_of(g.mode),
-                prompt_tokens=g.prompt_tokens,
-                step=step,
-                run_id=run_id,
-                policy_version_id=policy_version_id,
-                contexts=g.contexts,
-                attempts=[
-                    attempts_repo.NewAttempt(
-                        response=r.response,
-                        reward=r.reward,
-                        correct=r.correct,
-                        format_ok=r.format_ok,
-                        completion_tokens=r.completion_tokens,
-                    )
-                    for r in g.rollouts
-                ],
-            )
-            for g in groups
-        ],
-    )
+    attempt_ids = write_groups(session, run_id, step, policy_version_id, groups)
     pause("db_write", step)
     added = experiences_repo.add_experiences(
         session,
@@ -123,6 +97,39 @@ def write_step_rows(
         len(added.experience_ids),
         len(added.evicted_ids),
         pools_repo.active_size(session, pool.id),
+    )
+
+
+def write_groups(
+    session: Session, run_id: int, step: int, policy_version_id: int, groups: Sequence[GroupRecord]
+) -> list[list[int]]:
+    """The rollout groups of a step (or of a validation): prompts, contexts, rollouts; each group's attempt ids."""
+    return attempts_repo.record_groups(
+        session,
+        [
+            attempts_repo.NewGroup(
+                problem_id=g.problem_id,
+                mode=g.mode,
+                prompt=g.prompt,
+                prompt_version=prompts.version_of(g.mode),
+                prompt_tokens=g.prompt_tokens,
+                step=step,
+                run_id=run_id,
+                policy_version_id=policy_version_id,
+                contexts=g.contexts,
+                attempts=[
+                    attempts_repo.NewAttempt(
+                        response=r.response,
+                        reward=r.reward,
+                        correct=r.correct,
+                        format_ok=r.format_ok,
+                        completion_tokens=r.completion_tokens,
+                    )
+                    for r in g.rollouts
+                ],
+            )
+            for g in groups
+        ],
     )
 
 

@@ -10,7 +10,15 @@ import sqlalchemy as sa
 import torch
 from sqlalchemy.engine import Engine
 
-from lanpo.train.config import DataConfig, ModelConfig, RolloutConfig, SFTConfig, SummarizerConfig
+from lanpo.train.config import (
+    DataConfig,
+    FeedbackConfig,
+    ModelConfig,
+    RolloutConfig,
+    SFTConfig,
+    SummarizerConfig,
+    ValidationConfig,
+)
 from lanpo.train.loop import train
 from tests.train.conftest import tiny_config
 
@@ -34,6 +42,8 @@ def test_sft_then_grpo_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch:
         rollout=RolloutConfig(n=2, max_new_tokens=32),
         summarizer=SummarizerConfig(max_new_tokens=32, max_new_per_step=1, max_total_per_step=1),
         sft=SFTConfig(enabled=True, max_steps=2, batch_size=2, n_problems=4, max_length=256, learning_rate=1e-3),
+        feedback=FeedbackConfig(mode="both", p_t=1.0, k=2, candidates=4, allow_empty_inter=True),
+        eval=ValidationConfig(every=2, n=2, k=2, max_new_tokens=16),
     )
     result = train(cfg, engine=db, progress=False)
     assert result.steps == [1, 2]
@@ -45,9 +55,12 @@ def test_sft_then_grpo_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch:
             .scalars()
             .all()
         )
-        attempts = conn.execute(sa.text("SELECT response FROM attempts ORDER BY id")).scalars().all()
+        attempts = conn.execute(sa.text("SELECT response FROM run_attempts WHERE mode <> 'val'")).scalars().all()
+        validation = conn.execute(sa.text("SELECT step, count(*) FROM run_attempts WHERE mode = 'val' GROUP BY step"))
     assert len(sft_losses) == 2 and all(0 < x < 20 for x in sft_losses)
     assert len(attempts) == 2 * 2 * 2 and all(isinstance(a, str) for a in attempts)
+    assert dict(validation.all()) == {0: 2 * 2, 2: 2 * 2}  # the start and the last step, 2 problems x k = 2
+    assert set(result.validation) == {0, 2} and "val/slow_chain_sum-val/mean@2" in result.validation[0]
     for m in result.metrics:
         assert m["response_len/mean"] > 0 and m["time/generate"] > 0
         assert torch.isfinite(torch.tensor(m["reward/mean"]))

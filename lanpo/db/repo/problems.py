@@ -174,6 +174,11 @@ def require_dataset(session: Session, dataset: str) -> None:
         raise _unknown_dataset(session, dataset)
 
 
+def problems_of_dataset(session: Session, dataset: str) -> list[ProblemRow]:
+    """Every problem of `dataset`, by id ([] when it has none)."""
+    return [_row(r) for r in session.execute(sqlfiles.load("queries/problems_of_dataset"), {"dataset": dataset})]
+
+
 def problem_ids(session: Session, dataset: str) -> list[int]:
     """Every problem id of `dataset`, ascending; InputError when the dataset has none."""
     ids = list(session.scalars(sqlfiles.load("queries/problem_ids_of_dataset"), {"dataset": dataset}))

@@ -28,6 +28,8 @@ def create_run(
     config: dict | None = None,
     model: str | None = None,
     pool_id: int | None = None,
+    experiment_id: int | None = None,
+    arm: str | None = None,
 ) -> Run:
     """A new run (reading and writing pool `pool_id`, if any); `name` must be unique (InputError says what to do)."""
     if not isinstance(name, str) or not name.strip():
@@ -39,7 +41,15 @@ def create_run(
         raise InputError(f"run kind must be one of {', '.join(RUN_KINDS)}, got {kind!r}")
     config = checks.json_object(config if config is not None else {}, "run config")
     require_name_free(session, name)
-    run = Run(name=name, kind=kind, config=json.loads(json.dumps(config)), model=model, pool_id=pool_id)
+    run = Run(
+        name=name,
+        kind=kind,
+        config=json.loads(json.dumps(config)),
+        model=model,
+        pool_id=pool_id,
+        experiment_id=experiment_id,
+        arm=arm,
+    )
     session.add(run)
     session.flush()
     return run
@@ -112,6 +122,15 @@ def run_lifecycle(engine: Engine, run_id: int | None) -> Iterator[None]:
     if run_id is not None:
         with transaction(engine) as session:
             finish_run(session, run_id, "finished")
+
+
+def has_metric_prefix(session: Session, run_id: int, step: int, prefix: str) -> bool:
+    """Whether (run, step) has a metric named `prefix...`."""
+    return bool(
+        session.scalar(
+            sqlfiles.load("queries/run_metric_prefix_exists"), {"run_id": run_id, "step": step, "prefix": prefix}
+        )
+    )
 
 
 def record_metrics(session: Session, run_id: int, step: int, metrics: dict[str, float]) -> None:
