@@ -27,6 +27,7 @@ COMMAND_MODULES = {
     "infer": "lanpo.cli.infer",
     "eval": "lanpo.cli.eval",
     "train": "lanpo.cli.train",
+    "experiment": "lanpo.cli.experiment",
     "sft": "lanpo.cli.sft",
     "report": "lanpo.cli.report",
 }

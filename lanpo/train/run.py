@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from lanpo.config import to_mapping
 from lanpo.db.repo import contexts as contexts_repo
+from lanpo.db.repo import experiments as experiments_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
@@ -69,7 +70,10 @@ def open_run(session: Session, cfg: TrainConfig, model_name: str, resume: bool) 
     run = runs_repo.find_run(session, cfg.run_name)
     if run is None:
         pool = pools_repo.ensure_pool(session, cfg.pool_name(), cfg.store)
-        run = runs_repo.create_run(session, cfg.run_name, "train", to_mapping(cfg), model_name, pool_id=pool.id)
+        experiment = None if cfg.experiment is None else experiments_repo.get_experiment(session, cfg.experiment).id
+        run = runs_repo.create_run(
+            session, cfg.run_name, "train", to_mapping(cfg), model_name, pool.id, experiment, cfg.arm
+        )
         return RunStart(run.id, pool, None, None, None)
     if not resume:
         raise ConfigError(

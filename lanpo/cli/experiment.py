@@ -1,0 +1,59 @@
+"""`lanpo experiment --config train/experiments/FILE.toml`: arms x seeds of training runs from one shared start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from lanpo.cli.keys import keys_option
+
+
+@click.command("experiment")
+@keys_option("lanpo.experiment:ExperimentConfig")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Experiment file (train/experiments/*.toml): the recipe, the arms, the seeds.",
+)
+@click.option(
+    "--arms", default=None, help="Comma-separated arms to run instead of the file's (e.g. grpo,lanpo-intra)."
+)
+@click.option("--seeds", default=None, help="Comma-separated seeds instead of the file's (e.g. 0,1,2).")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a key of the recipe every arm shares, e.g. --set steps=10 (repeatable).",
+)
+@click.option("--no-report", is_flag=True, help="Do not write the report at the end (lanpo report EXPERIMENT can).")
+def command(
+    config_path: Path, arms: str | None, seeds: str | None, overrides: tuple[str, ...], no_report: bool
+) -> None:
+    """Train GRPO and LANPO arms from the same SFT start, seed by seed, and report held-out accuracy.
+
+    \b
+    Every arm shares the start, the problems, the steps, the group size and the held-out set; a finished run
+    is skipped and an unfinished one resumed, so running the command again continues where it stopped. At the
+    end `lanpo report EXPERIMENT` writes the figures and the Table 1-shaped result (also at any time).
+    """
+    from dataclasses import replace
+
+    from lanpo.db.engine import connect
+    from lanpo.errors import InputError
+    from lanpo.experiment import load_experiment, run_experiment
+
+    exp, base = load_experiment(config_path, overrides)
+    if arms is not None:
+        exp = replace(exp, arms=[a.strip() for a in arms.split(",") if a.strip()])
+    if seeds is not None:
+        try:
+            exp = replace(exp, seeds=[int(s) for s in seeds.split(",") if s.strip()])
+        except ValueError as exc:
+            raise InputError(f"--seeds must be integers separated by commas, got {seeds!r}") from exc
+    result = run_experiment(exp, base, connect(), echo=click.echo, report=not no_report)
+    trained = sum(r.status != "skipped" for r in result.runs)
+    click.echo(f"experiment {result.name}: {trained} run(s) trained or resumed, {len(result.runs) - trained} skipped")

@@ -1,0 +1,261 @@
+"""`lanpo experiment`: does language feedback make RL learn better? Arms x seeds of training runs on one start.
+
+Every arm (GRPO, LANPO-intra, LANPO-inter, LANPO-both, ...) trains from the same SFT start, on the same problems,
+for the same steps with the same group size, validating on the same held-out set; only the arm's overrides and
+the seed differ. So:
+
+1. the shared start: one SFT warm start (the recipe's [sft]), merged into the base of every run;
+2. relevance for the inter arms: the problems of the dataset judged against each other once (`[relevance]`);
+3. the runs, seed by seed (so a stopped experiment holds paired results): each arm with its overrides, its own
+   pool, `experiment` and `arm` recorded on the run; a finished run is skipped and an unfinished one resumed,
+   so rerunning the command continues where it stopped;
+4. `lanpo report EXPERIMENT`: figures and the Table 1-shaped result (held-out mean@k per arm, mean +- std over
+   seeds, and each arm's paired difference to GRPO).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from lanpo.config import from_mapping, help_field, lanpo_home, load_toml, to_mapping
+from lanpo.db.engine import transaction
+from lanpo.db.repo import experiments as experiments_repo
+from lanpo.db.repo import runs as runs_repo
+from lanpo.errors import ConfigError
+from lanpo.retrieval import STAGE1
+from lanpo.train.config import TrainConfig
+
+DEFAULT_ARMS = {
+    "grpo": {"feedback.mode": "none", "feedback.p_t": 0.0},
+    "lanpo-intra": {"feedback.mode": "intra"},
+    "lanpo-inter": {"feedback.mode": "inter"},
+    "lanpo-both": {"feedback.mode": "both"},
+}
+
+
+@dataclass
+class RelevanceStep:
+    """Problem-to-problem relevance for the inter arms, built once for the dataset (`lanpo relevance build`)."""
+
+    scorer: str = help_field("smollm2", "the judge model (its scores feed every inter arm)")
+    top_k: int = help_field(8, "stage-1 candidates judged per problem")
+    stage1: str = help_field("hybrid", "stage-1 search: bm25 | vector | hybrid")
+
+    def __post_init__(self) -> None:
+        if self.stage1 not in STAGE1:
+            raise ConfigError(f"relevance.stage1 must be one of {', '.join(STAGE1)}, got {self.stage1!r}")
+        if self.top_k < 1:
+            raise ConfigError(f"relevance.top_k must be >= 1, got {self.top_k}")
+
+
+@dataclass
+class ExperimentConfig:
+    """Arms x seeds of `lanpo train` on one recipe, one SFT start and one held-out set."""
+
+    name: str = help_field("", "experiment name in the store (runs are <name>-<arm>-s<seed>)")
+    recipe: str = help_field("", "the training recipe every arm starts from (relative to this file)")
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "one run per arm and seed"})
+    arms: list[str] = field(
+        default_factory=lambda: ["grpo", "lanpo-both"],
+        metadata={"help": "the arms that run (of [arm.*] and the built-in ones)"},
+    )
+    arm: dict = field(
+        default_factory=dict,
+        metadata={"help": "[arm.NAME] tables of recipe overrides (\"feedback.mode\" = \"none\"); built in: "
+                  + ", ".join(DEFAULT_ARMS)},
+    )  # fmt: skip
+    relevance: RelevanceStep = field(default_factory=RelevanceStep, metadata={"help": "relevance for inter arms"})
+    output_dir: str | None = help_field(
+        None, "the shared start and the report go here ($LANPO_HOME/experiments/<name>)"
+    )
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():
+            raise ConfigError("name must name the experiment")
+        if not self.recipe.strip():
+            raise ConfigError("recipe must name the training recipe the arms share")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds must be distinct and at least one, got {self.seeds}")
+        unknown = [a for a in self.arms if a not in self.arm_overrides()]
+        if unknown or not self.arms:
+            raise ConfigError(
+                f"arms names {unknown or 'nothing'}", hint=f"arms known: {', '.join(self.arm_overrides())}"
+            )
+
+    def arm_overrides(self) -> dict[str, dict[str, Any]]:
+        return {**DEFAULT_ARMS, **{name: dict(table) for name, table in self.arm.items()}}
+
+    def folder(self) -> Path:
+        return Path(self.output_dir).expanduser() if self.output_dir else lanpo_home() / "experiments" / self.name
+
+
+@dataclass
+class ArmRun:
+    arm: str
+    seed: int
+    run_name: str
+    status: str  # trained | resumed | skipped (finished before)
+    seconds: float = 0.0
+    validation: dict[int, dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass
+class ExperimentResult:
+    name: str
+    start_adapter: Path
+    runs: list[ArmRun]
+    report_dir: Path | None = None
+
+
+def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> tuple[ExperimentConfig, TrainConfig]:
+    """The experiment file and the recipe it names (recipe overrides applied, `--set` style)."""
+    path = Path(path)
+    exp = load_toml(ExperimentConfig, path)
+    recipe = (path.parent / exp.recipe).resolve()
+    base = load_toml(TrainConfig, recipe, list(overrides))
+    for arm, table in exp.arm_overrides().items():  # every arm's config must load, before anything runs
+        arm_config(base, table, arm, 0, exp)
+    return exp, base
+
+
+def arm_config(base: TrainConfig, table: dict[str, Any], arm: str, seed: int, exp: ExperimentConfig) -> TrainConfig:
+    """The recipe with the arm's overrides, the seed, and the run's name and tags."""
+    data = to_mapping(base)
+    for key, value in table.items():
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    data.update(run_name=f"{exp.name}-{arm}-s{seed}", seed=seed, experiment=exp.name, arm=arm, output_dir=None)
+    try:
+        return from_mapping(TrainConfig, data)
+    except ConfigError as exc:
+        exc.message = f"arm {arm!r}: {exc.message}"
+        raise
+
+
+def run_experiment(
+    exp: ExperimentConfig,
+    base: TrainConfig,
+    engine: Engine,
+    echo: Callable[[str], None] = print,
+    report: bool = True,
+) -> ExperimentResult:
+    """Train every arm x seed from one shared start (see the module docstring); returns what ran."""
+    from lanpo.train.loop import train
+
+    with transaction(engine) as session:
+        experiment = experiments_repo.ensure_experiment(
+            session, exp.name, {**to_mapping(exp), "base": to_mapping(base)}
+        )
+    folder = exp.folder()
+    start = shared_start(exp, base, engine, folder, echo)
+    arms = exp.arm_overrides()
+    scorer = None
+    if any(arms[a].get("feedback.mode", base.feedback.mode) in ("inter", "both") for a in exp.arms):
+        scorer = shared_relevance(exp, base, engine, echo)
+    runs: list[ArmRun] = []
+    try:
+        for seed in exp.seeds:
+            for arm in exp.arms:
+                cfg = arm_config(base, arms[arm], arm, seed, exp)
+                cfg = replace(
+                    cfg, model=replace(cfg.model, init_adapter=str(start)), sft=replace(cfg.sft, enabled=False)
+                )
+                if scorer and cfg.feedback.scorer is None:
+                    cfg = replace(cfg, feedback=replace(cfg.feedback, scorer=scorer))
+                runs.append(_run_arm(cfg, engine, echo, train))
+    except BaseException:
+        with transaction(engine) as session:
+            experiments_repo.set_status(session, experiment.id, "failed")
+        raise
+    with transaction(engine) as session:
+        experiments_repo.set_status(session, experiment.id, "finished")
+    result = ExperimentResult(exp.name, start, runs)
+    if report:
+        from lanpo.report.build import read_report, write_report
+
+        with transaction(engine) as session:
+            data = read_report(session, [exp.name])
+        result.report_dir = write_report(data, folder / "report", command=f"lanpo report {exp.name}").out_dir
+        echo(f"report: {result.report_dir / 'report.md'}")
+    return result
+
+
+def _run_arm(cfg: TrainConfig, engine: Engine, echo: Callable[[str], None], train: Callable[..., Any]) -> ArmRun:
+    with transaction(engine) as session:
+        found = runs_repo.find_run(session, cfg.run_name)
+    if found is not None and found.status == "finished":
+        echo(f"{cfg.run_name}: finished before, skipped")
+        return ArmRun(cfg.arm or "", cfg.seed, cfg.run_name, "skipped")
+    started = time.perf_counter()
+    echo(f"{cfg.run_name}: {'resuming' if found else 'training'} {cfg.steps} steps ({cfg.feedback.mode} feedback)")
+    result = train(cfg, engine=engine, resume=found is not None, progress=False)
+    seconds = time.perf_counter() - started
+    last = max(result.validation) if result.validation else None
+    shown = (
+        ""
+        if last is None
+        else "  ".join(
+            f"{k.split('/')[-1]} {v:.3f}" for k, v in result.validation[last].items() if "/mean@" in k or "/pass@" in k
+        )
+    )
+    echo(f"{cfg.run_name}: {len(result.steps)} steps in {seconds:.0f}s; held-out at step {last}: {shown}")
+    return ArmRun(cfg.arm or "", cfg.seed, cfg.run_name, "resumed" if found else "trained", seconds, result.validation)
+
+
+def shared_start(
+    exp: ExperimentConfig, base: TrainConfig, engine: Engine, folder: Path, echo: Callable[[str], None]
+) -> Path:
+    """The SFT adapter every run starts from: trained once (recipe [sft]) or the recipe's model.init_adapter."""
+    if base.model.init_adapter:
+        return Path(base.model.init_adapter).resolve()
+    adapter = folder / "sft" / "adapter"
+    if (adapter / "adapter_config.json").is_file():
+        echo(f"shared start: {adapter} (trained before)")
+        return adapter
+    if not base.sft.enabled:
+        raise ConfigError(
+            "the arms need a shared start: the recipe enables [sft] or names model.init_adapter",
+            hint="set sft.enabled = true in the recipe (or --set model.init_adapter=FOLDER)",
+        )
+    from lanpo.train.sft import run_sft
+
+    started = time.perf_counter()
+    cfg = replace(base, run_name=f"{exp.name}-start", output_dir=str(folder), seed=exp.seeds[0])
+    result = run_sft(cfg, cfg.sft.data, engine=engine, out_dir=folder / "sft", progress=False)
+    echo(
+        f"shared start: SFT on {result.pairs} pairs, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} "
+        f"in {time.perf_counter() - started:.0f}s -> {result.adapter_dir}"
+    )
+    return result.adapter_dir
+
+
+def shared_relevance(exp: ExperimentConfig, base: TrainConfig, engine: Engine, echo: Callable[[str], None]) -> str:
+    """Problem-to-problem relevance of the training dataset, judged once; returns the scorer the arms read."""
+    from lanpo.retrieval.embeddings import SentenceTransformerEmbedder, embed_missing
+    from lanpo.retrieval.relevance import build_problem_relevance
+    from lanpo.retrieval.scorer import load_scorer
+    from lanpo.retrieval.search import SearchParams
+    from lanpo.train.run import ensure_dataset
+
+    with transaction(engine) as session:
+        ensure_dataset(session, base.data)
+    rel = exp.relevance
+    if rel.stage1 != "bm25":
+        embed_missing(
+            engine, SentenceTransformerEmbedder(), dataset=base.data.dataset, what="problems", progress=False
+        )
+    judge = load_scorer(rel.scorer)
+    built = build_problem_relevance(
+        engine, base.data.dataset, judge, top_k=rel.top_k, params=SearchParams(stage1=rel.stage1), progress=False
+    )
+    echo(f"relevance: {built.scored} pairs judged, {built.cached} cached, by {judge.identity}")
+    return judge.identity

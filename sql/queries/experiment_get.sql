@@ -1,0 +1,2 @@
+-- One experiment by name.
+SELECT id, name, config, status FROM experiments WHERE name = :name

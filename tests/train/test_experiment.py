@@ -1,0 +1,133 @@
+"""`lanpo experiment` on the tiny model: one shared start, arms x seeds recorded as runs of one experiment, each
+validated on the same held-out set; a rerun skips what finished; the report holds the arms' table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from lanpo.db.engine import transaction
+from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.train.sft import write_pairs
+from tests.train.test_start import PAIRS
+
+RECIPE = """
+run_name = "unused"
+steps = 2
+batch_size = 3
+seed = 0
+
+[model]
+name = "tiny-random"
+threads = 1
+
+[lora]
+r = 4
+alpha = 8
+
+[data]
+dataset = "toy"
+
+[rollout]
+n = 2
+max_new_tokens = 8
+
+[grpo]
+learning_rate = 1e-3
+warmup_ratio = 0.0
+
+[feedback]
+mode = "both"
+p_t = 1.0
+k = 2
+candidates = 4
+gamma = 0.0
+
+[summarizer]
+min_reward = 0.0
+max_new_tokens = 8
+max_new_per_step = 2
+
+[sft]
+enabled = true
+data = "{pairs}"
+max_steps = 2
+batch_size = 2
+max_length = 64
+
+[eval]
+every = 1
+dataset = "toy-val"
+n = 2
+k = 2
+max_new_tokens = 6
+"""
+
+EXPERIMENT = """
+name = "tiny-exp"
+recipe = "recipe.toml"
+seeds = [0, 1]
+arms = ["grpo", "lanpo-both"]
+output_dir = "{out}"
+
+[relevance]
+scorer = "{judge}"
+top_k = 2
+stage1 = "bm25"
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model as a HF folder: the relevance judge the experiment loads by path."""
+    from lanpo.models import tiny_causal_lm
+
+    path = tmp_path_factory.mktemp("tiny-judge")
+    model, tokenizer = tiny_causal_lm(seed=0)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_experiment_runs_arms_by_seed_from_one_start(
+    run_cli, db: Engine, toy_problems: list[int], tmp_path: Path, tiny_dir: Path
+) -> None:  # type: ignore[no-untyped-def]
+    with transaction(db) as session:
+        upsert_problems(session, "toy-val", [ProblemIn("v0", "What is 9 * 9?", "81"), ProblemIn("v1", "2 * 3?", "6")])
+    write_pairs(PAIRS, tmp_path / "pairs.jsonl")
+    (tmp_path / "recipe.toml").write_text(RECIPE.format(pairs=tmp_path / "pairs.jsonl"))
+    config = tmp_path / "exp.toml"
+    config.write_text(EXPERIMENT.format(out=tmp_path / "exp", judge=tiny_dir))
+    first = run_cli("experiment", "--config", config)
+    assert first.code == 0, first.err
+    with db.connect() as conn:
+        runs = conn.execute(
+            sa.text(
+                "SELECT r.name, r.arm, r.status, (r.config->>'seed')::int, r.config->'model'->>'init_adapter', "
+                "e.name FROM runs r JOIN experiments e ON e.id = r.experiment_id ORDER BY r.id"
+            )
+        ).all()
+        val = conn.execute(
+            sa.text(
+                "SELECT count(DISTINCT run_id) FROM run_metrics WHERE name = 'val/toy-val/mean@2' AND step IN (0, 2)"
+            )
+        ).scalar()
+        status = conn.execute(sa.text("SELECT status FROM experiments WHERE name = 'tiny-exp'")).scalar()
+    start = str(tmp_path / "exp" / "sft" / "adapter")
+    assert [(r[0], r[1], r[2], r[3]) for r in runs] == [
+        ("tiny-exp-grpo-s0", "grpo", "finished", 0),
+        ("tiny-exp-lanpo-both-s0", "lanpo-both", "finished", 0),
+        ("tiny-exp-grpo-s1", "grpo", "finished", 1),
+        ("tiny-exp-lanpo-both-s1", "lanpo-both", "finished", 1),
+    ]
+    assert {r[4] for r in runs} == {start} and {r[5] for r in runs} == {"tiny-exp"}
+    assert val == 4 and status == "finished"
+    report = (tmp_path / "exp" / "report" / "report.md").read_text()
+    assert "grpo" in report and "lanpo-both" in report
+    again = run_cli("experiment", "--config", config, "--no-report")
+    assert again.code == 0 and again.out.count("finished before, skipped") == 4
+    changed = run_cli("experiment", "--config", config, "--set", "steps=3")
+    assert changed.code == 2 and "exists with another configuration" in changed.err
