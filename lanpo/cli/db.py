@@ -82,6 +82,32 @@ def psql_cmd(args: tuple[str, ...]) -> None:
         raise click.exceptions.Exit(code)
 
 
+@command.command("reader")
+@click.option("--renew", is_flag=True, help="Set a new password (or make the role anew if it was dropped).")
+def reader_cmd(renew: bool) -> None:
+    """The read-only role that runs your SQL: which it is, and whether it can log in.
+
+    \b
+    Any role may change its own password, so a psql session as the reader can lock lanpo out, and an
+    administrator may drop the role; `lanpo db reader --renew` puts it back (the owner must be allowed to
+    manage roles; otherwise it prints the SQL for an administrator). With LANPO_READER_URL set, lanpo uses
+    that login and this command only checks it.
+    """
+    engine = db_engine.connect()
+    if renew:
+        if os.environ.get(reader.ENV_READER_URL):
+            raise InputError(
+                f"{reader.ENV_READER_URL} is set: lanpo uses that login, and does not manage its password",
+                hint=f"unset {reader.ENV_READER_URL} to renew the role `lanpo db upgrade` made",
+            )
+        stored = reader.renew(engine)
+        click.echo(f"renewed: {stored.role} has a new password")
+    login = reader.reader_login(engine)
+    login.connect(application_name="lanpo db reader").close()
+    click.echo(f"reader:   {login.role} ({login.source}): logs in, read-only")
+    _print_reader_notices(engine)
+
+
 @command.command("start")
 def start_cmd() -> None:
     """Start the embedded Postgres (a no-op when it runs, or when LANPO_DATABASE_URL is set)."""

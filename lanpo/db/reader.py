@@ -22,6 +22,7 @@ from lanpo.db.engine import is_embedded, normalise_url
 from lanpo.errors import ReaderUnavailable
 
 ENV_READER_URL = "LANPO_READER_URL"
+RENEW_COMMAND = "lanpo db reader --renew"
 
 # Predefined roles that reach past SELECT: server files and programs, other sessions, all data, maintenance.
 PRIVILEGED_ROLES = (
@@ -84,7 +85,7 @@ class ReaderLogin:
                 f"check {ENV_READER_URL}, or unset it to use the role `lanpo db upgrade` made"
                 if self.source == ENV_READER_URL
                 # Postgres lets every role change its own password, so a reader's psql session can lock lanpo out.
-                else "if its password was changed, `lanpo db downgrade 0003 && lanpo db upgrade` makes the role anew"
+                else f"if its password was changed, `{RENEW_COMMAND}` sets a new one"
             )
             raise ReaderUnavailable(
                 f"cannot log in as the read-only role {self.role} ({self.source}): {str(exc).strip()}", hint=hint
@@ -166,7 +167,7 @@ def _missing(stored: StoredReader, params: dict[str, Any], outcome: str = "nothi
     if not stored.setup_sql:  # the migration made it, and someone dropped it since
         return ReaderUnavailable(
             f"lanpo runs your SQL as the read-only role {stored.role}, which was dropped; {outcome}",
-            hint="make it anew: lanpo db downgrade 0003 && lanpo db upgrade",
+            hint=f"make it anew: {RENEW_COMMAND}",
         )
     return ReaderUnavailable(
         f"lanpo runs your SQL as the read-only role {stored.role}, which does not exist: the user "
@@ -227,3 +228,73 @@ def setup_notices(owner: Engine) -> list[str]:
 def reader_uri(login: ReaderLogin) -> str:
     """The login as a libpq URI; no password for the embedded server, whose socket trusts local users."""
     return login.uri(with_password=not (is_embedded() and login.source != ENV_READER_URL))
+
+
+def renew(owner: Engine) -> StoredReader:
+    """Give the reader a new password, making the role anew if it was dropped; its grants are restored.
+
+    Postgres lets every role change its own password, so a reader's psql session can lock lanpo out; and an
+    administrator may drop the role. Either way the owner (if it may manage roles) puts back what migration
+    0004 made: the role with its attributes and settings, SELECT on every table and view, and the default
+    privileges for later ones. What the owner may not run is kept in `setup_sql` for an administrator, as the
+    migration does. One transaction: a failure leaves the old login in place.
+    """
+    from secrets import token_urlsafe
+
+    password = token_urlsafe(32)
+    with owner.begin() as conn:
+        me = conn.execute(
+            sa.text(
+                "SELECT r.rolname, r.rolsuper OR r.rolcreaterole AS manages_roles, "
+                "r.rolsuper OR d.datdba = r.oid AS grants_schema, l.role_name, "
+                "EXISTS (SELECT 1 FROM pg_roles WHERE rolname = l.role_name) AS exists "
+                "FROM pg_roles r JOIN pg_database d ON d.datname = current_database() "
+                "CROSS JOIN lanpo_private.reader_login l WHERE r.rolname = current_user FOR UPDATE OF l"
+            )
+        ).one()
+        role, owner_role = _ident(me.role_name), _ident(me.rolname)
+        make = "ALTER" if me.exists else "CREATE"
+        steps = [
+            (f"{make} ROLE {role} WITH {ROLE_ATTRIBUTES} PASSWORD {_literal(password)}", me.manages_roles),
+            *((f"ALTER ROLE {role} SET {k} = {v}", me.manages_roles) for k, v in ROLE_SETTINGS.items()),
+            (f"GRANT USAGE ON SCHEMA public TO {role}", me.grants_schema),
+            (f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}", True),
+            (
+                f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner_role} IN SCHEMA public GRANT SELECT ON TABLES TO {role}",
+                True,
+            ),
+        ]
+        left: list[str] = []
+        for statement, allowed in steps:
+            if not allowed:
+                left.append(statement)
+                continue
+            try:
+                with conn.begin_nested():
+                    conn.exec_driver_sql(statement)
+            except sa.exc.DBAPIError:
+                left.append(statement)
+        if left and left[0].startswith(("CREATE ROLE", "ALTER ROLE")) and "PASSWORD" in left[0]:
+            raise ReaderUnavailable(
+                f"user {me.rolname} may not {'alter' if me.exists else 'create'} the role {me.role_name}; "
+                "nothing was changed",
+                hint="an administrator (a superuser) runs:\n\n" + "".join(f"    {s};\n" for s in left),
+            )
+        conn.execute(
+            sa.text("UPDATE lanpo_private.reader_login SET password = :p, setup_sql = :s, created_at = now()"),
+            {"p": password, "s": "".join(f"{s};\n" for s in left)},
+        )
+    return stored_reader(owner)
+
+
+# What migration 0004 gives the role; `renew` restores the same.
+ROLE_ATTRIBUTES = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS"
+ROLE_SETTINGS = {"default_transaction_read_only": "on", "statement_timeout": "'60s'"}
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"

@@ -168,20 +168,66 @@ def test_a_plain_reader_url_is_used(
         query_readonly(db, "SELECT 1")
 
 
-def test_a_dropped_role_says_how_to_make_it_anew(db: Engine, pg_url: str) -> None:
+def test_a_dropped_role_says_how_to_make_it_anew(db: Engine, pg_url: str, run_cli: Callable) -> None:
     if not _superuser(db):
         pytest.skip("the test server's user is not a superuser")
     role = stored_reader(db).role
+    with db.begin() as conn:
+        conn.execute(sa.text("INSERT INTO problems (dataset, external_id, question) VALUES ('d', '1', 'q')"))
     with _admin(pg_url).connect() as conn:
         conn.execute(sa.text(f'DROP OWNED BY "{role}"'))
         conn.execute(sa.text(f'DROP ROLE "{role}"'))
-    try:
-        with pytest.raises(ReaderUnavailable, match=f"{role}, which was dropped; nothing was run"):
-            query_readonly(db, "SELECT 1")
-    finally:
-        migrate.downgrade(db, "0003")
-        migrate.upgrade(db)
-    assert query_readonly(db, "SELECT current_user").rows == [(role,)]
+    with pytest.raises(ReaderUnavailable, match=f"{role}, which was dropped; nothing was run") as refused:
+        query_readonly(db, "SELECT 1")
+    assert refused.value.hint == "make it anew: lanpo db reader --renew"
+    renewed = run_cli("db", "reader", "--renew")
+    assert renewed.code == 0 and f"renewed: {role} has a new password" in renewed.out, renewed.err
+    assert query_readonly(db, "SELECT current_user, count(*) FROM problems").rows == [(role, 1)]
+    test_the_role_reads_and_nothing_else(db)  # the same attributes, settings and grants as the migration's
+
+
+def _scram_matches(verifier: str, password: str) -> bool:
+    """Whether a `SCRAM-SHA-256$iterations:salt$StoredKey:ServerKey` verifier (pg_authid) is for `password`."""
+    import base64
+    import hashlib
+    import hmac
+
+    iterations, salt = verifier.split("$")[1].split(":")
+    stored_key = verifier.split("$")[2].split(":")[0]
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(salt), int(iterations))
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    return base64.b64encode(hashlib.sha256(client_key).digest()).decode() == stored_key
+
+
+def test_a_reader_that_changed_its_password_is_renewed(db: Engine, run_cli: Callable) -> None:
+    """Any role may change its own password: a psql session as the reader can lock lanpo out, until --renew."""
+    if not _superuser(db):
+        pytest.skip("the test server's user is not a superuser")
+    login = reader_login(db)
+
+    def verifier() -> str:
+        with db.connect() as conn:
+            return conn.scalar(sa.text("SELECT rolpassword FROM pg_authid WHERE rolname = :r"), {"r": login.role})
+
+    assert _scram_matches(verifier(), stored_reader(db).password)
+    with psycopg.connect(**login.params, autocommit=True) as conn:
+        conn.execute("SET default_transaction_read_only = off")
+        conn.execute(f"ALTER ROLE \"{login.role}\" PASSWORD 'mine-now'")
+    assert _scram_matches(verifier(), "mine-now")
+    locked = run_cli("sql", "SELECT 1")
+    if locked.code != 0:  # a server that checks passwords (the embedded socket trusts local users)
+        assert "hint: if its password was changed, `lanpo db reader --renew`" in locked.err
+    old = stored_reader(db).password
+    renewed = run_cli("db", "reader", "--renew")
+    assert renewed.code == 0, renewed.err
+    assert stored_reader(db).password != old and _scram_matches(verifier(), stored_reader(db).password)
+    assert run_cli("sql", "SELECT current_user", "--format", "csv").out.splitlines() == ["current_user", login.role]
+
+
+def test_renew_refuses_under_an_explicit_reader_url(run_cli: Callable, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_READER_URL, "postgresql://someone@localhost/lanpo")
+    refused = run_cli("db", "reader", "--renew")
+    assert refused.code == 2 and refused.err.startswith(f"error: {ENV_READER_URL} is set")
 
 
 def test_one_role_per_database(db: Engine, pg_url: str) -> None:
@@ -269,6 +315,12 @@ def test_owner_without_createrole_gets_the_administrators_sql(
         assert explicit.code == 0 and explicit.out.splitlines() == ["current_user", reader], explicit.err
         kill = run_cli("sql", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()")
         assert kill.code == 2 and "permission denied for function pg_terminate_backend" in kill.err
+
+        monkeypatch.delenv(ENV_READER_URL)
+        before = run_cli("sql", "SELECT 1").code
+        renew = run_cli("db", "reader", "--renew")  # this owner may not alter the role: nothing changes
+        assert renew.code == 2 and f"may not alter the role {reader}; nothing was changed" in renew.err
+        assert "ALTER ROLE" in renew.err and run_cli("sql", "SELECT 1").code == before == 0
 
         down = run_cli("db", "downgrade", "0003")  # the owner may revoke its grants but not drop the role
         assert down.code == 0, down.err
