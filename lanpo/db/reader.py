@@ -24,6 +24,10 @@ from lanpo.errors import ReaderUnavailable
 ENV_READER_URL = "LANPO_READER_URL"
 RENEW_COMMAND = "lanpo db reader --renew"
 
+# What migration 0004 gives the role; `renew` restores the same.
+ROLE_ATTRIBUTES = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS"
+ROLE_SETTINGS = {"default_transaction_read_only": "on", "statement_timeout": "'60s'"}
+
 # Predefined roles that reach past SELECT: server files and programs, other sessions, all data, maintenance.
 PRIVILEGED_ROLES = (
     "pg_execute_server_program",
@@ -285,11 +289,6 @@ def renew(owner: Engine) -> StoredReader:
             {"p": password, "s": "".join(f"{s};\n" for s in left)},
         )
     return stored_reader(owner)
-
-
-# What migration 0004 gives the role; `renew` restores the same.
-ROLE_ATTRIBUTES = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS"
-ROLE_SETTINGS = {"default_transaction_read_only": "on", "statement_timeout": "'60s'"}
 
 
 def _ident(name: str) -> str:
