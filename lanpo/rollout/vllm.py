@@ -176,7 +176,7 @@ class VLLMBackend:
             return None
         if not self.lora_enabled:
             raise ConfigError("this vLLM engine was started without LoRA", hint="build it with enable_lora=True")
-        sha, staging = self._snapshot(Path(adapter_dir))
+        sha, staging = self._snapshot(Path(adapter_dir).expanduser())
         if sha in self._adapters:
             shutil.rmtree(staging, ignore_errors=True)
             self._adapters.move_to_end(sha)

@@ -30,7 +30,7 @@ from lanpo.train.config import load_config
 def test_auto_settings_resolve_per_device() -> None:
     cpu = VLLMConfig().engine_kwargs("cpu")
     assert cpu["gpu_memory_utilization"] == 0.15 and cpu["enforce_eager"] is True and cpu["max_model_len"] is None
-    assert cpu["enable_lora"] and cpu["max_loras"] == cpu["max_cpu_loras"] == 1 and cpu["max_lora_rank"] == 64
+    assert cpu["enable_lora"] and cpu["max_loras"] == cpu["max_cpu_loras"] == 1 and cpu["max_lora_rank"] == 16
     cuda = VLLMConfig().engine_kwargs("cuda")
     assert cuda["gpu_memory_utilization"] == 0.45 and cuda["enforce_eager"] is False
     explicit = VLLMConfig(memory_fraction=0.3, max_model_len=4096, enforce_eager=False, dtype="float32", seed=7)
@@ -63,9 +63,9 @@ def test_tensor_parallelism_needs_gpus() -> None:
 
 def test_trainer_and_eval_configs_embed_the_engine_settings(tmp_path: Path) -> None:
     recipe = tmp_path / "run.toml"
-    recipe.write_text('[rollout]\nbackend = "vllm"\n[rollout.vllm]\nmemory_fraction = 0.3\nmax_lora_rank = 16\n')
+    recipe.write_text('[rollout]\nbackend = "vllm"\n[rollout.vllm]\nmemory_fraction = 0.3\nmax_lora_rank = 32\n')
     cfg = load_config(recipe, ["rollout.vllm.max_model_len=3072"])
-    assert cfg.rollout.vllm == VLLMConfig(memory_fraction=0.3, max_lora_rank=16, max_model_len=3072)
+    assert cfg.rollout.vllm == VLLMConfig(memory_fraction=0.3, max_lora_rank=32, max_model_len=3072)
     with pytest.raises(ConfigError, match=r"rollout\.vllm\.max_lora_rank must be one of"):
         load_config(recipe, ["rollout.vllm.max_lora_rank=24"])
     with pytest.raises(ConfigError, match=r"unknown config key rollout\.vllm\.gpu_memory_utilization"):
