@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lanpo.errors import ConfigError, InputError, LanpoError
-from lanpo.models import ADAPTER_WEIGHTS, adapter_dir_sha256
+from lanpo.models import ADAPTER_WEIGHTS, adapter_dir_sha256, prepare_tokenizer, resolve_model
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.rollout.config import VLLMConfig
 
@@ -106,8 +106,6 @@ class VLLMBackend:
                 hint="lanpo.models.resolve_model(name) gives the folder of `smollm2` or of a local model",
             )
         self._vllm = import_vllm()
-        from lanpo.models import prepare_tokenizer, resolve_model
-
         self.config = config or VLLMConfig()
         self.model = resolve_model(model)
         if tokenizer is None:
