@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -135,6 +136,7 @@ def main() -> None:
             median = statistics.median(values)
             print(f"| {name} | {median:.2f} | {total / median:.0f} | {reference / median:.2f}× |")
     engine.close()
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":  # vLLM's engine core is a spawned process that re-imports this script
