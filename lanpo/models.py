@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 SMOLLM2 = "smollm2"
 TINY_RANDOM = "tiny-random"  # a tiny randomly initialised model: exercises every code path in milliseconds
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")  # what PEFT writes, newest format first
 
 
 def smollm2_gguf() -> Path:
@@ -282,20 +283,53 @@ def load_adapter_stack(model: Any, adapter_dir: str | Path, trainable: bool = Fa
 
 
 def adapter_state(model: Any) -> dict[str, torch.Tensor]:
+    """The live adapter's tensors, named as PEFT saves them (`get_peft_model_state_dict`)."""
     from peft import get_peft_model_state_dict
 
     return get_peft_model_state_dict(model)
 
 
-def adapter_sha256(model: Any) -> str:
-    """A hash of the adapter weights (names, shapes, dtypes, bytes): which weights produced a row."""
+def read_adapter_state(adapter_dir: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a saved PEFT adapter folder, by the names `adapter_state` gives them."""
+    path = Path(adapter_dir)
+    if not (path / "adapter_config.json").is_file():
+        raise InputError(f"no PEFT adapter in {path} (adapter_config.json missing)")
+    for name in ADAPTER_WEIGHTS:
+        if (path / name).is_file():
+            weights = path / name
+            break
+    else:
+        raise InputError(f"no adapter weights in {path} (adapter_model.safetensors missing)")
+    if weights.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(weights))
+    return torch.load(weights, map_location="cpu", weights_only=True)
+
+
+def state_sha256(state: dict[str, torch.Tensor]) -> str:
+    """THE adapter hash: names, shapes, dtypes and bytes of a state dict, in name order.
+
+    Both `adapter_sha256` (a live model) and `adapter_dir_sha256` (a saved folder) are this function, so a served
+    adapter's hash equals the trained policy's exactly when their weights are equal bit for bit.
+    """
     digest = hashlib.sha256()
-    for name, tensor in sorted(adapter_state(model).items()):
+    for name, tensor in sorted(state.items()):
         t = tensor.detach().to("cpu").contiguous()
         digest.update(name.encode())
         digest.update(str((tuple(t.shape), str(t.dtype))).encode())
         digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return digest.hexdigest()
+
+
+def adapter_sha256(model: Any) -> str:
+    """The hash of a live PEFT model's adapter: which weights produced a row."""
+    return state_sha256(adapter_state(model))
+
+
+def adapter_dir_sha256(adapter_dir: str | Path) -> str:
+    """The hash of a saved adapter folder; equal to `adapter_sha256` of the model that saved it."""
+    return state_sha256(read_adapter_state(adapter_dir))
 
 
 # --------------------------------------------------------------------------- tiny models for tests

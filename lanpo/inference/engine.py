@@ -31,6 +31,7 @@ from lanpo.inference.io import Question, question_id
 from lanpo.models import apply_chat
 from lanpo.rewards import FORMAT_BONUS, extract_boxed, format_ok, is_correct
 from lanpo.rollout import Completion, GenerationBackend, SamplingParams
+from lanpo.rollout.config import VLLMConfig
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,9 @@ class Engine:
     """Answers questions with a policy (base model, optionally with a LoRA adapter) in one of three modes.
 
     `model` is a name or path (`smollm2`, a HF folder, a cached hub id) or an already loaded HF model, in
-    which case `tokenizer` is required. `db` (a SQLAlchemy engine) is needed for retrieval only.
+    which case `tokenizer` is required. `db` (a SQLAlchemy engine) is needed for retrieval only. With the vllm
+    backend one engine (settings: `vllm`) answers and judges relevance; `dtype`, when not auto, overrides
+    `vllm.dtype`. `close()` ends the engine's processes.
     """
 
     def __init__(
@@ -162,6 +165,7 @@ class Engine:
         notify: Callable[[str], None] = _stderr,
         retriever: Retriever | None = None,
         backend_options: dict[str, Any] | None = None,
+        vllm: VLLMConfig | None = None,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
@@ -193,7 +197,7 @@ class Engine:
         elif backend == "vllm":
             if not isinstance(model, str):
                 raise ConfigError("the vllm backend loads the model itself: pass its name or folder, not a model")
-            self._init_vllm(model, options)
+            self._init_vllm(model, dtype, vllm or VLLMConfig())
         else:
             raise ConfigError(f"unknown backend {backend!r}", hint="use hf or vllm")
 
@@ -228,19 +232,25 @@ class Engine:
         options.setdefault("max_batch", max(8, self.batch_size * 4))
         self.backend: GenerationBackend = HFBackend(model, tokenizer, **options)
 
-    def _init_vllm(self, model: str, options: dict) -> None:
-        from transformers import AutoTokenizer
+    def _init_vllm(self, model: str, dtype: str | None, config: VLLMConfig) -> None:
+        from dataclasses import replace
 
-        from lanpo.models import prepare_tokenizer, resolve_model
         from lanpo.rollout.vllm import VLLMBackend
 
-        path = resolve_model(model)
+        if dtype not in (None, "auto"):
+            config = replace(config, dtype=dtype)
         self.model = None
-        self.tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))
-        backend = VLLMBackend(path, self.tokenizer, **options)
+        backend = VLLMBackend(model, None, config, enable_lora=self.adapter is not None)
+        self.tokenizer = backend.tokenizer
         if self.adapter is not None:
             self.adapter_sha256 = backend.set_adapter(self.adapter)
         self.backend = backend
+
+    def close(self) -> None:
+        """End the generation engine's processes (vllm); an HF model is left to the garbage collector."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
 
     @property
     def scorer_identity(self) -> str:
@@ -257,7 +267,11 @@ class Engine:
         if self._scorer is None:
             from lanpo.retrieval.scorer import RelevanceScorer, load_scorer
 
-            if name == "policy" and self.model is not None:
+            if name == "policy" and self.backend_name == "vllm":  # the engine that answers also judges
+                from lanpo.retrieval.vllm_scorer import VLLMRelevanceScorer
+
+                self._scorer = VLLMRelevanceScorer(self.backend, model_id=self.scorer_identity)
+            elif name == "policy" and self.model is not None:
                 self._scorer = RelevanceScorer(self.model, self.tokenizer, model_id=self.scorer_identity)
             else:
                 self._scorer = load_scorer(self.model_id if name == "policy" else name)
@@ -325,14 +339,12 @@ class Engine:
     ) -> list[list[Turn]]:
         groups = self.backend.generate(prompts_, n, params)
         return [
-            [self._turn(p, c, v, gm, g, self.adapter_sha256) for c in group]
+            [self._turn(p, c, v, gm, g) for c in group]
             for p, group, v, gm, g in zip(prompts_, groups, versions, grade_modes, golds, strict=True)
         ]
 
     @staticmethod
-    def _turn(
-        prompt: str, completion: Completion, version: str, grade_mode: str, gold: str | None, served: str | None
-    ) -> Turn:
+    def _turn(prompt: str, completion: Completion, version: str, grade_mode: str, gold: str | None) -> Turn:
         text = completion.text
         fmt = format_ok(text, grade_mode)
         correct = None if gold is None else is_correct(text, gold)
@@ -348,7 +360,7 @@ class Engine:
             correct=correct,
             reward=reward,
             format_ok=fmt,
-            served_adapter_sha256=served,
+            served_adapter_sha256=completion.served_adapter_sha256,
         )
 
     def _zero_shot(self, chunk: list[Question], k: int, params: SamplingParams) -> list[Solution]:

@@ -55,6 +55,7 @@ def build_engine(config: EvalConfig, db: Any) -> Engine:
         retrieval=config.retrieval,
         db=db,
         batch_size=config.batch_size,
+        vllm=config.vllm,
     )
 
 

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from lanpo.db.repo import problems
 from lanpo.errors import InputError
 from lanpo.retrieval.corpus import BM25Cache
-from lanpo.retrieval.scorer import RelevanceScorer
+from lanpo.retrieval.scorer import Judge
 from lanpo.retrieval.search import SearchParams, search_problems
 from lanpo.retrieval.sqlfiles import query
 
@@ -57,7 +57,7 @@ def store_scores(session: Session, scorer_id: str, scores: Mapping[Pair, float],
 
 def score_pairs(
     session: Session,
-    scorer: RelevanceScorer,
+    scorer: Judge,
     pairs: Sequence[Pair],
     texts: Callable[[Pair], tuple[str, str]],
     kind: str = "problem",
@@ -104,7 +104,7 @@ class BuildReport:
 def build_problem_relevance(
     engine: Engine,
     dataset: str,
-    scorer: RelevanceScorer,
+    scorer: Judge,
     *,
     top_k: int = 16,
     params: SearchParams | None = None,

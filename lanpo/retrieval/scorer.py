@@ -11,13 +11,17 @@ alone, only the last position's logits computed). Candidates of one problem shar
 prompt + problem): it runs once and its KV cache serves the whole batch. The scorer identity stored in
 `relevance_scores.scorer` is `"<model id>|<prompt version>"`: change the prompt, bump `PROMPT_VERSION`, and
 nothing cached is reused.
+
+`JudgePrompt` builds and tokenises the prompt; `RelevanceScorer` scores it with a HF model, and
+`lanpo.retrieval.vllm_scorer.VLLMRelevanceScorer` with the vLLM engine's next-token log-probs (same identity:
+the same model and prompt are the same judge, up to the engine's bf16 arithmetic).
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -66,37 +70,30 @@ def yes_no_probability(logits: torch.Tensor, yes_ids: Sequence[int], no_ids: Seq
     return torch.sigmoid(l_yes - l_no)  # = exp(l_yes) / (exp(l_yes) + exp(l_no))
 
 
-class RelevanceScorer:
-    """Scores (problem, feedback) text pairs with a causal LM, many pairs per forward pass."""
+class Judge(Protocol):
+    """What retrieval needs of a relevance judge: `RelevanceScorer` (HF) and `VLLMRelevanceScorer` (vLLM)."""
 
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        model_id: str,
-        *,
-        batch_size: int = 16,
-        max_chars: int = 1500,
-        prompt_version: str = PROMPT_VERSION,
-        share_prefix: bool = True,
-    ) -> None:
-        if batch_size < 1:
-            raise InputError(f"scorer batch size must be >= 1, got {batch_size}")
-        self.model = model.eval()
+    batch_size: int
+
+    @property
+    def identity(self) -> str: ...
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]: ...
+
+
+class JudgePrompt:
+    """The judgement prompt in a tokenizer's chat template, tokenised as (prefix, suffix) around the feedback.
+
+    The prefix (system prompt + problem) is the same for every candidate of one problem, so a backend can run it
+    once (the HF scorer's shared KV cache, vLLM's prefix cache).
+    """
+
+    def __init__(self, tokenizer: Any, model_id: str, max_chars: int, prompt_version: str) -> None:
         self.tokenizer = tokenizer
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model_id = model_id
-        self.batch_size = batch_size
         self.max_chars = max_chars
         self.prompt_version = prompt_version
-        self.share_prefix = share_prefix
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps forward(**kw)
-        forward_params = inspect.signature(base.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
         self.yes_ids, self.no_ids = answer_token_ids(tokenizer)
-        self.forward_calls = 0
 
     @property
     def identity(self) -> str:
@@ -125,6 +122,47 @@ class RelevanceScorer:
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
+    def token_rows(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """(prefix ids, suffix ids) per pair; pairs of one problem share the very same prefix list object."""
+        prefixes: dict[str, list[int]] = {}
+        tails: dict[str, str] = {}
+        rows: list[tuple[list[int], list[int]]] = []
+        for problem, feedback in pairs:
+            if problem not in prefixes:
+                head, tails[problem] = self._template_parts(problem)
+                prefixes[problem] = self._encode(head)
+            rows.append((prefixes[problem], self._encode(self._feedback_part(feedback) + tails[problem])))
+        return rows
+
+
+class RelevanceScorer(JudgePrompt):
+    """Scores (problem, feedback) text pairs with a HF causal LM, many pairs per forward pass."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        model_id: str,
+        *,
+        batch_size: int = 16,
+        max_chars: int = 1500,
+        prompt_version: str = PROMPT_VERSION,
+        share_prefix: bool = True,
+    ) -> None:
+        if batch_size < 1:
+            raise InputError(f"scorer batch size must be >= 1, got {batch_size}")
+        super().__init__(tokenizer, model_id, max_chars, prompt_version)
+        self.model = model.eval()
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.batch_size = batch_size
+        self.share_prefix = share_prefix
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps forward(**kw)
+        forward_params = inspect.signature(base.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
+        self.forward_calls = 0
+
     @torch.no_grad()
     def score(
         self, pairs: Sequence[tuple[str, str]], batch_size: int | None = None, share_prefix: bool | None = None
@@ -138,19 +176,12 @@ class RelevanceScorer:
         """
         size = batch_size or self.batch_size
         share = self.share_prefix if share_prefix is None else share_prefix
-        prefixes: dict[str, list[int]] = {}
-        tails: dict[str, str] = {}
-        rows: list[tuple[list[int], list[int]]] = []  # (prefix ids, suffix ids) per pair
-        for problem, feedback in pairs:
-            if problem not in prefixes:
-                head, tails[problem] = self._template_parts(problem)
-                prefixes[problem] = self._encode(head)
-            rows.append((prefixes[problem], self._encode(self._feedback_part(feedback) + tails[problem])))
+        rows = self.token_rows(pairs)
         scores = [0.0] * len(rows)
         if share:
             groups: dict[int, list[int]] = {}
-            for i, (problem, _) in enumerate(pairs):
-                groups.setdefault(id(prefixes[problem]), []).append(i)
+            for i, (prefix, _) in enumerate(rows):
+                groups.setdefault(id(prefix), []).append(i)
             chunks = [
                 sorted_group[start : start + size]
                 for group in groups.values()

@@ -16,7 +16,7 @@ from lanpo.errors import InputError
 from lanpo.retrieval.corpus import DEFAULT_CACHE, BM25Cache
 from lanpo.retrieval.embeddings import Embedder, SentenceTransformerEmbedder
 from lanpo.retrieval.relevance import score_pairs
-from lanpo.retrieval.scorer import RelevanceScorer
+from lanpo.retrieval.scorer import Judge
 from lanpo.retrieval.search import SearchParams, search_pool
 
 _EMBEDDERS: dict[str | None, Embedder] = {}
@@ -55,7 +55,7 @@ def retrieve(
     top_k: int = 16,
     gamma: float = 0.9,
     m: int = 3,
-    scorer: RelevanceScorer | None = None,
+    scorer: Judge | None = None,
     embedder: Embedder | None = None,
     problem_id: int | None = None,
     ef_search: int = 100,

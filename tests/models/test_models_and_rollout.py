@@ -10,6 +10,7 @@ import torch
 from lanpo.errors import InputError
 from lanpo.models import (
     LoraSpec,
+    adapter_dir_sha256,
     adapter_sha256,
     apply_chat,
     attach_lora,
@@ -64,6 +65,47 @@ def test_adapter_hash_changes_with_weights_and_survives_save(tmp_path: Path) -> 
     peft_model.save_pretrained(tmp_path / "adapter")
     reloaded = load_adapter(tiny_causal_lm()[0], tmp_path / "adapter")
     assert adapter_sha256(reloaded) == after
+
+
+def test_one_adapter_hash_for_live_models_and_saved_folders(tmp_path: Path) -> None:
+    """`adapter_sha256` (live) and `adapter_dir_sha256` (saved) are one function of the state dict: equal for the
+    same weights in fp32 and bf16, different for other weights."""
+    peft_model = attach_lora(tiny_causal_lm()[0], LoraSpec(rank=2, alpha=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.25)
+    peft_model.save_pretrained(tmp_path / "fp32")
+    assert adapter_dir_sha256(tmp_path / "fp32") == adapter_sha256(peft_model)
+    peft_model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    assert adapter_dir_sha256(tmp_path / "bf16") == adapter_sha256(peft_model) != adapter_dir_sha256(tmp_path / "fp32")
+    with pytest.raises(InputError, match=r"adapter_config\.json missing"):
+        adapter_dir_sha256(tmp_path)
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(InputError, match="no adapter weights"):
+        adapter_dir_sha256(tmp_path)
+
+
+def test_hf_completions_carry_the_served_adapter_hash() -> None:
+    model, tok = tiny_causal_lm(seed=3)
+    prompt = apply_chat(tok, [{"role": "user", "content": "hi"}])
+    greedy = SamplingParams(max_new_tokens=4, temperature=0.0)
+    (plain,) = make_backend("hf", model, tok).generate([prompt], 2, greedy)
+    assert [c.served_adapter_sha256 for c in plain] == [None, None] and plain[0].logprobs is None
+    peft_model = attach_lora(model, LoraSpec(rank=2, alpha=4, target_modules=["q_proj"]))
+    backend = make_backend("hf", peft_model, tok)
+    (adapted,) = backend.generate([prompt], 2, greedy)
+    assert {c.served_adapter_sha256 for c in adapted} == {adapter_sha256(peft_model)}
+    with peft_model.disable_adapter():  # the reference policy: the base weights serve
+        (reference,) = backend.generate([prompt], 1, greedy)
+    assert reference[0].served_adapter_sha256 is None
+
+
+def test_hf_min_new_tokens_gives_equal_lengths() -> None:
+    model, tok = tiny_causal_lm(seed=4)
+    prompts = [apply_chat(tok, [{"role": "user", "content": q}]) for q in ("a", "bb")]
+    groups = make_backend("hf", model, tok).generate(prompts, 2, SamplingParams(6, 1.0, seed=0, min_new_tokens=6))
+    assert {len(c.token_ids) for g in groups for c in g} == {6}
 
 
 def test_bad_model_paths_are_clear(tmp_path: Path) -> None:

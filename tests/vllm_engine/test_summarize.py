@@ -1,0 +1,34 @@
+"""The summariser through the engine: one batched call, one lesson (or None) per candidate, seeded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lanpo.rollout import SamplingParams
+from lanpo.train.summarize import Candidate, summarise
+from tests.vllm_engine.helpers import needs_vllm
+
+pytestmark = [pytest.mark.vllm, needs_vllm]
+
+CANDIDATES = [
+    Candidate(0, 1, "What is 12 + 30?", "12 + 30: add the tens, 10 + 30 = 40, then 2 more. \\boxed{42}", 1.1),
+    Candidate(3, 2, "What is 7 * 6?", "Seven sixes: 6 + 6 + 6 + 6 + 6 + 6 + 6 = 42. \\boxed{42}", 1.0),
+]
+
+
+def test_summaries_come_from_the_engine(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, int, SamplingParams]] = []
+    generate = backend.generate
+
+    def counted(prompts: list[str], n: int, params: SamplingParams) -> Any:
+        calls.append((len(prompts), n, params))
+        return generate(prompts, n, params)
+
+    monkeypatch.setattr(backend, "generate", counted)
+    first = summarise(backend, backend.tokenizer, CANDIDATES, max_new_tokens=64, temperature=0.7, seed=5)
+    again = summarise(backend, backend.tokenizer, CANDIDATES, max_new_tokens=64, temperature=0.7, seed=5)
+    assert [c[:2] for c in calls] == [(2, 1), (2, 1)]  # one batched call per step
+    assert len(first) == 2 and first == again  # seeded: the same lessons
+    assert any(s is not None and len(s) >= 20 for s in first)
