@@ -59,8 +59,8 @@ def policy_loss(
     logp, old_logp, ref_logp, mask: (B, T) over completion tokens (mask 1 = real token); advantages: (B,).
     ref_logp may be None when beta == 0. behavior_logp (B, T): the sampling engine's log-probs, used when
     `tis_cap` is set. Returns the scalar loss and detached stats: `kl` (token-mean k3), `clip_frac` (share of
-    tokens whose clipped branch is active), `ratio_mean`, `pg_loss`, and `tis_weight` (token-mean weight; 1
-    without TIS).
+    tokens whose clipped branch is active), `ratio_mean`, `pg_loss`, `tis_weight` (token-mean weight; 1
+    without TIS) and `logp_diff` (token-mean |old_logp - behavior_logp|; 0 without behavior_logp).
     """
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
@@ -91,5 +91,9 @@ def policy_loss(
             "ratio_mean": (ratio.detach() * mask).sum() / denom,
             "pg_loss": aggregate(pg.detach(), mask, agg),
             "tis_weight": (weight * mask).sum() / denom,
+            # how far the sampling engine's log-probs sit from the trainer's (0 without them)
+            "logp_diff": ((old_logp.detach() - behavior_logp).abs() * mask).sum() / denom
+            if behavior_logp is not None
+            else torch.zeros((), dtype=logp.dtype),
         }
     return loss, stats

@@ -119,7 +119,9 @@ class GRPOConfig:
         False, "drop groups with zero reward spread from the update (DAPO-style; saves their forward/backward)"
     )
     tis_cap: float | None = help_field(
-        None, "truncated importance sampling cap on exp(logp_trainer - logp_engine) (None: on-policy ratio only)"
+        None,
+        "truncated importance sampling cap on exp(logp_trainer - logp_engine), rollout.backend = vllm only "
+        "(None: no correction; engine/logp_abs_diff says how far the engine is)",
     )
 
     def __post_init__(self) -> None:
@@ -273,6 +275,18 @@ class TrainConfig:
             self.validation_dataset() != self.data.dataset,
             f"eval.dataset ({self.eval.dataset}) is the training dataset: validation must be held out",
             "name another dataset, or leave eval.dataset unset for '<data.dataset>-val'",
+        )
+        _check(
+            self.grpo.tis_cap is None or self.rollout.backend == "vllm",
+            "grpo.tis_cap corrects for a sampling engine other than the trainer, and the hf backend samples with "
+            "the trained model itself",
+            "set rollout.backend = vllm, or unset grpo.tis_cap",
+        )
+        _check(
+            self.rollout.backend != "vllm" or self.lora.r <= self.rollout.vllm.max_lora_rank,
+            f"lora.r = {self.lora.r} is above rollout.vllm.max_lora_rank = {self.rollout.vllm.max_lora_rank}: "
+            "the engine could not serve the adapter",
+            "set rollout.vllm.max_lora_rank to the next of 8, 16, 32, 64, 128, ... at or above lora.r",
         )
         _check(
             self.summarizer.max_new_per_step <= self.store.per_step_cap,

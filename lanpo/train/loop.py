@@ -55,6 +55,7 @@ from lanpo.train.dist import gather_step
 from lanpo.train.feedback import StepPrompts, feedback_prompts
 from lanpo.train.pause import pause
 from lanpo.train.record import GroupRecord, RolloutRecord
+from lanpo.train.rollouts import behavior_logprobs
 from lanpo.train.schedule import mix_seed
 from lanpo.train.state import Trainer, setup
 from lanpo.train.summarize import Candidate, choose_candidates, summarise
@@ -115,6 +116,7 @@ def train(
     finally:
         if bar is not None:
             bar.close()
+        trainer.backend.close()  # a vLLM engine runs in processes of its own
     return result
 
 
@@ -168,14 +170,17 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         batch = build_batch(
             [c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts], t.tokenizer.pad_token_id, device
         )  # input_ids (G*n, P+T), completion_mask (G*n, T)
+        behavior = behavior_logprobs(rollouts, batch.completion_ids.shape[1], device)  # (G*n, T) vllm; else None
 
     # ------------------------------------------------------------------ 6. reference log-probs + policy update
     stats = update_policy(
         t.model, t.optimizer, t.scheduler, batch, advantages.to(device), cfg.grpo, mix_seed(cfg.seed, "update", step),
-        dist, ddp=t.ddp,
+        dist, ddp=t.ddp, behavior_logp=behavior,
     )  # fmt: skip
     timer.add("ref_logp", stats.seconds_ref)
     timer.add("update", stats.seconds_update)
+    with timer.phase("sync"):
+        t.backend.sync()  # the engine serves the updated policy from the next generation on
     metrics = {**stats.as_metrics(), **prompts.feedback_metrics(n), "lr": float(t.scheduler.get_last_lr()[0])}
 
     # ------------------------------------------------------------------ 7. gather this step's rows on rank 0
@@ -259,6 +264,7 @@ def _group_records(
                     completion_tokens=len(c.token_ids),
                     truncated=c.finish_reason == "length",
                     summary=summaries.get(g * n + j),
+                    served_adapter_sha256=c.served_adapter_sha256,
                 )
                 for j, c in enumerate(completions)
             ],

@@ -31,6 +31,7 @@ class RolloutRecord:
     completion_tokens: int
     truncated: bool
     summary: str | None = None  # the lesson distilled from it, when it was chosen for summarising
+    served_adapter_sha256: str | None = None  # the adapter the engine sampled it with
 
 
 @dataclass
@@ -124,6 +125,7 @@ def write_groups(
                         correct=r.correct,
                         format_ok=r.format_ok,
                         completion_tokens=r.completion_tokens,
+                        served_adapter_sha256=r.served_adapter_sha256,
                     )
                     for r in g.rollouts
                 ],

@@ -32,6 +32,7 @@ from lanpo.train import checkpoint as ckpt
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist, init_from_env
 from lanpo.train.policy import load_base, set_threads, with_fresh_adapter
+from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
 from lanpo.train.run import RunStart, ensure_dataset, open_run, resolve_scorer
 from lanpo.train.update import cosine_schedule, minibatches_per_epoch
 from lanpo.train.validate import ValidationSet, prepare_validation
@@ -49,7 +50,7 @@ class Trainer:
     model: Any  # the PEFT policy (its adapter off: the reference)
     ddp: Any  # what the update's gradient flows through: DDP over `model` under torchrun, else None
     tokenizer: Any
-    backend: Any
+    backend: PolicyEngine  # samples rollouts (and validation, and the policy's summaries); synced after updates
     optimizer: torch.optim.Optimizer
     scheduler: Any
     problem_ids: list[int]
@@ -117,6 +118,10 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
     shared = dist.broadcast(shared)
     start = shared["start"]
     base, start_record = load_start(cfg, engine, start, base, tokenizer, root, dist)
+    # vLLM loads the start's weights from a folder: written now, before an adapter is attached to `base`
+    start_weights = (
+        start_folder(cfg, base, tokenizer, root, start_record, dist) if cfg.rollout.backend == "vllm" else None
+    )
     model = with_fresh_adapter(base, cfg.lora, cfg.seed)  # RL trains a new adapter on the start
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay)
@@ -132,14 +137,14 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
             steps_repo.commit_step(session, start.run_id, 0, pv, str(path))
     dist.barrier()
 
-    backend = make_backend(cfg.rollout.backend, model, tokenizer)
+    backend = open_engine(cfg, model, tokenizer, start_weights)
     summarizer = None
     if cfg.summarizer.enabled and cfg.feedback.mode in ("inter", "both"):
         if cfg.summarizer.model == "policy":
-            summarizer = (backend, tokenizer)
-        else:
+            summarizer = (backend, tokenizer)  # the same engine, serving the policy before this step's update
+        else:  # another model: transformers generate beside the engine
             s_model, s_tok = load_base(replace(cfg.model, name=cfg.summarizer.model, init_adapter=None), cfg.seed)
-            summarizer = (make_backend(cfg.rollout.backend, s_model, s_tok), s_tok)
+            summarizer = (make_backend("hf", s_model, s_tok), s_tok)
     trainer = Trainer(
         cfg=cfg,
         engine=engine,

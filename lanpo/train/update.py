@@ -23,7 +23,7 @@ from lanpo.train.batch import RolloutBatch, completion_logprobs, policy_logprobs
 from lanpo.train.config import GRPOConfig
 from lanpo.train.dist import Dist
 
-STATS = ("loss", "kl", "entropy", "clip_frac", "tis_weight")
+STATS = ("loss", "kl", "entropy", "clip_frac", "tis_weight", "logp_diff")
 
 
 @dataclass
@@ -34,6 +34,7 @@ class UpdateStats:
     grad_norm: float
     clip_frac: float
     tis_weight: float  # token-mean truncated importance weight (1.0 without TIS)
+    logp_diff: float | None  # token-mean |trainer log-prob - engine log-prob| (None: the engine reports none)
     zero_spread: float  # share of rollouts whose advantage is exactly 0
     seconds_ref: float
     seconds_update: float
@@ -49,6 +50,8 @@ class UpdateStats:
         }
         if self.tis_weight != 1.0:
             out["tis/weight"] = self.tis_weight
+        if self.logp_diff is not None:
+            out["engine/logp_abs_diff"] = self.logp_diff
         return out
 
 
@@ -154,7 +157,7 @@ def update_policy(
             measured = _measure_only(model, batch, cfg.micro_batch_size)
             for _ in range(cfg.ppo_epochs * n_minibatches):
                 _skip_update(optimizer, scheduler)
-            return UpdateStats(0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, zero_spread, 0.0, 0.0)
+            return UpdateStats(0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, None, zero_spread, 0.0, 0.0)
         batch, advantages = batch.select(keep.to(batch.input_ids.device)), advantages[keep]
         behavior_logp = None if behavior_logp is None else behavior_logp[keep]
     B = batch.size
@@ -205,7 +208,7 @@ def update_policy(
                     (loss * weight * dist.world).backward()
                 token_weight = tokens / tokens_mb
                 mb_stats["loss"] += loss.item() * weight
-                for key in ("kl", "clip_frac", "tis_weight"):
+                for key in ("kl", "clip_frac", "tis_weight", "logp_diff"):
                     mb_stats[key] += stats[key].item() * token_weight
                 mb_stats["entropy"] += float((entropy * sub.completion_mask.float()).sum() / tokens_mb)  # type: ignore[operator]
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
@@ -225,6 +228,7 @@ def update_policy(
         grad_norm=mean["grad_norm"],
         clip_frac=mean["clip_frac"],
         tis_weight=mean["tis_weight"],
+        logp_diff=None if behavior_logp is None else mean["logp_diff"],
         zero_spread=zero_spread,
         seconds_ref=seconds_ref,
         seconds_update=time.perf_counter() - started,

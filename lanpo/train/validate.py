@@ -119,7 +119,7 @@ def validate(t: Trainer, step: int) -> dict[str, float]:
         graded = grade([c.text for c in completions], [vs.answers[i]] * ev.k, ["val"] * ev.k)
         rollouts = [
             RolloutRecord(c.text, g.reward, g.correct, extract_boxed(c.text) is not None, len(c.token_ids),
-                          c.finish_reason == "length")
+                          c.finish_reason == "length", served_adapter_sha256=c.served_adapter_sha256)
             for c, g in zip(completions, graded, strict=True)
         ]  # fmt: skip
         prompt_tokens = len(completions[0].prompt_token_ids) if completions else 0

@@ -75,7 +75,7 @@ def step_groups(step: int, seed: int, mode: str) -> list[GroupRecord]:
 
 def train_metrics(step: int, seed: int, mode: str) -> dict[str, float]:
     """What `grpo_step` records for one step (values are made up; the names are the trainer's)."""
-    update = UpdateStats(0.1 / step, 1e-3 * step, 1.5 - 0.1 * step, 0.5, 0.02 * seed, 0.25, 1, 0.4, 1.2)
+    update = UpdateStats(0.1 / step, 1e-3 * step, 1.5 - 0.1 * step, 0.5, 0.02 * seed, 0.25, None, 1, 0.4, 1.2)
     metrics = {**update.as_metrics(), "lr": 1e-4 * math.cos(step / 10)}
     metrics.update(rollout_metrics(step_groups(step, seed, mode)))
     feedback = mode != "none"

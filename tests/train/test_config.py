@@ -48,12 +48,23 @@ def test_paper_recipes_carry_the_paper_settings() -> None:
         ("steps='many'", "steps"),
         ("grpo.minibatch_size=5", "grpo.minibatch_size"),
         ("summarizer.max_new_per_step=20", "summarizer.max_new_per_step"),
+        ("grpo.tis_cap=2.0", "grpo.tis_cap"),
     ],
 )
 def test_impossible_values_name_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(CONFIGS / "demo-cpu.toml", [override])
     assert key in str(info.value)
+
+
+def test_a_lora_rank_above_the_engine_limit_is_refused_before_loading() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(CONFIGS / "demo-cpu.toml", ["rollout.backend='vllm'", "lora.r=32"])
+    assert "rollout.vllm.max_lora_rank" in str(info.value)
+    cfg = load_config(
+        CONFIGS / "demo-cpu.toml", ["rollout.backend='vllm'", "lora.r=32", "rollout.vllm.max_lora_rank=32"]
+    )
+    assert cfg.lora.r == 32 and cfg.grpo.tis_cap is None
 
 
 def test_keys_lists_every_field_with_its_help(run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -43,6 +43,14 @@ def test_train_records_every_step_in_the_store(db: Engine, toy_problems: list[in
         "SELECT bool_and(pv.step = g.step - 1) FROM rollout_groups g "
         "JOIN policy_versions pv ON pv.id = g.policy_version_id",
     )
+    # ... and each carries the hash of the adapter that sampled it: that policy version's
+    assert _scalar(
+        db,
+        "SELECT bool_and(a.served_adapter_sha256 = pv.adapter_sha256) FROM attempts a "
+        "JOIN rollout_groups g ON g.id = a.group_id JOIN policy_versions pv ON pv.id = g.policy_version_id "
+        "WHERE g.run_id = :r",
+        r=run,
+    )
     # intra contexts come from the same problem; inter contexts from other problems' experiences
     assert (
         _scalar(

@@ -1,0 +1,154 @@
+"""The engine that samples a step's rollouts, kept serving exactly the policy the trainer holds.
+
+- `hf`: transformers `generate` on the trained PEFT model itself; it serves the live weights by construction.
+- `vllm`: an engine of its own, loaded once from the start's weights (the model folder, or the merged SFT start
+  written next to the run as `start-model/`). After every update the live adapter is saved to a private folder
+  and served through a fresh LoRA request (`sync`); the hash the engine reports for it must equal the
+  trainer's own hash of its adapter, and every completion must carry that hash, or the step is refused: no
+  rollout of a stale or foreign policy is ever trained on or recorded.
+
+The engine's per-token log-probs (`Completion.logprobs`, vLLM only) come back as the behaviour log-probs of
+the update: `engine/logp_abs_diff` measures how far they sit from the trainer's, and `grpo.tis_cap`
+corrects for it (truncated importance sampling).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lanpo.errors import ConfigError, LanpoError
+from lanpo.models import adapter_sha256
+from lanpo.rollout import Completion, SamplingParams
+
+log = logging.getLogger(__name__)
+
+START_MODEL = "start-model"  # in the run's folder: the merged start, as a model folder the vLLM engine loads
+
+
+class PolicyEngine:
+    """Generate with the current policy; `sync()` after each update, `close()` at the end."""
+
+    def __init__(self, backend: Any, model: Any, kind: str) -> None:
+        self.backend = backend
+        self.model = model  # the trained PEFT model
+        self.kind = kind  # "hf" | "vllm"
+        self.tokenizer = getattr(backend, "tokenizer", None)
+        self.expected: str | None = None  # the adapter hash every completion must carry
+        self._staging = Path(tempfile.mkdtemp(prefix="lanpo-policy-")) if kind == "vllm" else None
+
+    def sync(self) -> str:
+        """Serve the policy's adapter as it is now; returns its hash."""
+        sha = adapter_sha256(self.model)
+        if self.kind == "vllm":
+            assert self._staging is not None
+            self.model.save_pretrained(str(self._staging))  # adapter_config.json + adapter_model.safetensors
+            served = self.backend.set_adapter(self._staging)
+            if served != sha:
+                raise LanpoError(
+                    f"the vLLM engine serves adapter {str(served)[:12]}, but the trainer holds {sha[:12]}",
+                    hint="the adapter was changed between saving and loading it; do not trust this run's rollouts",
+                )
+        self.expected = sha
+        return sha
+
+    def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        """For each prompt, n completions of the synced policy (refuses any served by another adapter)."""
+        groups = self.backend.generate(prompts, n, params)
+        if self.expected is not None:
+            for group in groups:
+                for c in group:
+                    if c.served_adapter_sha256 != self.expected:
+                        raise LanpoError(
+                            f"a rollout was served by adapter {str(c.served_adapter_sha256)[:12]}, but the policy "
+                            f"is {self.expected[:12]}; the step is refused",
+                            hint="a serving bug or a missed sync: these rollouts are not the policy's",
+                        )
+        return groups
+
+    def __getattr__(self, name: str) -> Any:  # next_token_logprobs, adapter_sha256, ... of the backend
+        return getattr(self.backend, name)
+
+    def close(self) -> None:
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+
+
+def open_engine(cfg: Any, model: Any, tokenizer: Any, start_weights: str | None) -> PolicyEngine:
+    """The rollout engine of a run: `rollout.backend` over the trained model (hf), or over `start_weights`, the
+    folder `start_folder` gave (vllm), serving the policy's adapter from the start."""
+    if cfg.rollout.backend == "hf":
+        from lanpo.rollout.hf import HFBackend
+
+        engine = PolicyEngine(HFBackend(model, tokenizer), model, "hf")
+    else:
+        from lanpo.rollout.vllm import VLLMBackend
+
+        assert start_weights is not None
+        vllm_cfg = cfg.rollout.vllm
+        if vllm_cfg.max_model_len is None:  # the KV cache sized for this run's prompts and completions
+            longest = cfg.rollout.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
+            vllm_cfg = replace(vllm_cfg, max_model_len=longest)
+        engine = PolicyEngine(VLLMBackend(start_weights, tokenizer, vllm_cfg), model, "vllm")
+    try:
+        engine.sync()
+    except BaseException:
+        engine.close()
+        raise
+    return engine
+
+
+def start_folder(cfg: Any, base: Any, tokenizer: Any, root: Path, start: dict[str, Any], dist: Any) -> str:
+    """A model folder holding the start's weights, for the vLLM engine: the model's own folder, or (when a start
+    adapter was merged in) `base` written once next to the run. Call it before an adapter is attached to `base`."""
+    from lanpo.models import resolve_model
+    from lanpo.train.policy import TINY
+
+    if cfg.model.name == TINY:
+        raise ConfigError(
+            "rollout.backend = vllm loads a model folder, and the tiny test model has none",
+            hint="use rollout.backend = hf with the tiny model",
+        )
+    if not start.get("adapter"):
+        return str(resolve_model(cfg.model.name))
+    folder = root / START_MODEL
+    marker = folder / "lanpo_start.json"
+    if dist.is_main and not (marker.is_file() and json.loads(marker.read_text()) == start):
+        staging = root / f".{START_MODEL}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        base.save_pretrained(str(staging), safe_serialization=True)
+        tokenizer.save_pretrained(str(staging))
+        (staging / "lanpo_start.json").write_text(json.dumps(start, indent=1) + "\n")
+        shutil.rmtree(folder, ignore_errors=True)
+        staging.rename(folder)
+        log.info("wrote the merged start for the vLLM engine to %s", folder)
+    dist.barrier()
+    return str(folder)
+
+
+def behavior_logprobs(rollouts: Sequence[Completion], width: int, device: torch.device) -> torch.Tensor | None:
+    """The engine's log-probs of each rollout's tokens as (B, width), right-padded with 0 (None: not reported)."""
+    if not rollouts or any(c.logprobs is None for c in rollouts):
+        return None
+    out = torch.zeros((len(rollouts), width), dtype=torch.float32)
+    for b, c in enumerate(rollouts):
+        values = c.logprobs or ()
+        if len(values) != len(c.token_ids):
+            raise LanpoError(
+                f"the engine returned {len(values)} log-probs for {len(c.token_ids)} tokens",
+                hint="a backend bug: the log-probs must follow the sampled tokens one to one",
+            )
+        if values:
+            out[b, : len(values)] = torch.tensor(values, dtype=torch.float32)
+    return out.to(device)
