@@ -72,6 +72,10 @@ class VLLMConfig:
     dtype: str = help_field("auto", "auto (the checkpoint's; fp32 is cast to bf16) | bfloat16 | float16 | float32")
     tensor_parallel_size: int = help_field(1, "GPUs one engine spans (tensor parallelism)")
     seed: int = help_field(0, "engine seed (every request also carries its own seed)")
+    per_rank: bool = help_field(
+        False,
+        "set by the trainer under torchrun: one engine per rank on its own local GPU (vLLM's external_launcher)",
+    )
 
     def __post_init__(self) -> None:
         # Messages name `VLLMConfig.<field>`; lanpo.config.from_mapping rewrites that to the TOML key
@@ -108,6 +112,9 @@ class VLLMConfig:
             "seed": self.seed,
             "enable_lora": enable_lora,
         }
+        if self.per_rank:
+            _check(not on_cpu, "one vLLM engine per rank needs a GPU per rank", "run torchrun with the hf backend")
+            kwargs["distributed_executor_backend"] = "external_launcher"  # this process is the worker, on LOCAL_RANK
         if enable_lora:
             kwargs.update(max_lora_rank=self.max_lora_rank, max_loras=self.max_loras, max_cpu_loras=self.max_loras)
         return kwargs

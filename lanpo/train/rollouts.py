@@ -85,9 +85,15 @@ class PolicyEngine:
             shutil.rmtree(self._staging, ignore_errors=True)
 
 
-def open_engine(cfg: Any, model: Any, tokenizer: Any, start_weights: str | None) -> PolicyEngine:
+def open_engine(cfg: Any, model: Any, tokenizer: Any, start_weights: str | None, dist: Any = None) -> PolicyEngine:
     """The rollout engine of a run: `rollout.backend` over the trained model (hf), or over `start_weights`, the
-    folder `start_folder` gave (vllm), serving the policy's adapter from the start."""
+    folder `start_folder` gave (vllm), serving the policy's adapter from the start.
+
+    Under torchrun every rank holds its own engine on its own local GPU, beside its own policy shard, through
+    vLLM's `external_launcher` executor (the colocated layout TRL uses): each rank generates only its share of
+    the step's prompts, so no rank waits on another for rollouts and no weights cross the network to sync;
+    seeds are offset by rank. The other layout, one rank serving all, would leave the rest idle while it
+    samples and would ship every adapter to it."""
     if cfg.rollout.backend == "hf":
         from lanpo.rollout.hf import HFBackend
 
@@ -100,6 +106,8 @@ def open_engine(cfg: Any, model: Any, tokenizer: Any, start_weights: str | None)
         if vllm_cfg.max_model_len is None:  # the KV cache sized for this run's prompts and completions
             longest = cfg.rollout.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
             vllm_cfg = replace(vllm_cfg, max_model_len=longest)
+        if dist is not None and dist.enabled:
+            vllm_cfg = replace(vllm_cfg, per_rank=True, seed=vllm_cfg.seed + dist.rank)
         engine = PolicyEngine(VLLMBackend(start_weights, tokenizer, vllm_cfg), model, "vllm")
     try:
         engine.sync()

@@ -137,7 +137,7 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
             steps_repo.commit_step(session, start.run_id, 0, pv, str(path))
     dist.barrier()
 
-    backend = open_engine(cfg, model, tokenizer, start_weights)
+    backend = open_engine(cfg, model, tokenizer, start_weights, dist)
     summarizer = None
     if cfg.summarizer.enabled and cfg.feedback.mode in ("inter", "both"):
         if cfg.summarizer.model == "policy":

@@ -61,6 +61,14 @@ def test_tensor_parallelism_needs_gpus() -> None:
     assert VLLMConfig(tensor_parallel_size=2).engine_kwargs("cuda")["tensor_parallel_size"] == 2
 
 
+def test_one_engine_per_rank_runs_inside_the_torchrun_process_on_its_gpu() -> None:
+    kwargs = VLLMConfig(per_rank=True, seed=3).engine_kwargs("cuda")
+    assert kwargs["distributed_executor_backend"] == "external_launcher" and kwargs["seed"] == 3
+    assert "distributed_executor_backend" not in VLLMConfig().engine_kwargs("cuda")
+    with pytest.raises(ConfigError, match="GPU per rank"):
+        VLLMConfig(per_rank=True).engine_kwargs("cpu")
+
+
 def test_trainer_and_eval_configs_embed_the_engine_settings(tmp_path: Path) -> None:
     recipe = tmp_path / "run.toml"
     recipe.write_text('[rollout]\nbackend = "vllm"\n[rollout.vllm]\nmemory_fraction = 0.3\nmax_lora_rank = 32\n')
