@@ -311,12 +311,6 @@ class TrainConfig:
             "set feedback.mode = intra | inter | both, or method = grpo",
         )
         _check(
-            self.method == "mel" or "meta" not in self.feedback.sources or self.store.pool is not None,
-            "feedback.sources names meta, but only method = mel writes meta-experiences and this run's pool is "
-            "its own",
-            "set method = mel, or share a MEL run's pool with store.pool",
-        )
-        _check(
             self.method != "mel" or self.mel.pairs_per_problem <= self.store.per_step_cap,
             f"mel.pairs_per_problem ({self.mel.pairs_per_problem}) exceeds store.per_step_cap "
             f"({self.store.per_step_cap}); the extra lessons would be dropped from the pool",
