@@ -1,11 +1,19 @@
-"""MEL end to end on the real SmolLM2-135M: SFT warm start, then MEL steps whose diagnoses and replays are real
-model generations, recorded in the store with complete provenance."""
+"""MEL end to end on the real SmolLM2-135M: SFT warm start, then MEL steps whose rollouts, diagnoses, replays and
+NLL term are the real model's, recorded in the store with complete provenance.
+
+A 135M model after a short warm start is right a few times in a hundred, so three steps of two groups may hold no
+group with both outcomes and MEL nothing to contrast. So that the test always exercises MEL, each rollout group's
+first completion is replaced by a written-out correct solution (`GoldFirst`): every group then has a correct
+rollout, and its incorrect ones are the model's own. Diagnoses and replays are untouched model generations.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -14,6 +22,8 @@ from sqlalchemy.engine import Engine
 from lanpo.db.engine import transaction
 from lanpo.db.repo import meta as meta_repo
 from lanpo.mel.config import MELConfig
+from lanpo.rollout import Completion, SamplingParams
+from lanpo.train import state
 from lanpo.train.config import DataConfig, FeedbackConfig, GRPOConfig, ModelConfig, RolloutConfig, SFTConfig
 from lanpo.train.loop import train
 from tests.train.conftest import tiny_config
@@ -21,8 +31,40 @@ from tests.train.conftest import tiny_config
 pytestmark = pytest.mark.slow
 
 
+class GoldFirst:
+    """The real backend, except that a training rollout group's first completion is a correct solution."""
+
+    def __init__(self, backend: Any, tokenizer: Any, answers: dict[str, str]) -> None:
+        self.backend, self.tokenizer, self.answers = backend, tokenizer, answers
+
+    def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        groups = self.backend.generate(prompts, n, params)
+        for prompt, group in zip(prompts, groups, strict=True):
+            if "Attempt A is correct" in prompt or "A lesson from earlier work" in prompt:
+                continue  # diagnoses and replays: the model's own
+            question = next(q for q in self.answers if q in prompt)
+            answer = self.answers[question]
+            text = f"{question.split(':')[-1].strip()} {answer}\nThe answer is \\boxed{{{answer}}}"
+            ids = (*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id)
+            # replace, not a new Completion: the provenance fields (prompt tokens, served adapter) stay the real ones
+            group[0] = dataclasses.replace(group[0], text=text, token_ids=ids, finish_reason="stop")
+        return groups
+
+
 def test_mel_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    real = state.make_backend
+
+    def make_backend(name: str, model: Any, tokenizer: Any, **kwargs: Any) -> GoldFirst:
+        with db.connect() as conn:
+            answers = dict(
+                conn.execute(
+                    sa.text("SELECT question, answer FROM problems WHERE dataset = :d"), {"d": "slow_mel_chain_sum"}
+                ).all()
+            )
+        return GoldFirst(real(name, model, tokenizer, **kwargs), tokenizer, answers)
+
+    monkeypatch.setattr(state, "make_backend", make_backend)
     cfg = tiny_config(
         tmp_path,
         run_name="mel-smollm2-slow",
@@ -58,7 +100,7 @@ def test_mel_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch: pytest.Mo
         assert m["mel/validated"] + m["mel/rejected"] == m["mel/candidates"]
         assert math.isfinite(m["loss"]) and m["time/mel"] >= 0
     pairs = sum(m["mel/pairs"] for m in result.metrics)
-    assert pairs > 0, "no group of 4 rollouts had both outcomes in 3 steps: MEL had nothing to contrast"
+    assert pairs > 0 and all(m["mel/groups/qualifying"] >= 1 for m in result.metrics)
     with transaction(db) as session:
         history = meta_repo.history(session, result.run_id)
         yields = meta_repo.step_yield(session, result.run_id)
