@@ -1,6 +1,6 @@
 """`lanpo experiment`: does language feedback make RL learn better? Arms x seeds of training runs on one start.
 
-Every arm (GRPO, LANPO-intra, LANPO-inter, LANPO-both, ...) trains from the same SFT start, on the same problems,
+Every arm (GRPO, LANPO-intra, LANPO-inter, LANPO-both, MEL, ...) trains from the same SFT start, on the same problems,
 for the same steps with the same group size, validating on the same held-out set; only the arm's overrides and
 the seed differ. So:
 
@@ -31,11 +31,13 @@ from lanpo.errors import ConfigError
 from lanpo.retrieval import STAGE1
 from lanpo.train.config import TrainConfig
 
+# Each arm names its method, so that a recipe written for one method (e.g. a MEL recipe) serves every arm.
 DEFAULT_ARMS = {
-    "grpo": {"feedback.mode": "none", "feedback.p_t": 0.0},
-    "lanpo-intra": {"feedback.mode": "intra"},
-    "lanpo-inter": {"feedback.mode": "inter"},
-    "lanpo-both": {"feedback.mode": "both"},
+    "grpo": {"method": "grpo", "feedback.mode": "none", "feedback.p_t": 0.0},
+    "lanpo-intra": {"method": "lanpo", "feedback.mode": "intra"},
+    "lanpo-inter": {"method": "lanpo", "feedback.mode": "inter"},
+    "lanpo-both": {"method": "lanpo", "feedback.mode": "both"},
+    "mel": {"method": "mel", "feedback.mode": "none", "feedback.p_t": 0.0},
 }
 
 
@@ -196,7 +198,8 @@ def _run_arm(cfg: TrainConfig, engine: Engine, echo: Callable[[str], None], trai
         echo(f"{cfg.run_name}: finished before, skipped")
         return ArmRun(cfg.arm or "", cfg.seed, cfg.run_name, "skipped")
     started = time.perf_counter()
-    echo(f"{cfg.run_name}: {'resuming' if found else 'training'} {cfg.steps} steps ({cfg.feedback.mode} feedback)")
+    what = f"{cfg.resolved_method()}, {cfg.feedback.mode} feedback"
+    echo(f"{cfg.run_name}: {'resuming' if found else 'training'} {cfg.steps} steps ({what})")
     result = train(cfg, engine=engine, resume=found is not None, progress=False)
     seconds = time.perf_counter() - started
     last = max(result.validation) if result.validation else None

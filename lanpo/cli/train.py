@@ -1,4 +1,4 @@
-"""`lanpo train`: run or resume LANPO GRPO training from a TOML recipe."""
+"""`lanpo train`: run or resume GRPO training (LANPO, MEL or plain GRPO) from a TOML recipe."""
 
 from __future__ import annotations
 
@@ -17,9 +17,15 @@ def _line(step: int, metrics: dict[str, float]) -> str:
         if f"accuracy/{mode}" in metrics
     )
     kl = metrics.get("kl", math.nan)
+    mel = ""
+    if "mel/pairs" in metrics:  # MEL: pairs -> lessons -> validated, and J_NLL
+        mel = (
+            f"mel {metrics['mel/pairs']:.0f}->{metrics['mel/candidates']:.0f}->{metrics['mel/validated']:.0f}"
+            f" nll {metrics.get('mel/nll', math.nan):.2f}  "
+        )
     return (
         f"step {step:>4}  reward {metrics['reward/mean']:.3f}  acc {metrics['accuracy/mean']:.2f} ({acc_by_mode})  "
-        f"kl {kl:.2e}  len {metrics['response_len/mean']:.0f}  pool {metrics.get('pool/active', 0):.0f}  "
+        f"kl {kl:.2e}  len {metrics['response_len/mean']:.0f}  pool {metrics.get('pool/active', 0):.0f}  {mel}"
         f"{metrics['time/step']:.1f}s"
     )
 
@@ -43,7 +49,7 @@ def _line(step: int, metrics: dict[str, float]) -> str:
 @click.option("--resume", is_flag=True, help="Continue the run named by run_name after its last committed step.")
 @click.option("--no-progress", is_flag=True, help="No progress bar; print one line per step instead.")
 def command(config_path: str, overrides: tuple[str, ...], resume: bool, no_progress: bool) -> None:
-    """Train with GRPO + language feedback from the experience store.
+    """Train with GRPO + language feedback (LANPO) or meta-experiences (MEL, method = "mel") from the store.
 
     \b
     Every step commits, in one transaction, its attempts (with the contexts they saw), new experiences,

@@ -108,7 +108,10 @@ class EvalConfig:
     modes: list[str] = field(
         default_factory=lambda: ["zero_shot", "retrieval", "self_correct"], metadata={"help": "table rows, in order"}
     )
-    k_samples: int = help_field(4, "samples per problem and mode: the k of mean@k (paper: 16 / 32)")
+    k_samples: int = help_field(4, "samples per problem and mode: the k of mean@k, Avg@k, Pass@k (paper: 16 / 32)")
+    pass_at_1: bool = help_field(
+        False, "also answer every question once greedily (temperature 0): Pass@1, MEL's headline (run <name>-greedy)"
+    )
     batch_size: int = help_field(8, "questions generated together (each with k samples)")
     datasets: list[DatasetSpec] = field(default_factory=list, metadata={"help": "table columns, in order"})
     sampling: SamplingSettings = field(default_factory=SamplingSettings, metadata={"help": "sampling settings"})

@@ -5,6 +5,11 @@ interrupted evaluation keeps what it finished); its metrics hold each cell (`mea
 first-turn accuracy of self-correction (`first_turn/<dataset>`) and how many retrieval questions fell back to
 zero-shot (`retrieval_fallbacks/<dataset>`). The printed table is recounted from the stored attempts, so what
 you read is what the database says.
+
+A second table gives MEL's metrics: Avg@k (= mean@k) and Pass@k (`pass@k/<mode>/<dataset>`: problems with a
+correct sample) at the sampling temperature, and with `pass_at_1 = true` Pass@1 at temperature 0
+(`pass@1/<mode>/<dataset>`): every question answered once more, greedily, in its own eval run `<name>-greedy`
+(recounted from its attempts as mean@1). It goes to `pass.md`; table.csv carries both.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +33,7 @@ from lanpo.inference import store
 from lanpo.inference.config import EvalConfig
 from lanpo.inference.engine import Engine, Solution
 from lanpo.inference.io import Question, read_questions
-from lanpo.inference.table import Table, mean_at_k, recount
+from lanpo.inference.table import Table, mean_at_k, pass_markdown, recount
 from lanpo.paths import atomic_write, output_dir
 
 
@@ -42,6 +47,8 @@ class EvalResult:
     csv_path: Path
     seconds: float
     problems_per_second: float
+    greedy: Table | None = None  # Pass@1: the greedy pass's mean@1 (pass_at_1 = true)
+    pass_path: Path | None = None  # pass.md: Pass@1 / Avg@k / Pass@k
 
 
 def build_engine(config: EvalConfig, db: Any) -> Engine:
@@ -97,6 +104,8 @@ def run_eval(
     )
     with transaction(db) as session:  # before the model loads: a taken name fails in a second
         require_name_free(session, name)
+        if config.pass_at_1:
+            require_name_free(session, f"{name}-greedy")
     questions = load_questions(db, config, Path(config_dir))
     pool_id = None
     if "retrieval" in config.modes:  # before the model loads: an unknown or ambiguous pool fails at once
@@ -136,6 +145,11 @@ def run_eval(
             computed = mean_at_k(outcomes, config.modes, datasets, config.k_samples)
             for (mode, dataset), cell in computed.cells.items():
                 metrics[f"mean@k/{mode}/{dataset}"] = cell.mean
+                metrics[f"pass@k/{mode}/{dataset}"] = float(cell.pass_at_k or 0.0)
+            greedy = None
+            if config.pass_at_1:
+                greedy = _greedy_pass(config, db, engine, questions, name, pool_id, show_progress)
+                metrics.update({f"pass@1/{m}/{d}": cell.mean for (m, d), cell in greedy.cells.items()})
             metrics["problems_per_second"] = total / seconds if seconds > 0 else 0.0
             with transaction(db) as session:
                 record_metrics(session, run_id, 0, metrics)
@@ -143,17 +157,61 @@ def run_eval(
     finally:
         bar.close()
     out_dir.mkdir(parents=True, exist_ok=True)
-    markdown_path, csv_path = out_dir / "table.md", out_dir / "table.csv"
-    for path, text in ((markdown_path, table.to_markdown()), (csv_path, table.to_csv())):
+    markdown_path, csv_path, pass_path = out_dir / "table.md", out_dir / "table.csv", out_dir / "pass.md"
+    passes = pass_markdown(table, greedy, engine.sampling.temperature)
+    for path, text in ((markdown_path, table.to_markdown()), (csv_path, table.to_csv(greedy)), (pass_path, passes)):
         with atomic_write(path) as handle:
             handle.write(text)
     rate = total / seconds if seconds > 0 else 0.0
     echo(table.to_markdown())
+    echo(passes)
     echo(
         f"run {name} (id {run_id}): {total} problem-mode pairs x {config.k_samples} samples in {seconds:.1f}s "
-        f"({rate:.2f} problems/s); wrote {markdown_path} and {csv_path}"
+        f"({rate:.2f} problems/s); wrote {markdown_path}, {pass_path} and {csv_path}"
     )
-    return EvalResult(run_id, name, table, computed, markdown_path, csv_path, seconds, rate)
+    return EvalResult(run_id, name, table, computed, markdown_path, csv_path, seconds, rate, greedy, pass_path)
+
+
+def _greedy_pass(
+    config: EvalConfig,
+    db: Any,
+    engine: Engine,
+    questions: dict[str, list[Question]],
+    name: str,
+    pool_id: int | None,
+    show_progress: bool,
+) -> Table:
+    """Every question once more, greedily, in every mode, stored as the eval run `<name>-greedy`; its mean@1 table
+    (recounted from the stored attempts) is Pass@1 at temperature 0."""
+    greedy_name = f"{name}-greedy"
+    with transaction(db) as session:
+        require_name_free(session, greedy_name)
+        run_id, version_id = store.start_run(
+            session, greedy_name, "eval", to_mapping(config), config.model, engine.adapter_sha256, pool_id=pool_id
+        )
+    sampling = engine.sampling
+    engine.sampling = replace(sampling, temperature=0.0)
+    datasets = list(questions)
+    bar = tqdm(
+        total=sum(len(q) for q in questions.values()) * len(config.modes), unit="problem", desc="greedy",
+        file=sys.stderr, disable=not show_progress, dynamic_ncols=True,
+    )  # fmt: skip
+
+    def keep(batch: list[Solution]) -> None:
+        with transaction(db) as session:
+            store.record_solutions(session, batch, run_id, version_id)
+        bar.update(len(batch))
+
+    try:
+        with run_lifecycle(db, run_id):
+            for mode in config.modes:
+                for dataset in datasets:
+                    engine.solve(questions[dataset], mode, 1, on_batch=keep)
+            with transaction(db) as session:
+                return recount(session, run_id, config.modes, datasets, 1)
+    finally:
+        engine.sampling = sampling
+        bar.close()
 
 
 def _cell_metrics(mode: str, dataset: str, solutions: list[Solution]) -> dict[str, float]:

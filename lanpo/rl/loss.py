@@ -97,3 +97,11 @@ def policy_loss(
             else torch.zeros((), dtype=logp.dtype),
         }
     return loss, stats
+
+
+def nll_sum_of(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood summed over the unmasked tokens: -(logp * mask).sum(). Shapes (B, T), (B, T) -> ().
+
+    MEL's J_NLL is this over every target token of a minibatch (all ranks), divided by their count: a token-mean.
+    """
+    return -(logp * mask.to(logp.dtype)).sum()

@@ -12,10 +12,13 @@ from pathlib import Path
 
 from lanpo.config import DTYPES, StoreConfig, help_field, lanpo_home, load_toml
 from lanpo.errors import ConfigError
+from lanpo.mel.config import MELConfig
 from lanpo.report.live import check_report_to
 from lanpo.rollout.config import VLLMConfig
 
 FEEDBACK_SETTINGS = ("none", "intra", "inter", "both")  # feedback.mode; the prompt modes are lanpo.prompts.MODES
+FEEDBACK_SOURCES = ("summary", "meta")  # feedback.sources: experience kinds inter contexts draw from
+METHODS = ("auto", "grpo", "lanpo", "mel")
 AGGREGATIONS = ("token-mean", "seq-mean")
 
 
@@ -157,6 +160,10 @@ class FeedbackConfig:
     allow_empty_inter: bool = help_field(
         False, "start inter / both even when relevance_scores holds no score (every inter prompt goes zero-shot)"
     )
+    sources: list[str] = field(
+        default_factory=lambda: ["summary"],
+        metadata={"help": "experience kinds inter contexts draw from: summary (LANPO's) | meta (MEL's lessons)"},
+    )
 
     def __post_init__(self) -> None:
         _check(
@@ -167,6 +174,11 @@ class FeedbackConfig:
         _check(self.k >= 1, f"feedback.k must be >= 1, got {self.k}")
         _check(self.candidates >= self.k, f"feedback.candidates ({self.candidates}) must be >= feedback.k ({self.k})")
         _check(0.0 <= self.gamma <= 1.0, f"feedback.gamma must be in [0, 1], got {self.gamma}")
+        distinct = len(set(self.sources)) == len(self.sources)
+        _check(
+            bool(self.sources) and distinct and set(self.sources) <= set(FEEDBACK_SOURCES),
+            f"feedback.sources must list distinct kinds of {', '.join(FEEDBACK_SOURCES)}, got {self.sources}",
+        )
 
 
 @dataclass
@@ -243,6 +255,11 @@ class TrainConfig:
     """A whole LANPO training run."""
 
     run_name: str = help_field("lanpo", "unique run name (resume continues the run of this name)")
+    method: str = help_field(
+        "auto",
+        "grpo (feedback.mode = none) | lanpo (language feedback) | mel (meta-experience learning, [mel]; with "
+        "feedback.mode other than none, LANPO and MEL together) | auto (lanpo, or grpo when feedback.mode = none)",
+    )
     steps: int = help_field(100, "GRPO steps")
     batch_size: int = help_field(8, "problems per step (each gets rollout.n rollouts)")
     seed: int = help_field(0, "seed for problem order, contexts, sampling, LoRA init")
@@ -259,6 +276,7 @@ class TrainConfig:
     store: StoreConfig = field(default_factory=StoreConfig, metadata={"help": "experience store capacity policies"})
     experiment: str | None = help_field(None, "the experiment this run is an arm of (lanpo experiment sets it)")
     arm: str | None = help_field(None, "its arm in that experiment, e.g. grpo or lanpo-both")
+    mel: MELConfig = field(default_factory=MELConfig, metadata={"help": "meta-experience learning (method = mel)"})
     eval: ValidationConfig = field(default_factory=ValidationConfig, metadata={"help": "held-out validation"})
     report_to: list[str] = field(
         default_factory=list, metadata={"help": "live logging besides the database: tensorboard | wandb"}
@@ -293,6 +311,32 @@ class TrainConfig:
             f"summarizer.max_new_per_step ({self.summarizer.max_new_per_step}) exceeds store.per_step_cap "
             f"({self.store.per_step_cap}); the extra summaries would be dropped",
         )
+        self.check_method()
+
+    def check_method(self) -> None:
+        """`method` against the keys it implies: grpo has no feedback, lanpo has some, mel's lessons fit a step."""
+        _check(self.method in METHODS, f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        _check(
+            self.method != "grpo" or self.feedback.mode == "none",
+            f"method = grpo trains without language feedback, but feedback.mode = {self.feedback.mode}",
+            "set feedback.mode = none, or method = lanpo",
+        )
+        _check(
+            self.method != "lanpo" or self.feedback.mode != "none",
+            "method = lanpo needs language feedback, but feedback.mode = none",
+            "set feedback.mode = intra | inter | both, or method = grpo",
+        )
+        _check(
+            self.method != "mel" or self.mel.pairs_per_problem <= self.store.per_step_cap,
+            f"mel.pairs_per_problem ({self.mel.pairs_per_problem}) exceeds store.per_step_cap "
+            f"({self.store.per_step_cap}); the extra lessons would be dropped from the pool",
+        )
+
+    def resolved_method(self) -> str:
+        """grpo | lanpo | mel: `method`, with auto read from feedback.mode."""
+        if self.method != "auto":
+            return self.method
+        return "grpo" if self.feedback.mode == "none" else "lanpo"
 
     def check_world(self, world: int) -> None:
         """Refuse batch shapes that `world` ranks cannot split evenly (every rank takes the same share)."""

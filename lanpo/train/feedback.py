@@ -73,7 +73,7 @@ def feedback_prompts(t: Trainer, step: int) -> StepPrompts:
         )
         if wanted["inter"] and t.scorer:
             drawn["inter"] = contexts_repo.inter_contexts(
-                session, wanted["inter"], fb.k, fb.candidates, seed, fb.gamma, t.scorer, t.pool.id
+                session, wanted["inter"], fb.k, fb.candidates, seed, fb.gamma, t.scorer, t.pool.id, fb.sources
             )
         pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, t.pool.id) == 0
         policy_version_id = steps_repo.policy_version_id(session, t.run_id, step - 1)

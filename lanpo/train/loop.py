@@ -21,6 +21,9 @@ Where this departs from textbook GRPO (and why):
   prompt tokens.
 - Successful rollouts are distilled into experiences by the summariser (default: the policy before this step's
   update); they join the run's pool in the same transaction as the attempts that produced them.
+- With `method = "mel"` (meta-experience learning, `lanpo.train.mel`), groups with both correct and incorrect
+  rollouts give contrastive pairs whose diagnosed lessons are validated by replay; the validated ones add an NLL
+  term to the update, J = J_GRPO + lambda * J_NLL, and join the pool as experiences of kind `meta`.
 
 Crash safety: the checkpoint of step s is written (tmp dir + rename) before step s's transaction commits, and
 `commit_step` is the transaction's last statement. Resume loads the last committed step's checkpoint.
@@ -53,6 +56,8 @@ from lanpo.train.batch import build_batch
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import gather_step
 from lanpo.train.feedback import StepPrompts, feedback_prompts
+from lanpo.train.mel import MetaStep, meta_experiences
+from lanpo.train.mel_record import record_meta
 from lanpo.train.pause import pause
 from lanpo.train.record import GroupRecord, RolloutRecord
 from lanpo.train.rollouts import behavior_logprobs
@@ -163,6 +168,10 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     with timer.phase("summarize"):
         summaries = _summaries(t, step, prompts, rollouts, graded)  # flat rollout index -> lesson
 
+    # ------------------------------------------------------------------ 4b. meta-experiences (method = mel)
+    with timer.phase("mel"):
+        meta: MetaStep = meta_experiences(t, step, prompts, groups, graded)  # pairs -> lessons -> replays -> NLL
+
     # ------------------------------------------------------------------ 5. group advantages
     with timer.phase("prepare"):
         advantages = group_advantages(rewards, n)  # (G*n,), zero for groups without spread
@@ -175,7 +184,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     # ------------------------------------------------------------------ 6. reference log-probs + policy update
     stats = update_policy(
         t.model, t.optimizer, t.scheduler, batch, advantages.to(device), cfg.grpo, mix_seed(cfg.seed, "update", step),
-        dist, ddp=t.ddp, behavior_logp=behavior,
+        dist, ddp=t.ddp, behavior_logp=behavior, nll=meta.nll,
     )  # fmt: skip
     timer.add("ref_logp", stats.seconds_ref)
     timer.add("update", stats.seconds_update)
@@ -185,7 +194,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 7. gather this step's rows on rank 0
     with timer.phase("gather"):
-        local = _group_records(prompts, groups, graded, summaries)  # (G,) groups of n rollouts
+        local = _group_records(prompts, groups, graded, summaries, meta)  # (G,) groups of n rollouts
         gathered = gather_step(dist, local, timer.seconds, adapter_sha256(t.model) if dist.enabled else "")
     if gathered is None:
         dist.barrier()  # wait for rank 0's commit before the next step reads the store
@@ -203,7 +212,9 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
             written = record.write_step_rows(
                 session, t.run_id, t.pool, step, prompts.policy_version_id, gathered.rows, t.summary_author
             )
+            mel_metrics = record_meta(session, t, step, prompts.policy_version_id, gathered.rows, written.attempt_ids)
         metrics.update(written.as_metrics())
+        metrics.update(mel_metrics)
         metrics.update(timer.metrics())
         runs_repo.record_metrics(session, t.run_id, step, metrics)
         pv = steps_repo.add_policy_version(session, t.run_id, step, sha)
@@ -244,7 +255,11 @@ def _summaries(
 
 
 def _group_records(
-    prompts: StepPrompts, groups: list[list[Completion]], graded: list[Graded], summaries: dict[int, str]
+    prompts: StepPrompts,
+    groups: list[list[Completion]],
+    graded: list[Graded],
+    summaries: dict[int, str],
+    meta: MetaStep,
 ) -> list[GroupRecord]:
     """What the store keeps of this rank's step: one record per prompt with its n graded rollouts."""
     n = len(groups[0]) if groups else 0
@@ -268,6 +283,7 @@ def _group_records(
                 )
                 for j, c in enumerate(completions)
             ],
+            meta=meta.by_group.get(g, []),
         )
         for g, completions in enumerate(groups)
     ]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -44,6 +45,7 @@ class GroupRecord:
     prompt_tokens: int
     contexts: list[ContextRef]
     rollouts: list[RolloutRecord]
+    meta: list[Any] = field(default_factory=list)  # MEL's diagnosed pairs of this group (lanpo.train.mel.MetaRecord)
 
 
 @dataclass
@@ -52,6 +54,7 @@ class StepWrite:
     added: int
     evicted: int
     pool_active: int
+    attempt_ids: list[list[int]] = field(default_factory=list)  # per group, its attempts' ids in rollout order
 
     def as_metrics(self) -> dict[str, float]:
         return {
@@ -98,6 +101,7 @@ def write_step_rows(
         len(added.experience_ids),
         len(added.evicted_ids),
         pools_repo.active_size(session, pool.id),
+        attempt_ids,
     )
 
 

@@ -6,6 +6,12 @@ the same share of every minibatch (its next `minibatch_size / world` sequences; 
 that makes the minibatches the single process's ones). The loss of a minibatch is the token-mean (or seq-mean)
 over all its sequences on all ranks: each rank scales its micro-batch losses by the global token count, and by
 the world size because DDP averages gradients. Kept apart from the loop so a test can run exactly one update.
+
+MEL adds an optional term (`nll`): per optimizer step J = J_GRPO + lambda * J_NLL, J_NLL the token-mean negative
+log-likelihood of the minibatch's share of the NLL examples over every rank. Its forwards go through the unwrapped
+model, which makes no collective call (ranks may hold different numbers of examples); their gradient accumulates
+locally and joins the minibatch's all-reduce at its last GRPO backward. Without the term (or lambda = 0) the update
+is plain GRPO, bit for bit.
 """
 
 from __future__ import annotations
@@ -18,12 +24,21 @@ from typing import Any
 
 import torch
 
-from lanpo.rl.loss import kl_k3, policy_loss
+from lanpo.rl.loss import kl_k3, nll_sum_of, policy_loss
 from lanpo.train.batch import RolloutBatch, completion_logprobs, policy_logprobs, reference_logprobs
 from lanpo.train.config import GRPOConfig
 from lanpo.train.dist import Dist
 
 STATS = ("loss", "kl", "entropy", "clip_frac", "tis_weight", "logp_diff")
+
+
+@dataclass
+class NLLTerm:
+    """The NLL examples of this rank (targets as completions after their prompts; None: none on this rank, which
+    still takes part, since token counts are global) and lambda, the term's weight."""
+
+    batch: RolloutBatch | None
+    coef: float
 
 
 @dataclass
@@ -38,6 +53,8 @@ class UpdateStats:
     zero_spread: float  # share of rollouts whose advantage is exactly 0
     seconds_ref: float
     seconds_update: float
+    nll: float | None = None  # J_NLL, token-mean over the optimizer steps that had NLL tokens (None: no term)
+    nll_tokens: float = 0.0  # NLL target tokens over every rank
 
     def as_metrics(self) -> dict[str, float]:
         out = {
@@ -52,6 +69,9 @@ class UpdateStats:
             out["tis/weight"] = self.tis_weight
         if self.logp_diff is not None:
             out["engine/logp_abs_diff"] = self.logp_diff
+        if self.nll is not None:
+            out["mel/nll"] = self.nll
+            out["mel/nll_tokens"] = self.nll_tokens
         return out
 
 
@@ -104,6 +124,25 @@ def micro_batch_loss(
     return loss, stats, entropy  # type: ignore[return-value]
 
 
+def nll_backward(
+    model: Any, batch: RolloutBatch | None, index: torch.Tensor, coef: float, micro: int, dist: Dist
+) -> tuple[float, float]:
+    """Backward of `coef` * the token-mean NLL of `batch[index]` over every rank's share; returns (that NLL, its
+    global token count). Nothing runs when no rank has a token (every rank sees the same count)."""
+    local = 0.0 if batch is None or index.numel() == 0 else float(batch.completion_mask[index].sum())
+    tokens = dist.all_reduce_sum(torch.tensor([local], dtype=torch.float64)).item()
+    if tokens == 0:
+        return 0.0, 0.0
+    nll_sum = 0.0
+    for start in range(0, len(index) if batch is not None else 0, micro):
+        sub = batch.select(index[start : start + micro].to(batch.input_ids.device))  # type: ignore[union-attr]
+        logp, _ = completion_logprobs(model, sub)  # (m, T)
+        summed = nll_sum_of(logp, sub.completion_mask)
+        (summed * (coef * dist.world / tokens)).backward()  # times the world size: DDP averages the ranks' gradients
+        nll_sum += float(summed.detach())
+    return dist.all_reduce_sum(torch.tensor([nll_sum], dtype=torch.float64)).item() / tokens, tokens
+
+
 def _skip_update(optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
     """An optimizer step with no gradient (moves nothing) and a schedule step: the schedule stays on time."""
     optimizer.zero_grad(set_to_none=True)
@@ -137,12 +176,14 @@ def update_policy(
     dist: Dist | None = None,
     ddp: Any = None,
     behavior_logp: torch.Tensor | None = None,
+    nll: NLLTerm | None = None,
 ) -> UpdateStats:
     """PPO epochs x minibatches on this rank's `batch` (B sequences) with `advantages` (B,); returns mean stats.
 
     `model` is the PEFT module (its adapter off gives the reference); `ddp` the module the gradient flows
     through under data parallelism (default: `model`). `behavior_logp` (B, T): the sampling engine's log-probs
-    of the rollout tokens, for truncated importance sampling (`cfg.tis_cap`).
+    of the rollout tokens, for truncated importance sampling (`cfg.tis_cap`). `nll`: MEL's NLL term, its examples
+    split over the minibatches of each epoch as the rollouts are (pass it on every rank, or on none).
     """
     dist = dist or Dist()
     trained = ddp if ddp is not None else model
@@ -172,18 +213,27 @@ def update_policy(
     started = time.perf_counter()
     totals = dict.fromkeys((*STATS, "grad_norm"), 0.0)
     updates = 0
+    use_nll = nll is not None and nll.coef != 0.0  # the same on every rank (a setting, not data)
+    nll_batch = nll.batch if nll is not None and use_nll else None  # (E, P' + T') this rank's examples
+    nll_size = 0 if nll_batch is None else nll_batch.size
+    nll_updates, nll_total = 0, 0.0
     generator = torch.Generator().manual_seed(seed % (2**63))  # the same on every rank: the same local order
     model.train()
     for _epoch in range(cfg.ppo_epochs):
         # One epoch: minibatches are consecutive blocks of prompts (already a random draw); several: a fresh order.
         order = torch.randperm(B, generator=generator) if cfg.ppo_epochs > 1 else torch.arange(B)
-        for mb in torch.tensor_split(order, n_minibatches):  # (M,) this rank's share of each minibatch
+        nll_shares = torch.tensor_split(torch.arange(nll_size), n_minibatches)  # (E_i,) per minibatch
+        for mb, nll_share in zip(torch.tensor_split(order, n_minibatches), nll_shares, strict=True):  # (M,) each
             if mb.numel() == 0:  # fewer rollouts kept than minibatches (skip_zero_spread): the schedule still steps
                 _skip_update(optimizer, scheduler)
                 continue
             tokens_mb = dist.all_reduce_sum(batch.completion_mask[mb].sum().float()).clamp(min=1).item()
             optimizer.zero_grad(set_to_none=True)
             mb_stats = dict.fromkeys(STATS, 0.0)
+            if nll is not None and use_nll:  # before the GRPO micro-batches, whose last backward syncs
+                mb_nll, nll_tokens = nll_backward(model, nll_batch, nll_share, nll.coef, cfg.micro_batch_size, dist)
+                if nll_tokens:
+                    nll_updates, nll_total = nll_updates + 1, nll_total + mb_nll
             micro_starts = range(0, len(mb), cfg.micro_batch_size)
             for micro_start in micro_starts:
                 idx = mb[micro_start : micro_start + cfg.micro_batch_size]  # (m,)
@@ -221,6 +271,11 @@ def update_policy(
             totals["grad_norm"] += float(grad_norm)
     optimizer.zero_grad(set_to_none=True)
     mean = {k: v / max(updates, 1) for k, v in totals.items()}
+    nll_stats = {}
+    if use_nll:
+        local = 0.0 if nll_batch is None else float(nll_batch.completion_mask.sum())
+        tokens = dist.all_reduce_sum(torch.tensor([local], dtype=torch.float64)).item()
+        nll_stats = {"nll": nll_total / nll_updates if nll_updates else math.nan, "nll_tokens": tokens}
     return UpdateStats(
         loss=mean["loss"],
         kl=mean["kl"],
@@ -232,4 +287,5 @@ def update_policy(
         zero_spread=zero_spread,
         seconds_ref=seconds_ref,
         seconds_update=time.perf_counter() - started,
+        **nll_stats,
     )

@@ -1,5 +1,6 @@
 -- mean@k per (mode, dataset) of one run, from its stored attempts: the final turn of each sample (an attempt
--- no group of the run uses as context) counts; mean over a problem's samples, then over problems.
+-- no group of the run uses as context) counts; mean over a problem's samples, then over problems. pass_at_k: the
+-- share of problems with at least one correct sample.
 WITH final AS (
     SELECT g.mode, p.dataset, g.problem_id, coalesce(a.correct, false) AS correct
     FROM attempts AS a
@@ -18,7 +19,8 @@ per_problem AS (
     FROM final
     GROUP BY mode, dataset, problem_id
 )
-SELECT mode, dataset, avg(accuracy) AS mean_at_k, count(*) AS problems, sum(samples) AS samples
+SELECT mode, dataset, avg(accuracy) AS mean_at_k, count(*) AS problems, sum(samples) AS samples,
+       avg(CAST(accuracy > 0 AS int)) AS pass_at_k
 FROM per_problem
 GROUP BY mode, dataset
 ORDER BY mode, dataset

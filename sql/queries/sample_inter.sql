@@ -8,6 +8,7 @@
 -- names the experience, not its version, so a rewrite keeps its draw. The text of the current version is
 -- read for the k drawn items only.
 -- The same problem is excluded twice over: here (<>) and by the CHECK constraint not_self.
+-- :kinds (text[], NULL: every kind) keeps experiences of those kinds only (feedback.sources: summary, meta).
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
 ),
@@ -26,6 +27,7 @@ relevant AS (
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM experiences x
         WHERE x.pool_id = :pool_id AND x.problem_id = rs.candidate_problem_id AND x.evicted_at IS NULL
+          AND (CAST(:kinds AS text[]) IS NULL OR x.kind = ANY(CAST(:kinds AS text[])))
     ) cnt
 ),
 by_problem AS (
@@ -35,6 +37,7 @@ by_problem AS (
         SELECT x.id, x.problem_id, x.created_at
         FROM experiences x
         WHERE x.pool_id = :pool_id AND x.problem_id = r.candidate_problem_id AND x.evicted_at IS NULL
+          AND (CAST(:kinds AS text[]) IS NULL OR x.kind = ANY(CAST(:kinds AS text[])))
         ORDER BY x.created_at DESC, x.id DESC
         LIMIT greatest(:candidates - r.better, 0)
     ) e
@@ -49,6 +52,7 @@ by_version AS (
     JOIN experience_versions v ON v.id = rs.candidate_version_id
     JOIN experiences e ON e.id = v.experience_id AND e.evicted_at IS NULL AND e.problem_id <> req.problem_id
                       AND e.pool_id = :pool_id
+                      AND (CAST(:kinds AS text[]) IS NULL OR e.kind = ANY(CAST(:kinds AS text[])))
     WHERE NOT EXISTS (
         SELECT 1 FROM experience_versions newer WHERE newer.experience_id = v.experience_id AND newer.version > v.version
     )

@@ -15,7 +15,15 @@ from lanpo.db import migrate, sqlfiles
 from lanpo.db.readonly import query_readonly
 from lanpo.errors import InputError
 
-VIEWS = ["experience_history", "experience_usage", "pool_current", "run_attempts", "run_rewards"]
+VIEWS = [
+    "experience_history",
+    "experience_usage",
+    "meta_experience_history",
+    "meta_experience_yield",
+    "pool_current",
+    "run_attempts",
+    "run_rewards",
+]
 
 
 def test_every_view_file_has_a_view() -> None:

@@ -129,7 +129,7 @@ def test_table_equals_recount_and_truth(
     # outputs: printed and written
     assert result.markdown_path.read_text() == result.table.to_markdown() == printed[0]
     assert result.csv_path.read_text() == result.table.to_csv()
-    assert "problems/s" in printed[1]
+    assert "problems/s" in printed[-1]
 
 
 def test_eval_on_the_tiny_model_stores_what_it_prints(

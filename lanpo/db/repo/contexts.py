@@ -69,16 +69,15 @@ def inter_contexts(
     gamma: float,
     scorer: str,
     pool_id: int,
+    kinds: Sequence[str] | None = None,
 ) -> dict[int, list[InterItem]]:
-    """problem id -> up to k lessons of pool `pool_id` from OTHER problems with relevance >= gamma
-    (relevance-ranked, weighted draw).
+    """problem id -> up to k lessons of pool `pool_id` (of `kinds` only, when given) from OTHER problems with
+    relevance >= gamma (relevance-ranked, weighted draw).
 
     `scorer` must have scores in the store: when nothing is drawn at all, an unknown scorer is an InputError
     naming the scorers there (checked only then, so a training step that draws pays nothing for it).
     """
-    draws = sampling.sample_inter(
-        session, problem_ids, k=k, candidates=candidates, seed=seed, gamma=gamma, scorer=scorer, pool_id=pool_id
-    )
+    draws = sampling.sample_inter(session, problem_ids, k, candidates, seed, gamma, scorer, pool_id, kinds)
     if not any(draws.values()):
         require_scorer(session, scorer)
     return {

@@ -62,6 +62,36 @@ def add_experiences(session: Session, pool: PoolRow, items: list[NewExperience])
     """Insert experiences (with version 1) into `pool` and enforce its capacity policies in this transaction."""
     if not items:
         return AddResult()
+    rows = _checked_rows(session, items)
+    kept, dropped = capacity.per_step_admit(
+        [r["problem_id"] for r in rows], [r["reward"] for r in rows], pool.per_step_cap
+    )
+    capacity.lock_problems(session, pool, [r["problem_id"] for r in rows])
+    experience_ids, version_ids = _insert(session, pool, [rows[i] for i in kept])
+    evicted = capacity.enforce(session, pool, [r["problem_id"] for r in rows])
+    return AddResult(
+        experience_ids=experience_ids,
+        version_ids=version_ids,
+        evicted_ids=sorted(evicted),
+        dropped=dropped,
+    )
+
+
+def add_evicted(session: Session, pool: PoolRow, items: list[NewExperience], evicted_by: str) -> AddResult:
+    """Experiences that enter the history of `pool` but never its active part: inserted (with version 1) already
+    evicted, `evicted_by` naming why (e.g. `mel:rejected`, a lesson that failed replay). No cap counts them."""
+    if not items:
+        return AddResult()
+    if not evicted_by.strip() or ":" not in evicted_by:
+        raise InputError(f"evicted_by must read '<scope>:<reason>', got {evicted_by!r}")
+    experience_ids, version_ids = _insert(session, pool, _checked_rows(session, items))
+    session.execute(
+        sqlfiles.load("queries/experiences_mark_evicted"), {"ids": experience_ids, "evicted_by": evicted_by}
+    )
+    return AddResult(experience_ids=experience_ids, version_ids=version_ids, evicted_ids=list(experience_ids))
+
+
+def _checked_rows(session: Session, items: list[NewExperience]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for i, it in enumerate(items):
         where = f"experience {i}"
@@ -87,19 +117,19 @@ def add_experiences(session: Session, pool: PoolRow, items: list[NewExperience])
         )
         if rows[-1]["problem_id"] is None:
             raise InputError(f"{where}: problem_id is required")
-    kept, dropped = capacity.per_step_admit(
-        [r["problem_id"] for r in rows], [r["reward"] for r in rows], pool.per_step_cap
-    )
-    capacity.lock_problems(session, pool, [r["problem_id"] for r in rows])
-    admitted = [rows[i] for i in kept]
-    experience_ids = bulk.reserve_ids(session, "experiences", len(admitted))
-    version_ids = bulk.reserve_ids(session, "experience_versions", len(admitted))
+    return rows
+
+
+def _insert(session: Session, pool: PoolRow, rows: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """COPY checked rows into `pool` as experiences with their version 1; returns (experience ids, version ids)."""
+    experience_ids = bulk.reserve_ids(session, "experiences", len(rows))
+    version_ids = bulk.reserve_ids(session, "experience_versions", len(rows))
     bulk.copy_rows(
         session,
         "queries/experiences_copy",
         (
             (eid, pool.id, r["problem_id"], r["source_attempt_id"], r["kind"], r["reward"], r["run_id"], r["step"])
-            for eid, r in zip(experience_ids, admitted, strict=True)
+            for eid, r in zip(experience_ids, rows, strict=True)
         ),
         EXPERIENCE_TYPES,
         "experiences",
@@ -109,18 +139,12 @@ def add_experiences(session: Session, pool: PoolRow, items: list[NewExperience])
         "queries/experience_versions_copy",
         (
             (vid, eid, 1, r["summary"], r["embedding"], r["author"], r["policy_version_id"], r["prompt_version"])
-            for vid, eid, r in zip(version_ids, experience_ids, admitted, strict=True)
+            for vid, eid, r in zip(version_ids, experience_ids, rows, strict=True)
         ),
         None,
         "experience versions",
     )
-    evicted = capacity.enforce(session, pool, [r["problem_id"] for r in rows])
-    return AddResult(
-        experience_ids=experience_ids,
-        version_ids=version_ids,
-        evicted_ids=sorted(evicted),
-        dropped=dropped,
-    )
+    return experience_ids, version_ids
 
 
 def append_version(

@@ -99,9 +99,10 @@ def sample_inter(
     gamma: float,
     scorer: str,
     pool_id: int,
+    kinds: Sequence[str] | None = None,
 ) -> dict[int, list[Draw]]:
-    """problem id -> up to k current versions of active experiences of pool `pool_id`, from OTHER problems with
-    relevance >= gamma."""
+    """problem id -> up to k current versions of active experiences of pool `pool_id` (of `kinds` only, when given:
+    summary | meta), from OTHER problems with relevance >= gamma."""
     ids = _check(problem_ids, k, candidates, seed)
     if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be a number in [0, 1], got {gamma!r}")
@@ -119,6 +120,7 @@ def sample_inter(
             "gamma": float(gamma),
             "scorer": scorer,
             "pool_id": pool_id,
+            "kinds": None if kinds is None else list(kinds),
         },
     )
     return _group(rows, ids, with_score=True)

@@ -1,0 +1,203 @@
+"""What MEL keeps of a step, written by rank 0 inside the step's transaction (after the step's own rows, whose
+attempt ids the pairs point to), and the `mel/*` metrics of the step.
+
+- a lesson (meta-experience) is an experience of kind `meta` in the run's pool: validated ones through
+  `add_experiences`, so the pool's caps apply (one the per-step cap drops stays in history as `mel:dropped`);
+  rejected ones enter history already evicted, `evicted_by = 'mel:rejected'` (never in the active pool);
+- its replays are a rollout group of mode `replay` whose context names the lesson's version;
+- every diagnosed pair is a `meta_pairs` row (attempts, bifurcation, diagnosis, and the lesson's experience,
+  replay group, rates, rule and verdict), and every lesson the NLL term trained on a `meta_nll_uses` row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sqlalchemy.orm import Session
+
+from lanpo.db import sqlfiles
+from lanpo.db.repo import attempts as attempts_repo
+from lanpo.db.repo import experiences as experiences_repo
+from lanpo.db.repo import meta as meta_repo
+from lanpo.db.repo import pools as pools_repo
+from lanpo.db.repo.attempts import ContextRef
+from lanpo.mel.pairs import is_mixed
+from lanpo.mel.prompts import DIAGNOSIS_VERSION, REPLAY_VERSION, has_lesson_headers
+from lanpo.mel.verdict import success_rate
+from lanpo.train.record import GroupRecord, RolloutRecord
+
+if TYPE_CHECKING:
+    from lanpo.train.state import Trainer
+
+AUTHOR = "policy"  # the diagnosis, and so the lesson, is the policy's own
+
+
+@dataclass
+class MetaRecord:
+    """One diagnosed pair of a group (rollout indices within it) and what became of it."""
+
+    positive: int
+    negative: int
+    step_split: str
+    bifurcation_step: int  # 1-based, in the negative's steps
+    shared_prefix_steps: int
+    located_by: str  # model | heuristic
+    diagnosis: str
+    group_success_rate: float
+    lesson: str | None = None  # the meta-experience M (None: the diagnosis gave none: a pair, not a candidate)
+    replay_prompt: str = ""
+    replay_prompt_tokens: int = 0
+    replays: list[RolloutRecord] = field(default_factory=list)
+    verdict: str | None = None  # validated | rejected
+    nll_tokens: int = 0  # target tokens the NLL term trained on (0: not trained on)
+    nll_replay: int | None = None  # nll_target = replay: the replay trained on
+
+
+def record_meta(
+    session: Session,
+    t: Trainer,
+    step: int,
+    policy_version_id: int,
+    groups: Sequence[GroupRecord],
+    attempt_ids: Sequence[Sequence[int]],
+) -> dict[str, float]:
+    """Write the step's MEL rows (see the module docstring); returns its `mel/*` metrics ({} when MEL is off)."""
+    if t.cfg.method != "mel":
+        return {}
+    run_id = t.run_id
+    pairs = [(g, ids, m) for g, ids in zip(groups, attempt_ids, strict=True) for m in g.meta]
+    candidates = [p for p in pairs if p[2].lesson is not None]
+
+    def lesson(g: GroupRecord, ids: Sequence[int], m: MetaRecord) -> experiences_repo.NewExperience:
+        return experiences_repo.NewExperience(
+            problem_id=g.problem_id,
+            summary=m.lesson or "",
+            reward=success_rate([r.correct for r in m.replays]),
+            source_attempt_id=ids[m.negative],
+            kind="meta",
+            run_id=run_id,
+            step=step,
+            author=AUTHOR,
+            policy_version_id=policy_version_id,
+            prompt_version=DIAGNOSIS_VERSION,
+        )
+
+    validated = [p for p in candidates if p[2].verdict == "validated"]
+    rejected = [p for p in candidates if p[2].verdict != "validated"]
+    added = experiences_repo.add_experiences(session, t.pool, [lesson(*p) for p in validated])
+    dropped = [validated[i] for i in added.dropped]
+    kept = [p for i, p in enumerate(validated) if i not in set(added.dropped)]
+    stored = {id(p[2]): (e, v) for p, e, v in zip(kept, added.experience_ids, added.version_ids, strict=True)}
+    for reason, items in (("mel:dropped", dropped), ("mel:rejected", rejected)):
+        out = experiences_repo.add_evicted(session, t.pool, [lesson(*p) for p in items], reason)
+        stored.update({id(p[2]): (e, v) for p, e, v in zip(items, out.experience_ids, out.version_ids, strict=True)})
+
+    replay_attempts = attempts_repo.record_groups(
+        session,
+        [
+            attempts_repo.NewGroup(
+                problem_id=g.problem_id,
+                mode="replay",
+                prompt=m.replay_prompt,
+                prompt_version=REPLAY_VERSION,
+                prompt_tokens=m.replay_prompt_tokens,
+                step=step,
+                run_id=run_id,
+                policy_version_id=policy_version_id,
+                contexts=[ContextRef(position=0, experience_version_id=stored[id(m)][1])],
+                attempts=[
+                    attempts_repo.NewAttempt(
+                        r.response, r.reward, r.correct, r.format_ok, r.completion_tokens, r.served_adapter_sha256
+                    )
+                    for r in m.replays
+                ],
+            )
+            for g, _, m in candidates
+        ],
+    )
+    group_of = dict(
+        session.execute(
+            sqlfiles.load("queries/meta_replay_groups"), {"attempt_ids": [ids[0] for ids in replay_attempts]}
+        ).all()
+    )
+    replays_of = {id(m): ids for (_, _, m), ids in zip(candidates, replay_attempts, strict=True)}
+
+    rule = t.cfg.mel.validation
+    meta_repo.record_pairs(
+        session,
+        [
+            meta_repo.NewMetaPair(
+                run_id=run_id,
+                step=step,
+                problem_id=g.problem_id,
+                positive_attempt_id=ids[m.positive],
+                negative_attempt_id=ids[m.negative],
+                step_split=m.step_split,
+                bifurcation_step=m.bifurcation_step,
+                shared_prefix_steps=m.shared_prefix_steps,
+                located_by=m.located_by,
+                diagnosis=m.diagnosis,
+                prompt_version=DIAGNOSIS_VERSION,
+                group_success_rate=m.group_success_rate,
+                **(
+                    {}
+                    if m.lesson is None
+                    else {
+                        "experience_id": stored[id(m)][0],
+                        "replay_group_id": group_of[replays_of[id(m)][0]],
+                        "replay_success_rate": success_rate([r.correct for r in m.replays]),
+                        "validation_rule": rule,
+                        "verdict": m.verdict,
+                    }
+                ),
+            )
+            for g, ids, m in pairs
+        ],
+    )
+    target = t.cfg.mel.nll_target
+    meta_repo.record_nll_uses(
+        session,
+        [
+            meta_repo.NewNllUse(
+                experience_id=stored[id(m)][0],
+                run_id=run_id,
+                step=step,
+                target=target,
+                tokens=m.nll_tokens,
+                attempt_id=None if m.nll_replay is None else replays_of[id(m)][m.nll_replay],
+            )
+            for _, _, m in validated
+            if m.nll_tokens > 0
+        ],
+    )
+    metrics = meta_metrics(groups, t.cfg.mel.nll_coef)
+    metrics["mel/pool/added"] = float(len(added.experience_ids))
+    metrics["mel/pool/evicted"] = float(len(added.evicted_ids))
+    metrics["pool/active"] = float(pools_repo.active_size(session, t.pool.id))  # after the lessons joined
+    return metrics
+
+
+def meta_metrics(groups: Sequence[GroupRecord], nll_coef: float) -> dict[str, float]:
+    """Validation yield and its stages over the step's groups (every rank's), replay success, bifurcations."""
+
+    def share(values: list[bool]) -> float:
+        return sum(values) / len(values) if values else math.nan
+
+    records = [m for g in groups for m in g.meta]
+    candidates = [m for m in records if m.lesson is not None]
+    validated = sum(m.verdict == "validated" for m in candidates)
+    return {
+        "mel/groups/qualifying": float(sum(is_mixed([r.correct for r in g.rollouts]) for g in groups)),
+        "mel/pairs": float(len(records)),
+        "mel/candidates": float(len(candidates)),
+        "mel/validated": float(validated),
+        "mel/rejected": float(len(candidates) - validated),
+        "mel/yield": validated / len(records) if records else math.nan,
+        "mel/replay/success_rate": share([r.correct for m in candidates for r in m.replays]),
+        "mel/bifurcation/by_model": share([m.located_by == "model" for m in records]),
+        "mel/diagnosis/format": share([has_lesson_headers(m.diagnosis) for m in records]),
+        "mel/nll_coef": nll_coef,
+    }

@@ -1,0 +1,62 @@
+"""The NLL term's multi-rank check (spawned ranks import this module by name): ranks hold different numbers of
+NLL examples -- rank 0 all of them, the others none -- and after one update the weights equal one process's."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as torch_dist
+
+from lanpo.train.batch import build_batch
+from lanpo.train.dist import Dist
+from lanpo.train.update import NLLTerm, cosine_schedule, update_policy
+from tests.train import multirank_workers as grpo
+
+LAMBDA = 0.5
+
+
+def nll_examples() -> tuple[list[list[int]], list[list[int]]]:
+    """Three (prompt, target) examples of uneven lengths."""
+    generator = torch.Generator().manual_seed(7)
+    prompts, targets = [], []
+    for length in (4, 2, 6):
+        prompts.append(torch.randint(5, 90, (3 + length % 3,), generator=generator).tolist())
+        targets.append(torch.randint(5, 90, (length,), generator=generator).tolist())
+    return prompts, targets
+
+
+def update(rank: int, world: int, ddp: bool) -> dict[str, torch.Tensor]:
+    """One GRPO + lambda * NLL update on this rank's share of the rollouts; rank 0 holds every NLL example."""
+    model, _ = grpo.policy()
+    prompts, completions, advantages = grpo.global_rollouts()
+    mine = grpo.share(rank, world)
+    batch = build_batch([prompts[i] for i in mine], [completions[i] for i in mine], 0, torch.device("cpu"))
+    nll_batch = build_batch(*nll_examples(), 0, torch.device("cpu")) if rank == 0 else None
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=grpo.GRPO.learning_rate)
+    dist = Dist(rank=rank, world=world)
+    wrapped = dist.wrap(model) if ddp else None
+    update_policy(
+        model,
+        optimizer,
+        cosine_schedule(optimizer, 10, 0.0),
+        batch,
+        advantages[mine],
+        grpo.GRPO,
+        seed=0,
+        dist=dist,
+        ddp=wrapped,
+        nll=NLLTerm(nll_batch, LAMBDA),
+    )
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def worker(rank: int, world: int, store: str, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1")
+    torch_dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        result = update(rank, world, ddp=True)
+        if rank == 0:
+            torch.save(result, out)
+    finally:
+        torch_dist.destroy_process_group()
