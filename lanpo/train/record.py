@@ -43,6 +43,7 @@ class GroupRecord:
     prompt_tokens: int
     contexts: list[ContextRef]
     rollouts: list[RolloutRecord]
+    prompt_version: str | None = None  # the template's version (None: the one of `mode`)
 
 
 @dataclass
@@ -111,7 +112,7 @@ def write_groups(
                 problem_id=g.problem_id,
                 mode=g.mode,
                 prompt=g.prompt,
-                prompt_version=prompts.version_of(g.mode),
+                prompt_version=g.prompt_version or prompts.version_of(g.mode),
                 prompt_tokens=g.prompt_tokens,
                 step=step,
                 run_id=run_id,
