@@ -16,7 +16,19 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-MODE_LABELS = {"zero_shot": "Zero-shot", "retrieval": "Retrieval", "self_correct": "Self-correct"}
+MODE_LABELS = {
+    "zero_shot": "Zero-shot",
+    "retrieval": "Retrieval",
+    "self_correct": "Self-correct",
+    "self_correct_single": "Self-correct (single turn)",
+}
+
+
+def row_label(row: str) -> str:
+    """`zero_shot` -> `Zero-shot`; a Table 2 row `grpo/retrieval` -> `grpo × Retrieval`."""
+    method, _, mode = row.rpartition("/")
+    label = MODE_LABELS.get(mode, mode)
+    return f"{method} × {label}" if method else label
 
 
 @dataclass(frozen=True)
@@ -50,9 +62,7 @@ class Table:
         out = [[label, *self.datasets, "Average"]]
         for mode in self.modes:
             cells = [self.cells.get((mode, d)) for d in self.datasets]
-            out.append(
-                [MODE_LABELS.get(mode, mode), *(pct(c.mean if c else None) for c in cells), pct(self.average(mode))]
-            )
+            out.append([row_label(mode), *(pct(c.mean if c else None) for c in cells), pct(self.average(mode))])
         return out
 
     def to_markdown(self) -> str:
@@ -101,7 +111,8 @@ def recount(
 ) -> Table:
     """The table of a stored eval run, recounted in SQL from its final-turn attempts."""
     from lanpo.db.sqlfiles import load
+    from lanpo.prompts import INTRA_VERSION
 
-    rows = session.execute(load("queries/eval_mean_at_k"), {"run_id": run_id}).all()
+    rows = session.execute(load("queries/eval_mean_at_k"), {"run_id": run_id, "single_version": INTRA_VERSION}).all()
     cells = {(r.mode, r.dataset): Cell(float(r.mean_at_k), int(r.problems), int(r.samples)) for r in rows}
     return Table(list(modes), list(datasets), k, cells)
