@@ -20,6 +20,7 @@ from lanpo.config import load_toml
 from lanpo.db.engine import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.inference.config import EvalConfig
+from lanpo.retrieval.scorer import PROMPT_VERSION
 from lanpo.train.config import TrainConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "train" / "configs"
@@ -104,7 +105,7 @@ def test_paper_recipe_equals_the_papers_tables(name: str) -> None:
         assert cfg.feedback.p_t == PAPER["p_t_intra"]
     elif name != "grpo-baseline":
         assert (cfg.feedback.p_t, cfg.feedback.gamma) == (PAPER["p_t"], PAPER["gamma"])
-        assert cfg.feedback.scorer and cfg.feedback.scorer.startswith("Qwen/Qwen2.5-Math-7B")
+        assert cfg.feedback.scorer == f"Qwen/Qwen2.5-Math-7B-Instruct|{PROMPT_VERSION}"  # the judge's scores
         assert cfg.summarizer.enabled
 
 
