@@ -39,7 +39,9 @@ class RetrievalSettings:
 
     stage1: str = help_field("bm25", "stage-1 search: bm25 | vector (pgvector HNSW) | hybrid (RRF of both)")
     top_k: int = help_field(16, "stage-1 candidates passed to the LLM rerank")
-    gamma: float = help_field(0.9, "minimum relevance r(p, c) an experience needs (paper: 0.9)")
+    gamma: float = help_field(
+        0.9, "minimum relevance r(p, c) an experience needs (paper: 0.9); 0: every stage-1 candidate, reranked"
+    )
     m: int = help_field(3, "experiences put into the prompt, best first (at most)")
     scorer: str = help_field(
         "policy", "relevance judge: `policy` (the answering model itself), `none` (stage 1 only), or a model"

@@ -213,7 +213,9 @@ class SFTConfig:
     enabled: bool = help_field(
         False, "run the SFT stage before GRPO; its adapter is merged into the base and RL starts from there"
     )
-    data: str | None = help_field(None, "chat pairs JSONL to train on (None: build them from data.task)")
+    data: str | None = help_field(
+        None, "chat pairs JSONL to train on, e.g. teacher pairs from `lanpo sft data` (None: templated from data.task)"
+    )
     learning_rate: float = help_field(2e-4, "AdamW learning rate")
     epochs: int = help_field(1, "passes over the SFT data")
     max_steps: int = help_field(0, "stop after this many optimiser steps (0: no limit)")
