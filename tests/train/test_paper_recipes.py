@@ -190,3 +190,42 @@ def test_recipe_runs_one_step_on_a_tiny_model(
     result = train(cfg, engine=db, progress=False)
     assert result.steps == [1]
     assert result.metrics[0]["reward/mean"] >= 0.0
+
+
+@pytest.mark.parametrize("name", ["table2/lanpo-inter-nofilter", "table2/lanpo-inter-raw"])
+def test_table2_inter_ablations_draw_in_training(
+    name: str, db: Engine, toy_problems: list[int], held_out: None, tmp_path: Path
+) -> None:
+    """Two tiny steps: step 1 fills the pool, step 2's inter prompts draw from it -- with no relevance read at
+    all (gamma = 0: the recipe names no scorer the toy store has), or showing raw rollouts."""
+    import sqlalchemy as sa
+
+    from lanpo.train.loop import train
+
+    cfg = recipe(
+        name,
+        [
+            "model.name='tiny-random'", "model.threads=1", "steps=2", "batch_size=2", "rollout.n=2",
+            "grpo.minibatch_size=4", "rollout.max_new_tokens=8", "summarizer.max_new_tokens=32",
+            "summarizer.min_reward=0.0", "feedback.p_t=1.0", "data.dataset='toy'", "sft.enabled=false",
+            "eval.every=0", f"output_dir='{tmp_path / 'run'}'",
+        ],
+        world=1,
+    )  # fmt: skip
+    if cfg.feedback.gamma > 0:
+        cfg.feedback.scorer = "test"
+    train(cfg, engine=db, progress=False)
+    with db.connect() as conn:
+        groups = conn.execute(
+            sa.text(
+                "SELECT g.prompt, g.prompt_version, count(c.*) AS contexts FROM rollout_groups g "
+                "LEFT JOIN group_contexts c ON c.group_id = g.id WHERE g.step = 2 AND g.mode = 'inter' "
+                "GROUP BY g.id"
+            )
+        ).all()
+    assert groups and all(g.contexts > 0 for g in groups)
+    if name.endswith("raw"):
+        assert {g.prompt_version for g in groups} == {"inter-raw-v1"}
+        assert all("### Solution 1" in g.prompt for g in groups)
+    else:
+        assert {g.prompt_version for g in groups} == {"inter-v1"}

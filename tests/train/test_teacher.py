@@ -134,11 +134,13 @@ def test_an_endpoint_that_is_not_there_is_a_clean_error(
 
 
 @pytest.mark.slow
-def test_smollm2_as_teacher(sums: None, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+def test_smollm2_as_teacher(session: Session, run_cli: Callable[..., Any], tmp_path: Path) -> None:
     """The real small model writes replies for every skill; whatever passes the filters is written, else nothing."""
+    upsert_problems(session, "few", [ProblemIn(f"f{i}", f"What is {i} + {i + 1}?", str(2 * i + 1)) for i in range(3)])
+    session.commit()
     out = tmp_path / "pairs.jsonl"
     result = run_cli(
-        "sft", "data", "--teacher", "smollm2", "--dataset", "sums", "--n", "3", "--out", out, "--max-new-tokens", "96"
+        "sft", "data", "--teacher", "smollm2", "--dataset", "few", "--n", "3", "--out", out, "--max-new-tokens", "48"
     )
     assert result.code in (0, 2), result.err
     assert "summary: " in result.err and "reflection: " in result.err
