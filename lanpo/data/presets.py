@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,18 +48,23 @@ DAPO_TAIL = 'Remember to put your answer on its own line after "Answer:"'
 Row = dict[str, Any]
 
 
-def read_rows(path: str | Path) -> list[Row]:
-    """The rows of a parquet, JSONL or JSON (a list, or {"data": [...]}) file, as dicts."""
+def _parquet_rows(path: Path) -> Iterator[Row]:
+    """A parquet file's rows, one record batch at a time (DAPO's published file holds 1.79 M rows)."""
+    import pyarrow.parquet as pq
+
+    try:
+        batches = pq.ParquetFile(path).iter_batches(batch_size=8192)
+        for batch in batches:
+            yield from batch.to_pylist()
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError...
+        raise InputError(f"{path} is not a readable parquet file: {exc}") from exc
+
+
+def read_rows(path: str | Path) -> Iterable[Row]:
+    """The rows of a parquet (streamed), JSONL or JSON (a list, or {"data": [...]}) file, as dicts."""
     path = input_file(path, "dataset file")
     if path.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as exc:  # pragma: no cover - pyarrow is a dependency
-            raise InputError("reading parquet needs pyarrow", hint="pip install pyarrow") from exc
-        try:
-            return pq.read_table(path).to_pylist()
-        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError...
-            raise InputError(f"{path} is not a readable parquet file: {exc}") from exc
+        return _parquet_rows(path)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -215,13 +220,15 @@ def _json_safe(row: Row, used: set[str]) -> dict[str, Any]:
     return json.loads(json.dumps({k: v for k, v in row.items() if k not in used}, default=str))
 
 
-def rows_to_problems(preset: Preset, rows: list[Row]) -> tuple[list[tuple[int, ProblemIn]], list[BadLine], int]:
-    """(good (row number, problem) pairs, bad rows, duplicates folded). Row numbers count from 1."""
+def rows_to_problems(
+    preset: Preset, rows: Iterable[Row]
+) -> tuple[list[tuple[int, ProblemIn]], list[BadLine], int, int]:
+    """(good (row number, problem) pairs, bad rows, duplicates folded, rows read). Row numbers count from 1."""
     good: list[tuple[int, ProblemIn]] = []
     bad: list[BadLine] = []
     seen_question: dict[str, tuple[int, str]] = {}  # question -> (row, answer) of its first row
     seen_id: dict[str, int] = {}
-    folded = 0
+    folded = number = 0
     for number, row in enumerate(rows, start=1):
         try:
             question = preset.question(row).strip()
@@ -256,7 +263,7 @@ def rows_to_problems(preset: Preset, rows: list[Row]) -> tuple[list[tuple[int, P
         wrapper = {"prompt"} if preset.name == "dapo17k" else set()  # its instruction wrapper is not kept
         metadata = {"preset": preset.name, "source": _json_safe(row, wrapper)}
         good.append((number, ProblemIn(external_id, question, answer, metadata)))
-    return good, bad, folded
+    return good, bad, folded, number
 
 
 def import_preset(
@@ -271,9 +278,8 @@ def import_preset(
     returns the report (bad rows listed by row number) and how many duplicate rows were folded."""
     if preset not in PRESETS:
         raise InputError(f"unknown preset {preset!r}", hint=f"presets: {', '.join(PRESETS)}")
-    rows = read_rows(path)
-    if not rows:
+    good, bad, folded, count = rows_to_problems(PRESETS[preset], read_rows(path))
+    if not count:
         raise InputError(f"{path} holds no problems", hint="is this the dataset's file?")
-    good, bad, folded = rows_to_problems(PRESETS[preset], rows)
-    report = ImportReport(lines=len(rows), bad=bad)
+    report = ImportReport(lines=count, bad=bad)
     return store_problems(session, report, good, dataset or preset, skip_bad, update), folded

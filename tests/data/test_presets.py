@@ -63,7 +63,7 @@ def test_dapo_copies_fold_and_both_layouts_agree(run_cli: Callable[..., Any], se
 
 
 def test_the_dapo_wrapper_is_cut_to_the_bare_problem() -> None:
-    (row,) = read_rows(FIXTURES / "dapo17k.parquet")[:1]
+    row = next(iter(read_rows(FIXTURES / "dapo17k.parquet")))
     wrapped = row["prompt"][0]["content"]
     assert wrapped.startswith("Solve the following") and wrapped.endswith('after "Answer:".')
     assert strip_dapo_wrapper(wrapped) == "Find the sum of all positive divisors of 12."
@@ -98,11 +98,11 @@ def test_unparsable_gold_and_conflicting_copies_are_listed_and_nothing_is_writte
     skipped = run_cli("data", "import", path, "--preset", "math500", "--skip-bad")
     assert skipped.code == 0 and "1 inserted" in skipped.out and "3 bad row(s) skipped" in skipped.out
 
-    dapo = read_rows(FIXTURES / "dapo17k.parquet")
+    dapo = list(read_rows(FIXTURES / "dapo17k.parquet"))
     conflict = {**dapo[0], "reward_model": {"ground_truth": "29", "style": "x"}}
     pq.write_table(pa.Table.from_pylist([*dapo, conflict]), tmp_path / "dapo.parquet")
-    good, bad, folded = rows_to_problems(PRESETS["dapo17k"], read_rows(tmp_path / "dapo.parquet"))
-    assert (len(good), folded) == (3, 6)
+    good, bad, folded, count = rows_to_problems(PRESETS["dapo17k"], read_rows(tmp_path / "dapo.parquet"))
+    assert (len(good), folded, count) == (3, 6, 10)
     assert [b.line for b in bad] == [10] and "same question as row 1 with another answer" in bad[0].reason
 
 
