@@ -180,17 +180,47 @@ def _deepcopy(data: dict[str, Any]) -> dict[str, Any]:
     return {k: _deepcopy(v) if isinstance(v, dict) else v for k, v in data.items()}
 
 
-def load_toml(cls: type[T], path: str | Path, overrides: list[str] | None = None) -> T:
-    """Load dataclass `cls` from a TOML file plus `key=value` overrides."""
+BASE_KEY = "base"  # a recipe's `base = "other.toml"`: start from that recipe, then apply this file's keys
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, tables merged key by key (a list or a value replaces the base's whole)."""
+    out = _deepcopy(base)
+    for key, value in top.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def read_toml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A TOML recipe as a mapping, its `base` chain resolved (paths relative to the file that names them).
+
+    A variant recipe (a LoRA variant, a Table 2 ablation) names the recipe it departs from and carries only the
+    keys that differ, so the two cannot drift apart silently.
+    """
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist", hint="recipes live in train/configs/")
     if not path.is_file():
         raise ConfigError(f"config file {path} is not a file", hint="name a .toml file, not a folder")
+    if path.resolve() in _seen:
+        chain = " -> ".join(str(p) for p in (*_seen, path.resolve()))
+        raise ConfigError(f"{path}: `base` recipes form a cycle: {chain}", hint="a recipe cannot be its own base")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}", hint="see the recipes in train/configs/") from exc
+    base = data.pop(BASE_KEY, None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{path}: `base` must name another recipe file, got {base!r}")
+    return _merge(read_toml(path.parent / base, (*_seen, path.resolve())), data)
+
+
+def load_toml(cls: type[T], path: str | Path, overrides: list[str] | None = None) -> T:
+    """Load dataclass `cls` from a TOML file (its `base` chain resolved) plus `key=value` overrides."""
+    path = Path(path)
+    data = read_toml(path)
     try:
         return from_mapping(cls, apply_overrides(data, overrides or []))
     except ConfigError as exc:

@@ -9,7 +9,11 @@ Leakage rules (tested with hypothesis in tests/test_prompts.py):
   attribute and reads nothing else, so rewards, correctness and the gold answer cannot reach it; its wording
   never judges the earlier attempts (no "correct", "wrong", "reward", "score", "answer key").
 - the inter prompt shows summaries of experiences from *other* problems (the store guarantees that); their
-  relevance score is not shown either, the model judges relevance itself.
+  relevance score is not shown either, the model judges relevance itself. Its raw variant (Table 2's naive
+  retrieval) shows those experiences' source responses instead of their summaries, still other problems' only.
+- self-correction's second turn is the same conversation: the model's first answer as an assistant message, then
+  a fixed reflection request as a user message. The request is one constant string that reads nothing of the
+  first turn's grade, so a correct and a wrong first answer get the very same request.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ Message = dict[str, str]
 ACTOR_VERSION = "actor-v1"
 INTRA_VERSION = "intra-v1"
 INTER_VERSION = "inter-v1"
+INTER_RAW_VERSION = "inter-raw-v1"
+REFLECT_VERSION = "reflect-v1"  # the second turn of two-turn self-correction
 SUMMARY_VERSION = "summary-v1"
 
 MODES = ("zero_shot", "intra", "inter")
@@ -57,6 +63,26 @@ INTER = (
     "## Solution\n(the full solution, ending with \\boxed{{N}})"
 )
 
+INTER_RAW = (
+    "{question}\n\n"
+    "Here are solutions written earlier for other problems; some may not apply:\n\n"
+    "{context}\n\n"
+    "Decide which of them help with this problem, plan, then solve it.\n"
+    "Write your answer under exactly these headers:\n"
+    "## Relevance\n(which solutions help and why)\n"
+    "## Plan\n(the steps you will take)\n"
+    "## Solution\n(the full solution, ending with \\boxed{{N}})"
+)
+
+# Turn 2 of self-correction: a user message after the model's own first answer, in the same conversation.
+REFLECT = (
+    "Read your solution above again, step by step, and look for slips in arithmetic or reasoning. "
+    "Then solve the problem again.\n"
+    "Write your answer under exactly these headers:\n"
+    "## Review\n(what your solution did, step by step, and what to do differently)\n"
+    "## Solution\n(your own full solution, ending with \\boxed{N})"
+)
+
 SUMMARY = (
     "Problem:\n{question}\n\n"
     "A solution that worked:\n{response}\n\n"
@@ -86,10 +112,15 @@ class HasSummary(Protocol):
     def summary(self) -> str: ...
 
 
-def version_of(mode: str) -> str:
+def version_of(mode: str, raw: bool = False) -> str:
     """The template version stored with attempts made in `mode` (zero_shot | intra | inter; validation, `val`,
-    answers with the zero-shot actor prompt)."""
-    versions = {"zero_shot": ACTOR_VERSION, "val": ACTOR_VERSION, "intra": INTRA_VERSION, "inter": INTER_VERSION}
+    answers with the zero-shot actor prompt; `raw` inter items are unsummarised solutions)."""
+    versions = {
+        "zero_shot": ACTOR_VERSION,
+        "val": ACTOR_VERSION,
+        "intra": INTRA_VERSION,
+        "inter": INTER_RAW_VERSION if raw else INTER_VERSION,
+    }
     if mode not in versions:
         raise ValueError(f"unknown prompt mode {mode!r}; expected one of {', '.join(MODES)}")
     return versions[mode]
@@ -101,9 +132,10 @@ def format_intra(items: Sequence[HasResponse]) -> str:
     return "\n\n".join(blocks)
 
 
-def format_inter(items: Sequence[HasSummary]) -> str:
-    """Retrieved experiences as numbered lessons: only their `summary` text is read."""
-    blocks = [f"### Lesson {i + 1}\n{item.summary.strip()}" for i, item in enumerate(items)]
+def format_inter(items: Sequence[HasSummary], raw: bool = False) -> str:
+    """Retrieved experiences as numbered lessons (or, `raw`, solutions): only their `summary` text is read."""
+    label = "Solution" if raw else "Lesson"
+    blocks = [f"### {label} {i + 1}\n{item.summary.strip()}" for i, item in enumerate(items)]
     return "\n\n".join(blocks)
 
 
@@ -127,20 +159,30 @@ def intra_messages(question: str, items: Sequence[HasResponse]) -> list[Message]
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
-def inter_messages(question: str, items: Sequence[HasSummary]) -> list[Message]:
-    """Inter-sample exploration with lessons from other problems."""
-    user = INTER.format(question=question, context=format_inter(items))
+def inter_messages(question: str, items: Sequence[HasSummary], raw: bool = False) -> list[Message]:
+    """Inter-sample exploration with lessons from other problems (`raw`: their unsummarised solutions)."""
+    user = (INTER_RAW if raw else INTER).format(question=question, context=format_inter(items, raw))
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
-def build_messages(mode: str, question: str, items: Sequence[object] = ()) -> list[Message]:
+def self_correct_messages(question: str, first: HasResponse) -> list[Message]:
+    """Two-turn self-correction: the zero-shot conversation, the model's first answer as its own assistant turn,
+    then the fixed reflection request. Only `first.response` is read."""
+    return [
+        *actor_messages(question),
+        {"role": "assistant", "content": first.response.strip()},
+        {"role": "user", "content": REFLECT},
+    ]
+
+
+def build_messages(mode: str, question: str, items: Sequence[object] = (), raw: bool = False) -> list[Message]:
     """Messages for `mode`; a feedback mode with no items falls back to the zero-shot prompt (caller re-labels)."""
     if mode == "zero_shot" or not items:
         return actor_messages(question)
     if mode == "intra":
         return intra_messages(question, items)  # type: ignore[arg-type]
     if mode == "inter":
-        return inter_messages(question, items)  # type: ignore[arg-type]
+        return inter_messages(question, items, raw)  # type: ignore[arg-type]
     raise ValueError(f"unknown prompt mode {mode!r}; expected one of {', '.join(MODES)}")
 
 

@@ -93,6 +93,7 @@ INFER = ("infer", "--mode", "zero-shot", "--input", "{questions}", "--out", "{tm
 RETRIEVE = ("retrieve", "What is 1 + 1?", "--scorer", "none", "--stage1", "bm25")
 GEN = ("data", "gen", "--task", "chain_sum", "--n", "2", "--out", "{tmp}/p.jsonl")
 BUILD = ("relevance", "build", "--dataset", "d")
+SFTDATA = ("sft", "data", "--teacher", "smollm2", "--dataset", "d", "--out", "{tmp}/pairs.jsonl")
 TRAIN, SFT, EVAL = (
     ("train", "--config", "{train}"),
     ("sft", "--config", "{train}", "--no-db"),
@@ -124,6 +125,20 @@ CASES: list[Case] = [
         "range",
         (("data", "import", "{empty}", "--dataset", "x"), "holds no problems"),
         (("data", "import", "{questions}", "--dataset", ""), "dataset name must be a non-empty string"),
+    ),
+    # data import FILE --preset
+    *rows(
+        "unknown",
+        (("data", "import", "{questions}", "--preset", "nosuch"), "'nosuch' is not one of 'dapo17k'"),
+        (("data", "import", "{missing}", "--preset", "math500"), "does not exist"),
+    ),
+    *rows("range", (("data", "import", "{empty}", "--preset", "aime24"), "holds no problems")),
+    *rows(
+        "type",
+        (("data", "import", "{questions}"), "--dataset is required without --preset"),
+        (("data", "import", "{binary}", "--preset", "amc23"), "is not UTF-8 text"),
+        (("data", "import", "{dir}", "--preset", "aime25"), "is a directory"),
+        (("data", "import", "{questions}", "--preset", "olympiadbench", "--dataset", "a:b"), "must not contain ':'"),
     ),
     *rows(
         "type",
@@ -261,6 +276,8 @@ CASES: list[Case] = [
         ((*EVAL, "--set", "dtype='nosuch'"), "dtype must be one of"),
         ((*EVAL, "--set", "modes=['nosuch']"), "unknown inference mode 'nosuch'"),
         ((*EVAL, "--set", "retrieval.pool='nosuch'"), "no pool named 'nosuch'"),
+        ((*EVAL, "--set", "modes=['retrieval']", "--set", "methods=[{{name='m', pool='nosuch'}}]"), "no pool named"),
+        ((*EVAL, "--set", "modes=['self-correct-sideways']"), "unknown inference mode 'self-correct-sideways'"),
     ),
     *rows(
         "range",
@@ -268,6 +285,7 @@ CASES: list[Case] = [
         ((*EVAL, "--set", "sampling.temperature=nan"), "must be a finite number"),
         ((*EVAL, "--set", f"sampling.seed={HUGE}"), "sampling.seed must be a 64-bit integer"),
         ((*EVAL, "--set", "retrieval.gamma=1.5"), "retrieval.gamma must be in [0, 1]"),
+        ((*EVAL, "--set", "methods=[{{name=''}}]"), "methods[].name must be a non-empty name"),
     ),
     *rows(
         "type",
@@ -275,6 +293,7 @@ CASES: list[Case] = [
         (("eval", "--config", "{binary}"), "is not valid TOML"),
         ((*EVAL, "--set", "k_samples='abc'"), "k_samples must be int"),
         ((*EVAL, "--set", "novalue"), "must look like key.path=value"),
+        ((*EVAL, "--set", "methods=[{{name='a'}}, {{name='a'}}]"), "methods lists a name twice"),
         ((*EVAL, "--set", "out_dir='{file}'"), "is a file, not a folder"),
     ),
     # train --config --set --resume
@@ -289,6 +308,11 @@ CASES: list[Case] = [
         ((*TRAIN, "--set", "model.device='nosuch'"), "unknown torch device 'nosuch'"),
         ((*TRAIN, "--set", "model.dtype='nosuch'"), "model.dtype must be one of"),
         ((*TRAIN, "--set", "run_name='taken'"), "a run named 'taken' already exists"),
+    ),
+    *rows(
+        "unknown",
+        ((*TRAIN, "--set", "sft.enabled=true", "--set", "sft.data='{missing}'"), "does not exist"),
+        ((*TRAIN, "--set", "feedback.inter_source='nosuch'"), "feedback.inter_source must be one of summary, raw"),
     ),
     *rows(
         "range",
@@ -325,6 +349,33 @@ CASES: list[Case] = [
         ((*SFT, "--out", "{file}/adapter"), "is a file, not a folder"),
         ((*SFT, "--write-data", "{file}/pairs.jsonl"), "is not a folder"),
     ),
+    *rows("type", (("sft",), "missing option '--config'")),
+    # sft data --teacher --dataset --n --out --url --api-key-env --backend --max-new-tokens --temperature --top-p
+    #          --seed --batch-size --dtype --device
+    *rows(
+        "unknown",
+        (("sft", "data", "--teacher", "smollm2", "--dataset", "nosuch", "--out", "{tmp}/p.jsonl"), "unknown dataset"),
+        (("sft", "data", "--teacher", "{missing}", "--dataset", "d", "--out", "{tmp}/p.jsonl"), "does not exist"),
+        ((*SFTDATA[:-1], "{missing}/p.jsonl"), "does not exist"),
+        ((*SFTDATA, "--device", "nosuch"), "unknown torch device 'nosuch'"),
+        ((*SFTDATA, "--backend", "nosuch"), "'nosuch' is not one of 'hf', 'vllm'"),
+        ((*SFTDATA, "--dtype", "nosuch"), "'nosuch' is not one of 'auto'"),
+        ((*SFTDATA, "--url", "http://127.0.0.1:9/v1"), "cannot reach http://127.0.0.1:9/v1"),
+    ),
+    *rows(
+        "type",
+        (("sft", "data", "--dataset", "d", "--out", "{tmp}/p.jsonl"), "missing option '--teacher'"),
+        ((*SFTDATA, "--url", "ftp://example.invalid/v1"), "is not an http(s) URL"),
+        ((*SFTDATA[:-1], "{dir}"), "is a directory"),
+        ((*SFTDATA[:-1], "{file}/p.jsonl"), "is not a folder"),
+        (("sft", "data", "--teacher", "{dir}", "--dataset", "d", "--out", "{tmp}/p.jsonl"), "is not a Hugging Face"),
+    ),
+    *numbers(SFTDATA, "--n", "0"),
+    *numbers(SFTDATA, "--max-new-tokens", "0"),
+    *numbers(SFTDATA, "--batch-size", "0"),
+    ("range", (*SFTDATA, "--seed", HUGE), "is not in the range", True),
+    *floats(SFTDATA, "--temperature", "-1"),
+    *floats(SFTDATA, "--top-p", "0"),
     # demo --config --steps --n-train --n-test --set
     *rows(
         "unknown",

@@ -9,6 +9,7 @@ import click
 from lanpo.cli.params import Int
 from lanpo.config import parse_override
 from lanpo.data import generate, importer
+from lanpo.data.presets import PRESETS
 from lanpo.db.engine import connect, transaction
 from lanpo.errors import InputError
 from lanpo.paths import output_file
@@ -21,10 +22,20 @@ def command() -> None:
 
 @command.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--dataset", required=True, help="Dataset name the problems belong to (ids are unique within it).")
+@click.option(
+    "--dataset",
+    default=None,
+    help="Dataset name the problems belong to (ids are unique within it); with --preset, default: the preset's name.",
+)
+@click.option(
+    "--preset",
+    type=click.Choice(list(PRESETS)),
+    default=None,
+    help="Read FILE in a benchmark's published layout (parquet, JSONL or JSON) instead of lanpo's JSONL.",
+)
 @click.option("--skip-bad", is_flag=True, help="Import the good lines even if some are bad (bad ones are listed).")
 @click.option("--update", is_flag=True, help="Overwrite question/answer/metadata of ids already stored.")
-def import_cmd(file: Path, dataset: str, skip_bad: bool, update: bool) -> None:
+def import_cmd(file: Path, dataset: str | None, preset: str | None, skip_bad: bool, update: bool) -> None:
     """Import FILE (JSONL: {"id", "question", "answer", ...metadata}) in one transaction.
 
     \b
@@ -32,25 +43,43 @@ def import_cmd(file: Path, dataset: str, skip_bad: bool, update: bool) -> None:
     text is refused unless --update. Any bad line (bad JSON, missing key, wrong type, empty
     question, NUL byte, text over 1 MiB, duplicate id) makes the import write NOTHING, unless
     --skip-bad; bad lines are always listed with their line number and reason.
+
+    \b
+    --preset reads the paper's benchmarks as published: dapo17k (DAPO-Math-17k parquet; its
+    ~100x copies folded, its "Answer:" wrapper stripped), math500, aime24, aime25, amc23,
+    olympiadbench. A row whose gold answer math-verify cannot parse is a bad row.
     """
+    from lanpo.data import presets
+
+    if preset is None and dataset is None:
+        raise InputError("--dataset is required without --preset", hint="e.g. --dataset gsm, or --preset math500")
+    folded = 0
     with transaction(connect()) as session:
-        report = importer.import_file(session, file, dataset, skip_bad=skip_bad, update=update)
+        if preset is None:
+            report = importer.import_file(session, file, str(dataset), skip_bad=skip_bad, update=update)
+        else:
+            report, folded = presets.import_preset(session, file, preset, dataset, skip_bad=skip_bad, update=update)
         if not report.imported:
             session.rollback()
+    dataset = dataset or preset
+    unit = "row" if preset else "line"
     for bad in report.bad[:200]:
-        click.echo(f"{file}:{bad.line}: {bad.reason}", err=True)
+        click.echo(
+            f"{file}:{unit} {bad.line}: {bad.reason}" if preset else f"{file}:{bad.line}: {bad.reason}", err=True
+        )
     if len(report.bad) > 200:
         click.echo(f"... and {len(report.bad) - 200} more bad lines", err=True)
     if not report.imported:
         changed = any("--update" in b.reason for b in report.bad)
         raise InputError(
-            f"{len(report.bad)} bad line{'s' if len(report.bad) != 1 else ''} in {file}: nothing was imported",
+            f"{len(report.bad)} bad {unit}{'s' if len(report.bad) != 1 else ''} in {file}: nothing was imported",
             hint="fix the lines listed above, or pass --skip-bad to import the good lines"
             + (" (or --update to overwrite changed problems)" if changed else ""),
         )
     click.echo(
         f"{dataset}: {report.inserted} inserted, {report.unchanged} unchanged, {report.updated} updated"
-        + (f", {len(report.bad)} bad line(s) skipped" if report.bad else "")
+        + (f", {folded} duplicate row(s) folded" if folded else "")
+        + (f", {len(report.bad)} bad {unit}(s) skipped" if report.bad else "")
     )
 
 

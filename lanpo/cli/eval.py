@@ -29,13 +29,16 @@ from lanpo.cli.keys import keys_option
 def command(config_path: Path, overrides: tuple[str, ...], no_progress: bool) -> None:
     """Evaluate a policy on datasets in every mode; print the table and write it as markdown and CSV.
 
+    With [[methods]] (one trained policy each) the rows are method x mode, Table 2's shape.
+
     Every attempt is stored under an `eval` run with its mode, so `run_rewards` and `experience_usage` cover
     the evaluation; the printed table is recounted from those stored attempts.
     """
     from lanpo.config import load_toml
     from lanpo.db.engine import connect
     from lanpo.inference.config import EvalConfig
-    from lanpo.inference.evaluate import run_eval
+    from lanpo.inference.evaluate import run_eval, run_methods
 
     config = load_toml(EvalConfig, config_path, list(overrides))
-    run_eval(config, connect(), config_dir=config_path.parent, echo=click.echo, show_progress=not no_progress)
+    run = run_methods if config.methods else run_eval
+    run(config, connect(), config_dir=config_path.parent, echo=click.echo, show_progress=not no_progress)

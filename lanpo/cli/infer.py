@@ -152,7 +152,9 @@ def command(
       retrieval     experiences retrieved from the current pool (stage 1 -> LLM rerank -> gamma -> top m) in the
                     inter-sample prompt; an empty pool, or nothing at gamma, answers zero-shot and says so
                     (stderr and the record's `fallback` field)
-      self-correct  a first attempt, then the reward-agnostic reflection prompt over it; both turns are kept
+      self-correct  a two-turn chat: a first attempt, then (as the user's next message) a fixed, reward-agnostic
+                    request to review it and solve again; both turns are kept
+      self-correct-single  the same as one fresh prompt: the reflection prompt over the first attempt's text
 
     Answers are the last \\boxed{} of the final turn; records carry `correct` when the input has an `answer`.
     Unless --no-store, the questions become problems of --dataset and every turn an attempt of an `infer` run.

@@ -118,6 +118,20 @@ def import_file(
     good, report.bad = parse_lines(lines)
     if not good and not report.bad:
         raise InputError(f"{path} holds no problems", hint='one JSON object per line: {"id", "question", "answer"}')
+    return store_problems(session, report, good, dataset, skip_bad, update)
+
+
+def store_problems(
+    session: Session,
+    report: ImportReport,
+    good: list[tuple[int, ProblemIn]],
+    dataset: str,
+    skip_bad: bool = False,
+    update: bool = False,
+) -> ImportReport:
+    """Upsert the good (line, problem) pairs into `dataset` unless `report` holds bad lines and not `skip_bad`; all
+    or nothing inside a savepoint (refused changes are listed as bad lines)."""
+    check_dataset_name(dataset)
     if report.bad and not skip_bad:
         return report
     line_of = {p.external_id: n for n, p in good}

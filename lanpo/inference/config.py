@@ -14,8 +14,11 @@ from lanpo.errors import ConfigError
 from lanpo.retrieval import STAGE1
 from lanpo.rollout.config import VLLMConfig
 
-# Attempt modes of the store that inference produces; the CLI also accepts the dashed spellings.
-MODES = ("zero_shot", "retrieval", "self_correct")
+# Inference modes; the CLI also accepts the dashed spellings. Both self-correction variants are stored as the
+# attempt mode `self_correct`; their second turns' template versions tell them apart (prompts.REFLECT_VERSION for
+# the two-turn chat, prompts.INTRA_VERSION for the single-turn reflection prompt).
+MODES = ("zero_shot", "retrieval", "self_correct", "self_correct_single")
+STORED_MODE = {"self_correct_single": "self_correct"}  # inference mode -> attempts.mode, where they differ
 BACKENDS = ("hf", "vllm")
 
 
@@ -23,7 +26,10 @@ def normalise_mode(text: str) -> str:
     """`zero-shot` / `zero_shot` / `Zero-Shot` -> `zero_shot`; ConfigError for anything else."""
     mode = text.strip().lower().replace("-", "_")
     if mode not in MODES:
-        raise ConfigError(f"unknown inference mode {text!r}", hint="use one of zero-shot, retrieval, self-correct")
+        raise ConfigError(
+            f"unknown inference mode {text!r}",
+            hint="use one of zero-shot, retrieval, self-correct, self-correct-single",
+        )
     return mode
 
 
@@ -33,7 +39,9 @@ class RetrievalSettings:
 
     stage1: str = help_field("bm25", "stage-1 search: bm25 | vector (pgvector HNSW) | hybrid (RRF of both)")
     top_k: int = help_field(16, "stage-1 candidates passed to the LLM rerank")
-    gamma: float = help_field(0.9, "minimum relevance r(p, c) an experience needs (paper: 0.9)")
+    gamma: float = help_field(
+        0.9, "minimum relevance r(p, c) an experience needs (paper: 0.9); 0: every stage-1 candidate, reranked"
+    )
     m: int = help_field(3, "experiences put into the prompt, best first (at most)")
     scorer: str = help_field(
         "policy", "relevance judge: `policy` (the answering model itself), `none` (stage 1 only), or a model"
@@ -95,6 +103,24 @@ class DatasetSpec:
 
 
 @dataclass
+class MethodSpec:
+    """One training method of a Table 2-shaped evaluation: its trained policy and the pool its retrieval reads."""
+
+    name: str = help_field(
+        "", "row label, e.g. grpo or lanpo-inter (the eval run of this method is <run_name>-<name>)"
+    )
+    model: str | None = help_field(None, "its model (None: the config's model)")
+    adapter: str | None = help_field(None, "its adapter folder (None: the config's adapter)")
+    pool: str | None = help_field(None, "the pool its retrieval reads (None: retrieval.pool)")
+
+    def __post_init__(self) -> None:
+        if not self.name.strip() or "/" in self.name:
+            raise ConfigError(f"methods[].name must be a non-empty name without '/', got {self.name!r}")
+        if self.pool is not None and not self.pool.strip():
+            raise ConfigError("methods[].pool must name a pool, or be left out")
+
+
+@dataclass
 class EvalConfig:
     """`lanpo eval --config C`: datasets x modes x k samples -> a mean@k table shaped like the paper's Table 1."""
 
@@ -117,11 +143,15 @@ class EvalConfig:
     sampling: SamplingSettings = field(default_factory=SamplingSettings, metadata={"help": "sampling settings"})
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings, metadata={"help": "retrieval settings"})
     vllm: VLLMConfig = field(default_factory=VLLMConfig, metadata={"help": "the vLLM engine (backend = vllm)"})
+    methods: list[MethodSpec] = field(
+        default_factory=list,
+        metadata={"help": "[[methods]]: Table 2's shape, rows = method x mode, one eval run per method (empty: one)"},
+    )
 
     def __post_init__(self) -> None:
         self.modes = [normalise_mode(m) for m in self.modes]
         if not self.modes:
-            raise ConfigError("modes must name at least one of zero_shot, retrieval, self_correct")
+            raise ConfigError("modes must name at least one of " + ", ".join(MODES))
         if len(set(self.modes)) != len(self.modes):
             raise ConfigError(f"modes lists a mode twice: {self.modes}")
         if not self.datasets:
@@ -137,3 +167,6 @@ class EvalConfig:
             raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        method_names = [m.name for m in self.methods]
+        if len(set(method_names)) != len(method_names):
+            raise ConfigError(f"methods lists a name twice: {method_names}")

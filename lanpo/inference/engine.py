@@ -5,9 +5,12 @@
   `lanpo.retrieval.testtime`) go into the inter-sample prompt. Retrieval runs once per question; its k samples
   share the prompt. When the pool is empty, or nothing reaches gamma for a question, that question is answered
   with the zero-shot prompt; the solution's `fallback` says why and the engine says so on stderr.
-- `self_correct`: two turns per sample. Turn 1 is a zero-shot attempt; turn 2 is the reward-agnostic reflection
-  (intra-sample) prompt over that attempt alone, and its answer is the sample's answer. The reflection prompt is
-  the one the policy was trained with, built from the first response's text only.
+- `self_correct`: a two-turn conversation per sample (paper 4.3). Turn 1 is a zero-shot attempt; turn 2 continues
+  the same chat: the first answer as the assistant's message, then a fixed, reward-agnostic reflection request as
+  the user's message (`prompts.REFLECT`), and its answer is the sample's answer. Nothing of turn 1's grade reaches
+  turn 2: the request is a constant, and only the first response's text is read.
+- `self_correct_single`: the older single-turn variant: turn 2 is a fresh intra-sample reflection prompt (the one
+  the policy was trained with) over the first attempt's text.
 
 Prompts are built from the question and from model-written text (earlier responses, experience summaries) only:
 the gold answer, rewards and relevance scores never reach a prompt (tested as a property). Answers are the last
@@ -177,7 +180,7 @@ class Engine:
         self._retriever = retriever
         self._scorer: Any = None
         self._pool: PoolRow | None = None
-        self.adapter = Path(adapter) if adapter is not None else None
+        self.adapter = Path(adapter).expanduser() if adapter is not None else None
         if self.adapter is not None and not (self.adapter / "adapter_config.json").is_file():
             what = "does not exist" if not self.adapter.exists() else "holds no PEFT adapter (adapter_config.json)"
             raise InputError(f"adapter folder {self.adapter} {what}", hint="pass a folder written by the trainer")
@@ -310,7 +313,7 @@ class Engine:
             elif mode == "retrieval":
                 batch = self._retrieval(chunk, k_samples, params, pool_empty)
             else:
-                batch = self._self_correct(chunk, k_samples, params)
+                batch = self._self_correct(chunk, k_samples, params, two_turn=mode == "self_correct")
             solutions.extend(batch)
             if on_batch is not None:
                 on_batch(batch)
@@ -395,7 +398,7 @@ class Engine:
             for q, g, exps, fb in zip(chunk, groups, used, fallbacks, strict=True)
         ]
 
-    def _self_correct(self, chunk: list[Question], k: int, params: SamplingParams) -> list[Solution]:
+    def _self_correct(self, chunk: list[Question], k: int, params: SamplingParams, two_turn: bool) -> list[Solution]:
         golds = [q.answer for q in chunk]
         first = self._turns(
             [self.render(prompts.actor_messages(q.question)) for q in chunk],
@@ -405,18 +408,26 @@ class Engine:
             ["zero_shot"] * len(chunk),
             golds,
         )
-        # Turn 2: one revision per first attempt, from that attempt's response text alone.
+        # Turn 2: one revision per first attempt, from that attempt's response text alone (`_Earlier` holds nothing
+        # else): the same conversation continued (two-turn), or a fresh reflection prompt (single).
         second_prompts, second_golds = [], []
         for q, group in zip(chunk, first, strict=True):
             for turn in group:
-                second_prompts.append(self.render(prompts.intra_messages(q.question, [_Earlier(turn.response)])))
+                earlier = _Earlier(turn.response)
+                if two_turn:
+                    messages = prompts.self_correct_messages(q.question, earlier)
+                else:
+                    messages = prompts.intra_messages(q.question, [earlier])
+                second_prompts.append(self.render(messages))
                 second_golds.append(q.answer)
         n = len(second_prompts)
-        second = self._turns(second_prompts, 1, params, [prompts.INTRA_VERSION] * n, ["intra"] * n, second_golds)
+        version = prompts.REFLECT_VERSION if two_turn else prompts.INTRA_VERSION
+        second = self._turns(second_prompts, 1, params, [version] * n, ["intra"] * n, second_golds)
         solutions, flat = [], iter(second)
+        mode = "self_correct" if two_turn else "self_correct_single"
         for q, group in zip(chunk, first, strict=True):
             samples = [Sample([turn, next(flat)[0]]) for turn in group]
-            solutions.append(Solution(q, "self_correct", samples))
+            solutions.append(Solution(q, mode, samples))
         return solutions
 
     # ------------------------------------------------------------------ retrieval

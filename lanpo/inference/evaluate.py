@@ -1,5 +1,9 @@
 """`lanpo eval`: datasets x modes x k samples -> a mean@k table shaped like the paper's Table 1.
 
+With `[[methods]]` the table takes Table 2's shape: rows are training method x test-time mode (e.g. "GRPO x
+Retrieval" = GRPO + test-time retrieval). Each method is evaluated as its own eval run `<run_name>-<method>`
+(its own policy, its own pool for retrieval) and the combined table is recounted from those runs.
+
 One eval run in the store holds every attempt (each batch of questions in its own transaction, so an
 interrupted evaluation keeps what it finished); its metrics hold each cell (`mean@k/<mode>/<dataset>`), the
 first-turn accuracy of self-correction (`first_turn/<dataset>`) and how many retrieval questions fell back to
@@ -86,6 +90,66 @@ def load_questions(db: Any, config: EvalConfig, config_dir: Path) -> dict[str, l
                 )
             out[spec.name] = questions
     return out
+
+
+@dataclass
+class MethodsResult:
+    """A Table 2-shaped evaluation: one EvalResult per method and the combined table (rows `method/mode`)."""
+
+    table: Table
+    results: dict[str, EvalResult]
+    markdown_path: Path
+    csv_path: Path
+
+
+def run_methods(
+    config: EvalConfig,
+    db: Any,
+    *,
+    config_dir: Path | str = ".",
+    echo: Callable[[str], None] = print,
+    show_progress: bool = True,
+) -> MethodsResult:
+    """Evaluate every `[[methods]]` entry (one eval run each) and write the combined method x mode table."""
+    name = config.run_name or f"eval-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    out_dir = output_dir(
+        Path(config.out_dir).expanduser() if config.out_dir else lanpo_home() / "eval" / name, "out_dir"
+    )
+    subs = {
+        m.name: replace(
+            config,
+            run_name=f"{name}-{m.name}",
+            model=m.model or config.model,
+            adapter=m.adapter if m.adapter is not None else config.adapter,
+            out_dir=str(out_dir / m.name),
+            retrieval=replace(config.retrieval, pool=m.pool or config.retrieval.pool),
+            methods=[],
+        )
+        for m in config.methods
+    }
+    with transaction(db) as session:  # every name and pool, before the first model loads
+        for sub in subs.values():
+            require_name_free(session, str(sub.run_name))
+            if "retrieval" in config.modes:
+                resolve_pool(session, sub.retrieval.pool)
+    results = {}
+    for method, sub in subs.items():
+        echo(f"== {method}")
+        results[method] = run_eval(sub, db, config_dir=config_dir, echo=echo, show_progress=show_progress)
+    rows = [f"{method}/{mode}" for method in subs for mode in config.modes]
+    datasets = [d.name for d in config.datasets]
+    table = Table(rows, datasets, config.k_samples)
+    for method, result in results.items():
+        for (mode, dataset), cell in result.table.cells.items():
+            table.cells[(f"{method}/{mode}", dataset)] = cell
+    out_dir.mkdir(parents=True, exist_ok=True)
+    markdown_path, csv_path = out_dir / "table.md", out_dir / "table.csv"
+    for path, text in ((markdown_path, table.to_markdown()), (csv_path, table.to_csv())):
+        with atomic_write(path) as handle:
+            handle.write(text)
+    echo(table.to_markdown())
+    echo(f"{len(results)} methods x {len(config.modes)} modes; wrote {markdown_path} and {csv_path}")
+    return MethodsResult(table, results, markdown_path, csv_path)
 
 
 def run_eval(
@@ -217,7 +281,7 @@ def _greedy_pass(
 def _cell_metrics(mode: str, dataset: str, solutions: list[Solution]) -> dict[str, float]:
     """Side figures of one cell: self-correct's first-turn accuracy, retrieval fallbacks."""
     out: dict[str, float] = {}
-    if mode == "self_correct":
+    if mode in ("self_correct", "self_correct_single"):
         first = [bool(x.turns[0].correct) for s in solutions for x in s.samples]
         if first:
             out[f"first_turn/{dataset}"] = sum(first) / len(first)

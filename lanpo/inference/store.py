@@ -24,6 +24,7 @@ from lanpo.db.repo.runs import create_run
 from lanpo.db.repo.steps import add_policy_version
 from lanpo.db.sqlfiles import load
 from lanpo.errors import InputError
+from lanpo.inference.config import STORED_MODE
 from lanpo.inference.engine import Solution, Turn
 from lanpo.inference.io import Question
 
@@ -101,7 +102,7 @@ def _group(
     first = turns[0]
     return NewGroup(
         problem_id=q.problem_id,
-        mode=mode,
+        mode=STORED_MODE.get(mode, mode),
         prompt=first.prompt,
         prompt_version=first.prompt_version,
         prompt_tokens=first.prompt_tokens,

@@ -20,7 +20,19 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-MODE_LABELS = {"zero_shot": "Zero-shot", "retrieval": "Retrieval", "self_correct": "Self-correct"}
+MODE_LABELS = {
+    "zero_shot": "Zero-shot",
+    "retrieval": "Retrieval",
+    "self_correct": "Self-correct",
+    "self_correct_single": "Self-correct (single turn)",
+}
+
+
+def row_label(row: str) -> str:
+    """`zero_shot` -> `Zero-shot`; a Table 2 row `grpo/retrieval` -> `grpo × Retrieval`."""
+    method, _, mode = row.rpartition("/")
+    label = MODE_LABELS.get(mode, mode)
+    return f"{method} × {label}" if method else label
 
 
 @dataclass(frozen=True)
@@ -51,9 +63,7 @@ class Table:
         out = [[label, *self.datasets, "Average"]]
         for mode in self.modes:
             cells = [self.cells.get((mode, d)) for d in self.datasets]
-            out.append(
-                [MODE_LABELS.get(mode, mode), *(_pct(c.mean if c else None) for c in cells), _pct(self.average(mode))]
-            )
+            out.append([row_label(mode), *(_pct(c.mean if c else None) for c in cells), _pct(self.average(mode))])
         return out
 
     def pass_rows(self, greedy: Table | None = None, temperature: float | None = None) -> list[list[str]]:
@@ -63,7 +73,7 @@ class Table:
         at = "" if temperature is None else f" (T={temperature:g})"
         out = [[f"Pass@1 · Avg@{k} · Pass@{k}", *self.datasets, "Average"]]
         for mode in self.modes:
-            label = MODE_LABELS.get(mode, mode)
+            label = row_label(mode)
             metrics = [("mean", greedy, f"{label} Pass@1 (T=0)")] if greedy is not None else []
             metrics += [("mean", self, f"{label} Avg@{k}{at}"), ("pass_at_k", self, f"{label} Pass@{k}{at}")]
             for field_name, table, name in metrics:
@@ -139,8 +149,9 @@ def recount(
 ) -> Table:
     """The table of a stored eval run, recounted in SQL from its final-turn attempts."""
     from lanpo.db.sqlfiles import load
+    from lanpo.prompts import INTRA_VERSION
 
-    rows = session.execute(load("queries/eval_mean_at_k"), {"run_id": run_id}).all()
+    rows = session.execute(load("queries/eval_mean_at_k"), {"run_id": run_id, "single_version": INTRA_VERSION}).all()
     cells = {
         (r.mode, r.dataset): Cell(float(r.mean_at_k), int(r.problems), int(r.samples), float(r.pass_at_k))
         for r in rows

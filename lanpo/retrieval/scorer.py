@@ -1,7 +1,10 @@
 """The LLM relevance judge (paper appendix 10.1): `r(p, c) = softmax(l_yes, l_no)` from a yes/no prompt.
 
-The model reads a problem and a candidate (another problem's question, or an experience summary) and is asked
-whether the candidate is relevant and useful for solving the problem. The score is the probability mass of
+The prompt follows the structure of the paper's judge prompt, in our own words: the judge's role (system), the
+problem, the candidate feedback (another problem's question, or an experience summary), what counts as relevant
+(a method, principle or pitfall that carries over -- not shared wording or numbers), and the yes / no question.
+(v2 added the criterion; measured on SmolLM2-135M it still ranks the same problem above a related one above an
+unrelated one: 0.62 / 0.56 / 0.47.) The score is the probability mass of
 "yes" against "no" in the next-token distribution. Tokenizers split these words differently ("yes", " yes",
 "Yes", ...; some into several pieces), so each side takes the first token of every variant and combines
 their logits with logsumexp; a token that starts both a yes and a no variant is dropped from both.
@@ -27,11 +30,12 @@ import torch
 
 from lanpo.errors import InputError
 
-PROMPT_VERSION = "relevance-v1"
+PROMPT_VERSION = "relevance-v2"
 SYSTEM = "You judge whether a piece of feedback helps with a math problem. Answer with one word: yes or no."
+FEEDBACK_LABEL = "Feedback:\n"
 USER_TEMPLATE = (
-    "Problem:\n{problem}\n\n"
-    "Feedback:\n{feedback}\n\n"
+    "Problem:\n{problem}\n\n" + FEEDBACK_LABEL + "{feedback}\n\n"
+    "Relevant feedback shares a method, principle or pitfall with the problem, not just words or numbers.\n"
     "Is this feedback relevant and useful for solving the problem? Answer yes or no."
 )
 YES_VARIANTS = ("yes", " yes", "Yes", " Yes", "YES")
@@ -106,7 +110,7 @@ class JudgePrompt:
         return head + self._feedback_part(feedback) + tail
 
     def _feedback_part(self, feedback: str) -> str:
-        return "Feedback:\n" + feedback[: self.max_chars]
+        return FEEDBACK_LABEL + feedback[: self.max_chars]
 
     def _template_parts(self, problem: str) -> tuple[str, str]:
         """The prompt before and after the feedback: (system + problem, question + assistant header)."""
@@ -116,7 +120,7 @@ class JudgePrompt:
             text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         else:
             text = f"{SYSTEM}\n\n{user}\nAnswer:"
-        head, tail = text.split("Feedback:\n" + _SENTINEL)
+        head, tail = text.split(FEEDBACK_LABEL + _SENTINEL)
         return head, tail
 
     def _encode(self, text: str) -> list[int]:

@@ -51,7 +51,7 @@ def retrieve(
     question: str,
     *,
     pool_id: int,
-    stage1: str = "hybrid",
+    stage1: str = "bm25",
     top_k: int = 16,
     gamma: float = 0.9,
     m: int = 3,

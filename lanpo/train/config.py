@@ -18,6 +18,7 @@ from lanpo.rollout.config import VLLMConfig
 
 FEEDBACK_SETTINGS = ("none", "intra", "inter", "both")  # feedback.mode; the prompt modes are lanpo.prompts.MODES
 FEEDBACK_SOURCES = ("summary", "meta")  # feedback.sources: experience kinds inter contexts draw from
+INTER_SOURCES = ("summary", "raw")  # feedback.inter_source: what an inter item shows of the experience drawn
 METHODS = ("auto", "grpo", "lanpo", "mel")
 AGGREGATIONS = ("token-mean", "seq-mean")
 
@@ -88,8 +89,8 @@ class RolloutConfig:
     max_prompt_tokens: int = help_field(
         2048, "prompt length limit: context items are dropped (last drawn first) until it fits; none are cut"
     )
-    temperature: float = help_field(1.0, "sampling temperature (paper: 1.0)")
-    top_p: float = help_field(1.0, "nucleus sampling (paper: 1.0)")
+    temperature: float = help_field(1.0, "sampling temperature (the paper does not state it; 1.0 is verl's default)")
+    top_p: float = help_field(1.0, "nucleus sampling (the paper does not state it; 1.0 is verl's default)")
     vllm: VLLMConfig = field(default_factory=VLLMConfig, metadata={"help": "the vLLM engine (backend = vllm)"})
 
     def __post_init__(self) -> None:
@@ -153,7 +154,16 @@ class FeedbackConfig:
     p_t: float = help_field(0.5, "probability that a problem gets a feedback context (paper: 0.5; intra best 0.75)")
     k: int = help_field(2, "items in a context (earlier attempts or lessons)")
     candidates: int = help_field(8, "top-ranked candidates kept before the weighted draw w_i = 1/(i+1)")
-    gamma: float = help_field(0.9, "inter: minimum relevance score of a lesson's source problem (paper: 0.9)")
+    gamma: float = help_field(
+        0.9,
+        "inter: minimum relevance of a lesson's source problem (paper: 0.9); 0: no relevance filter at all -- every "
+        "active lesson of another problem is a candidate, ranked by recency (Table 2, w/o filtering)",
+    )
+    inter_source: str = help_field(
+        "summary",
+        "inter: what an item shows -- summary (the distilled lesson, paper) | raw (the source rollout's own response, "
+        "unsummarised: Table 2, naive retrieval)",
+    )
     scorer: str | None = help_field(
         None, "inter: the relevance scorer whose scores to read (None: the only one in relevance_scores)"
     )
@@ -179,6 +189,10 @@ class FeedbackConfig:
             bool(self.sources) and distinct and set(self.sources) <= set(FEEDBACK_SOURCES),
             f"feedback.sources must list distinct kinds of {', '.join(FEEDBACK_SOURCES)}, got {self.sources}",
         )
+        _check(
+            self.inter_source in INTER_SOURCES,
+            f"feedback.inter_source must be one of {', '.join(INTER_SOURCES)}, got {self.inter_source!r}",
+        )
 
 
 @dataclass
@@ -187,11 +201,16 @@ class SummarizerConfig:
 
     enabled: bool = help_field(True, "summarise successful rollouts into new experiences")
     model: str = help_field("policy", "'policy' (the model being trained) or another model folder / hub id")
-    max_new_tokens: int = help_field(256, "summary length limit")
+    max_new_tokens: int = help_field(2048, "summary length limit (paper: 2048; CPU demos set far less)")
     min_reward: float = help_field(1.0, "a rollout is 'successful' at reward >= this")
     max_new_per_step: int = help_field(8, "new experiences per problem per step (paper: 8)")
     max_total_per_step: int = help_field(0, "summaries per step over all problems (0: no limit; CPU demos cap it)")
     temperature: float = help_field(0.7, "summary sampling temperature")
+    always: bool = help_field(
+        False,
+        "summarise even when training draws no inter lesson (feedback.mode none / intra): fills the pool for "
+        "test-time retrieval (Table 2, GRPO + test-time retrieval)",
+    )
 
     def __post_init__(self) -> None:
         _check(self.max_new_tokens >= 1, f"summarizer.max_new_tokens must be >= 1, got {self.max_new_tokens}")
@@ -208,7 +227,9 @@ class SFTConfig:
     enabled: bool = help_field(
         False, "run the SFT stage before GRPO; its adapter is merged into the base and RL starts from there"
     )
-    data: str | None = help_field(None, "chat pairs JSONL to train on (None: build them from data.task)")
+    data: str | None = help_field(
+        None, "chat pairs JSONL to train on, e.g. teacher pairs from `lanpo sft data` (None: templated from data.task)"
+    )
     learning_rate: float = help_field(2e-4, "AdamW learning rate")
     epochs: int = help_field(1, "passes over the SFT data")
     max_steps: int = help_field(0, "stop after this many optimiser steps (0: no limit)")

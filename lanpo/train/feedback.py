@@ -45,6 +45,11 @@ class StepPrompts:
     items: list[list[Any]]  # the context items in it (IntraItem / InterItem), in prompt order
     policy_version_id: int  # the weights that generate this step: the policy of the step before
     missed: Counter[str] = field(default_factory=Counter)  # prompts that asked and got nothing, by reason
+    raw: bool = False  # inter items are raw rollouts of other problems, not summaries (feedback.inter_source)
+
+    def version(self, g: int) -> str:
+        """The template version of prompt g (stored with its group)."""
+        return templates.version_of(self.modes[g], raw=self.raw)
 
     def feedback_metrics(self, n: int) -> dict[str, float]:
         """Rollouts that asked for each kind of feedback and got it, and why the others did not (counts)."""
@@ -71,16 +76,20 @@ def feedback_prompts(t: Trainer, step: int) -> StepPrompts:
         drawn["intra"] = contexts_repo.intra_contexts(
             session, wanted["intra"], fb.k, fb.candidates, seed, run_id=t.run_id
         )
-        if wanted["inter"] and t.scorer:
+        unfiltered = fb.gamma == 0.0  # Table 2, w/o filtering: the whole pool, no relevance consulted
+        if wanted["inter"] and (t.scorer or unfiltered):
             drawn["inter"] = contexts_repo.inter_contexts(
-                session, wanted["inter"], fb.k, fb.candidates, seed, fb.gamma, t.scorer, t.pool.id, fb.sources
-            )
+                session, wanted["inter"], fb.k, fb.candidates, seed, fb.gamma, None if unfiltered else t.scorer,
+                t.pool.id, fb.sources, raw=fb.inter_source == "raw",
+            )  # fmt: skip
         pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, t.pool.id) == 0
         policy_version_id = steps_repo.policy_version_id(session, t.run_id, step - 1)
-    out = StepPrompts([], [], [], asked, [], [], [], policy_version_id)
+    out = StepPrompts([], [], [], asked, [], [], [], policy_version_id, raw=fb.inter_source == "raw")
     for pid, mode in zip(pids, asked, strict=True):
         found = list(drawn.get(mode, {}).get(pid, []))
-        text, kept = fit_prompt(t.tokenizer, mode, rows[pid].question, found, cfg.rollout.max_prompt_tokens)
+        text, kept = fit_prompt(
+            t.tokenizer, mode, rows[pid].question, found, cfg.rollout.max_prompt_tokens, fb.inter_source == "raw"
+        )
         if mode in FEEDBACK and not kept:  # an honest from-scratch rollout, and the reason it is one
             out.missed[_missed_reason(mode, found, pool_empty)] += 1
         out.problem_ids.append(pid)
@@ -100,13 +109,16 @@ def _missed_reason(mode: str, found: list[Any], pool_empty: bool) -> str:
     return "empty_pool" if pool_empty else "none_relevant"
 
 
-def fit_prompt(tokenizer: Any, mode: str, question: str, found: list[Any], limit: int) -> tuple[str, list[Any]]:
+def fit_prompt(
+    tokenizer: Any, mode: str, question: str, found: list[Any], limit: int, raw: bool = False
+) -> tuple[str, list[Any]]:
     """The chat prompt for `mode`, dropping context items (last drawn first) until it fits `limit` tokens.
 
     Nothing is ever cut out of the question or an item: with no item left the prompt is the zero-shot one.
+    `raw`: inter items are unsummarised solutions of other problems (their own wording, Table 2).
     """
     while True:
-        text = apply_chat(tokenizer, templates.build_messages(mode, question, found))
+        text = apply_chat(tokenizer, templates.build_messages(mode, question, found, raw=raw))
         if not found or len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= limit:
             return text, found
         found = found[:-1]

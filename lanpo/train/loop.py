@@ -270,6 +270,7 @@ def _group_records(
             prompt=prompts.texts[g],
             prompt_tokens=len(completions[0].prompt_token_ids),
             contexts=[item.ref(pos) for pos, item in enumerate(prompts.items[g])],
+            prompt_version=prompts.version(g),
             rollouts=[
                 RolloutRecord(
                     response=c.text,

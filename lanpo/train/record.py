@@ -46,6 +46,7 @@ class GroupRecord:
     contexts: list[ContextRef]
     rollouts: list[RolloutRecord]
     meta: list[Any] = field(default_factory=list)  # MEL's diagnosed pairs of this group (lanpo.train.mel.MetaRecord)
+    prompt_version: str | None = None  # the template's version (None: the one of `mode`)
 
 
 @dataclass
@@ -116,7 +117,7 @@ def write_groups(
                 problem_id=g.problem_id,
                 mode=g.mode,
                 prompt=g.prompt,
-                prompt_version=prompts.version_of(g.mode),
+                prompt_version=g.prompt_version or prompts.version_of(g.mode),
                 prompt_tokens=g.prompt_tokens,
                 step=step,
                 run_id=run_id,

@@ -26,7 +26,7 @@ from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import ConfigError, InputError
 from lanpo.models import adapter_sha256, check_adapter_dir, check_device, check_model_ref, merge_adapter
-from lanpo.paths import output_dir
+from lanpo.paths import input_file, output_dir
 from lanpo.rollout import make_backend
 from lanpo.train import checkpoint as ckpt
 from lanpo.train.config import TrainConfig
@@ -73,7 +73,7 @@ def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> No
     """What the store and the disk would refuse, checked before the policy loads (which takes minutes on a CPU)."""
     if not cfg.data.task and cfg.data.dataset not in problems_repo.known_datasets(session):
         ensure_dataset(session, cfg.data)  # raises: no problems and nothing to generate them from
-    if cfg.feedback.mode in ("inter", "both"):
+    if cfg.feedback.mode in ("inter", "both") and cfg.feedback.gamma > 0:  # gamma 0 reads no relevance at all
         if cfg.feedback.scorer:
             contexts_repo.require_scorer(session, cfg.feedback.scorer)
         elif not cfg.feedback.allow_empty_inter and not contexts_repo.scorers(session):
@@ -89,6 +89,8 @@ def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> No
     check_model_ref(cfg.model.name, "model.name")
     if cfg.model.init_adapter:
         check_adapter_dir(cfg.model.init_adapter, "model.init_adapter")
+    elif cfg.sft.enabled and cfg.sft.data:
+        input_file(cfg.sft.data, "SFT data (sft.data)")  # read minutes later, after the model loads
     output_dir(cfg.checkpoint_root(), "checkpoint folder (output_dir)")
 
 
@@ -111,7 +113,7 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
         with transaction(engine) as session:
             problem_ids = ensure_dataset(session, cfg.data)
             validation = prepare_validation(session, cfg)
-            feedback_inter = cfg.feedback.mode in ("inter", "both")
+            feedback_inter = cfg.feedback.mode in ("inter", "both") and cfg.feedback.gamma > 0
             scorer = resolve_scorer(session, cfg.feedback.scorer) if feedback_inter else None
             start = open_run(session, cfg, cfg.model.name, resume)
         shared = {"start": start, "ids": problem_ids, "scorer": scorer, "validation": validation}
@@ -139,7 +141,7 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
 
     backend = open_engine(cfg, model, tokenizer, start_weights, dist)
     summarizer = None
-    if cfg.summarizer.enabled and cfg.feedback.mode in ("inter", "both"):
+    if cfg.summarizer.enabled and (cfg.feedback.mode in ("inter", "both") or cfg.summarizer.always):
         if cfg.summarizer.model == "policy":
             summarizer = (backend, tokenizer)  # the same engine, serving the policy before this step's update
         else:  # another model: transformers generate beside the engine

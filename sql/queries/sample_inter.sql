@@ -9,6 +9,8 @@
 -- read for the k drawn items only.
 -- The same problem is excluded twice over: here (<>) and by the CHECK constraint not_self.
 -- :kinds (text[], NULL: every kind) keeps experiences of those kinds only (feedback.sources: summary, meta).
+-- :raw (feedback.inter_source = "raw", Table 2's naive retrieval) returns the source rollout's response instead of
+-- the summary: the same draw, unsummarised text (the summary when the source attempt is gone).
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
 ),
@@ -85,8 +87,12 @@ drawn AS (
            row_number() OVER (PARTITION BY problem_id ORDER BY key, experience_id) - 1 AS position
     FROM keyed
 )
-SELECT d.problem_id, v.id AS candidate_id, d.rank, d.position, v.summary AS text, d.score, d.source_problem_id
+SELECT d.problem_id, v.id AS candidate_id, d.rank, d.position,
+       CASE WHEN CAST(:raw AS boolean) THEN coalesce(a.response, v.summary) ELSE v.summary END AS text,
+       d.score, d.source_problem_id
 FROM drawn d
+JOIN experiences x ON x.id = d.experience_id
+LEFT JOIN attempts a ON a.id = x.source_attempt_id
 CROSS JOIN LATERAL (
     SELECT ev.id, ev.summary FROM experience_versions ev
     WHERE ev.experience_id = d.experience_id

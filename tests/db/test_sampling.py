@@ -225,6 +225,7 @@ def test_both_queries_share_one_key_expression() -> None:
         return found[0]
 
     assert key_of("queries/sample_intra") == key_of("queries/sample_inter")
+    assert key_of("queries/sample_intra") == key_of("queries/sample_inter_unfiltered")
     assert "sha256" in key_of("queries/sample_intra")
 
 

@@ -59,7 +59,8 @@ def test_tiny_model_generates_every_mode(make_engine: Callable[..., Engine], poo
 
 def test_self_correct_keeps_both_turns_and_reflects_on_the_first(make_engine: Callable[..., Engine]) -> None:
     engine = make_engine()
-    solutions = engine.solve([Question("a", "What is 2+3?", "5")], "self-correct", 3)
+    solutions = engine.solve([Question("a", "What is 2+3?", "5")], "self-correct-single", 3)
+    assert solutions[0].mode == "self_correct_single"
     for sample in solutions[0].samples:
         first, second = sample.turns
         assert first.prompt_version == prompts.ACTOR_VERSION and second.prompt_version == prompts.INTRA_VERSION

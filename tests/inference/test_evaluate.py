@@ -186,3 +186,36 @@ def test_config_validation_and_shipped_configs() -> None:
     for path in shipped:
         cfg = load_toml(EvalConfig, path)
         assert cfg.datasets and cfg.modes
+
+
+def test_methods_give_table2s_shape(tmp_path: Path, db: SAEngine, pool: dict[str, Any], session: Session) -> None:
+    """[[methods]]: one eval run per trained method, rows = method x mode; both self-correction variants have
+    their own row although the store keeps one attempt mode for them."""
+    from lanpo.inference.evaluate import run_methods
+
+    eval_file(tmp_path, range(2))
+    cfg = config(
+        tmp_path,
+        model="tiny-random",
+        k_samples=2,
+        datasets=[{"name": "gsm", "file": "gsm.jsonl"}],
+        modes=["zero_shot", "retrieval", "self_correct", "self_correct_single"],
+        sampling={"max_new_tokens": 4, "seed": 0},
+        methods=[{"name": "grpo", "pool": "trained"}, {"name": "lanpo"}],
+    )
+    printed: list[str] = []
+    result = run_methods(cfg, db, config_dir=tmp_path, echo=printed.append, show_progress=False)
+    assert list(result.results) == ["grpo", "lanpo"]
+    rows = [f"{m}/{mode}" for m in ("grpo", "lanpo") for mode in cfg.modes]
+    assert result.table.modes == rows and result.table.datasets == ["gsm"]
+    for method, sub in result.results.items():
+        assert sub.run_name == f"eval-test-{method}"
+        assert set(sub.table.cells) == {(mode, "gsm") for mode in cfg.modes}
+        for mode in cfg.modes:
+            assert result.table.cells[(f"{method}/{mode}", "gsm")] == sub.table.cells[(mode, "gsm")]
+            assert sub.table.cells[(mode, "gsm")] == sub.computed.cells[(mode, "gsm")]  # recount == memory
+    text = result.markdown_path.read_text()
+    assert "grpo × Retrieval" in text and "lanpo × Self-correct (single turn)" in text
+    assert (tmp_path / "out" / "grpo" / "table.md").is_file()
+    with pytest.raises(InputError, match="already exists"):
+        run_methods(cfg, db, config_dir=tmp_path, echo=printed.append, show_progress=False)

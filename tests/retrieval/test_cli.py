@@ -32,7 +32,7 @@ def test_relevance_build_and_status(session: Session, run_cli, tiny_model_dir: P
     again = run_cli(*args, "--device", "cpu", "--no-progress")
     assert again.code == 0 and "scored now" in again.out and ", 0 scored now" in again.out
     status = run_cli("relevance", "status", "--dataset", "toy", "--gamma", "0")
-    assert status.code == 0 and f"{tiny_model_dir}|relevance-v1" in status.out
+    assert status.code == 0 and f"{tiny_model_dir}|relevance-v2" in status.out
 
 
 def test_relevance_build_vector_without_embeddings_fails_with_a_hint(session: Session, run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -45,7 +45,7 @@ def test_a_cached_pair_never_reaches_the_model(session: Session) -> None:
     again = score_pairs(session, scorer, [(ids[0], ids[1]), (ids[0], ids[2])], pair_texts)
     assert again == got and seen == []  # everything cached now: the model is not called at all
     other_scorer, other_seen = tiny_scorer()
-    other_scorer.prompt_version = "relevance-v2"  # another prompt version is another cache key
+    other_scorer.prompt_version = "relevance-other"  # another prompt version is another cache key
     score_pairs(session, other_scorer, [(ids[0], ids[1])], pair_texts)
     assert other_seen == [1]
 

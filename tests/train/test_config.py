@@ -77,3 +77,18 @@ def test_keys_lists_every_field_with_its_help(run_cli) -> None:  # type: ignore[
         assert help_text, f"{key} has no help"
         assert f"{key} = {default}" in out.out and help_text in out.out
     assert "feedback.candidates = 8" in out.out and "grpo.tis_cap = unset" in out.out
+
+
+def test_a_recipe_starts_from_its_base(tmp_path: Path) -> None:
+    (tmp_path / "parent.toml").write_text('run_name = "p"\nsteps = 7\n[lora]\nr = 8\nalpha = 16\n[rollout]\nn = 4\n')
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "child.toml").write_text('base = "../parent.toml"\nrun_name = "c"\n[lora]\nr = 32\n')
+    cfg = load_config(tmp_path / "sub" / "child.toml", ["steps=9"])
+    assert (cfg.run_name, cfg.steps, cfg.lora.r, cfg.lora.alpha, cfg.rollout.n) == ("c", 9, 32, 16, 4)
+    (tmp_path / "a.toml").write_text('base = "b.toml"\n')
+    (tmp_path / "b.toml").write_text('base = "a.toml"\n')
+    with pytest.raises(ConfigError, match="form a cycle"):
+        load_config(tmp_path / "a.toml")
+    (tmp_path / "bad.toml").write_text("base = 3\n")
+    with pytest.raises(ConfigError, match="`base` must name another recipe file"):
+        load_config(tmp_path / "bad.toml")

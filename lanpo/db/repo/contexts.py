@@ -67,18 +67,37 @@ def inter_contexts(
     candidates: int,
     seed: int,
     gamma: float,
-    scorer: str,
+    scorer: str | None,
     pool_id: int,
     kinds: Sequence[str] | None = None,
+    raw: bool = False,
 ) -> dict[int, list[InterItem]]:
     """problem id -> up to k lessons of pool `pool_id` (of `kinds` only, when given) from OTHER problems with
-    relevance >= gamma (relevance-ranked, weighted draw).
+    relevance >= gamma (relevance-ranked, weighted draw). `scorer = None` draws with no relevance filter at all (the
+    whole pool, recency-ranked: gamma = 0 in training, Table 2). `raw`: items carry the source rollout's response
+    instead of the summary (Table 2, naive retrieval).
 
     `scorer` must have scores in the store: when nothing is drawn at all, an unknown scorer is an InputError
     naming the scorers there (checked only then, so a training step that draws pays nothing for it).
     """
-    draws = sampling.sample_inter(session, problem_ids, k, candidates, seed, gamma, scorer, pool_id, kinds)
-    if not any(draws.values()):
+    if scorer is None:
+        draws = sampling.sample_inter_unfiltered(
+            session, problem_ids, k=k, candidates=candidates, seed=seed, pool_id=pool_id, kinds=kinds, raw=raw
+        )
+    else:
+        draws = sampling.sample_inter(
+            session,
+            problem_ids,
+            k,
+            candidates,
+            seed,
+            gamma=gamma,
+            scorer=scorer,
+            pool_id=pool_id,
+            kinds=kinds,
+            raw=raw,
+        )
+    if scorer is not None and not any(draws.values()):
         require_scorer(session, scorer)
     return {
         p: [InterItem(d.candidate_id, int(d.source_problem_id or 0), d.text, float(d.score or 0.0)) for d in ds]

@@ -1,0 +1,50 @@
+-- Inter-sample draw with NO relevance filter (feedback.gamma = 0, Table 2's "w/o filtering"): per problem, every
+-- ACTIVE experience of pool :pool_id from another problem is a candidate, whether or not any relevance score
+-- names it; relevance is not consulted at all. Candidates are ranked by recency (newest first), the top
+-- :candidates form the pool, rank i gets weight 1/(i+1), and :k are drawn without replacement by the same
+-- Efraimidis-Spirakis keys as sample_inter.sql (keyed by experience id, problem id and seed).
+-- :kinds and :raw as in sample_inter.sql (experience kinds kept; the source rollout's response instead of the
+-- summary). score is NULL.
+WITH req AS (
+    SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
+),
+pool AS (
+    SELECT req.problem_id, c.experience_id, c.source_problem_id, c.rank
+    FROM req
+    CROSS JOIN LATERAL (
+        SELECT x.id AS experience_id, x.problem_id AS source_problem_id,
+               row_number() OVER (ORDER BY x.created_at DESC, x.id DESC) - 1 AS rank
+        FROM experiences x
+        WHERE x.pool_id = :pool_id AND x.evicted_at IS NULL AND x.problem_id <> req.problem_id
+          AND (CAST(:kinds AS text[]) IS NULL OR x.kind = ANY(CAST(:kinds AS text[])))
+        ORDER BY x.created_at DESC, x.id DESC
+        LIMIT :candidates
+    ) c
+),
+keyed AS (
+    -- The key's twin lives in sample_intra.sql: keep the two expressions identical (a test compares them).
+    SELECT problem_id, experience_id, source_problem_id, rank,
+           -ln((CAST(CAST(CAST('x' || left(encode(
+                   sha256(convert_to(concat_ws('/', candidate_id, problem_id, CAST(:seed AS bigint)), 'UTF8')),
+               'hex'), 13) AS bit(52)) AS bigint) AS float8) + 0.5) / 4503599627370496.0) * (rank + 1) AS key
+    FROM (SELECT pool.*, experience_id AS candidate_id FROM pool) p
+),
+drawn AS (
+    SELECT problem_id, experience_id, source_problem_id, rank,
+           row_number() OVER (PARTITION BY problem_id ORDER BY key, experience_id) - 1 AS position
+    FROM keyed
+)
+SELECT d.problem_id, v.id AS candidate_id, d.rank, d.position,
+       CASE WHEN CAST(:raw AS boolean) THEN coalesce(a.response, v.summary) ELSE v.summary END AS text,
+       CAST(NULL AS float8) AS score, d.source_problem_id
+FROM drawn d
+JOIN experiences x ON x.id = d.experience_id
+LEFT JOIN attempts a ON a.id = x.source_attempt_id
+CROSS JOIN LATERAL (
+    SELECT ev.id, ev.summary FROM experience_versions ev
+    WHERE ev.experience_id = d.experience_id
+    ORDER BY ev.version DESC
+    LIMIT 1
+) v
+WHERE d.position < :k
+ORDER BY d.problem_id, d.position
