@@ -308,10 +308,11 @@ def read_adapter_state(adapter_dir: str | Path) -> dict[str, torch.Tensor]:
 
 
 def state_sha256(state: dict[str, torch.Tensor]) -> str:
-    """THE adapter hash: names, shapes, dtypes and bytes of a state dict, in name order.
+    """THE weights hash: names, shapes, dtypes and bytes of a state dict, in name order.
 
     Both `adapter_sha256` (a live model) and `adapter_dir_sha256` (a saved folder) are this function, so a served
-    adapter's hash equals the trained policy's exactly when their weights are equal bit for bit.
+    adapter's hash equals the trained policy's exactly when their weights are equal bit for bit. Under full
+    fine-tuning a policy version is the hash of all its weights, as the trainer's checkpoint gathers them.
     """
     digest = hashlib.sha256()
     for name, tensor in sorted(state.items()):

@@ -44,8 +44,16 @@ class ModelConfig:
 
 @dataclass
 class LoraConfig:
-    """LoRA adapter trained by GRPO and SFT (PEFT). The reference policy is the model with it disabled."""
+    """LoRA adapter trained by GRPO and SFT (PEFT). The reference policy is the model with it disabled.
 
+    `enabled = false` is full fine-tuning, as the paper trains (lr 1e-6): GRPO updates every weight and the
+    reference is a frozen copy of the start, kept on the CPU (or sharded with the policy under torchrun, FSDP2).
+    The SFT warm start stays a LoRA adapter of these settings, merged into the start either way.
+    """
+
+    enabled: bool = help_field(
+        True, "train a LoRA adapter (false: full fine-tuning of every weight; the SFT warm start stays LoRA)"
+    )
     r: int = help_field(16, "LoRA rank")
     alpha: int = help_field(32, "LoRA alpha (scale = alpha / r)")
     dropout: float = help_field(0.0, "LoRA dropout (0 keeps old/new log-probs comparable)")
@@ -278,6 +286,12 @@ class TrainConfig:
             self.summarizer.max_new_per_step <= self.store.per_step_cap,
             f"summarizer.max_new_per_step ({self.summarizer.max_new_per_step}) exceeds store.per_step_cap "
             f"({self.store.per_step_cap}); the extra summaries would be dropped",
+        )
+        _check(
+            self.lora.enabled or self.rollout.backend == "hf",
+            "lora.enabled = false (full fine-tuning) with rollout.backend = vllm: the vllm backend serves the "
+            "trained policy as a LoRA adapter and cannot load a full set of new weights yet",
+            "roll out with rollout.backend = hf, or train a LoRA adapter (lora.enabled = true)",
         )
 
     def check_world(self, world: int) -> None:

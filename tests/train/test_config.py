@@ -66,3 +66,14 @@ def test_keys_lists_every_field_with_its_help(run_cli) -> None:  # type: ignore[
         assert help_text, f"{key} has no help"
         assert f"{key} = {default}" in out.out and help_text in out.out
     assert "feedback.candidates = 8" in out.out and "grpo.tis_cap = unset" in out.out
+
+
+def test_full_fine_tuning_config() -> None:
+    """lora.enabled = false takes the other LoRA keys as they are (the SFT warm start still uses them); a vLLM
+    rollout backend cannot serve full weights yet, and says what to do instead."""
+    cfg = load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=false", "grpo.learning_rate=1e-6"])
+    assert not cfg.lora.enabled and cfg.lora.r == 64 and cfg.grpo.learning_rate == 1e-6
+    with pytest.raises(ConfigError, match=r"lora.enabled = false .* rollout.backend = vllm") as info:
+        load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=false", "rollout.backend='vllm'"])
+    assert info.value.hint == "roll out with rollout.backend = hf, or train a LoRA adapter (lora.enabled = true)"
+    assert load_config(CONFIGS / "lanpo-both.toml", ["rollout.backend='vllm'"]).lora.enabled

@@ -9,9 +9,9 @@ import torch
 from lanpo.models import apply_chat
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
-from lanpo.train.batch import build_batch, completion_logprobs, reference_logprobs
+from lanpo.train.batch import build_batch, completion_logprobs
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
-from lanpo.train.policy import load_policy
+from lanpo.train.policy import LoraPolicy, load_policy
 from lanpo.train.update import cosine_schedule, update_policy
 
 
@@ -33,7 +33,7 @@ def test_one_grpo_step_changes_lora_and_not_base() -> None:
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate)
     scheduler = cosine_schedule(optimizer, 10, 0.0)
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
-    stats = update_policy(model, optimizer, scheduler, batch, advantages, cfg, seed=0)
+    stats = update_policy(LoraPolicy(model), optimizer, scheduler, batch, advantages, cfg, seed=0)
     assert scheduler.last_epoch == 1 and stats.grad_norm > 0 and stats.zero_spread == 0.5
     changed_lora = [n for n, p in model.named_parameters() if "lora_" in n and not torch.equal(p, before[n])]
     changed_base = [n for n, p in model.named_parameters() if "lora_" not in n and not torch.equal(p, before[n])]
@@ -42,7 +42,7 @@ def test_one_grpo_step_changes_lora_and_not_base() -> None:
     # the reference (adapter disabled) is still the untouched base model
     with model.disable_adapter():
         base_logp, _ = completion_logprobs(model, batch)
-    assert torch.allclose(reference_logprobs(model, batch, 8), base_logp)
+    assert torch.allclose(LoraPolicy(model).reference_logprobs(batch, 8), base_logp)
     assert not torch.allclose(completion_logprobs(model, batch)[0], base_logp)
 
 
@@ -73,7 +73,7 @@ def test_micro_batching_gives_the_same_gradient_as_one_batch() -> None:
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = CaptureGrad(params, lr=0.0)
         advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, 0.0, -2.0, 0.0])
-        update_policy(model, optimizer, cosine_schedule(optimizer, 4, 0.0), batch, advantages, cfg, seed=0)
+        update_policy(LoraPolicy(model), optimizer, cosine_schedule(optimizer, 4, 0.0), batch, advantages, cfg, seed=0)
         grads.append(optimizer.captured[0])
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
@@ -107,10 +107,11 @@ def test_skip_zero_spread_updates_only_on_signal() -> None:
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate)
     scheduler = cosine_schedule(optimizer, 10, 0.0)
     before = [p.detach().clone() for p in params]
-    stats = update_policy(model, optimizer, scheduler, batch, torch.zeros(8), cfg, seed=0)
+    policy = LoraPolicy(model)
+    stats = update_policy(policy, optimizer, scheduler, batch, torch.zeros(8), cfg, seed=0)
     assert stats.zero_spread == 1.0 and stats.seconds_update == 0.0 and stats.kl == stats.kl  # a number, not NaN
     assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
     assert scheduler.last_epoch == 1
-    stats = update_policy(model, optimizer, scheduler, batch, torch.tensor([1.0, -1.0] + [0.0] * 6), cfg, seed=0)
+    stats = update_policy(policy, optimizer, scheduler, batch, torch.tensor([1.0, -1.0] + [0.0] * 6), cfg, seed=0)
     assert stats.grad_norm > 0 and stats.zero_spread == 0.75
     assert any(not torch.equal(a, b) for a, b in zip(before, params, strict=True))
