@@ -242,13 +242,26 @@ def set_threads(threads: int) -> None:
 
 
 def load_base(model_cfg: ModelConfig, seed: int = 0) -> tuple[Any, Any]:
-    """(model, tokenizer) without an adapter."""
+    """(model, tokenizer) without an adapter; gradient checkpointing on when `model.gradient_checkpointing`."""
     if model_cfg.name == TINY:
         model, tokenizer = tiny_causal_lm(seed=seed)
     else:
         device = None if model_cfg.device == "auto" else model_cfg.device
         model, tokenizer = load_causal_lm(model_cfg.name, dtype=model_cfg.dtype, device=device)
+    if model_cfg.gradient_checkpointing:
+        enable_checkpointing(model)
     return model, tokenizer
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Recompute each decoder layer's activations in backward instead of keeping them (training mode only, so
+    generation keeps its KV cache). Non-reentrant: a frozen base under LoRA needs no input that requires grad, and
+    transformers checkpoints the layer's `forward`, leaving FSDP2's hooks outside the recompute."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # newer transformers; the old name warns there
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def with_fresh_adapter(model: Any, lora_cfg: LoraConfig, seed: int) -> Any:

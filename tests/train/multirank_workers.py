@@ -61,19 +61,21 @@ def grpo_update(rank: int, world: int) -> tuple[dict[str, torch.Tensor], int]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, steps
 
 
-def full_policy(dist: Dist) -> FullPolicy:
+def full_policy(dist: Dist, checkpointing: bool = False) -> FullPolicy:
     """The tiny model with every weight trainable (FSDP-sharded at world > 1), the same start in every process."""
     torch.set_num_threads(1)
-    model, tokenizer = load_base(ModelConfig(name="tiny-random", threads=1))
+    model, tokenizer = load_base(ModelConfig(name="tiny-random", threads=1, gradient_checkpointing=checkpointing))
     return FullPolicy(model, tokenizer, dist)
 
 
-def full_update(rank: int, world: int) -> tuple[dict[str, torch.Tensor], UpdateStats, int]:
+def full_update(
+    rank: int, world: int, checkpointing: bool = False
+) -> tuple[dict[str, torch.Tensor], UpdateStats, int]:
     """One GRPO update of every weight on this rank's share: all weights (full, on rank 0), its stats, its steps.
 
     The stats carry the gradient's norm before clipping: Adam's step hardly changes when the gradient is scaled,
     the norm does."""
-    policy = full_policy(Dist(rank=rank, world=world))
+    policy = full_policy(Dist(rank=rank, world=world), checkpointing)
     stats, steps = _update(policy, rank, world)
     return fsdp.full_state(policy.model), stats, steps
 
@@ -123,8 +125,8 @@ def worker(rank: int, world: int, store: str, job: str, out: str) -> None:
     try:
         if job == "grpo":
             result: Any = grpo_update(rank, world)
-        elif job == "full":
-            result = full_update(rank, world)
+        elif job.startswith("full"):
+            result = full_update(rank, world, checkpointing=job == "full-checkpointing")
         else:
             result = sft(rank, world, Path(out).parent, ddp=True)
         if rank == 0:

@@ -73,6 +73,7 @@ def test_full_fine_tuning_config() -> None:
     rollout backend cannot serve full weights yet, and says what to do instead."""
     cfg = load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=false", "grpo.learning_rate=1e-6"])
     assert not cfg.lora.enabled and cfg.lora.r == 64 and cfg.grpo.learning_rate == 1e-6
+    assert load_config(CONFIGS / "demo-cpu.toml", ["model.gradient_checkpointing=true"]).model.gradient_checkpointing
     with pytest.raises(ConfigError, match=r"lora.enabled = false .* rollout.backend = vllm") as info:
         load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=false", "rollout.backend='vllm'"])
     assert info.value.hint == "roll out with rollout.backend = hf, or train a LoRA adapter (lora.enabled = true)"

@@ -42,9 +42,11 @@ def test_grpo_update_at_world_size_equals_single_process(world: int, tmp_path: P
     assert multi_steps == single_steps == 2  # 32 sequences / minibatch 16, at every world size
 
 
-@pytest.mark.parametrize(("world", "job"), [(2, "full"), pytest.param(8, "full", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    ("world", "job"), [(2, "full"), (2, "full-checkpointing"), pytest.param(8, "full", marks=pytest.mark.slow)]
+)
 def test_full_fine_tuning_with_fsdp_at_world_size_equals_single_process(world: int, job: str, tmp_path: Path) -> None:
-    """Every weight, FSDP2-sharded over gloo ranks, equals one unsharded process."""
+    """Every weight, FSDP2-sharded over gloo ranks (with gradient checkpointing too), equals one unsharded process."""
     single, single_stats, single_steps = w.full_update(0, 1)
     multi, multi_stats, multi_steps = _spawn(world, job, tmp_path)  # type: ignore[misc]
     start = w.full_policy(Dist()).model.state_dict()

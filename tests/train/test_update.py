@@ -1,9 +1,11 @@
-"""One GRPO update on a tiny random model: LoRA weights move, base weights do not; batching and schedule."""
+"""One GRPO update on a tiny random model: LoRA weights move, base weights do not; batching, schedule, and
+gradient checkpointing (LoRA and full fine-tuning)."""
 
 from __future__ import annotations
 
 import itertools
 
+import pytest
 import torch
 
 from lanpo.models import apply_chat
@@ -11,8 +13,9 @@ from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
 from lanpo.train.batch import build_batch, completion_logprobs
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
-from lanpo.train.policy import LoraPolicy, load_policy
+from lanpo.train.policy import LoraPolicy, build_policy, load_base, load_policy
 from lanpo.train.update import cosine_schedule, update_policy
+from tests.train import multirank_workers as w
 
 
 def _rollouts(model, tokenizer, n: int = 4):
@@ -115,3 +118,32 @@ def test_skip_zero_spread_updates_only_on_signal() -> None:
     stats = update_policy(policy, optimizer, scheduler, batch, torch.tensor([1.0, -1.0] + [0.0] * 6), cfg, seed=0)
     assert stats.grad_norm > 0 and stats.zero_spread == 0.75
     assert any(not torch.equal(a, b) for a, b in zip(before, params, strict=True))
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+def test_gradient_checkpointing_gives_the_same_loss_and_gradient(lora: bool) -> None:
+    """model.gradient_checkpointing recomputes each layer in backward (it runs twice) and changes no number."""
+    prompts, completions, advantages = w.global_rollouts()
+    batch = build_batch(prompts, completions, 0, torch.device("cpu"))
+    cfg = GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, beta=0.1, micro_batch_size=5)
+    runs = []
+    for checkpointing in (False, True):
+        base, tokenizer = load_base(ModelConfig(name="tiny-random", threads=1, gradient_checkpointing=checkpointing))
+        policy = build_policy(base, tokenizer, LoraConfig(enabled=lora, r=4, alpha=8), seed=0)
+        with torch.no_grad():  # off the start, so the KL term has a gradient too
+            for name, p in policy.model.named_parameters():
+                if p.requires_grad and (not lora or "lora_B" in name):
+                    p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))) * 0.05)
+        # Inside the checkpointed layer forward: the backward's recompute enters it again (and stops early, inside
+        # it, once it has what backward needs: a pre-hook sees the second call, a forward hook would not).
+        mlp_calls: list[int] = []
+        mlp = next(m for m in policy.model.modules() if type(m).__name__ == "LlamaMLP")
+        mlp.register_forward_pre_hook(lambda *_, calls=mlp_calls: calls.append(1))
+        optimizer = CaptureGrad(policy.trainable_parameters(), lr=0.0)
+        stats = update_policy(policy, optimizer, cosine_schedule(optimizer, 4, 0.0), batch, advantages, cfg, seed=0)
+        runs.append((stats, optimizer.captured[0], len(mlp_calls)))
+    (off, grad_off, calls_off), (on, grad_on, calls_on) = runs
+    micro_batches = -(-batch.size // cfg.micro_batch_size)
+    assert calls_on - calls_off == micro_batches  # each update forward ran again in backward; the reference's not
+    assert (on.loss, on.kl, on.grad_norm) == pytest.approx((off.loss, off.kl, off.grad_norm), rel=1e-6)
+    assert off.kl > 0 and torch.allclose(grad_on, grad_off, rtol=1e-5, atol=1e-8)
