@@ -80,6 +80,14 @@ def prepare_smollm2(home: Path | None = None, force: bool = False) -> Path:
 
 
 MODEL_HINT = "pass a local HF folder, `smollm2` (offline), or a hub id already in the HF cache"
+CHECKPOINT_MODEL_DIR = "model"  # where a fully fine-tuned trainer checkpoint keeps its weights: step-NNNNNN/model
+
+
+def model_folder(path: Path) -> Path:
+    """`path`, or `path/model` when `path` is a trainer checkpoint of full fine-tuning (`step-NNNNNN/`)."""
+    if not (path / "config.json").is_file() and (path / CHECKPOINT_MODEL_DIR / "config.json").is_file():
+        return path / CHECKPOINT_MODEL_DIR
+    return path
 
 
 def check_model_ref(name_or_path: str | Path, what: str = "model") -> None:
@@ -94,7 +102,7 @@ def check_model_ref(name_or_path: str | Path, what: str = "model") -> None:
         return
     path = Path(text).expanduser()
     if path.exists():
-        if not (path / "config.json").is_file():
+        if not (model_folder(path) / "config.json").is_file():
             raise InputError(f"{what} {path} is not a Hugging Face model folder (no config.json)", hint=MODEL_HINT)
     elif text.startswith((".", "/", "~")):
         raise InputError(f"{what} folder {path} does not exist", hint=MODEL_HINT)
@@ -121,13 +129,14 @@ def check_device(device: str | torch.device | None) -> None:
 
 
 def resolve_model(name_or_path: str | Path) -> str:
-    """`smollm2` -> the cached offline folder; an existing path -> itself; anything else is a hub id."""
+    """`smollm2` -> the cached offline folder; an existing path -> itself (a full fine-tuning checkpoint
+    `step-NNNNNN` -> its `model/`); anything else is a hub id."""
     check_model_ref(name_or_path)
     text = str(name_or_path).strip()
     if text.lower() in (SMOLLM2, "smollm2-135m-instruct"):
         return str(prepare_smollm2())
     path = Path(text).expanduser()
-    return str(path) if path.exists() else text
+    return str(model_folder(path)) if path.exists() else text
 
 
 def default_device() -> torch.device:

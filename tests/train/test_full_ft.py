@@ -2,7 +2,7 @@
 
 One update equals a loop written out sequence by sequence and token by token (loss, gradient, clipping, AdamW);
 the reference stays the start, bit for bit; a run starts from the merged SFT start with KL exactly 0, and its
-checkpoints are whole model folders."""
+checkpoints are whole model folders that `lanpo infer --model` loads."""
 
 from __future__ import annotations
 
@@ -172,6 +172,32 @@ def test_a_full_run_starts_from_the_merged_sft_start_and_checkpoints_whole_model
     merged, _ = merge_adapter(tiny_causal_lm(seed=0)[0], start["adapter"])
     assert rows[0].adapter_sha256 == state_sha256(merged.state_dict())
     assert rows[0].adapter_sha256 != state_sha256(tiny_causal_lm(seed=0)[0].state_dict())
+
+
+def test_inference_loads_a_full_fine_tuning_checkpoint(
+    db: Engine, toy_problems: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lanpo infer --model step-NNNNNN` (or its model/) answers with the trained weights; --adapter says to use it."""
+    from lanpo.inference.engine import Engine as Answerer
+    from lanpo.train.state import setup
+
+    monkeypatch.setattr("lanpo.train.loop.grade", _alternating_rewards)
+    cfg = _full_config(tmp_path, sft=SFTConfig(enabled=False), steps=1)
+    train(cfg, engine=db, progress=False)
+    trainer, first = setup(cfg, db, resume=True)  # the trained policy, resumed from the database's last step
+    assert first == 2
+    step = trainer.checkpoint_root / "step-000001"
+    batch = build_batch([[5, 6, 7, 8]], [[9, 10, 11]], 0, torch.device("cpu"))
+    with torch.no_grad():
+        want, _ = completion_logprobs(trainer.policy.model, batch)
+        for folder in (step, step / "model"):
+            got, _ = completion_logprobs(Answerer(str(folder)).model, batch)
+            assert torch.equal(got, want)
+        start, _ = completion_logprobs(tiny_causal_lm(seed=0)[0], batch)
+    assert not torch.allclose(start, want)
+    with pytest.raises(InputError, match="holds a whole model") as info:
+        Answerer("tiny-random", adapter=step)
+    assert info.value.hint == f"pass it as the model: --model {step}"
 
 
 def test_resuming_with_the_other_kind_of_policy_is_refused(
