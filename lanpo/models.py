@@ -321,7 +321,7 @@ def state_sha256(state: dict[str, torch.Tensor]) -> str:
 
     Both `adapter_sha256` (a live model) and `adapter_dir_sha256` (a saved folder) are this function, so a served
     adapter's hash equals the trained policy's exactly when their weights are equal bit for bit. Under full
-    fine-tuning a policy version is the hash of all its weights, as the trainer's checkpoint gathers them.
+    fine-tuning a policy version is the hash of all its weights as its checkpoint saved them (`model_dir_sha256`).
     """
     digest = hashlib.sha256()
     for name, tensor in sorted(state.items()):
@@ -340,6 +340,25 @@ def adapter_sha256(model: Any) -> str:
 def adapter_dir_sha256(adapter_dir: str | Path) -> str:
     """The hash of a saved adapter folder; equal to `adapter_sha256` of the model that saved it."""
     return state_sha256(read_adapter_state(adapter_dir))
+
+
+def read_model_state(model_dir: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a saved model folder (every `*.safetensors` shard), named as saved: tied weights once."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise InputError(f"no model weights in {model_dir} (*.safetensors)")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return state
+
+
+def model_dir_sha256(model_dir: str | Path) -> str:
+    """The hash of a saved model folder's weights: a fully fine-tuned policy version, as trainer, inference and a
+    vLLM engine that loaded the folder all see it."""
+    return state_sha256(read_model_state(model_dir))
 
 
 # --------------------------------------------------------------------------- tiny models for tests

@@ -37,6 +37,8 @@ from lanpo.models import (
     check_adapter_dir,
     load_causal_lm,
     merge_adapter,
+    model_dir_sha256,
+    read_model_state,
     state_sha256,
     tiny_causal_lm,
     write_start,
@@ -188,7 +190,6 @@ class FullPolicy:
         state = fsdp.full_state(self.model)  # under FSDP a collective: rank 0 receives every full weight
         if not self.dist.is_main:
             return None
-        sha = state_sha256(state)  # before saving: save_pretrained empties the dict it is given as it writes
         from transformers.utils import logging as hf_logging
 
         shown = hf_logging.is_progress_bar_enabled()
@@ -200,17 +201,10 @@ class FullPolicy:
                 hf_logging.enable_progress_bar()
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(folder)
-        return sha
+        return model_dir_sha256(folder)  # what was written (a tied weight once), as inference and vLLM load it
 
     def load(self, folder: Path) -> None:
-        from safetensors.torch import load_file
-
-        files = sorted(Path(folder).glob("*.safetensors"))
-        if not files:
-            raise InputError(f"no model weights in {folder} (*.safetensors)")
-        state: dict[str, torch.Tensor] = {}
-        for file in files:
-            state.update(load_file(str(file)))
+        state = read_model_state(folder)
         try:
             fsdp.load_full_state(self.model, state)
         except RuntimeError as exc:

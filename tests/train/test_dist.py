@@ -101,7 +101,7 @@ def test_full_fine_tuning_on_two_fsdp_ranks_then_resumed_alone(
     resumes in a single process from it."""
     from lanpo.db.engine import transaction
     from lanpo.db.repo.problems import ProblemIn, upsert_problems
-    from lanpo.models import state_sha256
+    from lanpo.models import model_dir_sha256
 
     with transaction(db) as session:
         upsert_problems(session, "toy-val", [ProblemIn("v1", "What is 7 * 3?", "21")])
@@ -134,7 +134,8 @@ def test_full_fine_tuning_on_two_fsdp_ranks_then_resumed_alone(
     rows = committed()
     assert [r[0] for r in rows] == [0, 1, 2] and len({r[1] for r in rows}) == 3
     _, sha, folder = rows[-1]
-    assert state_sha256(AutoModelForCausalLM.from_pretrained(Path(folder) / "model").state_dict()) == sha
+    assert model_dir_sha256(Path(folder) / "model") == sha  # the version is the hash of what rank 0 wrote
+    AutoModelForCausalLM.from_pretrained(Path(folder) / "model")  # a model folder of its own
     with db.connect() as conn:
         kl = conn.execute(sa.text("SELECT value FROM run_metrics WHERE step = 1 AND name = 'kl'")).scalar()
         validated = conn.execute(

@@ -16,7 +16,7 @@ import torch
 from sqlalchemy.engine import Engine
 
 from lanpo.errors import InputError
-from lanpo.models import state_sha256, tiny_causal_lm
+from lanpo.models import model_dir_sha256, tiny_causal_lm
 from lanpo.rewards import Graded
 from lanpo.train.batch import build_batch, completion_logprobs
 from lanpo.train.config import FeedbackConfig, GRPOConfig, LoraConfig, SFTConfig
@@ -154,7 +154,7 @@ def test_a_full_run_starts_from_the_merged_sft_start_and_checkpoints_whole_model
     files = {p.name for p in (step / "model").iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= files  # a model folder of its own
     assert torch.load(step / "trainer_state.pt", weights_only=False)["policy"] == "full"
-    saved = AutoModelForCausalLM.from_pretrained(step / "model")
+    AutoModelForCausalLM.from_pretrained(step / "model")  # transformers loads it as it is
     with db.connect() as conn:
         rows = conn.execute(
             sa.text(
@@ -163,15 +163,16 @@ def test_a_full_run_starts_from_the_merged_sft_start_and_checkpoints_whole_model
             )
         ).all()
     assert [r.step for r in rows] == [0, 1, 2] and rows[2].checkpoint == str(step)
-    assert rows[2].adapter_sha256 == state_sha256(saved.state_dict())  # the version is the hash of all weights
+    assert rows[2].adapter_sha256 == model_dir_sha256(step / "model")  # the version: the hash of all the weights
     assert len({r.adapter_sha256 for r in rows}) == 3
 
     # step 0 is the merged start: the base with the SFT adapter merged in, not the raw base
     from lanpo.models import merge_adapter
 
     merged, _ = merge_adapter(tiny_causal_lm(seed=0)[0], start["adapter"])
-    assert rows[0].adapter_sha256 == state_sha256(merged.state_dict())
-    assert rows[0].adapter_sha256 != state_sha256(tiny_causal_lm(seed=0)[0].state_dict())
+    merged.save_pretrained(tmp_path / "merged")
+    tiny_causal_lm(seed=0)[0].save_pretrained(tmp_path / "raw")
+    assert rows[0].adapter_sha256 == model_dir_sha256(tmp_path / "merged") != model_dir_sha256(tmp_path / "raw")
 
 
 def test_inference_loads_a_full_fine_tuning_checkpoint(

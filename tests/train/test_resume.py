@@ -160,7 +160,7 @@ def test_full_fine_tuning_resumes_from_the_full_weights_of_the_last_committed_st
     2's weights (the database decides, not the newest folder), with the start as its reference."""
     from safetensors.torch import load_file
 
-    from lanpo.models import state_sha256, tiny_causal_lm
+    from lanpo.models import model_dir_sha256, tiny_causal_lm
     from lanpo.train.config import load_config
     from lanpo.train.state import setup
 
@@ -194,6 +194,4 @@ def test_full_fine_tuning_resumes_from_the_full_weights_of_the_last_committed_st
         "SELECT s.checkpoint, pv.adapter_sha256 FROM run_steps s "
         "JOIN policy_versions pv ON pv.id = s.policy_version_id WHERE s.step = 4",
     )[0]
-    from transformers import AutoModelForCausalLM
-
-    assert state_sha256(AutoModelForCausalLM.from_pretrained(Path(path) / "model").state_dict()) == sha
+    assert model_dir_sha256(Path(path) / "model") == sha
