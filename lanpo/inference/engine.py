@@ -182,6 +182,13 @@ class Engine:
         self._pool: PoolRow | None = None
         self.adapter = Path(adapter).expanduser() if adapter is not None else None
         if self.adapter is not None and not (self.adapter / "adapter_config.json").is_file():
+            from lanpo.models import model_folder
+
+            if (model_folder(self.adapter) / "config.json").is_file():
+                raise InputError(
+                    f"{self.adapter} holds a whole model (a full fine-tuning checkpoint), not a LoRA adapter",
+                    hint=f"pass it as the model: --model {self.adapter}",
+                )
             what = "does not exist" if not self.adapter.exists() else "holds no PEFT adapter (adapter_config.json)"
             raise InputError(f"adapter folder {self.adapter} {what}", hint="pass a folder written by the trainer")
         self.backend_name = backend

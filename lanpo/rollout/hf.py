@@ -70,6 +70,10 @@ class HFBackend:
                 num_return_sequences=1 if greedy else n,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=tok.eos_token_id,
+                # Every rank generates on its own prompts, and may call this a different number of times. A sharded
+                # (FSDP) policy holds its full weights while the ranks generate (`Policy.generating`), so no forward
+                # waits on another rank; transformers would otherwise keep FSDP ranks' decoding loops in step.
+                synced_gpus=False,
                 **sampling,
             )  # (B * n', P + T)
         finally:

@@ -11,8 +11,15 @@
   The engine serves the snapshot, so rewriting the folder afterwards changes nothing until the next
   `set_adapter`. At most `max_loras` adapters stay loaded: the least recently set one is removed from the engine
   and its snapshot deleted. `set_adapter(None)` serves the base model.
-- Every completion carries the hash of the adapter that produced it, looked up from the LoRA request that vLLM
-  says served it; an answer from another request than the one sent is refused.
+- Full weights (full fine-tuning's sync, as TRL's colocate mode loads the trained state dict into its engine):
+  `load_weights(folder or state dict)` replaces the engine's weights in place through vLLM's worker
+  `reload_weights`, the engine reading a private snapshot (hard links to the trainer's checkpoint files, or the
+  state dict written out) with its own loader, so no tensor travels through the RPC; the prefix cache is then
+  emptied (its KV came from the old weights) and any LoRA adapter dropped (vLLM forgets them on a reload).
+  `load_weights(None)` goes back to the weights the engine started from.
+- Every completion carries the hash of what produced it, looked up from the LoRA request that vLLM says served it
+  (an answer from another request than the one sent is refused): the adapter's, or with no adapter the full
+  weights' that `load_weights` loaded (None: the weights the engine started from).
 - `Completion.logprobs`: the engine's log-prob of each sampled token (`logprobs=0`, vLLM's default "raw" mode:
   log-softmax of the logits at temperature 1, before top-p), to compare with the trainer's.
 - Seeds: prompt i of a call gets `seed + i * n` and vLLM gives its j-th sample `+ j`, so every sample of a call
@@ -29,18 +36,26 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import os
 import shutil
 import tempfile
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lanpo.errors import ConfigError, InputError, LanpoError
-from lanpo.models import ADAPTER_WEIGHTS, adapter_dir_sha256, prepare_tokenizer, resolve_model
+from lanpo.models import (
+    ADAPTER_WEIGHTS,
+    adapter_dir_sha256,
+    model_dir_sha256,
+    model_folder,
+    prepare_tokenizer,
+    resolve_model,
+)
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.rollout.config import VLLMConfig
 
@@ -120,6 +135,8 @@ class VLLMBackend:
         self._adapters: OrderedDict[str, LoadedAdapter] = OrderedDict()  # least recently set first
         self._by_id: dict[int, str] = {}  # LoRA request id -> adapter hash, for every id ever issued
         self._current: LoadedAdapter | None = None
+        self._weights: tuple[str, Path] | None = None  # (hash, snapshot) of full weights loaded since the start
+        self.weights_load_seconds: float | None = None  # the last load_weights
         self._next_id = 1
         self._snapshots = Path(tempfile.mkdtemp(prefix="lanpo-lora-"))
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._snapshots, True)
@@ -228,6 +245,83 @@ class VLLMBackend:
             raise
         return sha, staging
 
+    # ------------------------------------------------------------------ full weights
+
+    @property
+    def weights_sha256(self) -> str | None:
+        """The hash of the full weights `load_weights` loaded (None: the weights the engine started from)."""
+        return None if self._weights is None else self._weights[0]
+
+    def load_weights(self, weights: str | Path | Mapping[str, Any] | None) -> str | None:
+        """Replace the engine's model weights in place: from a saved model folder (a trainer checkpoint
+        `step-NNNNNN` of full fine-tuning too), from a state dict, or (None) from the folder the engine started
+        from. Returns the weights' hash (`lanpo.models.model_dir_sha256` of what was loaded; None for the start),
+        which the base model's completions carry from now on. Loaded adapters are dropped."""
+        started = time.perf_counter()
+        if weights is None:
+            snapshot, sha = Path(self.model), None
+        else:
+            snapshot = self._weights_snapshot(weights)
+            sha = model_dir_sha256(snapshot)
+        try:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(snapshot)})
+        except Exception as exc:
+            if sha is not None:
+                shutil.rmtree(snapshot, ignore_errors=True)
+            raise LanpoError(
+                f"vLLM could not load the weights in {snapshot}: {type(exc).__name__}: {exc}",
+                hint="the weights must be those of the model the engine was started with (same names and shapes)",
+            ) from exc
+        if not self.llm.reset_prefix_cache():  # its KV was computed by the old weights
+            raise LanpoError(
+                "vLLM kept its prefix cache after loading new weights (requests were still running)",
+                hint="load weights only between generate calls",
+            )
+        for adapter in self._adapters.values():  # vLLM removed every adapter: they adapted the old weights
+            shutil.rmtree(adapter.snapshot, ignore_errors=True)
+        self._adapters.clear()
+        self._current = None
+        if self._weights is not None:
+            shutil.rmtree(self._weights[1], ignore_errors=True)
+        self._weights = None if sha is None else (sha, snapshot)
+        self.weights_load_seconds = time.perf_counter() - started
+        return sha
+
+    def _weights_snapshot(self, weights: str | Path | Mapping[str, Any]) -> Path:
+        """A private folder of safetensors files the engine reloads from: hard links to a saved folder's files (a
+        copy across file systems), or a state dict written out. The trainer may delete its folder afterwards."""
+        staging = Path(tempfile.mkdtemp(dir=self._snapshots, prefix=".weights-"))
+        try:
+            if isinstance(weights, Mapping):
+                from safetensors.torch import save_file
+
+                seen: set[int] = set()
+                state = {}
+                for name, tensor in weights.items():
+                    t = tensor.detach().to("cpu").contiguous()
+                    if t.data_ptr() in seen:  # a tied weight: safetensors stores no shared tensor
+                        t = t.clone()
+                    seen.add(t.data_ptr())
+                    state[name] = t
+                save_file(state, str(staging / "model.safetensors"))
+            else:
+                source = model_folder(Path(weights).expanduser())
+                files = sorted(source.glob("*.safetensors")) + sorted(source.glob("*.safetensors.index.json"))
+                if not files:
+                    raise InputError(
+                        f"no model weights in {source} (*.safetensors)",
+                        hint="pass a folder written by save_pretrained, e.g. a checkpoint step-NNNNNN",
+                    )
+                for file in files:
+                    try:
+                        os.link(file, staging / file.name)
+                    except OSError:
+                        shutil.copyfile(file, staging / file.name)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return staging
+
     # ------------------------------------------------------------------ generation
 
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
@@ -283,7 +377,8 @@ class VLLMBackend:
         )
 
     def _served(self, out: Any) -> str | None:
-        """The hash of the adapter vLLM says served `out`; refuses an answer from another request than the one sent."""
+        """The hash of the adapter vLLM says served `out` (no adapter: of the full weights loaded, or None); refuses
+        an answer from another request than the one sent."""
         got = getattr(out, "lora_request", None)
         got_id = None if got is None else got.lora_int_id
         want_id = None if self._current is None else self._current.request.lora_int_id
@@ -293,7 +388,7 @@ class VLLMBackend:
                 f"(adapter {self.adapter_sha256}) was requested",
                 hint="this is a serving bug: do not trust these completions",
             )
-        return None if got_id is None else self._by_id[got_id]
+        return self.weights_sha256 if got_id is None else self._by_id[got_id]
 
     def _completion(self, output: Any, prompt_ids: Sequence[int], served: str | None) -> Completion:
         ids = tuple(output.token_ids)

@@ -8,7 +8,6 @@ cost.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,20 +89,12 @@ def completion_logprobs(
 
 
 @torch.no_grad()
-def reference_logprobs(model: Any, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
-    """log p under the reference policy = the same model with its adapter disabled (no second copy)."""
-    disable = model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext()
-    parts = []
-    with disable:
-        for start in range(0, batch.size, micro_batch_size):
-            logp, _ = completion_logprobs(model, batch.select(slice(start, start + micro_batch_size)))
-            parts.append(logp)
-    return torch.cat(parts)
+def chunked_logprobs(model: Any, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
+    """log p of the completion tokens (B, T) without gradients, `micro_batch_size` sequences per forward.
 
-
-@torch.no_grad()
-def policy_logprobs(model: Any, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
-    """log p under the current policy without gradients (old_logp when several updates reuse the rollouts)."""
+    The reference's log-probs (`Policy.reference_logprobs` runs it on the reference), and old_logp when several
+    updates reuse the rollouts.
+    """
     parts = []
     for start in range(0, batch.size, micro_batch_size):
         logp, _ = completion_logprobs(model, batch.select(slice(start, start + micro_batch_size)))

@@ -1,8 +1,12 @@
-"""Checkpoints: adapter + optimizer + scheduler + RNG states + step, written atomically (tmp dir, then rename).
+"""Checkpoints: the policy's weights + optimizer + scheduler + RNG states + step, written atomically (tmp dir, rename).
 
 A checkpoint `step-000007/` is written BEFORE the database transaction of step 7 commits; the `run_steps` row
 names it. On resume the database decides: the last committed step's checkpoint is loaded and anything newer on
 disk (a crash between rename and commit) is ignored and later overwritten.
+
+The weights are the policy's (`lanpo.train.policy`): `adapter/` for a LoRA policy, `model/` (a whole model folder,
+safetensors) under full fine-tuning. Every rank takes part in a save (FSDP gathers its shards onto rank 0) and
+rank 0 alone writes.
 """
 
 from __future__ import annotations
@@ -12,16 +16,21 @@ import random
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from lanpo.errors import InputError
-from lanpo.models import adapter_sha256, write_start
+from lanpo.train.dist import Dist
+
+if TYPE_CHECKING:
+    from lanpo.train.policy import Policy
 
 STATE_FILE = "trainer_state.pt"
 ADAPTER_DIR = "adapter"
+MODEL_DIR = "model"
+WEIGHTS_DIR = {"lora": ADAPTER_DIR, "full": MODEL_DIR}  # the policy's kind -> its weights' folder
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -48,26 +57,35 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(
-    root: Path, step: int, model: Any, optimizer: Any, scheduler: Any, start: dict[str, Any] | None = None
-) -> tuple[Path, str]:
-    """Write `root/step-NNNNNN` atomically; returns (its path, the adapter's sha256).
+    root: Path,
+    step: int,
+    policy: Policy,
+    optimizer: Any,
+    scheduler: Any,
+    start: dict[str, Any] | None = None,
+    dist: Dist | None = None,
+) -> tuple[Path, str] | None:
+    """Write `root/step-NNNNNN` atomically; returns (its path, the policy's sha256) on rank 0, None on the others.
 
-    `start` (the model and start adapter RL began from) goes next to the adapter's weights as `lanpo_start.json`,
+    `start` (the model and start adapter RL began from) goes next to a LoRA adapter as `lanpo_start.json`,
     so `lanpo infer --adapter step-NNNNNN/adapter` rebuilds the same base before attaching it.
     """
-    root.mkdir(parents=True, exist_ok=True)
+    dist = dist or Dist()
     final = step_dir(root, step)
     tmp = root / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp / ADAPTER_DIR)
-    if start is not None:
-        write_start(tmp / ADAPTER_DIR, start)
-    sha = adapter_sha256(model)
+    if dist.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    sha = policy.save(tmp / WEIGHTS_DIR[policy.kind], start)
+    optimizer_state = policy.optimizer_state(optimizer)
+    if sha is None:  # not rank 0: it only sent its shards
+        return None
     torch.save(
         {
             "step": step,
-            "adapter_sha256": sha,
-            "optimizer": optimizer.state_dict(),
+            "policy": policy.kind,
+            "adapter_sha256": sha,  # the policy version's hash: the adapter's, or all weights' under full fine-tuning
+            "optimizer": optimizer_state,
             "scheduler": scheduler.state_dict(),
             "rng": rng_state(),
         },
@@ -88,36 +106,29 @@ class LoadedCheckpoint:
     path: Path
 
 
-def load_adapter_weights(model: Any, adapter_dir: Path) -> None:
-    """Copy a saved adapter's weights into the live PEFT model (same LoRA shape)."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    weights = Path(adapter_dir) / "adapter_model.safetensors"
-    if not weights.exists():
-        raise InputError(f"no adapter weights in {adapter_dir}")
-    device = next(model.parameters()).device
-    result = set_peft_model_state_dict(model, load_file(str(weights), device=str(device)))
-    unexpected = getattr(result, "unexpected_keys", None)
-    if unexpected:
-        raise InputError(
-            f"adapter in {adapter_dir} does not fit this model ({len(unexpected)} unexpected keys)",
-            hint="use the same lora.r / lora.target_modules as when it was saved",
-        )
-
-
-def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any) -> LoadedCheckpoint:
-    """Load adapter weights, optimizer, scheduler and RNG states from `path` into the live objects."""
+def load_checkpoint(path: Path, policy: Policy, optimizer: Any, scheduler: Any) -> LoadedCheckpoint:
+    """Load the policy's weights, optimizer, scheduler and RNG states from `path` into the live objects."""
     state_file = path / STATE_FILE
-    if not state_file.exists() or not (path / ADAPTER_DIR).exists():
+    incomplete = InputError(
+        f"checkpoint {path} is incomplete or missing",
+        hint="the database names this checkpoint as committed; restore the run folder or start a new run_name",
+    )
+    if not state_file.exists():
+        raise incomplete
+    state = torch.load(state_file, map_location="cpu", weights_only=False)
+    saved_kind = state.get("policy", "lora")  # checkpoints written before full fine-tuning hold adapters
+    if saved_kind != policy.kind:
+        saved = "a LoRA adapter" if saved_kind == "lora" else "fully fine-tuned weights"
         raise InputError(
-            f"checkpoint {path} is incomplete or missing",
-            hint="the database names this checkpoint as committed; restore the run folder or start a new run_name",
+            f"checkpoint {path} holds {saved}, but this config trains "
+            f"{'a LoRA adapter' if policy.kind == 'lora' else 'every weight'}",
+            hint=f"resume with lora.enabled = {'true' if saved_kind == 'lora' else 'false'}, as the run started",
         )
-    device = next(model.parameters()).device
-    load_adapter_weights(model, path / ADAPTER_DIR)
-    state = torch.load(state_file, map_location=device, weights_only=False)
-    optimizer.load_state_dict(state["optimizer"])
+    weights = path / WEIGHTS_DIR[policy.kind]
+    if not weights.exists():
+        raise incomplete
+    policy.load(weights)
+    policy.load_optimizer_state(optimizer, state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     set_rng_state(state["rng"])
     return LoadedCheckpoint(step=int(state["step"]), adapter_sha256=str(state["adapter_sha256"]), path=path)

@@ -39,6 +39,9 @@ class ModelConfig:
         None, "a finished SFT adapter folder: merged into the base, RL starts from there (a fresh RL adapter)"
     )
     threads: int = help_field(0, "torch CPU threads (0: all cores)")
+    gradient_checkpointing: bool = help_field(
+        False, "recompute each layer's activations in backward (GRPO and SFT): less memory, ~1/3 more compute"
+    )
 
     def __post_init__(self) -> None:
         _check(self.name.strip() != "", "model.name must not be empty")
@@ -48,8 +51,16 @@ class ModelConfig:
 
 @dataclass
 class LoraConfig:
-    """LoRA adapter trained by GRPO and SFT (PEFT). The reference policy is the model with it disabled."""
+    """LoRA adapter trained by GRPO and SFT (PEFT). The reference policy is the model with it disabled.
 
+    `enabled = false` is full fine-tuning, as the paper trains (lr 1e-6): GRPO updates every weight and the
+    reference is a frozen copy of the start, kept on the CPU (or sharded with the policy under torchrun, FSDP2).
+    The SFT warm start stays a LoRA adapter of these settings, merged into the start either way.
+    """
+
+    enabled: bool = help_field(
+        True, "train a LoRA adapter (false: full fine-tuning of every weight; the SFT warm start stays LoRA)"
+    )
     r: int = help_field(16, "LoRA rank")
     alpha: int = help_field(32, "LoRA alpha (scale = alpha / r)")
     dropout: float = help_field(0.0, "LoRA dropout (0 keeps old/new log-probs comparable)")
@@ -332,6 +343,13 @@ class TrainConfig:
             f"summarizer.max_new_per_step ({self.summarizer.max_new_per_step}) exceeds store.per_step_cap "
             f"({self.store.per_step_cap}); the extra summaries would be dropped",
         )
+        _check(
+            self.lora.enabled or self.rollout.backend == "hf",
+            "lora.enabled = false (full fine-tuning) with rollout.backend = vllm: the trainer syncs the vLLM engine "
+            "by serving the trained policy as a LoRA adapter, and does not load full weights into it yet "
+            "(VLLMBackend.load_weights exists, the sync after each update does not call it)",
+            "roll out with rollout.backend = hf, or train a LoRA adapter (lora.enabled = true)",
+        )
         self.check_method()
 
     def check_method(self) -> None:
@@ -362,6 +380,12 @@ class TrainConfig:
     def check_world(self, world: int) -> None:
         """Refuse batch shapes that `world` ranks cannot split evenly (every rank takes the same share)."""
         at = f" at world size {world}" if world > 1 else ""
+        _check(
+            world == 1 or self.lora.enabled or self.resolved_method() != "mel" or self.mel.nll_coef == 0,
+            f"method = mel with full fine-tuning (lora.enabled = false){at}: MEL's NLL term runs a forward per rank "
+            "on uneven shares, and every FSDP forward is a collective",
+            "train a LoRA adapter, run on one process, or set mel.nll_coef = 0",
+        )
         _check(
             self.batch_size % world == 0,
             f"batch_size ({self.batch_size}) must be divisible by the world size ({world}): every rank takes "

@@ -2,12 +2,13 @@
 
 - Each rank takes its share of the step's prompts, strided (rank r: prompts r, r + W, r + 2W, ...), reads its own
   feedback contexts, generates and grades its rollouts.
-- The update runs through torch's DistributedDataParallel (`wrap`): DDP all-reduces the trainable parameters'
-  gradients in buckets during backward. Sizes are global (a minibatch counts sequences over all ranks), so every
-  rank holds the same share of each minibatch and the minibatches are the single process's ones: with the strided
-  assignment, rank r's j-th local block of prompts, taken over every r, is exactly block j of the whole batch.
-- Rank 0 alone writes the checkpoint and the step's one transaction, from what every rank sends it
-  (`gather_step`); a barrier after the commit keeps the next step's context reads behind it.
+- A LoRA update runs through torch's DistributedDataParallel (`wrap`): DDP all-reduces the trainable parameters'
+  gradients in buckets during backward. Full fine-tuning shards the model with FSDP2 instead (`lanpo.train.fsdp`).
+  Sizes are global (a minibatch counts sequences over all ranks), so every rank holds the same share of each
+  minibatch and the minibatches are the single process's ones: with the strided assignment, rank r's j-th local
+  block of prompts, taken over every r, is exactly block j of the whole batch.
+- Rank 0 alone writes the checkpoint (every rank sends it its FSDP shards) and the step's one transaction, from
+  what every rank sends it (`gather_step`); a barrier after the commit keeps the next step's context reads behind it.
 
 A single process (no WORLD_SIZE) skips all of this.
 """
@@ -90,8 +91,8 @@ class GatheredStep:
 def gather_step(dist: Dist, rows: list[Any], seconds: dict[str, float], adapter_sha256: str) -> GatheredStep | None:
     """Rank 0: every rank's rows (in rank order) and, per phase, the slowest rank's seconds (the step waits for it).
 
-    Also checks that every rank holds the same adapter after the update (it is the one the step commits).
-    Other ranks get None.
+    Also checks that every rank holds the same adapter after the update (it is the one the step commits); sharded
+    weights have no replicas to compare ('' from every rank). Other ranks get None.
     """
     gathered = dist.gather((rows, seconds, adapter_sha256))
     if gathered is None:

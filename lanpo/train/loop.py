@@ -9,8 +9,9 @@ Where this departs from textbook GRPO (and why):
   other problems with relevance >= gamma). Rollouts of all modes share one group per prompt; a prompt that asked
   for feedback and got none (empty store, nothing relevant, too long to fit) is an honest zero-shot rollout, and
   the step's metrics say how many asked, how many were served and why the others were not.
-- Clip-higher (eps_low / eps_high), token-mean aggregation and a k3 KL penalty against the reference policy,
-  which is the same model with the LoRA adapter disabled (no second copy in memory).
+- Clip-higher (eps_low / eps_high), token-mean aggregation and a k3 KL penalty against the reference policy, the
+  start: with LoRA the same model with the adapter disabled (no second copy in memory); under full fine-tuning
+  (`lora.enabled = false`, the paper's recipe) a frozen copy of the start's weights (`lanpo.train.policy`).
 - With one PPO epoch and one minibatch the rollouts are on-policy: old_logp is the detached log-prob of the
   same forward that carries the gradient (ratio == 1), so no separate no-grad pass is spent on it. When the
   rollouts come from another engine (vLLM), `grpo.tis_cap` weights each token by the truncated ratio of the
@@ -27,7 +28,8 @@ Where this departs from textbook GRPO (and why):
 
 Crash safety: the checkpoint of step s is written (tmp dir + rename) before step s's transaction commits, and
 `commit_step` is the transaction's last statement. Resume loads the last committed step's checkpoint.
-Under torchrun each rank runs this same step on its share of the prompts (`lanpo.train.dist`).
+Under torchrun each rank runs this same step on its share of the prompts (`lanpo.train.dist`); a sharded (FSDP)
+policy holds its full weights on every rank while the ranks generate (`policy.generating()`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ from lanpo.config import to_mapping
 from lanpo.db.engine import connect, transaction
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
-from lanpo.models import adapter_sha256
 from lanpo.report.live import MetricsLogger
 from lanpo.rewards import Graded, grade
 from lanpo.rl.advantages import group_advantages
@@ -149,7 +150,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 2. n rollouts per prompt
     pause("generate", step)
-    with timer.phase("generate"):
+    with timer.phase("generate"), t.policy.generating():
         params = SamplingParams(
             max_new_tokens=cfg.rollout.max_new_tokens,
             temperature=cfg.rollout.temperature,
@@ -165,17 +166,17 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         rewards = torch.tensor([g.reward for g in graded], dtype=torch.float32)  # (G*n,)
 
     # ------------------------------------------------------------------ 4. summaries of successful rollouts
-    with timer.phase("summarize"):
+    with timer.phase("summarize"), t.policy.generating():
         summaries = _summaries(t, step, prompts, rollouts, graded)  # flat rollout index -> lesson
 
     # ------------------------------------------------------------------ 4b. meta-experiences (method = mel)
-    with timer.phase("mel"):
+    with timer.phase("mel"), t.policy.generating():
         meta: MetaStep = meta_experiences(t, step, prompts, groups, graded)  # pairs -> lessons -> replays -> NLL
 
     # ------------------------------------------------------------------ 5. group advantages
     with timer.phase("prepare"):
         advantages = group_advantages(rewards, n)  # (G*n,), zero for groups without spread
-        device = next(t.model.parameters()).device
+        device = next(t.policy.model.parameters()).device
         batch = build_batch(
             [c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts], t.tokenizer.pad_token_id, device
         )  # input_ids (G*n, P+T), completion_mask (G*n, T)
@@ -183,8 +184,8 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 6. reference log-probs + policy update
     stats = update_policy(
-        t.model, t.optimizer, t.scheduler, batch, advantages.to(device), cfg.grpo, mix_seed(cfg.seed, "update", step),
-        dist, ddp=t.ddp, behavior_logp=behavior, nll=meta.nll,
+        t.policy, t.optimizer, t.scheduler, batch, advantages.to(device), cfg.grpo, mix_seed(cfg.seed, "update", step),
+        dist, behavior_logp=behavior, nll=meta.nll,
     )  # fmt: skip
     timer.add("ref_logp", stats.seconds_ref)
     timer.add("update", stats.seconds_update)
@@ -192,19 +193,20 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         t.backend.sync()  # the engine serves the updated policy from the next generation on
     metrics = {**stats.as_metrics(), **prompts.feedback_metrics(n), "lr": float(t.scheduler.get_last_lr()[0])}
 
-    # ------------------------------------------------------------------ 7. gather this step's rows on rank 0
+    # ------------------------------------------------------------------ 7. checkpoint (before the DB commit)
+    with timer.phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes
+        saved = ckpt.save_checkpoint(t.checkpoint_root, step, t.policy, t.optimizer, t.scheduler, t.start, dist)
+
+    # ------------------------------------------------------------------ 8. gather this step's rows on rank 0
     with timer.phase("gather"):
         local = _group_records(prompts, groups, graded, summaries, meta)  # (G,) groups of n rollouts
-        gathered = gather_step(dist, local, timer.seconds, adapter_sha256(t.model) if dist.enabled else "")
-    if gathered is None:
+        gathered = gather_step(dist, local, timer.seconds, t.policy.replica_sha256() if dist.enabled else "")
+    if gathered is None or saved is None:
         dist.barrier()  # wait for rank 0's commit before the next step reads the store
         return metrics
     timer.seconds = gathered.seconds  # the slowest rank's time per phase: the step waits for it
     metrics.update(record.rollout_metrics(gathered.rows))
-
-    # ------------------------------------------------------------------ 8. checkpoint (before the DB commit)
-    with timer.phase("checkpoint"):
-        path, sha = ckpt.save_checkpoint(t.checkpoint_root, step, t.model, t.optimizer, t.scheduler, t.start)
+    path, sha = saved
 
     # ------------------------------------------------------------------ 9. one transaction: rows, metrics, commit
     with transaction(t.engine) as session:

@@ -196,5 +196,5 @@ def _nll_batch(t: Trainer, prompts: StepPrompts, work: Sequence[_Work]) -> Rollo
         w.record.nll_tokens = len(ids)
     if not target_ids:
         return None
-    device = next(t.model.parameters()).device
+    device = next(t.policy.model.parameters()).device
     return build_batch(prompt_ids, target_ids, tokenizer.pad_token_id, device)  # (E, P' + T')

@@ -1,8 +1,18 @@
-"""Building the trainable policy: the start (base model, with a start adapter merged in), then a fresh LoRA adapter.
+"""The policy GRPO trains, behind one small interface: a LoRA adapter on the start, or every weight of it.
 
 RL starts from the SFT model, as the paper does: the SFT adapter (`model.init_adapter`, or the run's own warm
-start) is merged into the base weights, and RL trains a new adapter on top. The reference policy, the same model
-with the RL adapter disabled, is therefore the SFT model, and the KL at step 1 is exactly 0.
+start) is merged into the base weights (`lanpo.train.state.load_start`) and RL trains from there. The reference
+policy is that start, so the KL at step 1 is exactly 0 for both kinds:
+
+- `LoraPolicy` (`lora.enabled`, the default): a fresh adapter on the start (B = 0); the reference is the same
+  model with the adapter disabled, no second copy. Under torchrun DDP all-reduces the adapter's gradients.
+- `FullPolicy` (`lora.enabled = false`, as the paper trains): every weight trains; the reference is a frozen copy
+  of the start's weights. Alone, the copy lives on the CPU and visits the policy's device for its forward pass
+  only; under torchrun the policy and the copy are both sharded with FSDP2 (`lanpo.train.fsdp`), the copy's
+  shards on the CPU when the policy is on a GPU. A checkpoint holds the full weights (`save_pretrained`, with
+  the tokenizer): a complete model folder that `lanpo infer --model` loads.
+
+The update, the loop and the checkpoint see only `Policy`; nothing else branches on the kind.
 
 `model.name = "tiny-random"` builds the tiny randomly initialised model of `lanpo.models` (unit tests, benches of
 the machinery); anything else goes through `lanpo.models.load_causal_lm`.
@@ -10,15 +20,214 @@ the machinery); anything else goes through `lanpo.models.load_causal_lm`.
 
 from __future__ import annotations
 
+import copy
 import os
-from typing import Any
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
-from lanpo.models import LoraSpec, attach_lora, check_adapter_dir, load_causal_lm, merge_adapter, tiny_causal_lm
+from lanpo.errors import InputError
+from lanpo.models import (
+    LoraSpec,
+    adapter_sha256,
+    attach_lora,
+    check_adapter_dir,
+    load_causal_lm,
+    merge_adapter,
+    model_dir_sha256,
+    read_model_state,
+    state_sha256,
+    tiny_causal_lm,
+    write_start,
+)
+from lanpo.train import fsdp
+from lanpo.train.batch import RolloutBatch, chunked_logprobs
 from lanpo.train.config import LoraConfig, ModelConfig
+from lanpo.train.dist import Dist
 
 TINY = "tiny-random"
+
+
+class Policy(Protocol):
+    kind: str  # "lora" | "full": what its checkpoints hold (an adapter folder, or a whole model folder)
+    model: Any  # the causal LM: it generates, and its forward gives the policy's log-probs
+    trained: Any  # the module the update's gradients flow through (DDP over `model` under torchrun, else `model`)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """What the optimizer steps."""
+        ...
+
+    def reference_logprobs(self, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
+        """log p of `batch`'s completion tokens under the reference policy (the start), (B, T), no gradient."""
+        ...
+
+    def generating(self) -> AbstractContextManager[None]:
+        """Around a phase in which every rank generates on its own prompts (every rank enters it together)."""
+        ...
+
+    def no_sync(self) -> AbstractContextManager[None]:
+        """Around a backward whose gradient is accumulated before the ranks exchange it."""
+        ...
+
+    def replica_sha256(self) -> str:
+        """This rank's copy of the weights, hashed to check the ranks agree after an update ('' when sharded)."""
+        ...
+
+    def save(self, folder: Path, start: dict[str, Any] | None) -> str | None:
+        """Every rank calls it; rank 0 writes the weights to `folder` and returns their sha256 (others: None)."""
+        ...
+
+    def load(self, folder: Path) -> None:
+        """Load weights that `save` wrote (every rank reads them)."""
+        ...
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The optimizer's whole state on rank 0 (every rank calls it)."""
+        ...
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None: ...
+
+
+class LoraPolicy:
+    """A trainable LoRA adapter on the start; the reference is the start itself, the adapter disabled."""
+
+    kind = "lora"
+
+    def __init__(self, model: Any, dist: Dist | None = None) -> None:
+        self.model = model
+        self.dist = dist or Dist()
+        self.trained = self.dist.wrap(model)  # DDP under torchrun (it broadcasts rank 0's weights once, here)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def reference_logprobs(self, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
+        with self.model.disable_adapter():
+            return chunked_logprobs(self.model, batch, micro_batch_size)
+
+    def generating(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def no_sync(self) -> AbstractContextManager[None]:
+        return self.trained.no_sync() if self.trained is not self.model else nullcontext()
+
+    def replica_sha256(self) -> str:
+        return adapter_sha256(self.model)
+
+    def save(self, folder: Path, start: dict[str, Any] | None) -> str | None:
+        """The adapter, and next to it `lanpo_start.json`: `lanpo infer --adapter` rebuilds the same start."""
+        if not self.dist.is_main:
+            return None
+        self.model.save_pretrained(folder)
+        if start is not None:
+            write_start(folder, start)
+        return adapter_sha256(self.model)
+
+    def load(self, folder: Path) -> None:
+        load_adapter_weights(self.model, folder)
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        optimizer.load_state_dict(state)
+
+
+class FullPolicy:
+    """Every weight of the start trains; the reference is a frozen copy of the start's weights."""
+
+    kind = "full"
+
+    def __init__(self, model: Any, tokenizer: Any = None, dist: Dist | None = None) -> None:
+        self.dist = dist or Dist()
+        self.tokenizer = tokenizer  # saved with the weights, so that a checkpoint is a complete model folder
+        self.device = next(model.parameters()).device
+        reference = copy.deepcopy(model).requires_grad_(False).eval()  # before any step: exactly the start
+        self.model = self.trained = model.requires_grad_(True)
+        self._offloaded = False
+        if self.dist.enabled:
+            fsdp.shard(model)
+            fsdp.shard(reference, offload=self.device.type != "cpu")
+        elif self.device.type != "cpu":
+            reference.to("cpu")
+            self._offloaded = True
+        self.reference = reference
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.model.parameters())
+
+    def reference_logprobs(self, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
+        with self._reference_on_device():
+            return chunked_logprobs(self.reference, batch, micro_batch_size)
+
+    @contextmanager
+    def _reference_on_device(self) -> Iterator[None]:
+        """The CPU-resident reference visits the policy's device for its pass (sharded: FSDP moves its shards)."""
+        if not self._offloaded:
+            yield
+            return
+        self.reference.to(self.device)
+        try:
+            yield
+        finally:
+            self.reference.to("cpu")
+
+    def generating(self) -> AbstractContextManager[None]:
+        return fsdp.full_weights(self.model) if self.dist.enabled else nullcontext()
+
+    def no_sync(self) -> AbstractContextManager[None]:
+        # FSDP reduce-scatters each micro-batch's gradient into the shards: no full-size gradient is ever held.
+        return nullcontext()
+
+    def replica_sha256(self) -> str:
+        return "" if self.dist.enabled else state_sha256(self.model.state_dict())
+
+    def save(self, folder: Path, start: dict[str, Any] | None) -> str | None:
+        """The full weights as safetensors (`save_pretrained`) and the tokenizer: a model folder of its own."""
+        state = fsdp.full_state(self.model)  # under FSDP a collective: rank 0 receives every full weight
+        if not self.dist.is_main:
+            return None
+        from transformers.utils import logging as hf_logging
+
+        shown = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # no "Writing model shards" bar in the training log at every step
+        try:
+            self.model.save_pretrained(folder, state_dict=state)
+        finally:
+            if shown:
+                hf_logging.enable_progress_bar()
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(folder)
+        return model_dir_sha256(folder)  # what was written (a tied weight once), as inference and vLLM load it
+
+    def load(self, folder: Path) -> None:
+        state = read_model_state(folder)
+        try:
+            fsdp.load_full_state(self.model, state)
+        except RuntimeError as exc:
+            raise InputError(
+                f"the weights in {folder} do not fit this model: {exc}",
+                hint="resume with the model.name the run started from",
+            ) from exc
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        return fsdp.full_optimizer_state(self.model, optimizer)
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        fsdp.load_full_optimizer_state(self.model, optimizer, state)
+
+
+def build_policy(start: Any, tokenizer: Any, lora_cfg: LoraConfig, seed: int, dist: Dist | None = None) -> Policy:
+    """The policy RL trains from `start`: a fresh adapter on it, or (`lora.enabled = false`) all of its weights."""
+    if lora_cfg.enabled:
+        return LoraPolicy(with_fresh_adapter(start, lora_cfg, seed), dist)
+    return FullPolicy(start, tokenizer, dist)
+
+
+# --------------------------------------------------------------------------- loading
 
 
 def set_threads(threads: int) -> None:
@@ -27,11 +236,26 @@ def set_threads(threads: int) -> None:
 
 
 def load_base(model_cfg: ModelConfig, seed: int = 0) -> tuple[Any, Any]:
-    """(model, tokenizer) without an adapter."""
+    """(model, tokenizer) without an adapter; gradient checkpointing on when `model.gradient_checkpointing`."""
     if model_cfg.name == TINY:
-        return tiny_causal_lm(seed=seed)
-    device = None if model_cfg.device == "auto" else model_cfg.device
-    return load_causal_lm(model_cfg.name, dtype=model_cfg.dtype, device=device)
+        model, tokenizer = tiny_causal_lm(seed=seed)
+    else:
+        device = None if model_cfg.device == "auto" else model_cfg.device
+        model, tokenizer = load_causal_lm(model_cfg.name, dtype=model_cfg.dtype, device=device)
+    if model_cfg.gradient_checkpointing:
+        enable_checkpointing(model)
+    return model, tokenizer
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Recompute each decoder layer's activations in backward instead of keeping them (training mode only, so
+    generation keeps its KV cache). Non-reentrant: a frozen base under LoRA needs no input that requires grad, and
+    transformers checkpoints the layer's `forward`, leaving FSDP2's hooks outside the recompute."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # newer transformers; the old name warns there
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def with_fresh_adapter(model: Any, lora_cfg: LoraConfig, seed: int) -> Any:
@@ -55,3 +279,21 @@ def load_policy(model_cfg: ModelConfig, lora_cfg: LoraConfig, seed: int = 0) -> 
     if model_cfg.init_adapter:
         model, _ = merge_adapter(model, model_cfg.init_adapter)
     return with_fresh_adapter(model, lora_cfg, seed), tokenizer
+
+
+def load_adapter_weights(model: Any, adapter_dir: Path) -> None:
+    """Copy a saved adapter's weights into the live PEFT model (same LoRA shape)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = Path(adapter_dir) / "adapter_model.safetensors"
+    if not weights.exists():
+        raise InputError(f"no adapter weights in {adapter_dir}")
+    device = next(model.parameters()).device
+    result = set_peft_model_state_dict(model, load_file(str(weights), device=str(device)))
+    unexpected = getattr(result, "unexpected_keys", None)
+    if unexpected:
+        raise InputError(
+            f"adapter in {adapter_dir} does not fit this model ({len(unexpected)} unexpected keys)",
+            hint="use the same lora.r / lora.target_modules as when it was saved",
+        )

@@ -39,14 +39,25 @@ class PolicyEngine:
 
     def __init__(self, backend: Any, model: Any, kind: str) -> None:
         self.backend = backend
-        self.model = model  # the trained PEFT model
+        self.model = model  # the trained model: PEFT (LoRA), or plain (full fine-tuning)
         self.kind = kind  # "hf" | "vllm"
         self.tokenizer = getattr(backend, "tokenizer", None)
-        self.expected: str | None = None  # the adapter hash every completion must carry
+        self.expected: str | None = None  # the adapter hash every completion must carry (None: no adapter)
+        self.synced = False
         self._staging = Path(tempfile.mkdtemp(prefix="lanpo-policy-")) if kind == "vllm" else None
 
-    def sync(self) -> str:
-        """Serve the policy's adapter as it is now; returns its hash."""
+    def sync(self) -> str | None:
+        """Serve the policy's adapter as it is now; returns its hash. A fully fine-tuned policy has no adapter: the
+        hf backend generates with its live weights and says None (vLLM would need its full weights loaded after
+        every update, which `TrainConfig` refuses until the sync does it)."""
+        if not hasattr(self.model, "peft_config"):
+            if self.kind == "vllm":
+                raise ConfigError(
+                    "full fine-tuning with rollout.backend = vllm: the engine's weights are not synced",
+                    hint="roll out with rollout.backend = hf, or train a LoRA adapter (lora.enabled = true)",
+                )
+            self.expected, self.synced = None, True
+            return None
         sha = adapter_sha256(self.model)
         if self.kind == "vllm":
             assert self._staging is not None
@@ -57,19 +68,19 @@ class PolicyEngine:
                     f"the vLLM engine serves adapter {str(served)[:12]}, but the trainer holds {sha[:12]}",
                     hint="the adapter was changed between saving and loading it; do not trust this run's rollouts",
                 )
-        self.expected = sha
+        self.expected, self.synced = sha, True
         return sha
 
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
         """For each prompt, n completions of the synced policy (refuses any served by another adapter)."""
         groups = self.backend.generate(prompts, n, params)
-        if self.expected is not None:
+        if self.synced:
             for group in groups:
                 for c in group:
                     if c.served_adapter_sha256 != self.expected:
                         raise LanpoError(
                             f"a rollout was served by adapter {str(c.served_adapter_sha256)[:12]}, but the policy "
-                            f"is {self.expected[:12]}; the step is refused",
+                            f"is {str(self.expected)[:12]}; the step is refused",
                             hint="a serving bug or a missed sync: these rollouts are not the policy's",
                         )
         return groups

@@ -1,9 +1,9 @@
 """Everything a training step needs, built once: policy, optimizer + schedule, backends, the run in the store.
 
 `setup` creates the run (or resumes it: the database's last committed step decides which checkpoint loads;
-newer checkpoints on disk are ignored) and commits step 0, the initial adapter, so resume always has an anchor.
-Under torchrun only rank 0 touches the database and the checkpoint folder; the other ranks receive what they
-need by broadcast and load the same adapter weights.
+newer checkpoints on disk are ignored) and commits step 0, the initial policy, so resume always has an anchor.
+Under torchrun only rank 0 touches the database and writes to the checkpoint folder; the other ranks receive what
+they need by broadcast and load the same weights.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from lanpo.rollout import make_backend
 from lanpo.train import checkpoint as ckpt
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist, init_from_env
-from lanpo.train.policy import load_base, set_threads, with_fresh_adapter
+from lanpo.train.policy import Policy, build_policy, load_base, set_threads, with_fresh_adapter
 from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
 from lanpo.train.run import RunStart, ensure_dataset, open_run, resolve_scorer
 from lanpo.train.update import cosine_schedule, minibatches_per_epoch
@@ -47,8 +47,7 @@ class Trainer:
     cfg: TrainConfig
     engine: Engine
     run_id: int
-    model: Any  # the PEFT policy (its adapter off: the reference)
-    ddp: Any  # what the update's gradient flows through: DDP over `model` under torchrun, else None
+    policy: Policy  # what trains (a LoRA adapter, or every weight) and what the reference is
     tokenizer: Any
     backend: PolicyEngine  # samples rollouts (and validation, and the policy's summaries); synced after updates
     optimizer: torch.optim.Optimizer
@@ -124,22 +123,23 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
     start_weights = (
         start_folder(cfg, base, tokenizer, root, start_record, dist) if cfg.rollout.backend == "vllm" else None
     )
-    model = with_fresh_adapter(base, cfg.lora, cfg.seed)  # RL trains a new adapter on the start
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay)
+    policy = build_policy(base, tokenizer, cfg.lora, cfg.seed, dist)  # a new adapter on the start, or all of it
+    optimizer = torch.optim.AdamW(
+        policy.trainable_parameters(), lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay
+    )
     scheduler = cosine_schedule(optimizer, cfg.steps * updates_per_step(cfg), cfg.grpo.warmup_ratio)
-    if start.last_step is not None:  # every rank: the committed checkpoint's adapter, optimizer and schedule
-        _resume_from(cfg, start, model, optimizer, scheduler, root)
-    ddp = dist.wrap(model) if dist.enabled else None  # DDP also broadcasts rank 0's weights once, here
+    if start.last_step is not None:  # every rank: the committed checkpoint's weights, optimizer and schedule
+        _resume_from(cfg, start, policy, optimizer, scheduler, root)
     first = 1 if start.last_step is None else start.last_step + 1
-    if start.last_step is None and dist.is_main:
-        path, sha = ckpt.save_checkpoint(root, 0, model, optimizer, scheduler, start_record)
-        with transaction(engine) as session:
-            pv = steps_repo.add_policy_version(session, start.run_id, 0, sha)
-            steps_repo.commit_step(session, start.run_id, 0, pv, str(path))
+    if start.last_step is None:
+        saved = ckpt.save_checkpoint(root, 0, policy, optimizer, scheduler, start_record, dist)
+        if saved is not None:  # rank 0
+            with transaction(engine) as session:
+                pv = steps_repo.add_policy_version(session, start.run_id, 0, saved[1])
+                steps_repo.commit_step(session, start.run_id, 0, pv, str(saved[0]))
     dist.barrier()
 
-    backend = open_engine(cfg, model, tokenizer, start_weights, dist)
+    backend = open_engine(cfg, policy.model, tokenizer, start_weights, dist)
     summarizer = None
     if cfg.summarizer.enabled and (cfg.feedback.mode in ("inter", "both") or cfg.summarizer.always):
         if cfg.summarizer.model == "policy":
@@ -151,8 +151,7 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
         cfg=cfg,
         engine=engine,
         run_id=start.run_id,
-        model=model,
-        ddp=ddp,
+        policy=policy,
         tokenizer=tokenizer,
         backend=backend,
         optimizer=optimizer,
@@ -217,16 +216,16 @@ def load_start(
 
 
 def _resume_from(
-    cfg: TrainConfig, start: RunStart, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any, root: Path
+    cfg: TrainConfig, start: RunStart, policy: Policy, optimizer: torch.optim.Optimizer, scheduler: Any, root: Path
 ) -> None:
     """Load the checkpoint the database names for the last committed step, and check it is that one."""
     assert start.last_step is not None
     path = Path(start.checkpoint) if start.checkpoint else ckpt.step_dir(root, start.last_step)
-    loaded = ckpt.load_checkpoint(path, model, optimizer, scheduler)
+    loaded = ckpt.load_checkpoint(path, policy, optimizer, scheduler)
     if loaded.adapter_sha256 != start.adapter_sha256 or loaded.step != start.last_step:
         raise InputError(
-            f"checkpoint {path} (step {loaded.step}, adapter {loaded.adapter_sha256[:12]}) does not match "
-            f"the database (step {start.last_step}, adapter {str(start.adapter_sha256)[:12]})",
+            f"checkpoint {path} (step {loaded.step}, weights {loaded.adapter_sha256[:12]}) does not match "
+            f"the database (step {start.last_step}, weights {str(start.adapter_sha256)[:12]})",
             hint="the run folder was changed after the run; restore it or start a new run_name",
         )
     log.info("resuming %s after committed step %d", cfg.run_name, start.last_step)

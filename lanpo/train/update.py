@@ -5,13 +5,15 @@ Sizes are global. `grpo.minibatch_size` counts sequences over every rank, so a s
 the same share of every minibatch (its next `minibatch_size / world` sequences; see `lanpo.train.dist` for why
 that makes the minibatches the single process's ones). The loss of a minibatch is the token-mean (or seq-mean)
 over all its sequences on all ranks: each rank scales its micro-batch losses by the global token count, and by
-the world size because DDP averages gradients. Kept apart from the loop so a test can run exactly one update.
+the world size because DDP (LoRA) and FSDP (full fine-tuning) average gradients. The policy (`lanpo.train.policy`)
+says what trains and what the reference is. Kept apart from the loop so a test can run exactly one update.
 
 MEL adds an optional term (`nll`): per optimizer step J = J_GRPO + lambda * J_NLL, J_NLL the token-mean negative
 log-likelihood of the minibatch's share of the NLL examples over every rank. Its forwards go through the unwrapped
 model, which makes no collective call (ranks may hold different numbers of examples); their gradient accumulates
 locally and joins the minibatch's all-reduce at its last GRPO backward. Without the term (or lambda = 0) the update
-is plain GRPO, bit for bit.
+is plain GRPO, bit for bit. (Under FSDP every forward is a collective: `TrainConfig.check_world` refuses the term
+with full fine-tuning on several ranks.)
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from typing import Any
 import torch
 
 from lanpo.rl.loss import kl_k3, nll_sum_of, policy_loss
-from lanpo.train.batch import RolloutBatch, completion_logprobs, policy_logprobs, reference_logprobs
+from lanpo.train.batch import RolloutBatch, chunked_logprobs, completion_logprobs
 from lanpo.train.config import GRPOConfig
 from lanpo.train.dist import Dist
+from lanpo.train.policy import Policy
 
 STATS = ("loss", "kl", "entropy", "clip_frac", "tis_weight", "logp_diff")
 
@@ -150,14 +153,14 @@ def _skip_update(optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
     scheduler.step()
 
 
-def _measure_only(model: Any, batch: RolloutBatch, micro: int) -> dict[str, float]:
+def _measure_only(policy: Policy, batch: RolloutBatch, micro: int) -> dict[str, float]:
     """KL and entropy of a batch nothing was learned from (every group skipped): no gradient, no step."""
     kl_sum = entropy_sum = tokens = 0.0
-    ref = reference_logprobs(model, batch, micro)  # (B, T)
+    ref = policy.reference_logprobs(batch, micro)  # (B, T)
     with torch.no_grad():
         for start in range(0, batch.size, micro):
             sub = batch.select(slice(start, start + micro))
-            logp, entropy = completion_logprobs(model, sub, with_entropy=True)
+            logp, entropy = completion_logprobs(policy.model, sub, with_entropy=True)
             mask = sub.completion_mask.float()
             kl_sum += float((kl_k3(logp, ref[start : start + micro]) * mask).sum())
             entropy_sum += float((entropy * mask).sum())  # type: ignore[operator]
@@ -166,7 +169,7 @@ def _measure_only(model: Any, batch: RolloutBatch, micro: int) -> dict[str, floa
 
 
 def update_policy(
-    model: Any,
+    policy: Policy,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     batch: RolloutBatch,
@@ -174,20 +177,19 @@ def update_policy(
     cfg: GRPOConfig,
     seed: int,
     dist: Dist | None = None,
-    ddp: Any = None,
     behavior_logp: torch.Tensor | None = None,
     nll: NLLTerm | None = None,
 ) -> UpdateStats:
     """PPO epochs x minibatches on this rank's `batch` (B sequences) with `advantages` (B,); returns mean stats.
 
-    `model` is the PEFT module (its adapter off gives the reference); `ddp` the module the gradient flows
-    through under data parallelism (default: `model`). `behavior_logp` (B, T): the sampling engine's log-probs
-    of the rollout tokens, for truncated importance sampling (`cfg.tis_cap`). `nll`: MEL's NLL term, its examples
-    split over the minibatches of each epoch as the rollouts are (pass it on every rank, or on none).
+    The gradient flows through `policy.trained` (DDP or FSDP under torchrun); `policy.reference_logprobs` gives
+    the KL term's reference. `behavior_logp` (B, T): the sampling engine's log-probs of the rollout tokens, for
+    truncated importance sampling (`cfg.tis_cap`). `nll`: MEL's NLL term, its examples split over the minibatches
+    of each epoch as the rollouts are (pass it on every rank, or on none); its forwards use `policy.model`.
     """
     dist = dist or Dist()
-    trained = ddp if ddp is not None else model
-    params = [p for p in model.parameters() if p.requires_grad]
+    model, trained = policy.model, policy.trained
+    params = policy.trainable_parameters()
     zero_spread = float(dist.all_reduce_sum((advantages == 0).float().mean().reshape(1)).item() / dist.world)
     n_minibatches = minibatches_per_epoch(batch.size * dist.world, cfg)
     if cfg.skip_zero_spread:
@@ -195,7 +197,7 @@ def update_policy(
         # (and drops their KL term). Single process only: ranks would hold minibatches of different sizes.
         keep = torch.nonzero(advantages != 0).flatten()
         if keep.numel() == 0:  # nothing to learn from: the schedule advances, the weights do not move
-            measured = _measure_only(model, batch, cfg.micro_batch_size)
+            measured = _measure_only(policy, batch, cfg.micro_batch_size)
             for _ in range(cfg.ppo_epochs * n_minibatches):
                 _skip_update(optimizer, scheduler)
             return UpdateStats(0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, None, zero_spread, 0.0, 0.0)
@@ -205,9 +207,9 @@ def update_policy(
     on_policy = cfg.ppo_epochs == 1 and n_minibatches == 1
 
     started = time.perf_counter()
-    ref_logp = reference_logprobs(model, batch, cfg.micro_batch_size)  # (B, T): the KL term, and its metric
+    ref_logp = policy.reference_logprobs(batch, cfg.micro_batch_size)  # (B, T): the KL term, and its metric
     # Several updates per batch: the ratio needs log-probs of the policy that generated it, taken before any step.
-    old_logp = None if on_policy else policy_logprobs(model, batch, cfg.micro_batch_size)  # (B, T)
+    old_logp = None if on_policy else chunked_logprobs(model, batch, cfg.micro_batch_size)  # (B, T)
     seconds_ref = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -240,7 +242,7 @@ def update_policy(
                 sub = batch.select(idx.to(batch.input_ids.device))
                 last = micro_start == micro_starts[-1]
                 # DDP all-reduces on the minibatch's last backward only; the others accumulate locally.
-                sync = contextlib.nullcontext() if last or ddp is None else ddp.no_sync()
+                sync = contextlib.nullcontext() if last else policy.no_sync()
                 with sync:
                     loss, stats, entropy = micro_batch_loss(
                         trained,
@@ -252,7 +254,7 @@ def update_policy(
                         cfg,
                     )
                     # Weight micro-batches so the minibatch loss is the exact token-mean (or seq-mean) over every
-                    # rank's sequences; times the world size, since DDP averages the ranks' gradients.
+                    # rank's sequences; times the world size, since DDP and FSDP average the ranks' gradients.
                     tokens = sub.completion_mask.sum().item()
                     weight = tokens / tokens_mb if cfg.loss_agg == "token-mean" else len(idx) / (len(mb) * dist.world)
                     (loss * weight * dist.world).backward()

@@ -113,7 +113,8 @@ def validate(t: Trainer, step: int) -> dict[str, float]:
         top_p=ev.top_p,
         seed=mix_seed(t.cfg.seed, "validate", step, dist.rank),
     )
-    groups = t.backend.generate(texts, ev.k, params)  # one list of k completions per problem
+    with t.policy.generating():  # every rank enters, with or without problems of its own
+        groups = t.backend.generate(texts, ev.k, params)  # one list of k completions per problem
     records = []
     for i, text, completions in zip(mine, texts, groups, strict=True):
         graded = grade([c.text for c in completions], [vs.answers[i]] * ev.k, ["val"] * ev.k)

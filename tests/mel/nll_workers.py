@@ -10,6 +10,7 @@ import torch.distributed as torch_dist
 
 from lanpo.train.batch import build_batch
 from lanpo.train.dist import Dist
+from lanpo.train.policy import LoraPolicy
 from lanpo.train.update import NLLTerm, cosine_schedule, update_policy
 from tests.train import multirank_workers as grpo
 
@@ -35,9 +36,8 @@ def update(rank: int, world: int, ddp: bool) -> dict[str, torch.Tensor]:
     nll_batch = build_batch(*nll_examples(), 0, torch.device("cpu")) if rank == 0 else None
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=grpo.GRPO.learning_rate)
     dist = Dist(rank=rank, world=world)
-    wrapped = dist.wrap(model) if ddp else None
     update_policy(
-        model,
+        LoraPolicy(model, dist if ddp else None),  # DDP over the adapter when ddp
         optimizer,
         cosine_schedule(optimizer, 10, 0.0),
         batch,
@@ -45,7 +45,6 @@ def update(rank: int, world: int, ddp: bool) -> dict[str, torch.Tensor]:
         grpo.GRPO,
         seed=0,
         dist=dist,
-        ddp=wrapped,
         nll=NLLTerm(nll_batch, LAMBDA),
     )
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}

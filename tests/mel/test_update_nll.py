@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 from lanpo.rl.loss import nll_sum_of
 from lanpo.train.batch import build_batch, completion_logprobs
 from lanpo.train.config import GRPOConfig
+from lanpo.train.policy import LoraPolicy
 from lanpo.train.update import NLLTerm, cosine_schedule, update_policy
 from tests.mel import nll_workers as w
 from tests.train import multirank_workers as grpo
@@ -40,7 +41,7 @@ def _update(nll: NLLTerm | None, optimizer_cls: type = CaptureGrad) -> tuple[obj
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = optimizer_cls(params, lr=0.0) if optimizer_cls is CaptureGrad else optimizer_cls(params, lr=1e-2)
     schedule = cosine_schedule(optimizer, 4, 0.0)
-    stats = update_policy(model, optimizer, schedule, batch, advantages, CFG, seed=0, nll=nll)
+    stats = update_policy(LoraPolicy(model), optimizer, schedule, batch, advantages, CFG, seed=0, nll=nll)
     weights = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     return optimizer, stats, weights
 

@@ -11,11 +11,12 @@ from typing import Any
 import torch
 import torch.distributed as torch_dist
 
+from lanpo.train import fsdp
 from lanpo.train.batch import build_batch
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig, SFTConfig, TrainConfig
 from lanpo.train.dist import Dist
-from lanpo.train.policy import load_policy
-from lanpo.train.update import cosine_schedule, update_policy
+from lanpo.train.policy import FullPolicy, LoraPolicy, Policy, load_base, load_policy
+from lanpo.train.update import UpdateStats, cosine_schedule, update_policy
 
 PROMPTS, N = 16, 2  # 16 prompts x 2 rollouts = 32 sequences
 GRPO = GRPOConfig(learning_rate=1e-2, warmup_ratio=0.0, beta=0.05, minibatch_size=16, micro_batch_size=3)
@@ -52,18 +53,42 @@ def share(rank: int, world: int) -> list[int]:
     return [p * N + j for p in range(rank, PROMPTS, world) for j in range(N)]
 
 
-def grpo_update(rank: int, world: int, ddp: bool) -> tuple[dict[str, torch.Tensor], int]:
-    """One GRPO update on this rank's share; returns the trainable weights and the optimizer steps taken."""
+def grpo_update(rank: int, world: int) -> tuple[dict[str, torch.Tensor], int]:
+    """One GRPO update of the LoRA policy on this rank's share; returns the trainable weights and optimizer steps."""
     model, _ = policy()
+    dist = Dist(rank=rank, world=world)
+    _, steps = _update(LoraPolicy(model, dist), rank, world)
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, steps
+
+
+def full_policy(dist: Dist, checkpointing: bool = False) -> FullPolicy:
+    """The tiny model with every weight trainable (FSDP-sharded at world > 1), the same start in every process."""
+    torch.set_num_threads(1)
+    model, tokenizer = load_base(ModelConfig(name="tiny-random", threads=1, gradient_checkpointing=checkpointing))
+    return FullPolicy(model, tokenizer, dist)
+
+
+def full_update(
+    rank: int, world: int, checkpointing: bool = False
+) -> tuple[dict[str, torch.Tensor], UpdateStats, int]:
+    """One GRPO update of every weight on this rank's share: all weights (full, on rank 0), its stats, its steps.
+
+    The stats carry the gradient's norm before clipping: Adam's step hardly changes when the gradient is scaled,
+    the norm does."""
+    policy = full_policy(Dist(rank=rank, world=world), checkpointing)
+    stats, steps = _update(policy, rank, world)
+    return fsdp.full_state(policy.model), stats, steps
+
+
+def _update(trained: Policy, rank: int, world: int) -> tuple[UpdateStats, int]:
     prompts, completions, advantages = global_rollouts()
     mine = share(rank, world)
     batch = build_batch([prompts[i] for i in mine], [completions[i] for i in mine], 0, torch.device("cpu"))
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=GRPO.learning_rate)
+    optimizer = torch.optim.AdamW(trained.trainable_parameters(), lr=GRPO.learning_rate)
     scheduler = cosine_schedule(optimizer, 10, 0.0)
     dist = Dist(rank=rank, world=world)
-    wrapped = dist.wrap(model) if ddp else None
-    update_policy(model, optimizer, scheduler, batch, advantages[mine], GRPO, seed=0, dist=dist, ddp=wrapped)
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, scheduler.last_epoch
+    stats = update_policy(trained, optimizer, scheduler, batch, advantages[mine], GRPO, seed=0, dist=dist)
+    return stats, scheduler.last_epoch
 
 
 SFT_PAIRS = [
@@ -98,7 +123,12 @@ def worker(rank: int, world: int, store: str, job: str, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1")
     torch_dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        result = grpo_update(rank, world, ddp=True) if job == "grpo" else sft(rank, world, Path(out).parent, ddp=True)
+        if job == "grpo":
+            result: Any = grpo_update(rank, world)
+        elif job.startswith("full"):
+            result = full_update(rank, world, checkpointing=job == "full-checkpointing")
+        else:
+            result = sft(rank, world, Path(out).parent, ddp=True)
         if rank == 0:
             torch.save(result, out)
     finally:

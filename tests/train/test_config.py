@@ -92,3 +92,15 @@ def test_a_recipe_starts_from_its_base(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("base = 3\n")
     with pytest.raises(ConfigError, match="`base` must name another recipe file"):
         load_config(tmp_path / "bad.toml")
+
+
+def test_full_fine_tuning_config() -> None:
+    """lora.enabled = false takes the other LoRA keys as they are (the SFT warm start still uses them); a vLLM
+    rollout backend cannot serve full weights yet, and says what to do instead."""
+    cfg = load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=false", "grpo.learning_rate=1e-6"])
+    assert not cfg.lora.enabled and cfg.lora.r == 16 and cfg.grpo.learning_rate == 1e-6
+    assert load_config(CONFIGS / "demo-cpu.toml", ["model.gradient_checkpointing=true"]).model.gradient_checkpointing
+    with pytest.raises(ConfigError, match=r"lora.enabled = false .* rollout.backend = vllm") as info:
+        load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=false", "rollout.backend='vllm'"])
+    assert info.value.hint == "roll out with rollout.backend = hf, or train a LoRA adapter (lora.enabled = true)"
+    assert load_config(CONFIGS / "lanpo-both.toml", ["rollout.backend='vllm'"]).lora.enabled

@@ -90,3 +90,60 @@ def test_paper_recipe_shapes_at_world_size_8(db_env: str, db: Engine, tmp_path: 
     # 2 steps x 4 optimizer steps on a cosine schedule: after step 1's four, the rate is half the peak (one step
     # per training step, as minibatches cut from each rank's local share gave at 8 ranks, would leave 0.96 of it)
     assert metrics["lr"] == pytest.approx(0.5 * 1e-5)
+
+
+def test_full_fine_tuning_on_two_fsdp_ranks_then_resumed_alone(
+    db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path
+) -> None:
+    """`lora.enabled = false` under torchrun: FSDP2 shards every weight over 2 gloo ranks. The ranks generate with
+    the full weights gathered (validation gives rank 0 the one problem and rank 1 none: 8 forward passes against 0,
+    which per-forward all-gathers could not do), the checkpoint is one whole model written by rank 0, and the run
+    resumes in a single process from it."""
+    from lanpo.db.engine import transaction
+    from lanpo.db.repo.problems import ProblemIn, upsert_problems
+    from lanpo.models import model_dir_sha256
+
+    with transaction(db) as session:
+        upsert_problems(session, "toy-val", [ProblemIn("v1", "What is 7 * 3?", "21")])
+    recipe = (
+        RECIPE.format(out=tmp_path / "ckpt")
+        .replace("steps = 4", "steps = 2")
+        .replace("batch_size = 3", "batch_size = 2")
+    )
+    recipe = recipe.replace("[lora]\n", "[lora]\nenabled = false\n")
+    recipe = recipe.replace("learning_rate = 1e-3\n", "learning_rate = 1e-3\nweight_decay = 0.5\n")
+    config = tmp_path / "recipe.toml"
+    config.write_text(recipe + "\n[eval]\nevery = 1\nn = 1\nk = 2\nmax_new_tokens = 8\n")
+    proc = _torchrun(2, "--config", str(config), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    from transformers import AutoModelForCausalLM
+
+    def committed() -> list[tuple[int, str, str]]:
+        with db.connect() as conn:
+            return [
+                tuple(r)
+                for r in conn.execute(
+                    sa.text(
+                        "SELECT s.step, pv.adapter_sha256, s.checkpoint FROM run_steps s "
+                        "JOIN policy_versions pv ON pv.id = s.policy_version_id ORDER BY s.step"
+                    )
+                )
+            ]
+
+    rows = committed()
+    assert [r[0] for r in rows] == [0, 1, 2] and len({r[1] for r in rows}) == 3
+    _, sha, folder = rows[-1]
+    assert model_dir_sha256(Path(folder) / "model") == sha  # the version is the hash of what rank 0 wrote
+    AutoModelForCausalLM.from_pretrained(Path(folder) / "model")  # a model folder of its own
+    with db.connect() as conn:
+        kl = conn.execute(sa.text("SELECT value FROM run_metrics WHERE step = 1 AND name = 'kl'")).scalar()
+        validated = conn.execute(
+            sa.text("SELECT step, count(*) FROM run_attempts WHERE mode = 'val' GROUP BY step ORDER BY step")
+        ).all()
+    assert kl == 0.0
+    assert [tuple(r) for r in validated] == [(0, 2), (1, 2), (2, 2)]
+
+    single = _torchrun(1, "--config", str(config), "--set", "steps=3", "--resume", timeout=300)  # WORLD_SIZE=1
+    assert single.returncode == 0, single.stderr[-4000:]
+    assert [r[0] for r in committed()] == [0, 1, 2, 3]

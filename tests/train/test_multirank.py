@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 
 from lanpo.errors import ConfigError
 from lanpo.train.config import GRPOConfig, RolloutConfig, TrainConfig, load_config
+from lanpo.train.dist import Dist
 from tests.train import multirank_workers as w
 
 
@@ -34,11 +35,28 @@ def _assert_same(multi: dict[str, torch.Tensor], single: dict[str, torch.Tensor]
 
 @pytest.mark.parametrize("world", [2, 4, 8])
 def test_grpo_update_at_world_size_equals_single_process(world: int, tmp_path: Path) -> None:
-    single, single_steps = w.grpo_update(0, 1, ddp=False)
+    single, single_steps = w.grpo_update(0, 1)
     multi, multi_steps = _spawn(world, "grpo", tmp_path)  # type: ignore[misc]
     start = {n: p.detach() for n, p in w.policy()[0].named_parameters() if p.requires_grad}
     _assert_same(multi, single, start)
     assert multi_steps == single_steps == 2  # 32 sequences / minibatch 16, at every world size
+
+
+@pytest.mark.parametrize(
+    ("world", "job"), [(2, "full"), (2, "full-checkpointing"), pytest.param(8, "full", marks=pytest.mark.slow)]
+)
+def test_full_fine_tuning_with_fsdp_at_world_size_equals_single_process(world: int, job: str, tmp_path: Path) -> None:
+    """Every weight, FSDP2-sharded over gloo ranks (with gradient checkpointing too), equals one unsharded process."""
+    single, single_stats, single_steps = w.full_update(0, 1)
+    multi, multi_stats, multi_steps = _spawn(world, job, tmp_path)  # type: ignore[misc]
+    start = w.full_policy(Dist()).model.state_dict()
+    _assert_same(multi, single, start)
+    assert multi_steps == single_steps == 2
+    for key in ("loss", "kl", "grad_norm"):
+        assert getattr(multi_stats, key) == pytest.approx(getattr(single_stats, key), rel=1e-4, abs=1e-9), key
+    assert single_stats.kl > 0  # the second minibatch's policy has left the reference
+    moved = [n for n in single if not torch.equal(single[n], start[n])]
+    assert len(moved) == len(single), "every weight trains"
 
 
 def test_sft_warm_start_at_two_ranks_equals_single_process(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+import torch
 from sqlalchemy.engine import Engine
 
 from lanpo.train import checkpoint as ckpt
@@ -145,8 +146,52 @@ def test_sigkill_during_generation_and_db_write_then_resume(
     )[0]
     from lanpo.models import adapter_sha256
     from lanpo.train.config import LoraConfig, ModelConfig
-    from lanpo.train.policy import load_policy
+    from lanpo.train.policy import load_adapter_weights, load_policy
 
     model, _ = load_policy(ModelConfig(name="tiny-random", threads=1), LoraConfig(r=4, alpha=8), seed=123)
-    ckpt.load_adapter_weights(model, Path(path) / ckpt.ADAPTER_DIR)
+    load_adapter_weights(model, Path(path) / ckpt.ADAPTER_DIR)
     assert adapter_sha256(model) == sha
+
+
+def test_full_fine_tuning_resumes_from_the_full_weights_of_the_last_committed_step(
+    db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path
+) -> None:
+    """Killed after step 3's checkpoint was written but before its commit, a full fine-tuning run resumes from step
+    2's weights (the database decides, not the newest folder), with the start as its reference."""
+    from safetensors.torch import load_file
+
+    from lanpo.models import model_dir_sha256, tiny_causal_lm
+    from lanpo.train.config import load_config
+    from lanpo.train.state import setup
+
+    out = tmp_path / "ckpt"
+    config = tmp_path / "recipe.toml"
+    # weight decay moves every weight at every step, even where the tiny model's rewards leave no advantage
+    recipe = RECIPE.format(out=out).replace("[lora]\n", "[lora]\nenabled = false\n")
+    config.write_text(recipe.replace("learning_rate = 1e-3\n", "learning_rate = 1e-3\nweight_decay = 0.5\n"))
+
+    _kill_when_paused(_launch(config, "generate:2", resume=False), "lanpo-paused generate:2")
+    _kill_when_paused(_launch(config, "db_write:3", resume=True), "lanpo-paused db_write:3")
+    assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(0,), (1,), (2,)]
+    step2, step3 = (load_file(str(ckpt.step_dir(out, s) / "model" / "model.safetensors")) for s in (2, 3))
+    assert any(not torch.equal(step2[k], step3[k]) for k in step2)
+
+    trainer, first = setup(load_config(config), db, resume=True)
+    assert first == 3
+    weights = trainer.policy.model.state_dict()
+    assert all(torch.equal(weights[k], step2[k]) for k in step2), "not step 2's weights"
+    start = tiny_causal_lm(seed=0)[0].state_dict()
+    reference = trainer.policy.reference.state_dict()  # type: ignore[attr-defined]
+    assert all(torch.equal(reference[k], start[k]) for k in start), "the reference is not the start"
+    assert any(not torch.equal(weights[k], start[k]) for k in start)
+
+    proc = _launch(config, None, resume=True)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(s,) for s in range(5)]
+    (path, sha) = _rows(
+        db,
+        "SELECT s.checkpoint, pv.adapter_sha256 FROM run_steps s "
+        "JOIN policy_versions pv ON pv.id = s.policy_version_id WHERE s.step = 4",
+    )[0]
+    assert model_dir_sha256(Path(path) / "model") == sha

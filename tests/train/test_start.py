@@ -72,7 +72,7 @@ def test_a_checkpoint_adapter_loads_onto_its_start(db: Engine, toy_problems: lis
     answerer = Answerer(model, adapter=adapter, tokenizer=tokenizer)
     batch = build_batch([[5, 6, 7, 8]], [[9, 10, 11]], 0, torch.device("cpu"))
     with torch.no_grad():
-        want, _ = completion_logprobs(trainer.model, batch)
+        want, _ = completion_logprobs(trainer.policy.model, batch)
         got, _ = completion_logprobs(answerer.model, batch)
         plain, _ = completion_logprobs(load_adapter(tiny_causal_lm(seed=cfg.seed)[0], adapter), batch)
     assert torch.allclose(got, want, atol=1e-5)

@@ -1,18 +1,21 @@
-"""One GRPO update on a tiny random model: LoRA weights move, base weights do not; batching and schedule."""
+"""One GRPO update on a tiny random model: LoRA weights move, base weights do not; batching, schedule, and
+gradient checkpointing (LoRA and full fine-tuning)."""
 
 from __future__ import annotations
 
 import itertools
 
+import pytest
 import torch
 
 from lanpo.models import apply_chat
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
-from lanpo.train.batch import build_batch, completion_logprobs, reference_logprobs
+from lanpo.train.batch import build_batch, completion_logprobs
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
-from lanpo.train.policy import load_policy
+from lanpo.train.policy import LoraPolicy, build_policy, load_base, load_policy
 from lanpo.train.update import cosine_schedule, update_policy
+from tests.train import multirank_workers as w
 
 
 def _rollouts(model, tokenizer, n: int = 4):
@@ -33,7 +36,7 @@ def test_one_grpo_step_changes_lora_and_not_base() -> None:
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate)
     scheduler = cosine_schedule(optimizer, 10, 0.0)
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
-    stats = update_policy(model, optimizer, scheduler, batch, advantages, cfg, seed=0)
+    stats = update_policy(LoraPolicy(model), optimizer, scheduler, batch, advantages, cfg, seed=0)
     assert scheduler.last_epoch == 1 and stats.grad_norm > 0 and stats.zero_spread == 0.5
     changed_lora = [n for n, p in model.named_parameters() if "lora_" in n and not torch.equal(p, before[n])]
     changed_base = [n for n, p in model.named_parameters() if "lora_" not in n and not torch.equal(p, before[n])]
@@ -42,7 +45,7 @@ def test_one_grpo_step_changes_lora_and_not_base() -> None:
     # the reference (adapter disabled) is still the untouched base model
     with model.disable_adapter():
         base_logp, _ = completion_logprobs(model, batch)
-    assert torch.allclose(reference_logprobs(model, batch, 8), base_logp)
+    assert torch.allclose(LoraPolicy(model).reference_logprobs(batch, 8), base_logp)
     assert not torch.allclose(completion_logprobs(model, batch)[0], base_logp)
 
 
@@ -73,7 +76,7 @@ def test_micro_batching_gives_the_same_gradient_as_one_batch() -> None:
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = CaptureGrad(params, lr=0.0)
         advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, 0.0, -2.0, 0.0])
-        update_policy(model, optimizer, cosine_schedule(optimizer, 4, 0.0), batch, advantages, cfg, seed=0)
+        update_policy(LoraPolicy(model), optimizer, cosine_schedule(optimizer, 4, 0.0), batch, advantages, cfg, seed=0)
         grads.append(optimizer.captured[0])
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
@@ -107,10 +110,40 @@ def test_skip_zero_spread_updates_only_on_signal() -> None:
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate)
     scheduler = cosine_schedule(optimizer, 10, 0.0)
     before = [p.detach().clone() for p in params]
-    stats = update_policy(model, optimizer, scheduler, batch, torch.zeros(8), cfg, seed=0)
+    policy = LoraPolicy(model)
+    stats = update_policy(policy, optimizer, scheduler, batch, torch.zeros(8), cfg, seed=0)
     assert stats.zero_spread == 1.0 and stats.seconds_update == 0.0 and stats.kl == stats.kl  # a number, not NaN
     assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
     assert scheduler.last_epoch == 1
-    stats = update_policy(model, optimizer, scheduler, batch, torch.tensor([1.0, -1.0] + [0.0] * 6), cfg, seed=0)
+    stats = update_policy(policy, optimizer, scheduler, batch, torch.tensor([1.0, -1.0] + [0.0] * 6), cfg, seed=0)
     assert stats.grad_norm > 0 and stats.zero_spread == 0.75
     assert any(not torch.equal(a, b) for a, b in zip(before, params, strict=True))
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+def test_gradient_checkpointing_gives_the_same_loss_and_gradient(lora: bool) -> None:
+    """model.gradient_checkpointing recomputes each layer in backward (it runs twice) and changes no number."""
+    prompts, completions, advantages = w.global_rollouts()
+    batch = build_batch(prompts, completions, 0, torch.device("cpu"))
+    cfg = GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, beta=0.1, micro_batch_size=5)
+    runs = []
+    for checkpointing in (False, True):
+        base, tokenizer = load_base(ModelConfig(name="tiny-random", threads=1, gradient_checkpointing=checkpointing))
+        policy = build_policy(base, tokenizer, LoraConfig(enabled=lora, r=4, alpha=8), seed=0)
+        with torch.no_grad():  # off the start, so the KL term has a gradient too
+            for name, p in policy.model.named_parameters():
+                if p.requires_grad and (not lora or "lora_B" in name):
+                    p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))) * 0.05)
+        # Inside the checkpointed layer forward: the backward's recompute enters it again (and stops early, inside
+        # it, once it has what backward needs: a pre-hook sees the second call, a forward hook would not).
+        mlp_calls: list[int] = []
+        mlp = next(m for m in policy.model.modules() if type(m).__name__ == "LlamaMLP")
+        mlp.register_forward_pre_hook(lambda *_, calls=mlp_calls: calls.append(1))
+        optimizer = CaptureGrad(policy.trainable_parameters(), lr=0.0)
+        stats = update_policy(policy, optimizer, cosine_schedule(optimizer, 4, 0.0), batch, advantages, cfg, seed=0)
+        runs.append((stats, optimizer.captured[0], len(mlp_calls)))
+    (off, grad_off, calls_off), (on, grad_on, calls_on) = runs
+    micro_batches = -(-batch.size // cfg.micro_batch_size)
+    assert calls_on - calls_off == micro_batches  # each update forward ran again in backward; the reference's not
+    assert (on.loss, on.kl, on.grad_norm) == pytest.approx((off.loss, off.kl, off.grad_norm), rel=1e-6)
+    assert off.kl > 0 and torch.allclose(grad_on, grad_off, rtol=1e-5, atol=1e-8)
