@@ -117,6 +117,8 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
         out["rewards"] = [m["reward/mean"] for m in result.metrics]
         out["checkpoint_dir"] = str(result.checkpoint_dir)
         out["run_id"] = result.run_id
+        out["held_out"] = _held_out_change(result.validation, cfg.eval.n, echo)
+        out["report_dir"] = _write_report(engine, cfg.run_name, home / "reports" / cfg.run_name, echo)
 
     with stage(5, "SQL over the history (read-only, as `lanpo sql` runs it)", echo):
         from lanpo.cli.sql import format_result
@@ -145,6 +147,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
     echo(f"  database:     {'embedded, ' + str(home / 'pgdata') if is_embedded() else 'LANPO_DATABASE_URL'}")
     echo(f"  problems:     {data_dir}")
     echo(f"  checkpoints:  {result.checkpoint_dir}")
+    echo(f"  report:       {out['report_dir']}  (lanpo report {cfg.run_name} --out DIR redraws it)")
     echo("  next:")
     echo(f"    lanpo sql \"SELECT * FROM run_rewards WHERE run_name = '{cfg.run_name}'\"")
     echo("    lanpo pool stats")
@@ -153,6 +156,41 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
     )
     echo(f"    lanpo eval --config {recipe_path('eval-demo-cpu.toml')}")
     return out
+
+
+def _held_out_change(validation: dict[int, dict[str, float]], n: int, echo: Callable[[str], None]) -> dict[str, Any]:
+    """Held-out mean@k before and after training, and whether the change is above noise (2 standard errors)."""
+    if len(validation) < 2:
+        echo("      held-out: not validated twice (eval.every = 0); see `lanpo eval`")
+        return {}
+    first, last = min(validation), max(validation)
+    key = next(k for k in validation[first] if "/mean@" in k)
+    before, after = validation[first][key], validation[last][key]
+    # Each problem's mean@k lies in [0, 1] with variance at most p(1 - p): a conservative s.e. of the difference
+    # of two independent held-out passes over the same n problems.
+    se = ((before * (1 - before) + after * (1 - after)) / max(n, 1)) ** 0.5
+    change = after - before
+    echo(
+        f"      held-out {key.split('/')[-1]} on {n} problems: {before:.3f} at step {first} -> {after:.3f} "
+        f"at step {last} ({change:+.3f}, noise +-{2 * se:.3f} at 2 s.e.)"
+    )
+    if abs(change) <= 2 * se:
+        echo(
+            "      within noise: a few demo steps do not show learning at this size. The experiment that measures\n"
+            "      it is `lanpo experiment --config train/experiments/grpo-vs-lanpo.toml` (README, 'Does it learn?')"
+        )
+    return {"metric": key, "before": before, "after": after, "noise_2se": 2 * se}
+
+
+def _write_report(engine: Any, run_name: str, out: Path, echo: Callable[[str], None]) -> str:
+    from lanpo.db.engine import transaction
+    from lanpo.report.build import read_report, write_report
+
+    with transaction(engine) as session:
+        data = read_report(session, [run_name])
+    written = write_report(data, out, command=f"lanpo report {run_name}")
+    echo(f"      figures: {written.out_dir / 'report.md'} ({len(written.figures)} PNGs, e.g. {written.figures[0]})")
+    return str(written.out_dir)
 
 
 def _build_relevance(engine: Any, judge: str, dataset: str, top_k: int, echo: Callable[[str], None]) -> str:

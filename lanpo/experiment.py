@@ -143,6 +143,14 @@ def arm_config(base: TrainConfig, table: dict[str, Any], arm: str, seed: int, ex
         raise
 
 
+def identity(exp: ExperimentConfig, base: TrainConfig) -> dict[str, Any]:
+    """What makes two invocations the same experiment: the recipe and every arm's definition. Which arms and seeds
+    one invocation runs is a selection from it, so `--arms lanpo-intra` or `--seeds 3` extends an experiment, and
+    two processes (one per core or GPU, `--arms grpo` and `--arms lanpo-both`) can run its arms side by side."""
+    chosen = {k: v for k, v in to_mapping(exp).items() if k not in ("arms", "seeds")}
+    return {**chosen, "arm": exp.arm_overrides(), "base": to_mapping(base)}
+
+
 def run_experiment(
     exp: ExperimentConfig,
     base: TrainConfig,
@@ -154,9 +162,7 @@ def run_experiment(
     from lanpo.train.loop import train
 
     with transaction(engine) as session:
-        experiment = experiments_repo.ensure_experiment(
-            session, exp.name, {**to_mapping(exp), "base": to_mapping(base)}
-        )
+        experiment = experiments_repo.ensure_experiment(session, exp.name, identity(exp, base))
     folder = exp.folder()
     start = shared_start(exp, base, engine, folder, echo)
     arms = exp.arm_overrides()

