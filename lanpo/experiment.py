@@ -144,11 +144,11 @@ def arm_config(base: TrainConfig, table: dict[str, Any], arm: str, seed: int, ex
 
 
 def identity(exp: ExperimentConfig, base: TrainConfig) -> dict[str, Any]:
-    """What makes two invocations the same experiment: the recipe and every arm's definition. Which arms and seeds
+    """What makes two invocations the same experiment: the recipe and the file's own arm tables. Which arms and seeds
     one invocation runs is a selection from it, so `--arms lanpo-intra` or `--seeds 3` extends an experiment, and
     two processes (one per core or GPU, `--arms grpo` and `--arms lanpo-both`) can run its arms side by side."""
-    chosen = {k: v for k, v in to_mapping(exp).items() if k not in ("arms", "seeds")}
-    return {**chosen, "arm": exp.arm_overrides(), "base": to_mapping(base)}
+    chosen = {k: v for k, v in to_mapping(exp).items() if k not in ("arms", "seeds")}  # keeps the [arm.*] tables
+    return {**chosen, "base": to_mapping(base)}
 
 
 def run_experiment(
