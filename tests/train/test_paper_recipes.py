@@ -78,6 +78,7 @@ def test_paper_recipe_equals_the_papers_tables(name: str) -> None:
     assert cfg.steps == math.ceil(PAPER["epochs"] * DAPO17K_PROBLEMS / cfg.batch_size)
     assert abs(PAPER["epochs"] * 17_000 / cfg.batch_size - PAPER["steps_about"]) < 5  # "about 330" with 17k
     assert cfg.grpo.learning_rate == PAPER["learning_rate"]
+    assert not cfg.lora.enabled and cfg.model.gradient_checkpointing, "the paper fine-tunes every weight"
     assert cfg.rollout.n == PAPER["rollouts_per_prompt"]
     assert cfg.grpo.minibatch_size == PAPER["ppo_minibatch_prompts"] * cfg.rollout.n  # lanpo counts sequences
     assert (cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens, cfg.summarizer.max_new_tokens) == (
@@ -123,6 +124,7 @@ def test_lora_variants_and_table2_recipes_depart_only_where_they_say() -> None:
     for name, mode in PAPER_RECIPES.items():
         paper, lora = recipe(name), recipe(f"{name}-lora")
         assert (lora.lora.r, lora.grpo.learning_rate, lora.run_name) == (64, 1e-5, f"{name}-lora")
+        assert lora.lora.enabled
         assert lora.feedback == paper.feedback and lora.rollout == paper.rollout and lora.steps == paper.steps
         assert lora.feedback.mode == mode
     inter = recipe("lanpo-inter")
