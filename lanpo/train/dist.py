@@ -9,6 +9,8 @@
   block of prompts, taken over every r, is exactly block j of the whole batch.
 - Rank 0 alone writes the checkpoint (every rank sends it its FSDP shards) and the step's one transaction, from
   what every rank sends it (`gather_step`); a barrier after the commit keeps the next step's context reads behind it.
+- Every collective gives up after $LANPO_DIST_TIMEOUT seconds (default 3600), so a rank that died or stalls (in
+  SFT's broadcast, say) fails the job instead of leaving the others blocked for ever.
 
 A single process (no WORLD_SIZE) skips all of this.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -112,6 +115,25 @@ def world_size() -> int:
         raise ConfigError(f"WORLD_SIZE must be an integer, got {raw!r}") from exc
 
 
+ENV_TIMEOUT = "LANPO_DIST_TIMEOUT"
+DEFAULT_TIMEOUT_S = 3600.0  # a rank waits this long in a collective: rank 0's summaries and database work, or
+# a slow rank's rollouts, must fit in it; past it the collective raises instead of hanging the job for ever
+
+
+def dist_timeout() -> timedelta:
+    """How long a rank waits in any collective before it fails ($LANPO_DIST_TIMEOUT seconds, default one hour)."""
+    raw = os.environ.get(ENV_TIMEOUT, str(DEFAULT_TIMEOUT_S))
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ConfigError(
+            f"{ENV_TIMEOUT} must be a positive number of seconds, got {raw!r}", hint=f"e.g. {ENV_TIMEOUT}=3600"
+        )
+    return timedelta(seconds=seconds)
+
+
 def init_from_env() -> Dist:
     """Join the process group torchrun / accelerate describe in the environment (or run alone)."""
     world = world_size()
@@ -123,5 +145,5 @@ def init_from_env() -> Dist:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
-        torch_dist.init_process_group(backend=backend)
+        torch_dist.init_process_group(backend=backend, timeout=dist_timeout())
     return Dist(rank=rank, world=world, local_rank=local_rank)
