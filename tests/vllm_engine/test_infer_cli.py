@@ -19,7 +19,7 @@ from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.models import load_adapter, load_causal_lm
-from lanpo.retrieval.scorer import RelevanceScorer
+from lanpo.retrieval.scorer import PROMPT_VERSION, RelevanceScorer
 from tests.vllm_engine.helpers import SavedAdapter, needs_vllm
 
 pytestmark = [pytest.mark.vllm, needs_vllm]
@@ -79,6 +79,6 @@ def test_infer_retrieval_answers_and_judges_on_one_engine(
     served = set(session.scalars(sa.text("SELECT served_adapter_sha256 FROM attempts")))
     assert served == {adapter.sha256}  # every stored attempt names the adapter that answered it
     scorers = set(session.scalars(sa.text("SELECT scorer FROM relevance_scores")))
-    assert scorers == {f"{smollm2_dir}+{adapter.sha256[:12]}|relevance-v1"}
+    assert scorers == {f"{smollm2_dir}+{adapter.sha256[:12]}|{PROMPT_VERSION}"}
     (config,) = session.scalars(sa.text("SELECT config FROM runs WHERE kind = 'infer'"))
     assert config["backend"] == "vllm" and config["vllm"]["max_lora_rank"] == 16

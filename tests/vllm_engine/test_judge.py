@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from lanpo.errors import LanpoError
-from lanpo.retrieval.scorer import RelevanceScorer
+from lanpo.retrieval.scorer import PROMPT_VERSION, RelevanceScorer
 from lanpo.retrieval.vllm_scorer import VLLMRelevanceScorer
 from tests.vllm_engine.helpers import SavedAdapter, needs_vllm
 
@@ -39,7 +39,7 @@ def test_the_engine_judge_agrees_with_the_hf_judge(backend: Any, hf_smollm2: tup
     model, tokenizer = hf_smollm2
     hf = RelevanceScorer(model, tokenizer, model_id="smollm2").score(PAIRS)
     judge = VLLMRelevanceScorer(backend, model_id="smollm2")
-    assert judge.identity == "smollm2|relevance-v1" == RelevanceScorer(model, tokenizer, "smollm2").identity
+    assert judge.identity == f"smollm2|{PROMPT_VERSION}" == RelevanceScorer(model, tokenizer, "smollm2").identity
     on_engine = judge.score(PAIRS, batch_size=4)  # several engine calls, in input order
     diffs = [abs(a - b) for a, b in zip(hf, on_engine, strict=True)]
     assert max(diffs) < TOLERANCE and sum(diffs) / len(diffs) < TOLERANCE / 3, diffs
