@@ -19,6 +19,7 @@ Leakage rules (tested with hypothesis in tests/test_prompts.py):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 Message = dict[str, str]
@@ -110,6 +111,20 @@ class HasSummary(Protocol):
 
     @property
     def summary(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """An earlier response as the reflection prompt reads it (SFT pairs and teacher requests build these)."""
+
+    response: str
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """A lesson's text as the exploration prompt reads it."""
+
+    summary: str
 
 
 def version_of(mode: str, raw: bool = False) -> str:

@@ -138,8 +138,8 @@ def sft_pairs(
             continue
         attempt = _slip(solution)
         review = "I recompute attempt 1 line by line and redo the calculation below."
-        intra_user = prompts.intra_messages(question, [_Text(attempt)])
-        inter_user = prompts.inter_messages(question, [_Lesson(LESSON)])
+        intra_user = prompts.intra_messages(question, [prompts.Attempt(attempt)])
+        inter_user = prompts.inter_messages(question, [prompts.Lesson(LESSON)])
         plan = "Work out each operation on its own line, in order, then box the final number."
         for messages, reply in (
             (intra_user, f"## Review\n{review}\n## Solution\n{solution}"),
@@ -153,16 +153,6 @@ def sft_pairs(
             pairs.append({"messages": [*messages, {"role": "assistant", "content": reply}]})
     rng.shuffle(pairs)
     return pairs
-
-
-@dataclass(frozen=True)
-class _Text:
-    response: str
-
-
-@dataclass(frozen=True)
-class _Lesson:
-    summary: str
 
 
 def read_pairs(path: str | Path) -> list[dict[str, list[Message]]]:

@@ -126,16 +126,6 @@ class SourceProblem:
     answer: str
 
 
-@dataclass(frozen=True)
-class _Text:
-    response: str
-
-
-@dataclass(frozen=True)
-class _Lesson:
-    summary: str
-
-
 @dataclass
 class PairReport:
     pairs: list[dict[str, Any]] = field(default_factory=list)
@@ -219,7 +209,7 @@ def generate_pairs(
                 verdicts["source_correct"] = True  # the solution it summarises was verified
                 _keep(report, target, _pair(messages, reply, "summary", teacher.name, p.ref, verdicts))
         # 3. reflection over the teacher's own first attempt (reward-agnostic: right or wrong alike)
-        asks = [prompts.intra_messages(p.question, [_Text(r)]) for p, r in zip(chunk, firsts, strict=True)]
+        asks = [prompts.intra_messages(p.question, [prompts.Attempt(r)]) for p, r in zip(chunk, firsts, strict=True)]
         for p, messages, reply in zip(chunk, asks, teacher.chat(asks, params), strict=True):
             verdicts = _judge(report, "reflection", reply, p.answer, prompts.INTRA_HEADERS)
             if verdicts is not None:
@@ -231,7 +221,7 @@ def generate_pairs(
             if others:
                 picked = rng.sample(others, min(lessons_per_prompt, len(others)))
                 fed.append(p)
-                asks.append(prompts.inter_messages(p.question, [_Lesson(t) for t in picked]))
+                asks.append(prompts.inter_messages(p.question, [prompts.Lesson(t) for t in picked]))
         for p, messages, reply in zip(fed, asks, teacher.chat(asks, params), strict=True):
             verdicts = _judge(report, "feedback", reply, p.answer, prompts.INTER_HEADERS)
             if verdicts is not None:
