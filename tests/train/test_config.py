@@ -103,7 +103,7 @@ def test_full_fine_tuning_config() -> None:
     with pytest.raises(ConfigError, match=r"lora.enabled = false .* rollout.backend = vllm") as info:
         load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=false", "rollout.backend='vllm'"])
     assert info.value.hint == "roll out with rollout.backend = hf, or train a LoRA adapter (lora.enabled = true)"
-    assert load_config(CONFIGS / "lanpo-both.toml", ["rollout.backend='vllm'"]).lora.enabled
+    assert load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=true", "rollout.backend='vllm'"]).lora.enabled
     # MEL's NLL term runs uneven forwards per rank: refused under FSDP (full fine-tuning on several ranks)
     full_mel = ["lora.enabled=false", "rollout.backend='hf'"]
     assert not load_config(CONFIGS / "mel-qwen3-4b.toml", full_mel, world=1).lora.enabled
