@@ -25,6 +25,12 @@ EVICTION_POLICIES = ("oldest", "lowest_reward", "lowest_relevance")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # model dtypes a config or a --dtype option may name
 
 
+def check(cond: bool, message: str, hint: str | None = None) -> None:
+    """A config dataclass's `__post_init__` check: ConfigError(message, hint) unless `cond`."""
+    if not cond:
+        raise ConfigError(message, hint=hint)
+
+
 def help_field(default: Any, help: str, **kwargs: Any) -> Any:
     """A dataclass field whose help text documents it (`lanpo train --keys` and `lanpo eval --keys` print them)."""
     if isinstance(default, list | dict):

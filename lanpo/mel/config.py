@@ -8,18 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lanpo.config import check as _check
 from lanpo.config import help_field
-from lanpo.errors import ConfigError
 
 STEP_SPLITS = ("lines", "sentences")
 LOCATORS = ("model", "heuristic")
 VALIDATION_RULES = ("beats_group", "any_success")
 NLL_TARGETS = ("lesson", "replay")
-
-
-def _check(cond: bool, message: str, hint: str | None = None) -> None:
-    if not cond:
-        raise ConfigError(message, hint=hint)
 
 
 @dataclass

@@ -41,16 +41,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from lanpo.config import DTYPES, help_field
-from lanpo.errors import ConfigError
+from lanpo.config import check as _check
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM sizes its LoRA slots for
 AUTO_MEMORY_FRACTION = {"cpu": 0.15, "cuda": 0.45}
 CPU_PREFILL_TOKENS = 8192  # tokens prefilled per engine step on CPU, where prompts are never chunked
-
-
-def _check(cond: bool, message: str, hint: str | None = None) -> None:
-    if not cond:
-        raise ConfigError(message, hint=hint)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lanpo.config import DTYPES, StoreConfig, help_field, lanpo_home, load_toml
+from lanpo.config import check as _check
 from lanpo.errors import ConfigError
 from lanpo.mel.config import MELConfig
 from lanpo.report.live import check_report_to
@@ -21,11 +22,6 @@ FEEDBACK_SOURCES = ("summary", "meta")  # feedback.sources: experience kinds int
 INTER_SOURCES = ("summary", "raw")  # feedback.inter_source: what an inter item shows of the experience drawn
 METHODS = ("auto", "grpo", "lanpo", "mel")
 AGGREGATIONS = ("token-mean", "seq-mean")
-
-
-def _check(cond: bool, message: str, hint: str | None = None) -> None:
-    if not cond:
-        raise ConfigError(message, hint=hint)
 
 
 @dataclass
