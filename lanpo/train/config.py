@@ -116,6 +116,7 @@ class GRPOConfig:
     learning_rate: float = help_field(1e-6, "AdamW learning rate (paper: 1e-6 full fine-tuning; LoRA wants ~1e-4)")
     weight_decay: float = help_field(0.0, "AdamW weight decay")
     warmup_ratio: float = help_field(0.1, "share of steps with linear warmup before the cosine decay (paper: 0.1)")
+    lr_schedule: str = help_field("cosine", "after the warmup: cosine (decay to 0, paper) | constant")
     eps_low: float = help_field(0.2, "lower clip: ratio >= 1 - eps_low (paper: 0.2)")
     eps_high: float = help_field(0.28, "upper clip: ratio <= 1 + eps_high (paper: 0.28)")
     beta: float = help_field(5e-4, "KL penalty against the reference policy (paper: 5e-4)")
@@ -138,6 +139,10 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         _check(self.learning_rate > 0, f"grpo.learning_rate must be > 0, got {self.learning_rate}")
         _check(0 <= self.warmup_ratio < 1, f"grpo.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        _check(
+            self.lr_schedule in ("cosine", "constant"),
+            f"grpo.lr_schedule must be cosine or constant, got {self.lr_schedule!r}",
+        )
         _check(0 <= self.eps_low < 1, f"grpo.eps_low must be in [0, 1), got {self.eps_low}")
         _check(
             self.eps_high >= self.eps_low,

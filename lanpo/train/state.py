@@ -127,7 +127,9 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
     optimizer = torch.optim.AdamW(
         policy.trainable_parameters(), lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay
     )
-    scheduler = cosine_schedule(optimizer, cfg.steps * updates_per_step(cfg), cfg.grpo.warmup_ratio)
+    scheduler = cosine_schedule(
+        optimizer, cfg.steps * updates_per_step(cfg), cfg.grpo.warmup_ratio, cfg.grpo.lr_schedule
+    )
     if start.last_step is not None:  # every rank: the committed checkpoint's weights, optimizer and schedule
         _resume_from(cfg, start, policy, optimizer, scheduler, root)
     first = 1 if start.last_step is None else start.last_step + 1

@@ -78,13 +78,24 @@ class UpdateStats:
         return out
 
 
-def cosine_schedule(optimizer: torch.optim.Optimizer, total_updates: int, warmup_ratio: float) -> Any:
-    """Linear warmup over `warmup_ratio` of the updates, then cosine decay to 0 (paper: 10% warmup)."""
+SCHEDULES = ("cosine", "constant")
+
+
+def cosine_schedule(
+    optimizer: torch.optim.Optimizer, total_updates: int, warmup_ratio: float, decay: str = "cosine"
+) -> Any:
+    """Linear warmup over `warmup_ratio` of the updates, then cosine decay to 0 (paper: 10% warmup).
+
+    `decay = "constant"` holds the peak after the warmup: a short run (tens of updates) on a cosine spends half its
+    updates below half the learning rate.
+    """
     warmup = int(total_updates * warmup_ratio)
 
     def factor(i: int) -> float:
         if i < warmup:
             return (i + 1) / (warmup + 1)
+        if decay == "constant":
+            return 1.0
         progress = (i - warmup) / max(1, total_updates - warmup)
         return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 

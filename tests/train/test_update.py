@@ -8,6 +8,7 @@ import itertools
 import pytest
 import torch
 
+from lanpo.errors import ConfigError
 from lanpo.models import apply_chat
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
@@ -98,6 +99,22 @@ def test_cosine_schedule_warms_up_then_decays_to_zero() -> None:
         sched.step()
     assert lrs[0] == 0.5 and lrs[1] == 1.0
     assert all(a >= b for a, b in itertools.pairwise(lrs[1:])) and lrs[-1] < 0.05
+
+
+def test_constant_schedule_holds_the_peak_after_the_warmup() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = cosine_schedule(opt, 10, 0.1, "constant")
+    lrs = []
+    for _ in range(10):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert lrs == [0.5] + [1.0] * 9
+
+
+def test_an_unknown_schedule_is_refused_when_the_config_loads() -> None:
+    with pytest.raises(ConfigError, match="grpo.lr_schedule"):
+        GRPOConfig(lr_schedule="linear")
 
 
 def test_skip_zero_spread_updates_only_on_signal() -> None:
