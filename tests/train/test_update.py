@@ -113,7 +113,7 @@ def test_constant_schedule_holds_the_peak_after_the_warmup() -> None:
 
 
 def test_an_unknown_schedule_is_refused_when_the_config_loads() -> None:
-    with pytest.raises(ConfigError, match="grpo.lr_schedule"):
+    with pytest.raises(ConfigError, match=r"grpo\.lr_schedule"):
         GRPOConfig(lr_schedule="linear")
 
 
