@@ -19,9 +19,10 @@ def _line(step: int, metrics: dict[str, float]) -> str:
     kl = metrics.get("kl", math.nan)
     mel = ""
     if "mel/pairs" in metrics:  # MEL: pairs -> lessons -> validated, and J_NLL
+        nll = f"{metrics['mel/nll']:.2f}" if "mel/nll" in metrics else "-"  # no validated lesson: no term
         mel = (
             f"mel {metrics['mel/pairs']:.0f}->{metrics['mel/candidates']:.0f}->{metrics['mel/validated']:.0f}"
-            f" nll {metrics.get('mel/nll', math.nan):.2f}  "
+            f" nll {nll}  "
         )
     return (
         f"step {step:>4}  reward {metrics['reward/mean']:.3f}  acc {metrics['accuracy/mean']:.2f} ({acc_by_mode})  "

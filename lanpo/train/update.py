@@ -56,8 +56,8 @@ class UpdateStats:
     zero_spread: float  # share of rollouts whose advantage is exactly 0
     seconds_ref: float
     seconds_update: float
-    nll: float | None = None  # J_NLL, token-mean over the optimizer steps that had NLL tokens (None: no term)
-    nll_tokens: float = 0.0  # NLL target tokens over every rank
+    nll: float | None = None  # J_NLL, token-mean over the optimizer steps that had NLL tokens (None: none had)
+    nll_tokens: float | None = None  # NLL target tokens over every rank (None: no NLL term configured)
 
     def as_metrics(self) -> dict[str, float]:
         out = {
@@ -72,9 +72,10 @@ class UpdateStats:
             out["tis/weight"] = self.tis_weight
         if self.logp_diff is not None:
             out["engine/logp_abs_diff"] = self.logp_diff
+        if self.nll_tokens is not None:  # a step without examples logs 0 tokens and no J_NLL, never a NaN
+            out["mel/nll_tokens"] = self.nll_tokens
         if self.nll is not None:
             out["mel/nll"] = self.nll
-            out["mel/nll_tokens"] = self.nll_tokens
         return out
 
 
@@ -288,7 +289,7 @@ def update_policy(
     if use_nll:
         local = 0.0 if nll_batch is None else float(nll_batch.completion_mask.sum())
         tokens = dist.all_reduce_sum(torch.tensor([local], dtype=torch.float64)).item()
-        nll_stats = {"nll": nll_total / nll_updates if nll_updates else math.nan, "nll_tokens": tokens}
+        nll_stats = {"nll": nll_total / nll_updates if nll_updates else None, "nll_tokens": tokens}
     return UpdateStats(
         loss=mean["loss"],
         kl=mean["kl"],

@@ -112,7 +112,8 @@ def test_lambda_zero_or_no_examples_is_plain_grpo_bit_for_bit() -> None:
         assert same_stats.as_metrics() == stats.as_metrics()
     _, empty_stats, empty = _update(NLLTerm(None, 0.5), torch.optim.AdamW)  # a rank without examples
     assert all(torch.equal(plain[n], empty[n]) for n in plain)
-    assert empty_stats.nll_tokens == 0.0
+    assert empty_stats.nll_tokens == 0.0 and empty_stats.nll is None  # no examples anywhere: no J_NLL, not NaN
+    assert empty_stats.as_metrics()["mel/nll_tokens"] == 0.0 and "mel/nll" not in empty_stats.as_metrics()
     _, _, moved = _update(NLLTerm(_nll_batch(), 0.5), torch.optim.AdamW)
     assert any(not torch.equal(plain[n], moved[n]) for n in plain), "the NLL term trained nothing"
 
@@ -125,3 +126,12 @@ def test_two_ranks_with_uneven_nll_examples_equal_one_process(tmp_path: Path) ->
     multi = torch.load(out, weights_only=False)
     for name in single:
         assert torch.allclose(multi[name], single[name], rtol=1e-4, atol=1e-6), name
+
+
+def test_the_step_line_says_no_term_rather_than_nan() -> None:
+    from lanpo.cli.train import _line
+
+    metrics = {"reward/mean": 0.5, "accuracy/mean": 0.5, "response_len/mean": 30.0, "time/step": 1.0, "kl": 0.0}
+    metrics |= {"mel/pairs": 4.0, "mel/candidates": 2.0, "mel/validated": 0.0, "mel/nll_tokens": 0.0}
+    assert "mel 4->2->0 nll -" in _line(3, metrics) and "nan" not in _line(3, metrics)
+    assert "mel 4->2->1 nll 1.25" in _line(3, metrics | {"mel/validated": 1.0, "mel/nll": 1.25})
