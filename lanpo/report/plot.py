@@ -56,7 +56,10 @@ def draw(title: str, panels: Sequence[Panel], lines: Sequence[Line], kind: Band 
     fig.suptitle(title + (f"  (mean over seeds; band: {BAND_LABELS[kind]})" if banded else ""), fontsize=11)
     handles = [Line2D([], [], color=_colour(i), linewidth=2) for i in range(len(lines))]
     labels = [f"{line.label} (n={line.seeds})" if line.seeds > 1 else line.label for line in lines]
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(lines), 4), fontsize=9, frameon=False)
+    # as many columns as the widest label fits across the figure (~0.075 in a character at size 9, + the swatch)
+    per_column = 0.075 * max((len(label) for label in labels), default=1) + 0.7
+    ncols = max(1, min(len(lines), 4, int(4.8 * cols / per_column)))
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=9, frameon=False)
     return fig
 
 
