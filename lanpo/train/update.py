@@ -79,9 +79,6 @@ class UpdateStats:
         return out
 
 
-SCHEDULES = ("cosine", "constant")
-
-
 def cosine_schedule(
     optimizer: torch.optim.Optimizer, total_updates: int, warmup_ratio: float, decay: str = "cosine"
 ) -> Any:
