@@ -22,6 +22,7 @@ FEEDBACK_SOURCES = ("summary", "meta")  # feedback.sources: experience kinds int
 INTER_SOURCES = ("summary", "raw")  # feedback.inter_source: what an inter item shows of the experience drawn
 METHODS = ("auto", "grpo", "lanpo", "mel")
 AGGREGATIONS = ("token-mean", "seq-mean")
+LR_SCHEDULES = ("cosine", "constant")  # after the warmup (lanpo.train.update.cosine_schedule)
 
 
 @dataclass
@@ -140,7 +141,7 @@ class GRPOConfig:
         _check(self.learning_rate > 0, f"grpo.learning_rate must be > 0, got {self.learning_rate}")
         _check(0 <= self.warmup_ratio < 1, f"grpo.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         _check(
-            self.lr_schedule in ("cosine", "constant"),
+            self.lr_schedule in LR_SCHEDULES,
             f"grpo.lr_schedule must be cosine or constant, got {self.lr_schedule!r}",
         )
         _check(0 <= self.eps_low < 1, f"grpo.eps_low must be in [0, 1), got {self.eps_low}")
