@@ -5,7 +5,12 @@ Correctness is deliberately strict: only the content of the *last* `\\boxed{...}
 rewards wrong answers that merely end on the right digit and teaches nothing about the answer format; here an
 unboxed answer earns 0. A grader that raises or times out gives 0.0 and a logged warning, never a crash.
 
-Format bonus (paper 10.3): +0.1 when a feedback-mode (intra / inter) response carries that mode's headers.
+Format bonus (paper 10.3): +0.1 when a feedback-mode (intra / inter) response carries that mode's headers *and*
+ends in a boxed answer. Headers alone are not the format: in a group where every rollout is wrong, a bonus paid for
+headers is the group's only reward spread, and the std-normalised advantage turns those 0.1 points into a full unit
+of advantage for writing headers and dropping the box. Measured on the CPU experiment (README, "Does it learn?"):
+28% of inter-mode responses won the bonus without a box, and the habit carried over to zero-shot answers (boxed
+0.74 on held-out problems vs 0.99 for plain GRPO).
 """
 
 from __future__ import annotations
@@ -90,12 +95,16 @@ def correctness_reward(
 
 
 def format_ok(completion: str, mode: str) -> bool:
-    """True when a feedback-mode response carries its mode's headers (zero_shot: always False, no bonus)."""
-    return mode in FEEDBACK_MODES and has_headers(completion, required_headers(mode))
+    """True when a feedback-mode response carries its mode's headers and a boxed answer (zero_shot: always False)."""
+    return (
+        mode in FEEDBACK_MODES
+        and has_headers(completion, required_headers(mode))
+        and extract_boxed(completion) is not None
+    )
 
 
 def format_reward(completions: Sequence[str], mode: Sequence[str] | str, **_: object) -> list[float]:
-    """+FORMAT_BONUS per feedback-mode completion with the required headers."""
+    """+FORMAT_BONUS per feedback-mode completion with the required headers and a boxed answer."""
     modes = [mode] * len(completions) if isinstance(mode, str) else list(mode)
     return [FORMAT_BONUS if format_ok(c, m) else 0.0 for c, m in zip(completions, modes, strict=True)]
 

@@ -7,6 +7,7 @@ import logging
 import pytest
 
 from lanpo import rewards
+from lanpo.prompts import INTER_HEADERS, has_headers
 from lanpo.rewards import correctness_reward, extract_boxed, format_reward, grade
 
 
@@ -53,6 +54,21 @@ def test_format_bonus_only_for_feedback_modes_with_headers() -> None:
         ["intra", "zero_shot", "inter", "intra", "intra"],
     )
     assert out == [0.1, 0.0, 0.1, 0.0, 0.0]
+
+
+def test_format_bonus_needs_the_boxed_answer_too() -> None:
+    # The responses the 135M policy really wrote in the CPU experiment's inter groups: headers, answer unboxed.
+    unboxed = [
+        "## Relevance (the pattern)\n## Plan (the steps)\n## Solution 9 9 The answer is 9.",
+        "## Relevance\nlesson 2\n## Plan\nadd\n## Solution\n6 + 9 = 15. The answer is \\text{15}.",
+        "## Relevance\n## Plan\n## Solution\n6 + 9 = \\boxed{15",  # cut off by max_new_tokens: unclosed
+    ]
+    assert all(has_headers(text, INTER_HEADERS) for text in unboxed)  # the headers alone would have paid
+    assert format_reward(unboxed, "inter") == [0.0, 0.0, 0.0]
+    assert format_reward(["## Review\nfine\n## Solution\n2 + 2 = 4. The answer is 4."], "intra") == [0.0]
+    # A wrong boxed answer still earns the format bonus (format and correctness are separate parts).
+    graded = grade(["## Review\nok\n## Solution\n\\boxed{5}"], ["3"], ["intra"])
+    assert graded[0].reward == pytest.approx(0.1) and graded[0].format_ok and not graded[0].correct
 
 
 def test_grade_combines_parts() -> None:
