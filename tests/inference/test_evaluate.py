@@ -181,6 +181,8 @@ def test_config_validation_and_shipped_configs() -> None:
         from_mapping(EvalConfig, {"modes": ["best_of_n"], "datasets": [{"name": "a"}]})
     with pytest.raises(ConfigError, match=r"retrieval\.gamma"):
         from_mapping(EvalConfig, {"retrieval": {"gamma": 1.5}, "datasets": [{"name": "a"}]})
+    with pytest.raises(ConfigError, match="threads must be >= 0"):
+        from_mapping(EvalConfig, {"threads": -1, "datasets": [{"name": "a"}]})
     shipped = sorted((REPO / "train" / "configs").glob("eval-*.toml"))
     assert len(shipped) >= 2
     for path in shipped:
@@ -219,3 +221,17 @@ def test_methods_give_table2s_shape(tmp_path: Path, db: SAEngine, pool: dict[str
     assert (tmp_path / "out" / "grpo" / "table.md").is_file()
     with pytest.raises(InputError, match="already exists"):
         run_methods(cfg, db, config_dir=tmp_path, echo=printed.append, show_progress=False)
+
+
+def test_threads_pin_the_evaluation(tiny_dir: Path, db: SAEngine) -> None:
+    import torch
+
+    from lanpo.inference.evaluate import build_engine
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # so that the check cannot pass by the environment's OMP_NUM_THREADS=1 alone
+    try:
+        build_engine(from_mapping(EvalConfig, {"model": str(tiny_dir), "threads": 1, "datasets": [{"name": "a"}]}), db)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
