@@ -1,9 +1,36 @@
-with p as (
-  select r.name run, g.problem_id, avg(a.correct::int)::numeric acc, avg((a.response like '%\boxed{%')::int)::numeric boxed
+-- Paired held-out differences of the learning experiment's final policies, from the eval runs' stored attempts
+-- (train/experiments/grpo-vs-lanpo-heldout.toml: one eval run `grpo-vs-lanpo-heldout-<arm>-s<seed>` per final
+-- adapter, and `...-sft-start` for the start they share).
+--
+--   lanpo sql --file docs/learning/paired.sql
+--
+-- Each row compares policy b with policy a on the same problems: mean of b - a over problems (each problem's
+-- accuracy is its mean over the k samples), its standard error, how many problems went up and down, and b's
+-- boxed rate. Seed rows pair b and a of the same seed; `all` rows first average each problem's difference over
+-- the seeds both arms have, so their standard error is over problems (seed-to-seed spread: the seed rows).
+with per_problem as (
+  select substring(r.name from length('grpo-vs-lanpo-heldout-') + 1) policy, g.problem_id,
+         avg(a.correct::int)::numeric acc, avg((a.response like '%\boxed{%')::int)::numeric boxed
   from attempts a join rollout_groups g on g.id = a.group_id join runs r on r.id = g.run_id
   where r.name like 'grpo-vs-lanpo-heldout-%' and r.name not like '%-greedy' group by 1, 2),
-pairs(a, b) as (values ('sft-start','grpo'), ('sft-start','lanpo-both'), ('sft-start','mel'), ('grpo','lanpo-both'), ('grpo','mel'))
-select pairs.b || ' - ' || pairs.a as diff, count(*) n, round(avg(y.acc - x.acc), 4) mean, round((stddev(y.acc - x.acc) / sqrt(count(*)))::numeric, 4) se,
-       sum((y.acc > x.acc)::int) up, sum((y.acc < x.acc)::int) down, round(avg(y.boxed), 3) boxed_b
-from pairs join p x on x.run = 'grpo-vs-lanpo-heldout-' || pairs.a join p y on y.run = 'grpo-vs-lanpo-heldout-' || pairs.b and y.problem_id = x.problem_id
-group by pairs.a, pairs.b order by 1
+p as (
+  select policy, problem_id, acc, boxed,
+         coalesce(substring(policy from '-s([0-9]+)$'), '') seed,
+         regexp_replace(policy, '-s[0-9]+$', '') arm
+  from per_problem),
+pairs(a, b) as (values ('sft-start', 'grpo'), ('sft-start', 'lanpo-both'), ('sft-start', 'mel'),
+                       ('grpo', 'lanpo-both'), ('grpo', 'mel'), ('grpo', 'lanpo-both-old-bonus')),
+d as (
+  select pairs.a, pairs.b, y.seed, y.problem_id, y.acc - x.acc diff, y.boxed
+  from pairs join p y on y.arm = pairs.b
+  join p x on x.arm = pairs.a and x.problem_id = y.problem_id and (x.seed = y.seed or pairs.a = 'sft-start')),
+rows as (
+  select b, a, 's' || seed seed, problem_id, diff, boxed from d
+  union all
+  select b, a, 'all', problem_id, avg(diff), avg(boxed) from d
+  where exists (select 1 from d d2 where d2.a = d.a and d2.b = d.b and d2.seed <> d.seed)  -- only with 2+ seeds
+  group by b, a, problem_id)
+select b || ' - ' || a diff, seed, count(*) n, round(avg(diff), 4) mean,
+       round((stddev(diff) / sqrt(count(*)))::numeric, 4) se,
+       sum((diff > 0)::int) up, sum((diff < 0)::int) down, round(avg(boxed), 3) boxed_b
+from rows group by b, a, seed order by a desc, b, seed;
