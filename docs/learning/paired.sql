@@ -24,12 +24,12 @@ d as (
   select pairs.a, pairs.b, y.seed, y.problem_id, y.acc - x.acc diff, y.boxed
   from pairs join p y on y.arm = pairs.b
   join p x on x.arm = pairs.a and x.problem_id = y.problem_id and (x.seed = y.seed or pairs.a = 'sft-start')),
+seeds as (select a, b, count(distinct seed) k from d group by a, b having count(distinct seed) > 1),
+pooled as (select a, b, problem_id, avg(diff) diff, avg(boxed) boxed, count(*) k from d group by a, b, problem_id),
 rows as (
   select b, a, 's' || seed seed, problem_id, diff, boxed from d
-  union all
-  select b, a, 'all', problem_id, avg(diff), avg(boxed) from d
-  where exists (select 1 from d d2 where d2.a = d.a and d2.b = d.b and d2.seed <> d.seed)  -- only with 2+ seeds
-  group by b, a, problem_id)
+  union all  -- pooled over seeds: only pairs with 2+ seeds, only problems every one of those seeds answered
+  select pooled.b, pooled.a, 'all', problem_id, diff, boxed from pooled join seeds using (a, b) where pooled.k = seeds.k)
 select b || ' - ' || a diff, seed, count(*) n, round(avg(diff), 4) mean,
        round((stddev(diff) / sqrt(count(*)))::numeric, 4) se,
        sum((diff > 0)::int) up, sum((diff < 0)::int) down, round(avg(boxed), 3) boxed_b
