@@ -6,11 +6,15 @@ rewards wrong answers that merely end on the right digit and teaches nothing abo
 unboxed answer earns 0. A grader that raises or times out gives 0.0 and a logged warning, never a crash.
 
 Format bonus (paper 10.3): +0.1 when a feedback-mode (intra / inter) response carries that mode's headers *and*
-ends in a boxed answer. Headers alone are not the format: in a group where every rollout is wrong, a bonus paid for
-headers is the group's only reward spread, and the std-normalised advantage turns those 0.1 points into a full unit
-of advantage for writing headers and dropping the box. Measured on the CPU experiment (README, "Does it learn?"):
-28% of inter-mode responses won the bonus without a box, and the habit carried over to zero-shot answers (boxed
-0.74 on held-out problems vs 0.99 for plain GRPO).
+ends in a boxed answer, paid only on top of a correct answer. Both conditions were learnt the hard way on the CPU
+experiment (README, "Does it learn?"), where feedback-prompt rollouts were almost all wrong, so that in their groups
+the bonus was the only reward spread and the std-normalised advantage turned its 0.1 points into a full unit:
+- paid for headers alone, 28% of inter rollouts won it without a box, and zero-shot answers lost the box (0.74
+  boxed on held-out problems vs 0.99 for plain GRPO);
+- paid for headers and a box, the policy learnt to echo the prompt's template, "## Solution (your own full
+  solution, ending with \\boxed{N})": 151 of 168 feedback rollouts of the last steps won the bonus, 1% correct.
+Paid only on correct answers, it ranks a correct answer in the asked format above a correct one without it and
+cannot create spread in a group where nothing is right.
 """
 
 from __future__ import annotations
@@ -103,10 +107,19 @@ def format_ok(completion: str, mode: str) -> bool:
     )
 
 
-def format_reward(completions: Sequence[str], mode: Sequence[str] | str, **_: object) -> list[float]:
-    """+FORMAT_BONUS per feedback-mode completion with the required headers and a boxed answer."""
+def reward_of(correct: bool, formatted: bool) -> float:
+    """Total reward of one graded completion: 1 when correct, +FORMAT_BONUS when also in its mode's format."""
+    return 1.0 + (FORMAT_BONUS if formatted else 0.0) if correct else 0.0
+
+
+def format_reward(
+    completions: Sequence[str], mode: Sequence[str] | str, answer: Sequence[str | None] | str | None, **_: object
+) -> list[float]:
+    """+FORMAT_BONUS per correct feedback-mode completion with the required headers and a boxed answer (the part
+    of `reward_of` beyond correctness_reward, so that the two sum to it as TRL sums reward functions)."""
     modes = [mode] * len(completions) if isinstance(mode, str) else list(mode)
-    return [FORMAT_BONUS if format_ok(c, m) else 0.0 for c, m in zip(completions, modes, strict=True)]
+    correct = correctness_reward(completions, answer)
+    return [reward_of(c > 0, format_ok(text, m)) - c for text, m, c in zip(completions, modes, correct, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -122,7 +135,4 @@ def grade(completions: Sequence[str], answers: Sequence[str | None], modes: Sequ
     """Correctness + format bonus for a batch of completions, one gold answer and mode each."""
     correct = correctness_reward(completions, answers)
     fmt = [format_ok(c, m) for c, m in zip(completions, modes, strict=True)]
-    return [
-        Graded(reward=c + (FORMAT_BONUS if f else 0.0), correct=c > 0, format_ok=f)
-        for c, f in zip(correct, fmt, strict=True)
-    ]
+    return [Graded(reward=reward_of(c > 0, f), correct=c > 0, format_ok=f) for c, f in zip(correct, fmt, strict=True)]

@@ -52,8 +52,9 @@ def test_format_bonus_only_for_feedback_modes_with_headers() -> None:
     out = format_reward(
         [intra_ok, intra_ok, inter_ok, inter_ok, "## Solution\n## Review"],
         ["intra", "zero_shot", "inter", "intra", "intra"],
+        "3",
     )
-    assert out == [0.1, 0.0, 0.1, 0.0, 0.0]
+    assert out == [pytest.approx(0.1), 0.0, pytest.approx(0.1), 0.0, 0.0]
 
 
 def test_format_bonus_needs_the_boxed_answer_too() -> None:
@@ -64,11 +65,34 @@ def test_format_bonus_needs_the_boxed_answer_too() -> None:
         "## Relevance\n## Plan\n## Solution\n6 + 9 = \\boxed{15",  # cut off by max_new_tokens: unclosed
     ]
     assert all(has_headers(text, INTER_HEADERS) for text in unboxed)  # the headers alone would have paid
-    assert format_reward(unboxed, "inter") == [0.0, 0.0, 0.0]
-    assert format_reward(["## Review\nfine\n## Solution\n2 + 2 = 4. The answer is 4."], "intra") == [0.0]
-    # A wrong boxed answer still earns the format bonus (format and correctness are separate parts).
-    graded = grade(["## Review\nok\n## Solution\n\\boxed{5}"], ["3"], ["intra"])
-    assert graded[0].reward == pytest.approx(0.1) and graded[0].format_ok and not graded[0].correct
+    assert format_reward(unboxed, "inter", ["9", "15", "15"]) == [0.0, 0.0, 0.0]
+    assert format_reward(["## Review\nfine\n## Solution\n2 + 2 = 4. The answer is 4."], "intra", "4") == [0.0]
+
+
+def test_format_bonus_is_paid_only_on_correct_answers() -> None:
+    # What the policy learnt next, in the intra groups of seed 1: echo the prompt's template, placeholder boxed.
+    echo = (
+        "## Review (what the attempts did, step by step, and what to do differently) "
+        "## Solution (your own full solution, ending with \\boxed{N})"
+    )
+    echo = echo.replace(" ## Solution", "\n## Solution")
+    wrong_formatted = "## Review\nthe sum was off\n## Solution\n44 + 27 = 61 \\boxed{61}"
+    right_formatted = "## Review\nthe sum was off\n## Solution\n44 + 27 = 71 \\boxed{71}"
+    right_plain = "44 + 27 = 71 \\boxed{71}"
+    graded = grade([echo, wrong_formatted, right_formatted, right_plain], ["71"] * 4, ["intra"] * 4)
+    assert [g.format_ok for g in graded] == [True, True, True, False]  # the format is recorded as it is...
+    assert [g.reward for g in graded] == [0.0, 0.0, pytest.approx(1.1), 1.0]  # ...and paid only when right
+    # A group where nothing is right has no reward spread left to learn the template from.
+    assert len({g.reward for g in graded[:2]}) == 1
+    parts = [
+        c + f
+        for c, f in zip(
+            correctness_reward([echo, right_formatted], "71"),
+            format_reward([echo, right_formatted], "intra", "71"),
+            strict=True,
+        )
+    ]
+    assert parts == [g.reward for g in (graded[0], graded[2])]  # the TRL-style parts sum to the total
 
 
 def test_grade_combines_parts() -> None:

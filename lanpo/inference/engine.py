@@ -32,7 +32,7 @@ from lanpo.errors import ConfigError, InputError
 from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
 from lanpo.inference.io import Question, question_id
 from lanpo.models import apply_chat
-from lanpo.rewards import FORMAT_BONUS, extract_boxed, format_ok, is_correct
+from lanpo.rewards import extract_boxed, format_ok, is_correct, reward_of
 from lanpo.rollout import Completion, GenerationBackend, SamplingParams
 from lanpo.rollout.config import VLLMConfig
 
@@ -358,7 +358,7 @@ class Engine:
         text = completion.text
         fmt = format_ok(text, grade_mode)
         correct = None if gold is None else is_correct(text, gold)
-        reward = None if correct is None else float(correct) + (FORMAT_BONUS if fmt else 0.0)
+        reward = None if correct is None else reward_of(correct, fmt)
         return Turn(
             prompt=prompt,
             response=text,
