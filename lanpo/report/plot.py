@@ -53,7 +53,9 @@ def draw(title: str, panels: Sequence[Panel], lines: Sequence[Line], kind: Band 
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     banded = any(line.seeds > 1 for line in lines)
-    fig.suptitle(title + (f"  (mean over seeds; band: {BAND_LABELS[kind]})" if banded else ""), fontsize=11)
+    note = f"(mean over seeds; band: {BAND_LABELS[kind]})"
+    # one panel is 4.8 inches wide, too narrow for the title and the note on one line
+    fig.suptitle(title + (("\n" if cols == 1 else "  ") + note if banded else ""), fontsize=11)
     handles = [Line2D([], [], color=_colour(i), linewidth=2) for i in range(len(lines))]
     labels = [f"{line.label} (n={line.seeds})" if line.seeds > 1 else line.label for line in lines]
     # as many columns as the widest label fits across the figure (~0.075 in a character at size 9, + the swatch)
