@@ -107,19 +107,23 @@ def format_ok(completion: str, mode: str) -> bool:
     )
 
 
+def format_bonus(correct: bool, formatted: bool) -> float:
+    """The bonus part of a graded completion's reward: FORMAT_BONUS when it is correct *and* in its mode's format."""
+    return FORMAT_BONUS if correct and formatted else 0.0
+
+
 def reward_of(correct: bool, formatted: bool) -> float:
-    """Total reward of one graded completion: 1 when correct, +FORMAT_BONUS when also in its mode's format."""
-    return 1.0 + (FORMAT_BONUS if formatted else 0.0) if correct else 0.0
+    """Total reward of one graded completion: 1 when correct, plus `format_bonus`."""
+    return float(correct) + format_bonus(correct, formatted)
 
 
 def format_reward(
     completions: Sequence[str], mode: Sequence[str] | str, answer: Sequence[str | None] | str | None, **_: object
 ) -> list[float]:
-    """+FORMAT_BONUS per correct feedback-mode completion with the required headers and a boxed answer (the part
-    of `reward_of` beyond correctness_reward, so that the two sum to it as TRL sums reward functions)."""
+    """`format_bonus` per completion: with correctness_reward it sums to `reward_of`, as TRL sums reward functions."""
     modes = [mode] * len(completions) if isinstance(mode, str) else list(mode)
     correct = correctness_reward(completions, answer)
-    return [reward_of(c > 0, format_ok(text, m)) - c for text, m, c in zip(completions, modes, correct, strict=True)]
+    return [format_bonus(c > 0, format_ok(text, m)) for text, m, c in zip(completions, modes, correct, strict=True)]
 
 
 @dataclass(frozen=True)
