@@ -111,6 +111,22 @@ def test_interrupt_exits_130(run_cli: Callable[..., Any], monkeypatch: pytest.Mo
     assert result.code == 130 and "aborted" in result.err and "Traceback" not in result.err
 
 
+def test_sigterm_exits_143_and_the_previous_handler_comes_back(
+    run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+
+    def terminate(*args: Any, **kwargs: Any) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered to this (main) thread while the command runs
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(problems, "known_datasets", terminate)
+    result = run_cli(*STATS)
+    assert result.code == 143 and "terminated" in result.err and "Traceback" not in result.err
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_user_errors_show_the_traceback_only_with_vv(run_cli: Callable[..., Any]) -> None:
     quiet = run_cli("pool", "stats", "--dataset", "nosuch")
     assert quiet.code == 2 and "Traceback" not in quiet.err

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 
@@ -116,24 +120,51 @@ def _usage_error(exc: click.UsageError) -> tuple[str, str]:
     return message, f"see `{path} --help`"
 
 
+class Terminated(BaseException):
+    """SIGTERM (`kill`, a scheduler stopping the job), raised in the main thread like Ctrl-C's KeyboardInterrupt,
+    so that the same cleanup runs: the run is marked failed, open transactions roll back, engines shut down."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While a command runs, SIGTERM raises Terminated (Python's default would exit without any cleanup)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: every failure is `error: ...` + `hint: ...` on stderr, the traceback only with -vv.
 
     Exit status: 0 success; 2 bad input, configuration or environment (LanpoError, click usage errors,
     database / driver / Alembic errors, files that cannot be read or written); 1 an internal error (a bug:
-    please report it with the -vv traceback); 130 interrupted.
+    please report it with the -vv traceback); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM). Either way a
+    training run is marked failed and `--resume` continues it from its last committed step.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = verbosity(args)
     try:
         # Commands return None; a command that exits with a status (`ctx.exit(n)`, `lanpo db psql` passing on
         # psql's) comes back here as that int, since click does not exit in non-standalone mode.
-        status = cli.main(args=args, prog_name="lanpo", standalone_mode=False)
+        with _sigterm_raises():
+            status = cli.main(args=args, prog_name="lanpo", standalone_mode=False)
     except LanpoError as exc:
         return _fail(exc.message, exc.hint, 2, verbose)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)
         return 130
+    except Terminated:
+        click.echo("terminated", err=True)
+        return 143
     except click.UsageError as exc:
         return _fail(*_usage_error(exc), 2, verbose)
     except click.ClickException as exc:

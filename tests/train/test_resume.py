@@ -1,5 +1,6 @@
 """Resume after SIGKILL: killed during generation and during the step's database write, the run continues with
-no duplicate or missing step rows, and the checkpoint on disk matches the policy version in the database."""
+no duplicate or missing step rows, and the checkpoint on disk matches the policy version in the database.
+Stopped by SIGTERM (a scheduler's stop), the run is marked failed on the way out, and resumes the same way."""
 
 from __future__ import annotations
 
@@ -70,8 +71,10 @@ def _launch(config: Path, pause: str | None, resume: bool) -> subprocess.Popen[s
     return subprocess.Popen(args + (["--resume"] if resume else []), env=env, stderr=subprocess.PIPE, text=True)
 
 
-def _kill_when_paused(proc: subprocess.Popen[str], marker: str, timeout: float = 240) -> None:
-    """Wait for the trainer to announce the pause, then SIGKILL it (no cleanup runs)."""
+def _kill_when_paused(
+    proc: subprocess.Popen[str], marker: str, timeout: float = 240, sig: int = signal.SIGKILL
+) -> list[str]:
+    """Wait for the trainer to announce the pause, then send `sig` (SIGKILL: no cleanup runs); its stderr lines."""
     seen = threading.Event()
     lines: list[str] = []
 
@@ -90,8 +93,10 @@ def _kill_when_paused(proc: subprocess.Popen[str], marker: str, timeout: float =
             proc.kill()
             pytest.fail(f"trainer never reached {marker!r}; stderr:\n{''.join(lines)[-3000:]}")
         time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=60)
+    assert proc.stderr is not None
+    return lines + proc.stderr.readlines()
 
 
 def _rows(db: Engine, sql: str) -> list[tuple]:
@@ -195,3 +200,22 @@ def test_full_fine_tuning_resumes_from_the_full_weights_of_the_last_committed_st
         "JOIN policy_versions pv ON pv.id = s.policy_version_id WHERE s.step = 4",
     )[0]
     assert model_dir_sha256(Path(path) / "model") == sha
+
+
+def test_sigterm_marks_the_run_failed_and_resume_finishes_it(
+    db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path
+) -> None:
+    config = tmp_path / "recipe.toml"
+    config.write_text(RECIPE.format(out=tmp_path / "ckpt"))
+
+    proc = _launch(config, "generate:2", resume=False)
+    err = "".join(_kill_when_paused(proc, "lanpo-paused generate:2", sig=signal.SIGTERM))
+    assert proc.returncode == 143 and "terminated" in err and "Traceback" not in err, err[-3000:]
+    assert _rows(db, "SELECT status, finished_at IS NOT NULL FROM runs") == [("failed", True)]
+    assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(0,), (1,)]
+
+    proc = _launch(config, None, resume=True)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert _rows(db, "SELECT status FROM runs") == [("finished",)]
+    assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(s,) for s in range(5)]
