@@ -139,6 +139,11 @@ def resolve_model(name_or_path: str | Path) -> str:
     return str(model_folder(path)) if path.exists() else text
 
 
+def set_threads(threads: int) -> None:
+    """torch CPU threads: `threads`, or every core when 0 (torch's default may undercount in containers)."""
+    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

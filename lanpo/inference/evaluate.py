@@ -56,7 +56,7 @@ class EvalResult:
 
 
 def build_engine(config: EvalConfig, db: Any) -> Engine:
-    from lanpo.train.policy import set_threads
+    from lanpo.models import set_threads
 
     set_threads(config.threads)
     return Engine(

@@ -21,7 +21,6 @@ the machinery); anything else goes through `lanpo.models.load_causal_lm`.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -39,6 +38,7 @@ from lanpo.models import (
     merge_adapter,
     model_dir_sha256,
     read_model_state,
+    set_threads,
     state_sha256,
     tiny_causal_lm,
     write_start,
@@ -228,11 +228,6 @@ def build_policy(start: Any, tokenizer: Any, lora_cfg: LoraConfig, seed: int, di
 
 
 # --------------------------------------------------------------------------- loading
-
-
-def set_threads(threads: int) -> None:
-    """torch CPU threads: `threads`, or every core when 0 (torch's default may undercount in containers)."""
-    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
 
 
 def load_base(model_cfg: ModelConfig, seed: int = 0) -> tuple[Any, Any]:

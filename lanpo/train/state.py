@@ -25,13 +25,13 @@ from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import ConfigError, InputError
-from lanpo.models import adapter_sha256, check_adapter_dir, check_device, check_model_ref, merge_adapter
+from lanpo.models import adapter_sha256, check_adapter_dir, check_device, check_model_ref, merge_adapter, set_threads
 from lanpo.paths import input_file, output_dir
 from lanpo.rollout import make_backend
 from lanpo.train import checkpoint as ckpt
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist, init_from_env
-from lanpo.train.policy import Policy, build_policy, load_base, set_threads, with_fresh_adapter
+from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
 from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
 from lanpo.train.run import RunStart, ensure_dataset, open_run, resolve_scorer
 from lanpo.train.update import cosine_schedule, minibatches_per_epoch
