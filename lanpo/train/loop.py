@@ -139,6 +139,25 @@ def _validate_if_due(t: Trainer, step: int) -> dict[int, dict[str, float]]:
     return {step: validate(t, step)}
 
 
+def _generate(t: Trainer, step: int, prompts: StepPrompts) -> list[list[Completion]]:
+    """n completions per prompt, in prompt order. Each prompt gets its mode's length limit (`RolloutConfig.budget`):
+    one call per distinct limit, so a recipe with one limit for every mode makes one call, as it always has."""
+    cfg = t.cfg.rollout
+    budgets = [cfg.budget(mode) for mode in prompts.modes]
+    groups: list[list[Completion]] = [[] for _ in budgets]
+    for budget in sorted(set(budgets)):
+        which = [g for g, b in enumerate(budgets) if b == budget]
+        parts: tuple[int | str, ...] = (t.cfg.seed, "generate", step, t.dist.rank)
+        if budget != cfg.max_new_tokens:  # the zero-shot call keeps the seed a one-call step has always had
+            parts += (budget,)
+        params = SamplingParams(
+            max_new_tokens=budget, temperature=cfg.temperature, top_p=cfg.top_p, seed=mix_seed(*parts)
+        )
+        for g, group in zip(which, t.backend.generate([prompts.texts[g] for g in which], cfg.n, params), strict=True):
+            groups[g] = group
+    return groups
+
+
 def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     """One LANPO step; returns its metrics (rank 0 also writes them to run_metrics in the step's transaction)."""
     cfg, n, dist = t.cfg, t.cfg.rollout.n, t.dist
@@ -151,13 +170,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     # ------------------------------------------------------------------ 2. n rollouts per prompt
     pause("generate", step)
     with timer.phase("generate"), t.policy.generating():
-        params = SamplingParams(
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            seed=mix_seed(cfg.seed, "generate", step, dist.rank),
-        )
-        groups = t.backend.generate(prompts.texts, n, params)  # G lists of n completions
+        groups = _generate(t, step, prompts)  # G lists of n completions
         rollouts = [c for group in groups for c in group]  # (G*n,) flat, group by group
 
     # ------------------------------------------------------------------ 3. rewards

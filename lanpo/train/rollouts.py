@@ -115,7 +115,9 @@ def open_engine(cfg: Any, model: Any, tokenizer: Any, start_weights: str | None,
         assert start_weights is not None
         vllm_cfg = cfg.rollout.vllm
         if vllm_cfg.max_model_len is None:  # the KV cache sized for this run's prompts and completions
-            longest = cfg.rollout.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
+            longest = cfg.rollout.max_prompt_tokens + max(
+                cfg.rollout.max_new_tokens, cfg.rollout.feedback_max_new_tokens, cfg.eval.max_new_tokens
+            )
             vllm_cfg = replace(vllm_cfg, max_model_len=longest)
         if dist is not None and dist.enabled:
             vllm_cfg = replace(vllm_cfg, per_rank=True, seed=vllm_cfg.seed + dist.rank)

@@ -129,3 +129,26 @@ def test_dataset_is_generated_on_first_use_and_batches_are_reproducible(db: Engi
     modes = schedule.choose_modes(list(range(400)), "both", 0.5, seed=1, step=1)
     assert 0.4 < modes.count("zero_shot") / 400 < 0.6 and {"intra", "inter"} <= set(modes)
     assert set(schedule.choose_modes(list(range(50)), "none", 1.0, seed=1, step=1)) == {"zero_shot"}
+
+
+def test_feedback_prompts_get_their_own_completion_budget(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
+    from lanpo.train.config import RolloutConfig
+
+    cfg = tiny_config(tmp_path, rollout=RolloutConfig(n=2, max_new_tokens=6, feedback_max_new_tokens=20))
+    run = train(cfg, engine=db, progress=False).run_id
+    with db.connect() as conn:
+        sql = "SELECT mode, max(completion_tokens) FROM run_attempts WHERE run_id = :r GROUP BY mode"
+        longest = dict(conn.execute(sa.text(sql), {"r": run}).all())
+    # the tiny random model rarely stops by itself, so each mode's longest completion is its budget
+    assert longest.pop("zero_shot") == 6
+    assert longest and set(longest.values()) == {20}, longest  # intra / inter, served from step 2 on
+
+
+def test_the_budget_of_each_mode() -> None:
+    from lanpo.train.config import RolloutConfig
+
+    assert RolloutConfig(max_new_tokens=64).budget("inter") == 64
+    assert RolloutConfig(max_new_tokens=64, feedback_max_new_tokens=160).budget("intra") == 160
+    assert RolloutConfig(max_new_tokens=64, feedback_max_new_tokens=160).budget("zero_shot") == 64
+    with pytest.raises(ConfigError, match="feedback_max_new_tokens"):
+        RolloutConfig(feedback_max_new_tokens=-1)
