@@ -19,7 +19,10 @@ p as (
          regexp_replace(policy, '-s[0-9]+$', '') arm
   from per_problem),
 pairs(a, b) as (values ('sft-start', 'grpo'), ('sft-start', 'lanpo-both'), ('sft-start', 'mel'),
-                       ('grpo', 'lanpo-both'), ('grpo', 'mel'), ('grpo', 'lanpo-both-old-bonus')),
+                       ('grpo', 'lanpo-both'), ('grpo', 'mel'),
+                       -- the LANPO-both runs of earlier format bonuses, kept under arms of their own
+                       ('sft-start', 'lanpo-both-box-bonus'), ('grpo', 'lanpo-both-box-bonus'),
+                       ('sft-start', 'lanpo-both-old-bonus'), ('grpo', 'lanpo-both-old-bonus')),
 d as (
   select pairs.a, pairs.b, y.seed, y.problem_id, y.acc - x.acc diff, y.boxed
   from pairs join p y on y.arm = pairs.b

@@ -127,3 +127,82 @@ def test_sync_serves_the_moved_weights_and_refuses_a_swapped_adapter(
             engine.generate(chat(tokenizer), 2, params)
     finally:
         model.unload()  # the session's HF model without the LoRA layers again
+
+
+SIGTERM_RECIPE = """
+run_name = "vllm-sigterm"
+steps = 4
+batch_size = 2
+output_dir = "{out}"
+
+[model]
+name = "{model}"
+threads = 1
+init_adapter = "{adapter}"
+
+[lora]
+r = 16
+alpha = 32
+
+[data]
+dataset = "sums-term"
+
+[rollout]
+backend = "vllm"
+n = 2
+max_new_tokens = 8
+max_prompt_tokens = 256
+
+[rollout.vllm]
+max_lora_rank = 16
+
+[feedback]
+mode = "none"
+
+[sft]
+enabled = false
+"""
+
+
+def test_sigterm_shuts_the_engine_down_and_marks_the_run_failed(
+    db_env: str, db: Engine, smollm2_dir: Path, adapters: list[SavedAdapter], tmp_path: Path
+) -> None:
+    """A scheduler's stop (SIGTERM) while vLLM serves the trainer: the engine's processes go with it, the run is
+    marked failed, exit 143. (Before, Python's default SIGTERM exit skipped every cleanup and left EngineCore.)"""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from lanpo.train.pause import PAUSE_ENV
+
+    with transaction(db) as session:
+        upsert_problems(session, "sums-term", [ProblemIn(str(i), f"What is {i} + {i}?", str(2 * i)) for i in range(4)])
+    config = tmp_path / "recipe.toml"
+    config.write_text(SIGTERM_RECIPE.format(out=tmp_path / "run", model=smollm2_dir, adapter=adapters[1].path))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", **{PAUSE_ENV: "generate:2"})
+    cli = "import sys; from lanpo.cli import main; sys.exit(main())"
+    args = [sys.executable, "-c", cli, "train", "--config", str(config), "--no-progress"]
+    proc = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 600
+    for line in proc.stderr:  # the pause announces itself once step 1 has committed
+        lines.append(line)
+        if "lanpo-paused generate:2" in line or time.monotonic() > deadline:
+            break
+    assert any("lanpo-paused" in line for line in lines), "".join(lines)[-3000:]
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "the vLLM engine core runs in a process of its own"
+
+    os.kill(proc.pid, signal.SIGTERM)
+    err = "".join(lines) + proc.stderr.read()
+    assert proc.wait(timeout=120) == 143, err[-3000:]
+    assert "terminated" in err and "Traceback" not in err, err[-3000:]
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"left running: {[(p.pid, p.name()) for p in alive]}"
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT status FROM runs WHERE name = 'vllm-sigterm'")).scalar() == "failed"
