@@ -43,7 +43,7 @@ def child(args: argparse.Namespace, kind: str) -> dict[str, float]:
     from lanpo.train.batch import build_batch
     from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
     from lanpo.train.policy import build_policy, enable_checkpointing, load_base
-    from lanpo.train.update import cosine_schedule, update_policy
+    from lanpo.train.update import warmup_schedule, update_policy
 
     torch.set_num_threads(args.threads)
     before = rss_mib()
@@ -61,7 +61,7 @@ def child(args: argparse.Namespace, kind: str) -> dict[str, float]:
     trained = sum(p.numel() for p in policy.trainable_parameters())
     cfg = GRPOConfig(learning_rate=1e-6 if kind == "full" else 1e-4, micro_batch_size=args.micro_batch)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=0.0)
-    scheduler = cosine_schedule(optimizer, args.steps, 0.0)
+    scheduler = warmup_schedule(optimizer, args.steps, 0.0)
     built = rss_mib()
 
     generator = torch.Generator().manual_seed(0)

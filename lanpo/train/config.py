@@ -22,7 +22,7 @@ FEEDBACK_SOURCES = ("summary", "meta")  # feedback.sources: experience kinds int
 INTER_SOURCES = ("summary", "raw")  # feedback.inter_source: what an inter item shows of the experience drawn
 METHODS = ("auto", "grpo", "lanpo", "mel")
 AGGREGATIONS = ("token-mean", "seq-mean")
-LR_SCHEDULES = ("cosine", "constant")  # after the warmup (lanpo.train.update.cosine_schedule)
+LR_SCHEDULES = ("cosine", "constant")  # after the warmup (lanpo.train.update.warmup_schedule)
 
 
 @dataclass

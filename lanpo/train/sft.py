@@ -281,9 +281,9 @@ def run_sft(
     total = sft.epochs * -(-len(encoded) // sft.batch_size)
     if sft.max_steps:
         total = min(total, sft.max_steps)
-    from lanpo.train.update import cosine_schedule
+    from lanpo.train.update import warmup_schedule
 
-    scheduler = cosine_schedule(optimizer, total, 0.1)
+    scheduler = warmup_schedule(optimizer, total, 0.1)
     rng = random.Random(sft.seed)  # the same order on every rank
     losses: list[float] = []
     model.train()

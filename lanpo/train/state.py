@@ -34,7 +34,7 @@ from lanpo.train.dist import Dist, init_from_env
 from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
 from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
 from lanpo.train.run import RunStart, ensure_dataset, open_run, resolve_scorer
-from lanpo.train.update import cosine_schedule, minibatches_per_epoch
+from lanpo.train.update import minibatches_per_epoch, warmup_schedule
 from lanpo.train.validate import ValidationSet, prepare_validation
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
     optimizer = torch.optim.AdamW(
         policy.trainable_parameters(), lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay
     )
-    scheduler = cosine_schedule(
+    scheduler = warmup_schedule(
         optimizer, cfg.steps * updates_per_step(cfg), cfg.grpo.warmup_ratio, cfg.grpo.lr_schedule
     )
     if start.last_step is not None:  # every rank: the committed checkpoint's weights, optimizer and schedule

@@ -79,10 +79,10 @@ class UpdateStats:
         return out
 
 
-def cosine_schedule(
+def warmup_schedule(
     optimizer: torch.optim.Optimizer, total_updates: int, warmup_ratio: float, decay: str = "cosine"
 ) -> Any:
-    """Linear warmup over `warmup_ratio` of the updates, then cosine decay to 0 (paper: 10% warmup).
+    """Linear warmup over `warmup_ratio` of the updates, then `decay`: "cosine" to 0 (paper: 10% warmup).
 
     `decay = "constant"` holds the peak after the warmup: a short run (tens of updates) on a cosine spends half its
     updates below half the learning rate.

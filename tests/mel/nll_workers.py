@@ -11,7 +11,7 @@ import torch.distributed as torch_dist
 from lanpo.train.batch import build_batch
 from lanpo.train.dist import Dist
 from lanpo.train.policy import LoraPolicy
-from lanpo.train.update import NLLTerm, cosine_schedule, update_policy
+from lanpo.train.update import NLLTerm, update_policy, warmup_schedule
 from tests.train import multirank_workers as grpo
 
 LAMBDA = 0.5
@@ -39,7 +39,7 @@ def update(rank: int, world: int, ddp: bool) -> dict[str, torch.Tensor]:
     update_policy(
         LoraPolicy(model, dist if ddp else None),  # DDP over the adapter when ddp
         optimizer,
-        cosine_schedule(optimizer, 10, 0.0),
+        warmup_schedule(optimizer, 10, 0.0),
         batch,
         advantages[mine],
         grpo.GRPO,

@@ -14,7 +14,7 @@ from lanpo.rl.loss import nll_sum_of
 from lanpo.train.batch import build_batch, completion_logprobs
 from lanpo.train.config import GRPOConfig
 from lanpo.train.policy import LoraPolicy
-from lanpo.train.update import NLLTerm, cosine_schedule, update_policy
+from lanpo.train.update import NLLTerm, update_policy, warmup_schedule
 from tests.mel import nll_workers as w
 from tests.train import multirank_workers as grpo
 
@@ -40,7 +40,7 @@ def _update(nll: NLLTerm | None, optimizer_cls: type = CaptureGrad) -> tuple[obj
     batch = build_batch(prompts, completions, 0, torch.device("cpu"))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = optimizer_cls(params, lr=0.0) if optimizer_cls is CaptureGrad else optimizer_cls(params, lr=1e-2)
-    schedule = cosine_schedule(optimizer, 4, 0.0)
+    schedule = warmup_schedule(optimizer, 4, 0.0)
     stats = update_policy(LoraPolicy(model), optimizer, schedule, batch, advantages, CFG, seed=0, nll=nll)
     weights = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     return optimizer, stats, weights

@@ -16,7 +16,7 @@ from lanpo.train.batch import build_batch
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig, SFTConfig, TrainConfig
 from lanpo.train.dist import Dist
 from lanpo.train.policy import FullPolicy, LoraPolicy, Policy, load_base, load_policy
-from lanpo.train.update import UpdateStats, cosine_schedule, update_policy
+from lanpo.train.update import UpdateStats, update_policy, warmup_schedule
 
 PROMPTS, N = 16, 2  # 16 prompts x 2 rollouts = 32 sequences
 GRPO = GRPOConfig(learning_rate=1e-2, warmup_ratio=0.0, beta=0.05, minibatch_size=16, micro_batch_size=3)
@@ -85,7 +85,7 @@ def _update(trained: Policy, rank: int, world: int) -> tuple[UpdateStats, int]:
     mine = share(rank, world)
     batch = build_batch([prompts[i] for i in mine], [completions[i] for i in mine], 0, torch.device("cpu"))
     optimizer = torch.optim.AdamW(trained.trainable_parameters(), lr=GRPO.learning_rate)
-    scheduler = cosine_schedule(optimizer, 10, 0.0)
+    scheduler = warmup_schedule(optimizer, 10, 0.0)
     dist = Dist(rank=rank, world=world)
     stats = update_policy(trained, optimizer, scheduler, batch, advantages[mine], GRPO, seed=0, dist=dist)
     return stats, scheduler.last_epoch

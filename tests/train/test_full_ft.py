@@ -23,7 +23,7 @@ from lanpo.train.config import FeedbackConfig, GRPOConfig, LoraConfig, SFTConfig
 from lanpo.train.loop import train
 from lanpo.train.policy import FullPolicy
 from lanpo.train.sft import write_pairs
-from lanpo.train.update import cosine_schedule, update_policy
+from lanpo.train.update import update_policy, warmup_schedule
 from tests.train import multirank_workers as w
 from tests.train.conftest import tiny_config
 from tests.train.test_start import PAIRS
@@ -78,7 +78,7 @@ def test_one_full_update_equals_a_hand_written_loop() -> None:
     batch = build_batch(prompts, completions, 0, torch.device("cpu"))
     optimizer = Recording(policy.trainable_parameters(), lr=CFG.learning_rate, weight_decay=0.0)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    stats = update_policy(policy, optimizer, cosine_schedule(optimizer, 10, 0.0), batch, advantages, CFG, seed=0)
+    stats = update_policy(policy, optimizer, warmup_schedule(optimizer, 10, 0.0), batch, advantages, CFG, seed=0)
 
     hand, reference = tiny_causal_lm(seed=0)[0], tiny_causal_lm(seed=0)[0]
     _perturb(hand)

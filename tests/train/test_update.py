@@ -15,7 +15,7 @@ from lanpo.rollout.hf import HFBackend
 from lanpo.train.batch import build_batch, completion_logprobs
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
 from lanpo.train.policy import LoraPolicy, build_policy, load_base, load_policy
-from lanpo.train.update import cosine_schedule, update_policy
+from lanpo.train.update import update_policy, warmup_schedule
 from tests.train import multirank_workers as w
 
 
@@ -35,7 +35,7 @@ def test_one_grpo_step_changes_lora_and_not_base() -> None:
     cfg = GRPOConfig(learning_rate=1e-2, warmup_ratio=0.0, beta=0.01, micro_batch_size=3)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate)
-    scheduler = cosine_schedule(optimizer, 10, 0.0)
+    scheduler = warmup_schedule(optimizer, 10, 0.0)
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
     stats = update_policy(LoraPolicy(model), optimizer, scheduler, batch, advantages, cfg, seed=0)
     assert scheduler.last_epoch == 1 and stats.grad_norm > 0 and stats.zero_spread == 0.5
@@ -77,7 +77,7 @@ def test_micro_batching_gives_the_same_gradient_as_one_batch() -> None:
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = CaptureGrad(params, lr=0.0)
         advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, 0.0, -2.0, 0.0])
-        update_policy(LoraPolicy(model), optimizer, cosine_schedule(optimizer, 4, 0.0), batch, advantages, cfg, seed=0)
+        update_policy(LoraPolicy(model), optimizer, warmup_schedule(optimizer, 4, 0.0), batch, advantages, cfg, seed=0)
         grads.append(optimizer.captured[0])
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
@@ -91,7 +91,7 @@ def test_batch_layout_left_pads_prompts_and_right_pads_completions() -> None:
 
 def test_cosine_schedule_warms_up_then_decays_to_zero() -> None:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = cosine_schedule(opt, 10, 0.1)
+    sched = warmup_schedule(opt, 10, 0.1)
     lrs = []
     for _ in range(10):
         lrs.append(sched.get_last_lr()[0])
@@ -103,7 +103,7 @@ def test_cosine_schedule_warms_up_then_decays_to_zero() -> None:
 
 def test_constant_schedule_holds_the_peak_after_the_warmup() -> None:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = cosine_schedule(opt, 10, 0.1, "constant")
+    sched = warmup_schedule(opt, 10, 0.1, "constant")
     lrs = []
     for _ in range(10):
         lrs.append(sched.get_last_lr()[0])
@@ -125,7 +125,7 @@ def test_skip_zero_spread_updates_only_on_signal() -> None:
     cfg = GRPOConfig(learning_rate=1e-2, warmup_ratio=0.0, beta=0.01, skip_zero_spread=True)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate)
-    scheduler = cosine_schedule(optimizer, 10, 0.0)
+    scheduler = warmup_schedule(optimizer, 10, 0.0)
     before = [p.detach().clone() for p in params]
     policy = LoraPolicy(model)
     stats = update_policy(policy, optimizer, scheduler, batch, torch.zeros(8), cfg, seed=0)
@@ -157,7 +157,7 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradient(lora: bool) -> 
         mlp = next(m for m in policy.model.modules() if type(m).__name__ == "LlamaMLP")
         mlp.register_forward_pre_hook(lambda *_, calls=mlp_calls: calls.append(1))
         optimizer = CaptureGrad(policy.trainable_parameters(), lr=0.0)
-        stats = update_policy(policy, optimizer, cosine_schedule(optimizer, 4, 0.0), batch, advantages, cfg, seed=0)
+        stats = update_policy(policy, optimizer, warmup_schedule(optimizer, 4, 0.0), batch, advantages, cfg, seed=0)
         runs.append((stats, optimizer.captured[0], len(mlp_calls)))
     (off, grad_off, calls_off), (on, grad_on, calls_on) = runs
     micro_batches = -(-batch.size // cfg.micro_batch_size)
