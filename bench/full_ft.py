@@ -43,7 +43,7 @@ def child(args: argparse.Namespace, kind: str) -> dict[str, float]:
     from lanpo.train.batch import build_batch
     from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
     from lanpo.train.policy import build_policy, enable_checkpointing, load_base
-    from lanpo.train.update import warmup_schedule, update_policy
+    from lanpo.train.update import update_policy, warmup_schedule
 
     torch.set_num_threads(args.threads)
     before = rss_mib()
