@@ -14,6 +14,7 @@ from lanpo.config import DTYPES, StoreConfig, help_field, lanpo_home, load_toml
 from lanpo.config import check as _check
 from lanpo.errors import ConfigError
 from lanpo.mel.config import MELConfig
+from lanpo.prompts import FEEDBACK_MODES
 from lanpo.report.live import check_report_to
 from lanpo.rollout.config import VLLMConfig
 
@@ -120,7 +121,7 @@ class RolloutConfig:
 
     def budget(self, mode: str) -> int:
         """The completion length limit of a prompt in `mode` (zero_shot | intra | inter)."""
-        if mode != "zero_shot" and self.feedback_max_new_tokens:
+        if mode in FEEDBACK_MODES and self.feedback_max_new_tokens:
             return self.feedback_max_new_tokens
         return self.max_new_tokens
 

@@ -23,12 +23,12 @@ from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.models import apply_chat
+from lanpo.prompts import FEEDBACK_MODES
 from lanpo.train.schedule import batch_problem_ids, choose_modes, mix_seed
 
 if TYPE_CHECKING:
     from lanpo.train.state import Trainer
 
-FEEDBACK = ("intra", "inter")
 MISSED = ("empty_pool", "none_relevant", "no_history", "too_long")
 
 
@@ -54,7 +54,7 @@ class StepPrompts:
     def feedback_metrics(self, n: int) -> dict[str, float]:
         """Rollouts that asked for each kind of feedback and got it, and why the others did not (counts)."""
         out: dict[str, float] = {}
-        for mode in FEEDBACK:
+        for mode in FEEDBACK_MODES:
             out[f"feedback/asked/{mode}"] = float(n * self.asked.count(mode))
             out[f"feedback/served/{mode}"] = float(n * self.modes.count(mode))
         for reason in MISSED:
@@ -71,7 +71,7 @@ def feedback_prompts(t: Trainer, step: int) -> StepPrompts:
     seed = mix_seed(cfg.seed, "contexts", step)
     with transaction(t.engine) as session:
         rows = {p.id: p for p in problems_repo.problems_by_ids(session, sorted(set(pids)))}
-        wanted = {mode: sorted({p for p, m in zip(pids, asked, strict=True) if m == mode}) for mode in FEEDBACK}
+        wanted = {mode: sorted({p for p, m in zip(pids, asked, strict=True) if m == mode}) for mode in FEEDBACK_MODES}
         drawn: dict[str, dict[int, list[Any]]] = {"intra": {}, "inter": {}}
         drawn["intra"] = contexts_repo.intra_contexts(
             session, wanted["intra"], fb.k, fb.candidates, seed, run_id=t.run_id
@@ -90,7 +90,7 @@ def feedback_prompts(t: Trainer, step: int) -> StepPrompts:
         text, kept = fit_prompt(
             t.tokenizer, mode, rows[pid].question, found, cfg.rollout.max_prompt_tokens, fb.inter_source == "raw"
         )
-        if mode in FEEDBACK and not kept:  # an honest from-scratch rollout, and the reason it is one
+        if mode in FEEDBACK_MODES and not kept:  # an honest from-scratch rollout, and the reason it is one
             out.missed[_missed_reason(mode, found, pool_empty)] += 1
         out.problem_ids.append(pid)
         out.questions.append(rows[pid].question)
