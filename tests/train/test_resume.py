@@ -4,21 +4,15 @@ Stopped by SIGTERM (a scheduler's stop), the run is marked failed on the way out
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 import torch
 from sqlalchemy.engine import Engine
 
 from lanpo.train import checkpoint as ckpt
-from lanpo.train.pause import PAUSE_ENV
+from tests.train.trainer_process import kill_when_paused, launch
 
 RECIPE = """
 run_name = "resume-test"
@@ -59,45 +53,6 @@ max_new_tokens = 24
 max_new_per_step = 2
 """
 
-CLI = "import sys; from lanpo.cli import main; sys.exit(main())"
-
-
-def _launch(config: Path, pause: str | None, resume: bool) -> subprocess.Popen[str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    env.pop(PAUSE_ENV, None)
-    if pause:
-        env[PAUSE_ENV] = pause
-    args = [sys.executable, "-c", CLI, "train", "--config", str(config), "--no-progress"]
-    return subprocess.Popen(args + (["--resume"] if resume else []), env=env, stderr=subprocess.PIPE, text=True)
-
-
-def _kill_when_paused(
-    proc: subprocess.Popen[str], marker: str, timeout: float = 240, sig: int = signal.SIGKILL
-) -> list[str]:
-    """Wait for the trainer to announce the pause, then send `sig` (SIGKILL: no cleanup runs); its stderr lines."""
-    seen = threading.Event()
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if marker in line:
-                seen.set()
-                return
-
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + timeout
-    while not seen.is_set():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"trainer never reached {marker!r}; stderr:\n{''.join(lines)[-3000:]}")
-        time.sleep(0.05)
-    os.kill(proc.pid, sig)
-    proc.wait(timeout=60)
-    assert proc.stderr is not None
-    return lines + proc.stderr.readlines()
-
 
 def _rows(db: Engine, sql: str) -> list[tuple]:
     with db.connect() as conn:
@@ -112,17 +67,17 @@ def test_sigkill_during_generation_and_db_write_then_resume(
     config.write_text(RECIPE.format(out=out))
 
     # 1. killed while generating step 2: steps 0 and 1 are committed
-    _kill_when_paused(_launch(config, "generate:2", resume=False), "lanpo-paused generate:2")
+    kill_when_paused(launch(config, "generate:2", resume=False), "generate:2")
     assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(0,), (1,)]
 
     # 2. resumed, then killed inside step 3's transaction (attempts inserted, not committed; checkpoint written)
-    _kill_when_paused(_launch(config, "db_write:3", resume=True), "lanpo-paused db_write:3")
+    kill_when_paused(launch(config, "db_write:3", resume=True), "db_write:3")
     assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(0,), (1,), (2,)]
     assert _rows(db, "SELECT count(*) FROM run_attempts WHERE step = 3") == [(0,)]
     assert ckpt.step_dir(out, 3).exists(), "the step-3 checkpoint was written before the (killed) commit"
 
     # 3. resumed to the end
-    proc = _launch(config, None, resume=True)
+    proc = launch(config, None, resume=True)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
 
@@ -175,8 +130,8 @@ def test_full_fine_tuning_resumes_from_the_full_weights_of_the_last_committed_st
     recipe = RECIPE.format(out=out).replace("[lora]\n", "[lora]\nenabled = false\n")
     config.write_text(recipe.replace("learning_rate = 1e-3\n", "learning_rate = 1e-3\nweight_decay = 0.5\n"))
 
-    _kill_when_paused(_launch(config, "generate:2", resume=False), "lanpo-paused generate:2")
-    _kill_when_paused(_launch(config, "db_write:3", resume=True), "lanpo-paused db_write:3")
+    kill_when_paused(launch(config, "generate:2", resume=False), "generate:2")
+    kill_when_paused(launch(config, "db_write:3", resume=True), "db_write:3")
     assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(0,), (1,), (2,)]
     step2, step3 = (load_file(str(ckpt.step_dir(out, s) / "model" / "model.safetensors")) for s in (2, 3))
     assert any(not torch.equal(step2[k], step3[k]) for k in step2)
@@ -190,7 +145,7 @@ def test_full_fine_tuning_resumes_from_the_full_weights_of_the_last_committed_st
     assert all(torch.equal(reference[k], start[k]) for k in start), "the reference is not the start"
     assert any(not torch.equal(weights[k], start[k]) for k in start)
 
-    proc = _launch(config, None, resume=True)
+    proc = launch(config, None, resume=True)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(s,) for s in range(5)]
@@ -208,13 +163,13 @@ def test_sigterm_marks_the_run_failed_and_resume_finishes_it(
     config = tmp_path / "recipe.toml"
     config.write_text(RECIPE.format(out=tmp_path / "ckpt"))
 
-    proc = _launch(config, "generate:2", resume=False)
-    err = "".join(_kill_when_paused(proc, "lanpo-paused generate:2", sig=signal.SIGTERM))
+    proc = launch(config, "generate:2", resume=False)
+    err = "".join(kill_when_paused(proc, "generate:2", sig=signal.SIGTERM))
     assert proc.returncode == 143 and "terminated" in err and "Traceback" not in err, err[-3000:]
     assert _rows(db, "SELECT status, finished_at IS NOT NULL FROM runs") == [("failed", True)]
     assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(0,), (1,)]
 
-    proc = _launch(config, None, resume=True)
+    proc = launch(config, None, resume=True)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert _rows(db, "SELECT status FROM runs") == [("finished",)]

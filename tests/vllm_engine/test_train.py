@@ -171,34 +171,22 @@ def test_sigterm_shuts_the_engine_down_and_marks_the_run_failed(
     marked failed, exit 143. (Before, Python's default SIGTERM exit skipped every cleanup and left EngineCore.)"""
     import os
     import signal
-    import subprocess
-    import sys
-    import time
 
     import psutil
 
-    from lanpo.train.pause import PAUSE_ENV
+    from tests.train.trainer_process import launch, wait_for_pause
 
     with transaction(db) as session:
         upsert_problems(session, "sums-term", [ProblemIn(str(i), f"What is {i} + {i}?", str(2 * i)) for i in range(4)])
     config = tmp_path / "recipe.toml"
     config.write_text(SIGTERM_RECIPE.format(out=tmp_path / "run", model=smollm2_dir, adapter=adapters[1].path))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", **{PAUSE_ENV: "generate:2"})
-    cli = "import sys; from lanpo.cli import main; sys.exit(main())"
-    args = [sys.executable, "-c", cli, "train", "--config", str(config), "--no-progress"]
-    proc = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + 600
-    for line in proc.stderr:  # the pause announces itself once step 1 has committed
-        lines.append(line)
-        if "lanpo-paused generate:2" in line or time.monotonic() > deadline:
-            break
-    assert any("lanpo-paused" in line for line in lines), "".join(lines)[-3000:]
+    proc = launch(config, "generate:2")
+    lines = wait_for_pause(proc, "generate:2", timeout=600)  # step 1 has committed, the engine is serving
     children = psutil.Process(proc.pid).children(recursive=True)
     assert children, "the vLLM engine core runs in a process of its own"
 
     os.kill(proc.pid, signal.SIGTERM)
+    assert proc.stderr is not None
     err = "".join(lines) + proc.stderr.read()
     assert proc.wait(timeout=120) == 143, err[-3000:]
     assert "terminated" in err and "Traceback" not in err, err[-3000:]
