@@ -151,6 +151,19 @@ def identity(exp: ExperimentConfig, base: TrainConfig) -> dict[str, Any]:
     return {**chosen, "base": to_mapping(base)}
 
 
+def upgrade_identity(stored: dict[str, Any], exp: ExperimentConfig) -> dict[str, Any]:
+    """A stored `identity` read through today's config classes, so that a key added since it was written (with the
+    default that keeps the old behaviour) does not make the same experiment look like another one. A key since
+    removed or a value today's checks refuse leaves it as stored: then it differs, as it should."""
+    try:
+        base = to_mapping(from_mapping(TrainConfig, stored["base"], "base."))
+        rest = {k: v for k, v in stored.items() if k != "base"}
+        chosen = to_mapping(from_mapping(ExperimentConfig, {**rest, "arms": exp.arms, "seeds": exp.seeds}))
+    except (ConfigError, KeyError, TypeError):
+        return stored
+    return {**{k: v for k, v in chosen.items() if k not in ("arms", "seeds")}, "base": base}
+
+
 def run_experiment(
     exp: ExperimentConfig,
     base: TrainConfig,
@@ -162,7 +175,9 @@ def run_experiment(
     from lanpo.train.loop import train
 
     with transaction(engine) as session:
-        experiment = experiments_repo.ensure_experiment(session, exp.name, identity(exp, base))
+        experiment = experiments_repo.ensure_experiment(
+            session, exp.name, identity(exp, base), upgrade=lambda stored: upgrade_identity(stored, exp)
+        )
     folder = exp.folder()
     start = shared_start(exp, base, engine, folder, echo)
     arms = exp.arm_overrides()

@@ -133,3 +133,19 @@ def test_experiment_runs_arms_by_seed_from_one_start(
     assert changed.code == 2 and "exists with another configuration" in changed.err
     one_arm = run_cli("experiment", "--config", config, "--no-report", "--arms", "grpo", "--seeds", "1")
     assert one_arm.code == 0 and one_arm.out.count("finished before, skipped") == 1  # a selection, the same experiment
+
+    # An experiment stored before a config key existed is still the same experiment when today's file keeps that key's
+    # default (`rollout.feedback_max_new_tokens` was added after experiments had been run); not when it sets another
+    # value, nor when the stored config holds a key today's schema does not know.
+    def stored(expression: str) -> None:
+        with transaction(db) as session:
+            session.execute(sa.text(f"UPDATE experiments SET config = {expression} WHERE name = 'tiny-exp'"))
+
+    stored("config #- '{base,rollout,feedback_max_new_tokens}'")
+    older = run_cli("experiment", "--config", config, "--no-report")
+    assert older.code == 0 and older.out.count("finished before, skipped") == 4, older.err
+    newer_value = run_cli("experiment", "--config", config, "--set", "rollout.feedback_max_new_tokens=5")
+    assert newer_value.code == 2 and "exists with another configuration" in newer_value.err
+    stored("jsonb_set(config, '{base,rollout,removed_key}', '1')")
+    removed = run_cli("experiment", "--config", config, "--no-report")
+    assert removed.code == 2 and "exists with another configuration" in removed.err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,15 +38,21 @@ def get_experiment(session: Session, name: str) -> ExperimentRow:
     return found
 
 
-def ensure_experiment(session: Session, name: str, config: dict[str, Any]) -> ExperimentRow:
-    """The experiment `name`, created with `config` when new; an existing one must have been made with the same."""
+def ensure_experiment(
+    session: Session,
+    name: str,
+    config: dict[str, Any],
+    upgrade: Callable[[dict[str, Any]], dict[str, Any]] = lambda stored: stored,
+) -> ExperimentRow:
+    """The experiment `name`, created with `config` when new; an existing one must have been made with the same
+    (its stored config compared after `upgrade`, which reads it through today's schema)."""
     if not isinstance(name, str) or not name.strip():
         raise InputError("an experiment name must be a non-empty string")
     checks.refuse_nul(name, "experiment name")
     config = json.loads(json.dumps(checks.json_object(config, "experiment config")))
     session.execute(sqlfiles.load("queries/experiment_insert"), {"name": name, "config": json.dumps(config)})
     found = get_experiment(session, name)
-    if found.config != config:
+    if found.config != config and json.loads(json.dumps(upgrade(found.config))) != config:
         raise InputError(
             f"an experiment named {name!r} exists with another configuration",
             hint="give this one another name, or run the existing one with its own config",
