@@ -144,6 +144,22 @@ def set_threads(threads: int) -> None:
     torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
 
 
+def cache_kwarg(model: Any) -> str:
+    """The forward keyword a key/value cache is passed in: `cache` (transformers 5) or `past_key_values` (4.x).
+    Looked up on the model under any DDP / PEFT wrapper, which pass keywords through."""
+    import inspect
+
+    inner = getattr(model, "module", model)  # DistributedDataParallel
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # PEFT wraps forward(**kw)
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+
+
+def returned_cache(out: Any) -> Any:
+    """The key/value cache a `use_cache=True` forward returned, under either name (see `cache_kwarg`)."""
+    cache = out.get("cache")
+    return cache if cache is not None else out.get("past_key_values")
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

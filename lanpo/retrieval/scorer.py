@@ -22,13 +22,13 @@ the same model and prompt are the same judge, up to the engine's bf16 arithmetic
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
 
 from lanpo.errors import InputError
+from lanpo.models import cache_kwarg, returned_cache
 
 PROMPT_VERSION = "relevance-v2"
 SYSTEM = "You judge whether a piece of feedback helps with a math problem. Answer with one word: yes or no."
@@ -162,9 +162,7 @@ class RelevanceScorer(JudgePrompt):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.batch_size = batch_size
         self.share_prefix = share_prefix
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps forward(**kw)
-        forward_params = inspect.signature(base.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
+        self._cache_kwarg = cache_kwarg(model)
         self.forward_calls = 0
 
     @torch.no_grad()
@@ -229,7 +227,7 @@ class RelevanceScorer(JudgePrompt):
         prefix_ids = torch.tensor([prefix], device=device)  # (1, P)
         self.forward_calls += 1
         prefix_out = self.model(input_ids=prefix_ids, use_cache=True, logits_to_keep=1)
-        cache = prefix_out.get("cache") or prefix_out.get("past_key_values")  # transformers 5 renamed it
+        cache = returned_cache(prefix_out)
         cache.batch_repeat_interleave(len(suffixes))
         suffix_ids, suffix_mask = self._left_pad(suffixes)  # (B, S); padding sits between prefix and suffix
         attention_mask = torch.cat([torch.ones(len(suffixes), len(prefix), dtype=suffix_mask.dtype, device=device),

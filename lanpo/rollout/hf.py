@@ -3,6 +3,11 @@
 A PEFT model's adapter is hashed once per `generate` call (`lanpo.models.adapter_sha256`) and the hash rides on
 every completion, as the vLLM backend's does; the trainer's forward pass is the reference for log-probs, so
 `Completion.logprobs` stays None here.
+
+n samples of a prompt share its prefill: the distinct prompts run once through the model, their key/value cache
+is repeated n times, and `generate` decodes from it (what `num_return_sequences = n` would compute with every
+prompt token n times over; the same rows in the same order, so a seed draws the same random numbers). vLLM's
+prefix caching does this inside the engine.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from typing import Any
 
 import torch
 
+from lanpo.models import cache_kwarg, returned_cache
 from lanpo.rollout import Completion, SamplingParams
 
 
@@ -60,14 +66,15 @@ class HFBackend:
             if greedy
             else {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
         )
+        copies = 1 if greedy else n
         was_training = self.model.training
         self.model.eval()
         try:
+            inputs = self._shared_prefill(batch, copies) if copies > 1 else dict(batch)
             out = self.model.generate(
-                **batch,
+                **inputs,
                 max_new_tokens=params.max_new_tokens,
                 min_new_tokens=params.min_new_tokens,
-                num_return_sequences=1 if greedy else n,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=tok.eos_token_id,
                 # Every rank generates on its own prompts, and may call this a different number of times. A sharded
@@ -79,7 +86,6 @@ class HFBackend:
         finally:
             self.model.train(was_training)
         prompt_len = batch["input_ids"].shape[1]
-        copies = 1 if greedy else n
         results = []
         for i in range(len(prompts)):
             mask = batch["attention_mask"][i].bool()
@@ -89,6 +95,25 @@ class HFBackend:
                 group.append(self._completion(out[i * copies + j, prompt_len:].tolist(), prompt_ids, served))
             results.append(group * n if greedy else group)
         return results
+
+    def _shared_prefill(self, batch: Any, copies: int) -> dict[str, Any]:
+        """`generate`'s inputs for `copies` samples of each prompt: rows repeated, and a cache holding every prompt
+        token but the last, computed once per distinct prompt (positions as `generate` numbers left-padded rows)."""
+        ids, mask = batch["input_ids"], batch["attention_mask"]  # (U, P)
+        rows = {"input_ids": ids.repeat_interleave(copies, dim=0), "attention_mask": mask.repeat_interleave(copies, 0)}
+        if ids.shape[1] < 2:
+            return {**rows, "num_return_sequences": 1}
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        out = self.model(
+            input_ids=ids[:, :-1],
+            attention_mask=mask[:, :-1],
+            position_ids=positions[:, :-1],
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = returned_cache(out)
+        cache.batch_repeat_interleave(copies)  # (U, ...) -> (U * copies, ...), each prompt's copies together
+        return {**rows, cache_kwarg(self.model): cache, "num_return_sequences": 1}
 
     def _completion(self, generated: list[int], prompt_ids: tuple[int, ...], served: str | None) -> Completion:
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id

@@ -1,9 +1,16 @@
 """Rollouts -> padded tensors, and the batched forward that turns them into per-token log-probs.
 
 Layout (as TRL): prompts left-padded to P, completions right-padded to T, so every completion starts at column
-P. The forward keeps logits for the last T + 1 positions only (`logits_to_keep`), which skips the vocabulary
+P. The forward keeps logits for the completion positions only (`logits_to_keep`), which skips the vocabulary
 projection over prompt tokens -- on a 135M model with a 49k vocabulary that projection is a large share of the
 cost.
+
+A GRPO group is n completions of one prompt, so a micro-batch holds few distinct prompts. The forward runs each
+distinct prompt once, keeps its keys and values (a transformers cache), repeats them for the rows that share it
+and runs only the completions on top: the same attention over the same tokens at the same positions, so the
+same log-probs and gradients (to float rounding: ~1e-5 in fp32), at a fraction of the cost when prompts are long
+(a LANPO prompt carries ~1,000 tokens of context in front of a ~50-token completion). Columns that pad every row
+of the micro-batch are dropped first: a step's batch is padded to its longest prompt, a micro-batch need not be.
 """
 
 from __future__ import annotations
@@ -14,7 +21,9 @@ from typing import Any
 
 import torch
 
+from lanpo.models import cache_kwarg, returned_cache
 from lanpo.rl.logprobs import entropy_from_logits, token_logprobs
+from lanpo.train import fsdp
 
 
 @dataclass
@@ -68,18 +77,28 @@ def build_batch(
 
 
 def completion_logprobs(
-    model: Any, batch: RolloutBatch, with_entropy: bool = False
+    model: Any, batch: RolloutBatch, with_entropy: bool = False, share_prompts: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log p of the completion tokens (B, T), and optionally the entropy (B, T, detached)."""
+    """Per-token log p of the completion tokens (B, T), and optionally the entropy (B, T, detached).
+
+    `share_prompts`: run each distinct prompt once (see the module docstring); False runs every row whole, the
+    reference the shared forward is tested against. Either way columns that pad every row are skipped.
+    """
     T = batch.completion_ids.shape[1]
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        logits_to_keep=T + 1,
-        use_cache=False,
-    )
-    logits = out.logits[:, :-1, :]  # (B, T, V): position P-1+t predicts completion token t
+    P = batch.input_ids.shape[1] - T
+    cut = _padding_columns(batch.attention_mask[:, :P])
+    prompts, rows = _distinct_prompts(batch.input_ids[:, cut:P], batch.attention_mask[:, cut:P])
+    if share_prompts and len(prompts) < batch.size and _can_share(model):
+        logits = _shared_prompt_logits(model, batch, cut, prompts, rows)
+    else:
+        out = model(
+            input_ids=batch.input_ids[:, cut:],
+            attention_mask=batch.attention_mask[:, cut:],
+            position_ids=batch.position_ids[:, cut:],
+            logits_to_keep=T + 1,
+            use_cache=False,
+        )
+        logits = out.logits[:, :-1, :]  # (B, T, V): position P-1+t predicts completion token t
     logp = token_logprobs(logits, batch.completion_ids)  # (B, T)
     entropy = None
     if with_entropy:
@@ -88,8 +107,66 @@ def completion_logprobs(
     return logp, entropy
 
 
+def _padding_columns(prompt_mask: torch.Tensor) -> int:
+    """How many leading columns pad every row (prompts are left-padded)."""
+    return int((prompt_mask.sum(dim=0) == 0).long().cumprod(dim=0).sum())
+
+
+def _distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(U,) the first row of each distinct prompt, and (B,) which of them each row holds."""
+    keys = torch.cat([prompt_ids, prompt_mask], dim=1)  # the mask too: a prompt may begin with the pad token
+    _, rows = torch.unique(keys, dim=0, return_inverse=True)  # (B,) into the U sorted distinct rows
+    first = torch.full((int(rows.max()) + 1,), keys.shape[0], dtype=torch.long, device=rows.device)
+    first = first.scatter_reduce(0, rows, torch.arange(keys.shape[0], device=rows.device), "amin")
+    order = torch.argsort(first)  # the distinct prompts in the order they first appear
+    return first[order], torch.argsort(order)[rows]
+
+
+def _can_share(model: Any) -> bool:
+    """Whether prompts can run apart from their completions. The forward must return a key/value cache (not in
+    training mode under gradient checkpointing). And not on an FSDP-sharded model: two forwards of its units
+    before one backward gave other weights than the single process at 2 ranks (tests/train/test_multirank.py),
+    so sharded full fine-tuning runs rows whole, its reference too (one rule, which a single process can match
+    with `grpo.share_prompts = false`)."""
+    if fsdp.is_sharded(model):
+        return False
+    return not (model.training and any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules()))
+
+
+def _shared_prompt_logits(
+    model: Any, batch: RolloutBatch, cut: int, prompts: torch.Tensor, rows: torch.Tensor
+) -> torch.Tensor:
+    """(B, T, V) logits predicting the completion tokens: the U distinct prompts in one forward (cache kept), the
+    cache repeated to the B rows, then the completions but their last token (which predicts nothing) on top."""
+    T = batch.completion_ids.shape[1]
+    P = batch.input_ids.shape[1] - T
+    out = model(
+        input_ids=batch.input_ids[prompts, cut:P],
+        attention_mask=batch.attention_mask[prompts, cut:P],
+        position_ids=batch.position_ids[prompts, cut:P],
+        logits_to_keep=1,
+        use_cache=True,
+    )
+    first = out.logits[rows]  # (B, 1, V): the prompt's last position predicts completion token 0
+    if T == 1:
+        return first
+    cache = returned_cache(out)
+    cache.batch_select_indices(rows)  # (U, ...) -> (B, ...); autograd sums the rows' gradients back
+    rest = model(
+        input_ids=batch.completion_ids[:, :-1],
+        attention_mask=batch.attention_mask[:, cut : P + T - 1],
+        position_ids=batch.position_ids[:, P : P + T - 1],
+        **{cache_kwarg(model): cache},
+        logits_to_keep=T - 1,
+        use_cache=True,
+    ).logits  # (B, T - 1, V): completion token t predicts token t + 1
+    return torch.cat([first, rest], dim=1)
+
+
 @torch.no_grad()
-def chunked_logprobs(model: Any, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
+def chunked_logprobs(
+    model: Any, batch: RolloutBatch, micro_batch_size: int, share_prompts: bool = True
+) -> torch.Tensor:
     """log p of the completion tokens (B, T) without gradients, `micro_batch_size` sequences per forward.
 
     The reference's log-probs (`Policy.reference_logprobs` runs it on the reference), and old_logp when several
@@ -97,6 +174,8 @@ def chunked_logprobs(model: Any, batch: RolloutBatch, micro_batch_size: int) -> 
     """
     parts = []
     for start in range(0, batch.size, micro_batch_size):
-        logp, _ = completion_logprobs(model, batch.select(slice(start, start + micro_batch_size)))
+        logp, _ = completion_logprobs(
+            model, batch.select(slice(start, start + micro_batch_size)), False, share_prompts
+        )
         parts.append(logp)
     return torch.cat(parts)

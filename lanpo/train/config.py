@@ -143,6 +143,11 @@ class GRPOConfig:
         0, "sequences per optimiser step over all ranks (0: the whole batch, one update per epoch)"
     )
     micro_batch_size: int = help_field(8, "sequences per forward/backward (gradient accumulation inside a minibatch)")
+    share_prompts: bool = help_field(
+        True,
+        "run each distinct prompt of a micro-batch once and its completions on its cache (the same log-probs to "
+        "float rounding; false: every row whole, as runs before it)",
+    )
     max_grad_norm: float = help_field(1.0, "gradient clipping")
     skip_zero_spread: bool = help_field(
         False, "drop groups with zero reward spread from the update (DAPO-style; saves their forward/backward)"

@@ -60,7 +60,9 @@ class Policy(Protocol):
         """What the optimizer steps."""
         ...
 
-    def reference_logprobs(self, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
+    def reference_logprobs(
+        self, batch: RolloutBatch, micro_batch_size: int, share_prompts: bool = True
+    ) -> torch.Tensor:
         """log p of `batch`'s completion tokens under the reference policy (the start), (B, T), no gradient."""
         ...
 
@@ -104,9 +106,11 @@ class LoraPolicy:
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def reference_logprobs(self, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
+    def reference_logprobs(
+        self, batch: RolloutBatch, micro_batch_size: int, share_prompts: bool = True
+    ) -> torch.Tensor:
         with self.model.disable_adapter():
-            return chunked_logprobs(self.model, batch, micro_batch_size)
+            return chunked_logprobs(self.model, batch, micro_batch_size, share_prompts)
 
     def generating(self) -> AbstractContextManager[None]:
         return nullcontext()
@@ -159,9 +163,11 @@ class FullPolicy:
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return list(self.model.parameters())
 
-    def reference_logprobs(self, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
+    def reference_logprobs(
+        self, batch: RolloutBatch, micro_batch_size: int, share_prompts: bool = True
+    ) -> torch.Tensor:
         with self._reference_on_device():
-            return chunked_logprobs(self.reference, batch, micro_batch_size)
+            return chunked_logprobs(self.reference, batch, micro_batch_size, share_prompts)
 
     @contextmanager
     def _reference_on_device(self) -> Iterator[None]:

@@ -118,7 +118,7 @@ def micro_batch_loss(
 
     old_logp None: on-policy, the ratio is 1 and the forward's own detached log-probs stand in for it.
     """
-    logp, entropy = completion_logprobs(model, sub, with_entropy=True)  # (m, T) each
+    logp, entropy = completion_logprobs(model, sub, True, cfg.share_prompts)  # (m, T) each
     old = logp.detach() if old_logp is None else old_logp
     loss, stats = policy_loss(
         logp,
@@ -137,7 +137,13 @@ def micro_batch_loss(
 
 
 def nll_backward(
-    model: Any, batch: RolloutBatch | None, index: torch.Tensor, coef: float, micro: int, dist: Dist
+    model: Any,
+    batch: RolloutBatch | None,
+    index: torch.Tensor,
+    coef: float,
+    micro: int,
+    dist: Dist,
+    share_prompts: bool = True,
 ) -> tuple[float, float]:
     """Backward of `coef` * the token-mean NLL of `batch[index]` over every rank's share; returns (that NLL, its
     global token count). Nothing runs when no rank has a token (every rank sees the same count)."""
@@ -148,7 +154,7 @@ def nll_backward(
     nll_sum = 0.0
     for start in range(0, len(index) if batch is not None else 0, micro):
         sub = batch.select(index[start : start + micro].to(batch.input_ids.device))  # type: ignore[union-attr]
-        logp, _ = completion_logprobs(model, sub)  # (m, T)
+        logp, _ = completion_logprobs(model, sub, False, share_prompts)  # (m, T)
         summed = nll_sum_of(logp, sub.completion_mask)
         (summed * (coef * dist.world / tokens)).backward()  # times the world size: DDP averages the ranks' gradients
         nll_sum += float(summed.detach())
@@ -162,14 +168,14 @@ def _skip_update(optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
     scheduler.step()
 
 
-def _measure_only(policy: Policy, batch: RolloutBatch, micro: int) -> dict[str, float]:
+def _measure_only(policy: Policy, batch: RolloutBatch, micro: int, share_prompts: bool) -> dict[str, float]:
     """KL and entropy of a batch nothing was learned from (every group skipped): no gradient, no step."""
     kl_sum = entropy_sum = tokens = 0.0
-    ref = policy.reference_logprobs(batch, micro)  # (B, T)
+    ref = policy.reference_logprobs(batch, micro, share_prompts)  # (B, T)
     with torch.no_grad():
         for start in range(0, batch.size, micro):
             sub = batch.select(slice(start, start + micro))
-            logp, entropy = completion_logprobs(policy.model, sub, with_entropy=True)
+            logp, entropy = completion_logprobs(policy.model, sub, True, share_prompts)
             mask = sub.completion_mask.float()
             kl_sum += float((kl_k3(logp, ref[start : start + micro]) * mask).sum())
             entropy_sum += float((entropy * mask).sum())  # type: ignore[operator]
@@ -206,7 +212,7 @@ def update_policy(
         # (and drops their KL term). Single process only: ranks would hold minibatches of different sizes.
         keep = torch.nonzero(advantages != 0).flatten()
         if keep.numel() == 0:  # nothing to learn from: the schedule advances, the weights do not move
-            measured = _measure_only(policy, batch, cfg.micro_batch_size)
+            measured = _measure_only(policy, batch, cfg.micro_batch_size, cfg.share_prompts)
             for _ in range(cfg.ppo_epochs * n_minibatches):
                 _skip_update(optimizer, scheduler)
             return UpdateStats(0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, None, zero_spread, 0.0, 0.0)
@@ -216,9 +222,9 @@ def update_policy(
     on_policy = cfg.ppo_epochs == 1 and n_minibatches == 1
 
     started = time.perf_counter()
-    ref_logp = policy.reference_logprobs(batch, cfg.micro_batch_size)  # (B, T): the KL term, and its metric
+    ref_logp = policy.reference_logprobs(batch, cfg.micro_batch_size, cfg.share_prompts)  # (B, T): the KL term
     # Several updates per batch: the ratio needs log-probs of the policy that generated it, taken before any step.
-    old_logp = None if on_policy else chunked_logprobs(model, batch, cfg.micro_batch_size)  # (B, T)
+    old_logp = None if on_policy else chunked_logprobs(model, batch, cfg.micro_batch_size, cfg.share_prompts)
     seconds_ref = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -242,7 +248,9 @@ def update_policy(
             optimizer.zero_grad(set_to_none=True)
             mb_stats = dict.fromkeys(STATS, 0.0)
             if nll is not None and use_nll:  # before the GRPO micro-batches, whose last backward syncs
-                mb_nll, nll_tokens = nll_backward(model, nll_batch, nll_share, nll.coef, cfg.micro_batch_size, dist)
+                mb_nll, nll_tokens = nll_backward(
+                    model, nll_batch, nll_share, nll.coef, cfg.micro_batch_size, dist, cfg.share_prompts
+                )
                 if nll_tokens:
                     nll_updates, nll_total = nll_updates + 1, nll_total + mb_nll
             micro_starts = range(0, len(mb), cfg.micro_batch_size)

@@ -5,6 +5,7 @@ model and the same global batch and then keeps its strided share, as the trainer
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,18 +77,19 @@ def full_update(
     The stats carry the gradient's norm before clipping: Adam's step hardly changes when the gradient is scaled,
     the norm does."""
     policy = full_policy(Dist(rank=rank, world=world), checkpointing)
-    stats, steps = _update(policy, rank, world)
+    # A sharded model runs every row whole (lanpo.train.batch._can_share); the single process does the same.
+    stats, steps = _update(policy, rank, world, replace(GRPO, share_prompts=False))
     return fsdp.full_state(policy.model), stats, steps
 
 
-def _update(trained: Policy, rank: int, world: int) -> tuple[UpdateStats, int]:
+def _update(trained: Policy, rank: int, world: int, cfg: GRPOConfig = GRPO) -> tuple[UpdateStats, int]:
     prompts, completions, advantages = global_rollouts()
     mine = share(rank, world)
     batch = build_batch([prompts[i] for i in mine], [completions[i] for i in mine], 0, torch.device("cpu"))
-    optimizer = torch.optim.AdamW(trained.trainable_parameters(), lr=GRPO.learning_rate)
+    optimizer = torch.optim.AdamW(trained.trainable_parameters(), lr=cfg.learning_rate)
     scheduler = warmup_schedule(optimizer, 10, 0.0)
     dist = Dist(rank=rank, world=world)
-    stats = update_policy(trained, optimizer, scheduler, batch, advantages[mine], GRPO, seed=0, dist=dist)
+    stats = update_policy(trained, optimizer, scheduler, batch, advantages[mine], cfg, seed=0, dist=dist)
     return stats, scheduler.last_epoch
 
 
