@@ -8,8 +8,8 @@ takes the prompts one step of a training run really served (`rollout_groups`, as
 inter prompts mixed) and times the trainer's own phases both ways, interleaved (the order alternates every round;
 round 1 is warm-up and not counted), medians:
 
-  generate     n samples of each prompt: transformers' `generate(num_return_sequences=n)` (whole) against
-               `HFBackend.generate` (shared prefill); the same seed, so the same tokens are expected
+  generate     n samples of each prompt: `HFBackend(share_prefill=False)`, transformers' `num_return_sequences`
+               (whole), against the shared prefill; the same seed, so the same tokens are expected
   reference    `LoraPolicy.reference_logprobs` (adapter off, no gradient), `grpo.share_prompts` false / true
   update       `micro_batch_loss` + backward over the step's micro-batches, `grpo.share_prompts` false / true
 
@@ -85,23 +85,10 @@ def main() -> int:
           f"{min(prompt_tokens)}-{max(prompt_tokens)} prompt tokens, n {args.n}, {args.max_new_tokens} new tokens, "
           f"micro-batch {args.micro_batch_size}, {args.threads} thread(s)")  # fmt: skip
 
+    whole_backend = HFBackend(model, tokenizer, share_prefill=False)
+
     def generate_whole() -> list[list[int]]:
-        torch.manual_seed(params.seed)
-        batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        model.eval()
-        with torch.inference_mode():
-            out = model.generate(
-                **batch,
-                max_new_tokens=args.max_new_tokens,
-                num_return_sequences=args.n,
-                do_sample=True,
-                temperature=1.0,
-                top_p=1.0,
-                top_k=0,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-            )
-        return [backend._completion(row, (), None).token_ids for row in out[:, batch["input_ids"].shape[1] :].tolist()]
+        return [list(c.token_ids) for group in whole_backend.generate(prompts, args.n, params) for c in group]
 
     def generate_shared() -> list[list[int]]:
         return [list(c.token_ids) for group in backend.generate(prompts, args.n, params) for c in group]

@@ -21,12 +21,15 @@ from lanpo.rollout import Completion, SamplingParams
 
 
 class HFBackend:
-    """Generate with a (possibly PEFT-wrapped) HF causal LM; `max_batch` caps sequences per `generate` call."""
+    """Generate with a (possibly PEFT-wrapped) HF causal LM; `max_batch` caps sequences per `generate` call.
+    `share_prefill = False` has transformers repeat each prompt n times (`num_return_sequences`): the reference
+    the shared prefill is tested and timed against."""
 
-    def __init__(self, model: Any, tokenizer: Any, max_batch: int = 64) -> None:
+    def __init__(self, model: Any, tokenizer: Any, max_batch: int = 64, share_prefill: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
+        self.share_prefill = share_prefill
 
     @torch.inference_mode()
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
@@ -70,7 +73,10 @@ class HFBackend:
         was_training = self.model.training
         self.model.eval()
         try:
-            inputs = self._shared_prefill(batch, copies) if copies > 1 else dict(batch)
+            if copies > 1 and self.share_prefill:
+                inputs = self._shared_prefill(batch, copies)
+            else:
+                inputs = {**batch, "num_return_sequences": copies}
             out = self.model.generate(
                 **inputs,
                 max_new_tokens=params.max_new_tokens,
