@@ -1,6 +1,6 @@
 """Benchmark: shared prompts against whole rows, on a real LANPO step: generate, reference pass and update.
 
-A GRPO group is n completions of one prompt, and a LANPO prompt carries ~1,000 tokens of context. Run whole, every
+A GRPO group is n completions of one prompt, and a LANPO feedback prompt carries its context. Run whole, every
 row of a group pushes that prompt through the model again: n prefills in `generate` (transformers'
 `num_return_sequences`), n prompt forwards in the reference pass and in the update. lanpo runs each distinct
 prompt once and its completions on its key/value cache (`lanpo.rollout.hf`, `lanpo.train.batch`). This script

@@ -9,8 +9,9 @@ A GRPO group is n completions of one prompt, so a micro-batch holds few distinct
 distinct prompt once, keeps its keys and values (a transformers cache), repeats them for the rows that share it
 and runs only the completions on top: the same attention over the same tokens at the same positions, so the
 same log-probs and gradients (to float rounding: ~1e-5 in fp32), at a fraction of the cost when prompts are long
-(a LANPO prompt carries ~1,000 tokens of context in front of a ~50-token completion). Columns that pad every row
-of the micro-batch are dropped first: a step's batch is padded to its longest prompt, a micro-batch need not be.
+(a LANPO feedback prompt carries its context: ~250 tokens in the learning experiment, in front of ~50-token
+completions). Columns that pad every row of the micro-batch are dropped first: a step's batch is padded to its
+longest prompt, a micro-batch need not be.
 """
 
 from __future__ import annotations
