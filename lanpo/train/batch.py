@@ -88,8 +88,10 @@ def completion_logprobs(
     T = batch.completion_ids.shape[1]
     P = batch.input_ids.shape[1] - T
     cut = _padding_columns(batch.attention_mask[:, :P])
-    prompts, rows = _distinct_prompts(batch.input_ids[:, cut:P], batch.attention_mask[:, cut:P])
-    if share_prompts and len(prompts) < batch.size and _can_share(model):
+    prompts, rows = None, None
+    if share_prompts and _can_share(model):  # only then is it worth finding the distinct prompts
+        prompts, rows = _distinct_prompts(batch.input_ids[:, cut:P], batch.attention_mask[:, cut:P])
+    if prompts is not None and rows is not None and len(prompts) < batch.size:
         logits = _shared_prompt_logits(model, batch, cut, prompts, rows)
     else:
         out = model(
