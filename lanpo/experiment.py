@@ -8,15 +8,21 @@ the seed differ. So:
 2. relevance for the inter arms: the problems of the dataset judged against each other once (`[relevance]`);
 3. the runs, seed by seed (so a stopped experiment holds paired results): each arm with its overrides, its own
    pool, `experiment` and `arm` recorded on the run; a finished run is skipped and an unfinished one resumed,
-   so rerunning the command continues where it stopped;
+   so rerunning the command continues where it stopped. `jobs` runs train side by side, each in a process of its
+   own (on a CPU one per core: a run's forwards use `model.threads` threads), in the same seed-by-seed order;
+   a run trains the same way alone or beside others (its seed decides its random numbers);
 4. `lanpo report EXPERIMENT`: figures and the Table 1-shaped result (held-out mean@k per arm, mean +- std over
    seeds, and each arm's paired difference to GRPO).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +33,7 @@ from lanpo.config import from_mapping, help_field, lanpo_home, load_toml, to_map
 from lanpo.db.engine import transaction
 from lanpo.db.repo import experiments as experiments_repo
 from lanpo.db.repo import runs as runs_repo
-from lanpo.errors import ConfigError
+from lanpo.errors import ConfigError, LanpoError
 from lanpo.retrieval import STAGE1
 from lanpo.train.config import TrainConfig
 
@@ -105,6 +111,7 @@ class ArmRun:
     status: str  # trained | resumed | skipped (finished before)
     seconds: float = 0.0
     validation: dict[int, dict[str, float]] = field(default_factory=dict)
+    steps: int = 0
 
 
 @dataclass
@@ -170,9 +177,14 @@ def run_experiment(
     engine: Engine,
     echo: Callable[[str], None] = print,
     report: bool = True,
+    jobs: int = 1,
 ) -> ExperimentResult:
-    """Train every arm x seed from one shared start (see the module docstring); returns what ran."""
+    """Train every arm x seed from one shared start (see the module docstring), `jobs` runs at a time; returns what
+    ran."""
     from lanpo.train.loop import train
+
+    if jobs < 1:
+        raise ConfigError(f"jobs must be >= 1, got {jobs}")
 
     with transaction(engine) as session:
         experiment = experiments_repo.ensure_experiment(
@@ -184,17 +196,19 @@ def run_experiment(
     scorer = None
     if any(arms[a].get("feedback.mode", base.feedback.mode) in ("inter", "both") for a in exp.arms):
         scorer = shared_relevance(exp, base, engine, echo)
-    runs: list[ArmRun] = []
+    cfgs = []
+    for seed in exp.seeds:
+        for arm in exp.arms:
+            cfg = arm_config(base, arms[arm], arm, seed, exp)
+            cfg = replace(cfg, model=replace(cfg.model, init_adapter=str(start)), sft=replace(cfg.sft, enabled=False))
+            if scorer and cfg.feedback.scorer is None:
+                cfg = replace(cfg, feedback=replace(cfg.feedback, scorer=scorer))
+            cfgs.append(cfg)
     try:
-        for seed in exp.seeds:
-            for arm in exp.arms:
-                cfg = arm_config(base, arms[arm], arm, seed, exp)
-                cfg = replace(
-                    cfg, model=replace(cfg.model, init_adapter=str(start)), sft=replace(cfg.sft, enabled=False)
-                )
-                if scorer and cfg.feedback.scorer is None:
-                    cfg = replace(cfg, feedback=replace(cfg.feedback, scorer=scorer))
-                runs.append(_run_arm(cfg, engine, echo, train))
+        if jobs == 1:
+            runs = [_run_arm(cfg, engine, echo, train) for cfg in cfgs]
+        else:
+            runs = _run_side_by_side(cfgs, engine, echo, jobs, folder / "logs")
     except BaseException:
         with transaction(engine) as session:
             experiments_repo.set_status(session, experiment.id, "failed")
@@ -213,26 +227,147 @@ def run_experiment(
 
 
 def _run_arm(cfg: TrainConfig, engine: Engine, echo: Callable[[str], None], train: Callable[..., Any]) -> ArmRun:
-    with transaction(engine) as session:
-        found = runs_repo.find_run(session, cfg.run_name)
+    found = _stored_run(engine, cfg)
     if found is not None and found.status == "finished":
         echo(f"{cfg.run_name}: finished before, skipped")
         return ArmRun(cfg.arm or "", cfg.seed, cfg.run_name, "skipped")
     started = time.perf_counter()
-    what = f"{cfg.resolved_method()}, {cfg.feedback.mode} feedback"
-    echo(f"{cfg.run_name}: {'resuming' if found else 'training'} {cfg.steps} steps ({what})")
+    echo(f"{cfg.run_name}: {'resuming' if found else 'training'} {cfg.steps} steps ({_what(cfg)})")
     result = train(cfg, engine=engine, resume=found is not None, progress=False)
-    seconds = time.perf_counter() - started
-    last = max(result.validation) if result.validation else None
+    run = ArmRun(
+        cfg.arm or "",
+        cfg.seed,
+        cfg.run_name,
+        "resumed" if found else "trained",
+        time.perf_counter() - started,
+        result.validation,
+        len(result.steps),
+    )
+    echo(_finished_line(run))
+    return run
+
+
+def _stored_run(engine: Engine, cfg: TrainConfig) -> Any:
+    with transaction(engine) as session:
+        return runs_repo.find_run(session, cfg.run_name)
+
+
+def _what(cfg: TrainConfig) -> str:
+    return f"{cfg.resolved_method()}, {cfg.feedback.mode} feedback"
+
+
+def _finished_line(run: ArmRun) -> str:
+    last = max(run.validation) if run.validation else None
     shown = (
         ""
         if last is None
         else "  ".join(
-            f"{k.split('/')[-1]} {v:.3f}" for k, v in result.validation[last].items() if "/mean@" in k or "/pass@" in k
+            f"{k.split('/')[-1]} {v:.3f}" for k, v in run.validation[last].items() if "/mean@" in k or "/pass@" in k
         )
     )
-    echo(f"{cfg.run_name}: {len(result.steps)} steps in {seconds:.0f}s; held-out at step {last}: {shown}")
-    return ArmRun(cfg.arm or "", cfg.seed, cfg.run_name, "resumed" if found else "trained", seconds, result.validation)
+    return f"{run.run_name}: {run.steps} steps in {run.seconds:.0f}s; held-out at step {last}: {shown}"
+
+
+def auto_jobs(base: TrainConfig, runs: int) -> int:
+    """How many runs to train side by side: on a CPU one per `model.threads` of the cores this process may use
+    (`model.threads = 0`, all cores, gives one); on a GPU one. Never more than `runs`."""
+    import torch
+
+    device = base.model.device
+    on_gpu = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    cores = len(os.sched_getaffinity(0))
+    per_run = base.model.threads or cores
+    return max(1, min(runs, 1 if on_gpu else cores // per_run))
+
+
+def _run_side_by_side(
+    cfgs: list[TrainConfig], engine: Engine, echo: Callable[[str], None], jobs: int, logs: Path
+) -> list[ArmRun]:
+    """Train `cfgs` in `jobs` worker processes (spawned: each loads its own torch and model), started in order.
+
+    A worker's output goes to `logs/<run>.log`. A run that fails does not stop the others (each is resumable);
+    once the rest have ended, the first failure is raised with its log named."""
+    logs.mkdir(parents=True, exist_ok=True)
+    url = engine.url.render_as_string(hide_password=False)
+    runs: dict[str, ArmRun] = {}
+    failed: list[tuple[str, str, str]] = []
+    todo = []
+    for cfg in cfgs:
+        found = _stored_run(engine, cfg)
+        if found is not None and found.status == "finished":
+            echo(f"{cfg.run_name}: finished before, skipped")
+            runs[cfg.run_name] = ArmRun(cfg.arm or "", cfg.seed, cfg.run_name, "skipped")
+        else:
+            todo.append(cfg)
+    if todo:
+        import multiprocessing
+
+        echo(f"training {len(todo)} run(s), {min(jobs, len(todo))} at a time; each one's output: {logs}/<run>.log")
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"))
+        try:
+            pending: dict[Future[tuple[ArmRun | None, str]], TrainConfig] = {
+                pool.submit(_train_in_worker, cfg, url, str(logs / f"{cfg.run_name}.log")): cfg for cfg in todo
+            }
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    cfg = pending.pop(future)
+                    run, error = future.result()
+                    if run is None:
+                        failed.append((cfg.run_name, error, str(logs / f"{cfg.run_name}.log")))
+                        echo(f"{cfg.run_name}: failed: {error.splitlines()[0] if error else '?'}")
+                    else:
+                        runs[cfg.run_name] = run
+                        echo(_finished_line(run))
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+    if failed:
+        name, error, log = failed[0]
+        others = f" ({len(failed) - 1} more failed)" if len(failed) > 1 else ""
+        raise LanpoError(
+            f"run {name} failed{others}: {error.splitlines()[0] if error else 'no message'}",
+            hint=f"its log: {log}; the experiment resumes where it stopped when run again",
+        )
+    return [runs[cfg.run_name] for cfg in cfgs]
+
+
+def _train_in_worker(cfg: TrainConfig, url: str, log: str) -> tuple[ArmRun | None, str]:
+    """One run in a worker process: says on the experiment's terminal that it starts, then writes everything (C-level
+    output too) to `log`. Returns the run, or None and the error (a LanpoError's message and hint, or a crash's
+    last line; the traceback goes to the log)."""
+    from lanpo.db.engine import connect
+    from lanpo.train.loop import train
+
+    engine = None
+    saved = os.dup(1), os.dup(2)
+    try:
+        engine = connect(url)
+        found = _stored_run(engine, cfg)
+        print(f"{cfg.run_name}: {'resuming' if found else 'training'} {cfg.steps} steps ({_what(cfg)}); log: {log}")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        return _run_arm(cfg, engine, lambda line: print(line, flush=True), train), ""
+    except LanpoError as exc:
+        print(f"error: {exc}", flush=True)
+        return None, str(exc)
+    except BaseException as exc:  # a crash or an interrupt: the worker reports it, the parent decides
+        traceback.print_exc()
+        return None, f"{type(exc).__name__}: {exc}"
+    finally:
+        if engine is not None:
+            engine.dispose()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
 
 
 def shared_start(

@@ -149,3 +149,61 @@ def test_experiment_runs_arms_by_seed_from_one_start(
     stored("jsonb_set(config, '{base,rollout,removed_key}', '1')")
     removed = run_cli("experiment", "--config", config, "--no-report")
     assert removed.code == 2 and "exists with another configuration" in removed.err
+
+
+def test_runs_side_by_side_train_as_they_do_alone(
+    run_cli, db: Engine, toy_problems: list[int], tmp_path: Path, tiny_dir: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """`--jobs 2` trains each run in a worker process of its own: the same runs, step for step the same rewards, losses
+    and held-out figures as one after another in this process (a run's seed decides its random numbers, not what
+    else runs). A run that fails in a worker leaves the others to finish, and the command ends with one error line
+    naming the run and its log."""
+    with transaction(db) as session:
+        upsert_problems(session, "toy-val", [ProblemIn("v0", "What is 9 * 9?", "81"), ProblemIn("v1", "2 * 3?", "6")])
+    write_pairs(PAIRS, tmp_path / "pairs.jsonl")
+    (tmp_path / "recipe.toml").write_text(RECIPE.format(pairs=tmp_path / "pairs.jsonl"))
+    for name, jobs in (("alone", "1"), ("side", "2")):
+        config = tmp_path / f"{name}.toml"
+        config.write_text(
+            EXPERIMENT.format(out=tmp_path / name, judge=tiny_dir).replace('"tiny-exp"', f'"{name}"')
+            + '\n[arm.broken]\n"data.dataset" = "never-imported"\n'
+        )
+        done = run_cli("experiment", "--config", config, "--no-report", "--jobs", jobs, "--seeds", "0")
+        assert done.code == 0, done.err
+    with db.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT split_part(r.name, '-', 1), r.arm, m.step, m.name, m.value FROM run_metrics m "
+                "JOIN runs r ON r.id = m.run_id WHERE (r.name LIKE 'alone-%' OR r.name LIKE 'side-%') AND r.arm IS NOT NULL"
+            )
+        ).all()
+    by = {exp: {(arm, step, name): v for e, arm, step, name, v in rows if e == exp} for exp in ("alone", "side")}
+    kept = {k for k in by["alone"] if not k[2].startswith(("time/", "memory/", "throughput/"))}
+    assert len(kept) > 40 and {k[0] for k in kept} == {"grpo", "lanpo-both"}
+    assert {k: by["side"].get(k) for k in kept} == {k: by["alone"][k] for k in kept}
+    assert any(k[2].startswith("val/") for k in kept) and any(k[2].startswith("reward") for k in kept)
+
+    broken = tmp_path / "broken.toml"
+    broken.write_text(
+        (tmp_path / "side.toml")
+        .read_text()
+        .replace('"side"', '"broken"')
+        .replace('arms = ["grpo", "lanpo-both"]', 'arms = ["broken", "grpo"]')
+    )
+    failed = run_cli("experiment", "--config", broken, "--no-report", "--jobs", "2", "--seeds", "0")
+    assert failed.code == 2 and "Traceback" not in failed.err
+    assert "error: run broken-broken-s0 failed" in failed.err and "broken-broken-s0.log" in failed.err
+    with db.connect() as conn:
+        status = dict(conn.execute(sa.text("SELECT name, status FROM runs WHERE name LIKE 'broken-%'")).all())
+        exp_status = conn.execute(sa.text("SELECT status FROM experiments WHERE name = 'broken'")).scalar()
+    assert status["broken-grpo-s0"] == "finished" and exp_status == "failed"
+    assert (tmp_path / "side" / "logs" / "side-grpo-s0.log").read_text().count("steps in") == 1
+
+
+def test_jobs_are_checked(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    write_pairs(PAIRS, tmp_path / "pairs.jsonl")
+    (tmp_path / "recipe.toml").write_text(RECIPE.format(pairs=tmp_path / "pairs.jsonl"))
+    (tmp_path / "exp.toml").write_text(EXPERIMENT.format(out=tmp_path / "exp", judge="x"))
+    for bad in ("0", "-1", "two"):
+        result = run_cli("experiment", "--config", tmp_path / "exp.toml", "--jobs", bad)
+        assert result.code == 2 and "--jobs must be a whole number" in result.err and "hint:" in result.err
