@@ -7,7 +7,8 @@ code — the reference pass (`LoraPolicy.reference_logprobs`, adapter disabled) 
 (clip 0.2 / 0.28, beta 5e-4, token-mean) — in three precisions:
 
   fp32              fp32 weights (lanpo's CPU default, `model.dtype = "auto"`)
-  autocast bf16     fp32 weights and LoRA, matmuls under torch.autocast("cpu", bfloat16)
+  autocast bf16     fp32 weights and LoRA, the trainer's `grpo.autocast = "bf16"`: its forwards under
+                    torch.autocast("cpu", bfloat16), the log-softmax in fp32, backward outside autocast
   bf16 weights      the base in bf16 (`model.dtype = "bfloat16"`), the LoRA adapter kept in fp32 (PEFT's default)
 
 Every variant starts from the same adapter: A as PEFT initialises it, B drawn from N(0, 0.01) so that both
@@ -25,6 +26,7 @@ import argparse
 import os
 import statistics
 import time
+from dataclasses import replace
 from typing import Any
 
 VARIANTS = ("fp32", "autocast bf16", "bf16 weights")
@@ -50,7 +52,7 @@ def main() -> int:
     from lanpo.rl.advantages import group_advantages
     from lanpo.rollout import SamplingParams
     from lanpo.rollout.hf import HFBackend
-    from lanpo.train.batch import build_batch
+    from lanpo.train.batch import autocast_dtype, build_batch
     from lanpo.train.config import GRPOConfig
     from lanpo.train.feedback import fit_prompt
     from lanpo.train.policy import LoraPolicy
@@ -108,11 +110,10 @@ def main() -> int:
         model = models[variant]
         model.zero_grad(set_to_none=True)
         policy = LoraPolicy(model)
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant == "autocast bf16")
+        variant_cfg = replace(cfg, autocast="bf16" if variant == "autocast bf16" else "off")  # as the trainer runs
         started = time.perf_counter()
-        with autocast:
-            ref = policy.reference_logprobs(batch, batch.size).float()
-            loss, _, _ = micro_batch_loss(model, batch, advantages, None, ref, None, cfg)
+        ref = policy.reference_logprobs(batch, batch.size, cfg.share_prompts, autocast_dtype(variant_cfg.autocast))
+        loss, _, _ = micro_batch_loss(model, batch, advantages, None, ref, None, variant_cfg)
         loss.backward()
         seconds = time.perf_counter() - started
         grad = torch.cat([p.grad.double().flatten() for n, p in model.named_parameters() if "lora_" in n])

@@ -12,11 +12,17 @@ same log-probs and gradients (to float rounding: ~1e-5 in fp32), at a fraction o
 (a LANPO feedback prompt carries its context: ~250 tokens in the learning experiment, in front of ~50-token
 completions). Columns that pad every row of the micro-batch are dropped first: a step's batch is padded to its
 longest prompt, a micro-batch need not be.
+
+`autocast` (`grpo.autocast`): the model's forwards run under `torch.autocast` in that dtype (bf16), the weights
+staying fp32; the logits are upcast to fp32 before the log-softmax and the entropy, and backward runs outside the
+autocast context, as PyTorch recommends. Faster where bf16 matmuls are (AMX-BF16 CPUs, GPUs); the log-probs differ
+from fp32 by bf16 rounding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,13 +83,34 @@ def build_batch(
     )
 
 
+AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16}  # grpo.autocast
+
+
+def autocast_dtype(setting: str) -> torch.dtype | None:
+    """`grpo.autocast` ("off" | "bf16") as the dtype the forwards autocast to (None: none, plain fp32)."""
+    return AUTOCAST_DTYPES[setting]
+
+
+def _forward_precision(batch: RolloutBatch, autocast: torch.dtype | None) -> AbstractContextManager[Any]:
+    """Around a model forward: `torch.autocast` to `autocast` on the batch's device, or nothing (None)."""
+    if autocast is None:  # not even a disabled autocast: a caller's own autocast context stays in force
+        return nullcontext()
+    return torch.autocast(device_type=batch.input_ids.device.type, dtype=autocast)
+
+
 def completion_logprobs(
-    model: Any, batch: RolloutBatch, with_entropy: bool = False, share_prompts: bool = True
+    model: Any,
+    batch: RolloutBatch,
+    with_entropy: bool = False,
+    share_prompts: bool = True,
+    autocast: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log p of the completion tokens (B, T), and optionally the entropy (B, T, detached).
+    """Per-token log p of the completion tokens (B, T), and optionally the entropy (B, T, detached); float32.
 
     `share_prompts`: run each distinct prompt once (see the module docstring); False runs every row whole, the
     reference the shared forward is tested against. Either way columns that pad every row are skipped.
+    `autocast`: the forwards run under `torch.autocast` in this dtype (None: as the weights are); the log-softmax
+    runs in fp32 on upcast logits either way.
     """
     T = batch.completion_ids.shape[1]
     P = batch.input_ids.shape[1] - T
@@ -92,16 +119,18 @@ def completion_logprobs(
     if share_prompts and _can_share(model):  # only then is it worth finding the distinct prompts
         prompts, rows = _distinct_prompts(batch.input_ids[:, cut:P], batch.attention_mask[:, cut:P])
     if prompts is not None and rows is not None and len(prompts) < batch.size:
-        logits = _shared_prompt_logits(model, batch, cut, prompts, rows)
+        logits = _shared_prompt_logits(model, batch, cut, prompts, rows, autocast)
     else:
-        out = model(
-            input_ids=batch.input_ids[:, cut:],
-            attention_mask=batch.attention_mask[:, cut:],
-            position_ids=batch.position_ids[:, cut:],
-            logits_to_keep=T + 1,
-            use_cache=False,
-        )
+        with _forward_precision(batch, autocast):
+            out = model(
+                input_ids=batch.input_ids[:, cut:],
+                attention_mask=batch.attention_mask[:, cut:],
+                position_ids=batch.position_ids[:, cut:],
+                logits_to_keep=T + 1,
+                use_cache=False,
+            )
         logits = out.logits[:, :-1, :]  # (B, T, V): position P-1+t predicts completion token t
+    logits = logits.float()  # outside autocast, which would run the log-softmax in bf16 (fp32 logits: no copy)
     logp = token_logprobs(logits, batch.completion_ids)  # (B, T)
     entropy = None
     if with_entropy:
@@ -137,38 +166,49 @@ def _can_share(model: Any) -> bool:
 
 
 def _shared_prompt_logits(
-    model: Any, batch: RolloutBatch, cut: int, prompts: torch.Tensor, rows: torch.Tensor
+    model: Any,
+    batch: RolloutBatch,
+    cut: int,
+    prompts: torch.Tensor,
+    rows: torch.Tensor,
+    autocast: torch.dtype | None = None,
 ) -> torch.Tensor:
     """(B, T, V) logits predicting the completion tokens: the U distinct prompts in one forward (cache kept), the
     cache repeated to the B rows, then the completions but their last token (which predicts nothing) on top."""
     T = batch.completion_ids.shape[1]
     P = batch.input_ids.shape[1] - T
-    out = model(
-        input_ids=batch.input_ids[prompts, cut:P],
-        attention_mask=batch.attention_mask[prompts, cut:P],
-        position_ids=batch.position_ids[prompts, cut:P],
-        logits_to_keep=1,
-        use_cache=True,
-    )
+    with _forward_precision(batch, autocast):
+        out = model(
+            input_ids=batch.input_ids[prompts, cut:P],
+            attention_mask=batch.attention_mask[prompts, cut:P],
+            position_ids=batch.position_ids[prompts, cut:P],
+            logits_to_keep=1,
+            use_cache=True,
+        )
     first = out.logits[rows]  # (B, 1, V): the prompt's last position predicts completion token 0
     if T == 1:
         return first
     cache = returned_cache(out)
     cache.batch_select_indices(rows)  # (U, ...) -> (B, ...); autograd sums the rows' gradients back
-    rest = model(
-        input_ids=batch.completion_ids[:, :-1],
-        attention_mask=batch.attention_mask[:, cut : P + T - 1],
-        position_ids=batch.position_ids[:, P : P + T - 1],
-        **{cache_kwarg(model): cache},
-        logits_to_keep=T - 1,
-        use_cache=True,
-    ).logits  # (B, T - 1, V): completion token t predicts token t + 1
+    with _forward_precision(batch, autocast):
+        rest = model(
+            input_ids=batch.completion_ids[:, :-1],
+            attention_mask=batch.attention_mask[:, cut : P + T - 1],
+            position_ids=batch.position_ids[:, P : P + T - 1],
+            **{cache_kwarg(model): cache},
+            logits_to_keep=T - 1,
+            use_cache=True,
+        ).logits  # (B, T - 1, V): completion token t predicts token t + 1
     return torch.cat([first, rest], dim=1)
 
 
 @torch.no_grad()
 def chunked_logprobs(
-    model: Any, batch: RolloutBatch, micro_batch_size: int, share_prompts: bool = True
+    model: Any,
+    batch: RolloutBatch,
+    micro_batch_size: int,
+    share_prompts: bool = True,
+    autocast: torch.dtype | None = None,
 ) -> torch.Tensor:
     """log p of the completion tokens (B, T) without gradients, `micro_batch_size` sequences per forward.
 
@@ -178,7 +218,7 @@ def chunked_logprobs(
     parts = []
     for start in range(0, batch.size, micro_batch_size):
         logp, _ = completion_logprobs(
-            model, batch.select(slice(start, start + micro_batch_size)), False, share_prompts
+            model, batch.select(slice(start, start + micro_batch_size)), False, share_prompts, autocast
         )
         parts.append(logp)
     return torch.cat(parts)

@@ -61,9 +61,14 @@ class Policy(Protocol):
         ...
 
     def reference_logprobs(
-        self, batch: RolloutBatch, micro_batch_size: int, share_prompts: bool = True
+        self,
+        batch: RolloutBatch,
+        micro_batch_size: int,
+        share_prompts: bool = True,
+        autocast: torch.dtype | None = None,
     ) -> torch.Tensor:
-        """log p of `batch`'s completion tokens under the reference policy (the start), (B, T), no gradient."""
+        """log p of `batch`'s completion tokens under the reference policy (the start), (B, T), no gradient; its
+        forwards under `torch.autocast(autocast)` when one is given (`lanpo.train.batch.completion_logprobs`)."""
         ...
 
     def generating(self) -> AbstractContextManager[None]:
@@ -107,10 +112,14 @@ class LoraPolicy:
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def reference_logprobs(
-        self, batch: RolloutBatch, micro_batch_size: int, share_prompts: bool = True
+        self,
+        batch: RolloutBatch,
+        micro_batch_size: int,
+        share_prompts: bool = True,
+        autocast: torch.dtype | None = None,
     ) -> torch.Tensor:
         with self.model.disable_adapter():
-            return chunked_logprobs(self.model, batch, micro_batch_size, share_prompts)
+            return chunked_logprobs(self.model, batch, micro_batch_size, share_prompts, autocast)
 
     def generating(self) -> AbstractContextManager[None]:
         return nullcontext()
@@ -164,10 +173,14 @@ class FullPolicy:
         return list(self.model.parameters())
 
     def reference_logprobs(
-        self, batch: RolloutBatch, micro_batch_size: int, share_prompts: bool = True
+        self,
+        batch: RolloutBatch,
+        micro_batch_size: int,
+        share_prompts: bool = True,
+        autocast: torch.dtype | None = None,
     ) -> torch.Tensor:
         with self._reference_on_device():
-            return chunked_logprobs(self.reference, batch, micro_batch_size, share_prompts)
+            return chunked_logprobs(self.reference, batch, micro_batch_size, share_prompts, autocast)
 
     @contextmanager
     def _reference_on_device(self) -> Iterator[None]:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from lanpo.rl.loss import kl_k3, nll_sum_of, policy_loss
-from lanpo.train.batch import RolloutBatch, chunked_logprobs, completion_logprobs
+from lanpo.train.batch import RolloutBatch, autocast_dtype, chunked_logprobs, completion_logprobs
 from lanpo.train.config import GRPOConfig
 from lanpo.train.dist import Dist
 from lanpo.train.policy import Policy
@@ -118,7 +118,7 @@ def micro_batch_loss(
 
     old_logp None: on-policy, the ratio is 1 and the forward's own detached log-probs stand in for it.
     """
-    logp, entropy = completion_logprobs(model, sub, True, cfg.share_prompts)  # (m, T) each
+    logp, entropy = completion_logprobs(model, sub, True, cfg.share_prompts, autocast_dtype(cfg.autocast))  # (m, T)
     old = logp.detach() if old_logp is None else old_logp
     loss, stats = policy_loss(
         logp,
@@ -144,6 +144,7 @@ def nll_backward(
     micro: int,
     dist: Dist,
     share_prompts: bool = True,
+    autocast: torch.dtype | None = None,
 ) -> tuple[float, float]:
     """Backward of `coef` * the token-mean NLL of `batch[index]` over every rank's share; returns (that NLL, its
     global token count). Nothing runs when no rank has a token (every rank sees the same count)."""
@@ -154,7 +155,7 @@ def nll_backward(
     nll_sum = 0.0
     for start in range(0, len(index) if batch is not None else 0, micro):
         sub = batch.select(index[start : start + micro].to(batch.input_ids.device))  # type: ignore[union-attr]
-        logp, _ = completion_logprobs(model, sub, False, share_prompts)  # (m, T)
+        logp, _ = completion_logprobs(model, sub, False, share_prompts, autocast)  # (m, T)
         summed = nll_sum_of(logp, sub.completion_mask)
         (summed * (coef * dist.world / tokens)).backward()  # times the world size: DDP averages the ranks' gradients
         nll_sum += float(summed.detach())
@@ -168,14 +169,16 @@ def _skip_update(optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
     scheduler.step()
 
 
-def _measure_only(policy: Policy, batch: RolloutBatch, micro: int, share_prompts: bool) -> dict[str, float]:
+def _measure_only(
+    policy: Policy, batch: RolloutBatch, micro: int, share_prompts: bool, autocast: torch.dtype | None = None
+) -> dict[str, float]:
     """KL and entropy of a batch nothing was learned from (every group skipped): no gradient, no step."""
     kl_sum = entropy_sum = tokens = 0.0
-    ref = policy.reference_logprobs(batch, micro, share_prompts)  # (B, T)
+    ref = policy.reference_logprobs(batch, micro, share_prompts, autocast)  # (B, T)
     with torch.no_grad():
         for start in range(0, batch.size, micro):
             sub = batch.select(slice(start, start + micro))
-            logp, entropy = completion_logprobs(policy.model, sub, True, share_prompts)
+            logp, entropy = completion_logprobs(policy.model, sub, True, share_prompts, autocast)
             mask = sub.completion_mask.float()
             kl_sum += float((kl_k3(logp, ref[start : start + micro]) * mask).sum())
             entropy_sum += float((entropy * mask).sum())  # type: ignore[operator]
@@ -204,6 +207,7 @@ def update_policy(
     """
     dist = dist or Dist()
     model, trained = policy.model, policy.trained
+    autocast = autocast_dtype(cfg.autocast)  # None: the forwards in the weights' dtype
     params = policy.trainable_parameters()
     zero_spread = float(dist.all_reduce_sum((advantages == 0).float().mean().reshape(1)).item() / dist.world)
     n_minibatches = minibatches_per_epoch(batch.size * dist.world, cfg)
@@ -212,7 +216,7 @@ def update_policy(
         # (and drops their KL term). Single process only: ranks would hold minibatches of different sizes.
         keep = torch.nonzero(advantages != 0).flatten()
         if keep.numel() == 0:  # nothing to learn from: the schedule advances, the weights do not move
-            measured = _measure_only(policy, batch, cfg.micro_batch_size, cfg.share_prompts)
+            measured = _measure_only(policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast)
             for _ in range(cfg.ppo_epochs * n_minibatches):
                 _skip_update(optimizer, scheduler)
             return UpdateStats(0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, None, zero_spread, 0.0, 0.0)
@@ -222,9 +226,9 @@ def update_policy(
     on_policy = cfg.ppo_epochs == 1 and n_minibatches == 1
 
     started = time.perf_counter()
-    ref_logp = policy.reference_logprobs(batch, cfg.micro_batch_size, cfg.share_prompts)  # (B, T): the KL term
+    ref_logp = policy.reference_logprobs(batch, cfg.micro_batch_size, cfg.share_prompts, autocast)  # (B, T): KL
     # Several updates per batch: the ratio needs log-probs of the policy that generated it, taken before any step.
-    old_logp = None if on_policy else chunked_logprobs(model, batch, cfg.micro_batch_size, cfg.share_prompts)
+    old_logp = None if on_policy else chunked_logprobs(model, batch, cfg.micro_batch_size, cfg.share_prompts, autocast)
     seconds_ref = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -249,7 +253,7 @@ def update_policy(
             mb_stats = dict.fromkeys(STATS, 0.0)
             if nll is not None and use_nll:  # before the GRPO micro-batches, whose last backward syncs
                 mb_nll, nll_tokens = nll_backward(
-                    model, nll_batch, nll_share, nll.coef, cfg.micro_batch_size, dist, cfg.share_prompts
+                    model, nll_batch, nll_share, nll.coef, cfg.micro_batch_size, dist, cfg.share_prompts, autocast
                 )
                 if nll_tokens:
                     nll_updates, nll_total = nll_updates + 1, nll_total + mb_nll

@@ -1,0 +1,175 @@
+"""`grpo.autocast = "bf16"`: the trainer's forwards (reference, update, old log-probs, MEL's NLL) run under
+`torch.autocast` bf16 with fp32 weights, the log-softmax in fp32. The log-probs must be float32, near fp32's (bf16
+rounding of the matmuls, not of the log-softmax) and not identical to them (autocast did run); shared prompts and
+whole rows must still agree; the LoRA gradient must point where fp32's does; and the KL must be exactly 0 at the
+first update, the reference running under the same autocast as the policy. Batches are shaped as a training step
+writes them (`tests/train/test_shared_prompts.py`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from sqlalchemy.engine import Engine
+
+from lanpo.errors import ConfigError
+from lanpo.models import tiny_causal_lm
+from lanpo.rl.advantages import group_advantages
+from lanpo.train import batch as batch_module
+from lanpo.train.batch import autocast_dtype, build_batch, chunked_logprobs, completion_logprobs
+from lanpo.train.config import GRPOConfig
+from lanpo.train.loop import train
+from lanpo.train.policy import FullPolicy, LoraPolicy
+from lanpo.train.update import NLLTerm, micro_batch_loss, update_policy, warmup_schedule
+from tests.mel import nll_workers
+from tests.train import multirank_workers as w
+from tests.train.test_full_ft import _alternating_rewards, _full_config
+from tests.train.test_shared_prompts import _lora_model, _step_batch
+from tests.train.test_start import _sft_config
+
+BF16 = torch.bfloat16
+# Measured on the tiny random model and `_step_batch()` (4 prompts x 4 rows): bf16 autocast against fp32, max
+# |diff| 2.3e-3 and mean 5.5e-4 over the completion tokens (shared prompts; 2.0e-3 / 5.2e-4 rows whole). A log-softmax
+# run in bf16 on the same bf16 logits is off by max 2.8e-2, mean 1.0e-2: five times the mean bound below.
+MAX_DIFF, MEAN_DIFF = 1e-2, 2e-3
+
+
+def _record_autocast(monkeypatch: pytest.MonkeyPatch) -> list[torch.dtype | None]:
+    """The `autocast` every trainer forward is asked for (`lanpo.train.batch._forward_precision`)."""
+    seen: list[torch.dtype | None] = []
+    real = batch_module._forward_precision
+
+    def recording(batch: Any, autocast: torch.dtype | None) -> Any:
+        seen.append(autocast)
+        return real(batch, autocast)
+
+    monkeypatch.setattr(batch_module, "_forward_precision", recording)
+    return seen
+
+
+class LogitDtypes:
+    """The dtype of every logits tensor the model's head writes: bf16 when a forward ran under autocast."""
+
+    def __init__(self, model: Any) -> None:
+        self.seen: list[torch.dtype] = []
+        model.get_output_embeddings().register_forward_hook(lambda _m, _a, out: self.seen.append(out.dtype))
+
+
+def test_autocast_maps_the_setting_and_the_config_refuses_other_values() -> None:
+    assert autocast_dtype("off") is None and autocast_dtype("bf16") is BF16
+    assert GRPOConfig().autocast == "off"
+    with pytest.raises(ConfigError, match=r"grpo\.autocast must be off or bf16, got 'fp8'"):
+        GRPOConfig(autocast="fp8")
+
+
+@pytest.mark.parametrize("share", [True, False], ids=["shared-prompts", "rows-whole"])
+def test_bf16_log_probs_are_float32_and_close_to_fp32(share: bool) -> None:
+    model = _lora_model()
+    batch = _step_batch()
+    heads = LogitDtypes(model)
+    with torch.no_grad():
+        want, want_entropy = completion_logprobs(model, batch, True, share)
+        assert set(heads.seen) == {torch.float32}
+        heads.seen.clear()
+        got, entropy = completion_logprobs(model, batch, True, share, autocast=BF16)
+    assert heads.seen and set(heads.seen) == {BF16}  # every forward ran under autocast
+    assert got.dtype == entropy.dtype == torch.float32  # type: ignore[union-attr]
+    mask = batch.completion_mask.bool()
+    diff = (got - want)[mask].abs()
+    assert not torch.equal(got[mask], want[mask])  # autocast took effect
+    assert diff.max() < MAX_DIFF and diff.mean() < MEAN_DIFF, (diff.max(), diff.mean())
+    assert (entropy - want_entropy)[mask].abs().max() < MAX_DIFF  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("rows", [slice(None), torch.tensor([15, 4, 5, 6, 7, 12, 13, 14])], ids=["step", "reordered"])
+def test_shared_prompts_and_whole_rows_agree_under_autocast(rows: Any) -> None:
+    model = _lora_model()
+    batch = _step_batch().select(rows)
+    with torch.no_grad():
+        shared, _ = completion_logprobs(model, batch, autocast=BF16)
+        whole, _ = completion_logprobs(model, batch, share_prompts=False, autocast=BF16)
+    mask = batch.completion_mask.bool()
+    diff = (shared - whole)[mask].abs()  # measured: max 1.3e-3, mean 2.4e-4 (fp32: 1e-5)
+    assert diff.max() < MAX_DIFF and diff.mean() < MEAN_DIFF, (diff.max(), diff.mean())
+
+
+def test_the_lora_gradient_under_autocast_points_where_fp32s_does() -> None:
+    model = _lora_model()
+    batch = _step_batch()
+    advantages = group_advantages(torch.randn(batch.size, generator=torch.Generator().manual_seed(3)), 4)
+    with LoraPolicy(model).model.disable_adapter(), torch.no_grad():
+        ref = completion_logprobs(model, batch)[0]
+    results = {}
+    for setting in ("off", "bf16"):
+        model.zero_grad(set_to_none=True)
+        cfg = GRPOConfig(beta=0.05, autocast=setting)
+        loss, _, _ = micro_batch_loss(model, batch, advantages, None, ref, None, cfg)
+        loss.backward()  # outside autocast, as the update runs it
+        grads = [p.grad for n, p in model.named_parameters() if "lora_" in n]
+        assert all(g is not None and g.dtype == torch.float32 for g in grads)
+        results[setting] = (loss.item(), torch.cat([g.flatten() for g in grads]))  # type: ignore[union-attr]
+    (loss32, grad32), (loss16, grad16) = results["off"], results["bf16"]
+    cosine = torch.nn.functional.cosine_similarity(grad16, grad32, dim=0)
+    assert cosine > 0.99 and not torch.equal(grad16, grad32), cosine
+    assert 0.9 < float(grad16.norm() / grad32.norm()) < 1.1
+    assert abs(loss16 - loss32) < 1e-2
+
+
+@pytest.mark.parametrize("setting", ["off", "bf16"])
+def test_every_forward_of_an_update_follows_the_setting(setting: str) -> None:
+    """The reference, old log-probs (two PPO epochs), the update, MEL's NLL forwards, and the measure-only pass
+    of a batch without spread."""
+    model, _ = w.policy()
+    prompts, completions, advantages = w.global_rollouts()
+    batch = build_batch(prompts, completions, 0, torch.device("cpu"))
+    nll = NLLTerm(build_batch(*nll_workers.nll_examples(), 0, torch.device("cpu")), 0.5)
+    cfg = GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, ppo_epochs=2, micro_batch_size=8, autocast=setting)
+    policy = LoraPolicy(model)
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate)
+    heads = LogitDtypes(model)
+    stats = update_policy(policy, optimizer, warmup_schedule(optimizer, 4, 0.0), batch, advantages, cfg, 0, nll=nll)
+    want = BF16 if setting == "bf16" else torch.float32
+    # ref 4 micro-batches, old log-probs 4, two epochs of 4 GRPO + NLL micro-batches; shared prompts: 2 forwards each
+    assert len(heads.seen) >= 16 and set(heads.seen) == {want}
+    assert stats.nll is not None and stats.grad_norm > 0
+    heads.seen.clear()
+    cfg = GRPOConfig(micro_batch_size=8, skip_zero_spread=True, autocast=setting)
+    update_policy(policy, optimizer, warmup_schedule(optimizer, 4, 0.0), batch, torch.zeros(batch.size), cfg, 0)
+    assert heads.seen and set(heads.seen) == {want}
+
+
+def test_the_full_reference_is_the_start_bit_for_bit_under_autocast() -> None:
+    prompts, completions, _ = w.global_rollouts()
+    batch = build_batch(prompts, completions, 0, torch.device("cpu"))
+    policy = FullPolicy(*tiny_causal_lm(seed=0))
+    logp = chunked_logprobs(policy.model, batch, 5, autocast=BF16)
+    assert torch.equal(policy.reference_logprobs(batch, 5, autocast=BF16), logp)  # KL exactly 0 before a step
+    assert not torch.equal(chunked_logprobs(policy.model, batch, 5), logp)
+
+
+def test_kl_is_zero_at_step_1_under_autocast_lora(
+    db: Engine, toy_problems: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/train/test_start.py's SFT warm start, its forwards under bf16 autocast."""
+    monkeypatch.setattr("lanpo.train.loop.grade", _alternating_rewards)  # spread in every group: the weights move
+    seen = _record_autocast(monkeypatch)
+    cfg = _sft_config(tmp_path, steps=2, grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, autocast="bf16"))
+    first, second = train(cfg, engine=db, progress=False).metrics
+    assert seen and set(seen) == {BF16}  # grpo.autocast reached the trainer's forwards
+    assert first["kl"] == 0.0  # reference = the SFT model = the policy before its first update, same autocast
+    assert first["grad_norm"] > 0 and second["kl"] > 0
+
+
+def test_kl_is_zero_at_step_1_under_autocast_full(
+    db: Engine, toy_problems: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/train/test_full_ft.py's full fine-tuning run from the merged SFT start, under bf16 autocast."""
+    monkeypatch.setattr("lanpo.train.loop.grade", _alternating_rewards)
+    seen = _record_autocast(monkeypatch)
+    cfg = _full_config(tmp_path, grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, autocast="bf16"))
+    first, second = train(cfg, engine=db, progress=False).metrics
+    assert seen and set(seen) == {BF16}
+    assert first["kl"] == 0.0
+    assert first["grad_norm"] > 0 and second["kl"] > 0
