@@ -5,7 +5,7 @@ Both sides go through lanpo's backends (`HFBackend`, `VLLMBackend`) with the sam
 Rows, each timed `--repeats` times, interleaved (one run of every row per round), medians reported:
 
   hf fp32            the trainer's rollout path today (fp32 on CPU)
-  hf bf16            the same model cast to bf16 (the CPU has AMX-BF16: is it worth it?)
+  hf bf16            the same model cast to bf16 (the CPU has AVX512-BF16: is it worth it?)
   hf fp32 + LoRA     PEFT LoRA r16 on q/k/v/o (random B), unmerged, as the trainer generates  (--lora)
   vllm               the engine (its default dtype: bf16), base model
   vllm + LoRA        the same engine serving the same adapter through a LoRA request          (--lora)

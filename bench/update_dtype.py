@@ -1,10 +1,10 @@
 """Benchmark: bf16 against fp32 for the GRPO update on CPU, on one batch: loss, gradient and seconds.
 
-The CPU has AMX-BF16, so bf16 matmuls might pay. This script answers whether they do for lanpo's update, and
-whether the update stays the same update. One batch of real rollouts (SmolLM2 + LoRA r16 on q/k/v/o, `--prompts`
-chain sums x `--n` completions of up to `--max-new-tokens`, sampled once in fp32) goes through the trainer's own
-code — the reference pass (`LoraPolicy.reference_logprobs`, adapter disabled) and `micro_batch_loss` + backward
-(clip 0.2 / 0.28, beta 5e-4, token-mean) — in three precisions:
+The CPU has AVX512-BF16 (no AMX flag in /proc/cpuinfo), so bf16 matmuls might pay. This script answers whether
+they do for lanpo's update, and whether the update stays the same update. One batch of real rollouts (SmolLM2 +
+LoRA r16 on q/k/v/o, `--prompts` chain sums x `--n` completions of up to `--max-new-tokens`, sampled once in fp32)
+goes through the trainer's own code — the reference pass (`LoraPolicy.reference_logprobs`, adapter disabled) and
+`micro_batch_loss` + backward (clip 0.2 / 0.28, beta 5e-4, token-mean) — in three precisions:
 
   fp32              fp32 weights (lanpo's CPU default, `model.dtype = "auto"`)
   autocast bf16     fp32 weights and LoRA, the trainer's `grpo.autocast = "bf16"`: its forwards under

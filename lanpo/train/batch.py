@@ -15,8 +15,8 @@ longest prompt, a micro-batch need not be.
 
 `autocast` (`grpo.autocast`): the model's forwards run under `torch.autocast` in that dtype (bf16), the weights
 staying fp32; the logits are upcast to fp32 before the log-softmax and the entropy, and backward runs outside the
-autocast context, as PyTorch recommends. Faster where bf16 matmuls are (AMX-BF16 CPUs, GPUs); the log-probs differ
-from fp32 by bf16 rounding.
+autocast context, as PyTorch recommends. Faster where bf16 matmuls are (AVX512-BF16 or AMX CPUs, GPUs); the
+log-probs differ from fp32 by bf16 rounding.
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ class GRPOConfig:
     autocast: str = help_field(
         "off",
         "off | bf16: the trainer's forwards under torch.autocast bf16 with fp32 weights and an fp32 log-softmax "
-        "(faster on CPUs with AMX-BF16 and on GPUs; log-probs differ from fp32 by bf16 rounding)",
+        "(faster on CPUs with bf16 matmuls, AVX512-BF16 or AMX, and on GPUs; log-probs differ by bf16 rounding)",
     )
     max_grad_norm: float = help_field(1.0, "gradient clipping")
     skip_zero_spread: bool = help_field(

@@ -174,7 +174,8 @@ def test_runs_side_by_side_train_as_they_do_alone(
         rows = conn.execute(
             sa.text(
                 "SELECT split_part(r.name, '-', 1), r.arm, m.step, m.name, m.value FROM run_metrics m "
-                "JOIN runs r ON r.id = m.run_id WHERE (r.name LIKE 'alone-%' OR r.name LIKE 'side-%') AND r.arm IS NOT NULL"
+                "JOIN runs r ON r.id = m.run_id "
+                "WHERE (r.name LIKE 'alone-%' OR r.name LIKE 'side-%') AND r.arm IS NOT NULL"
             )
         ).all()
     by = {exp: {(arm, step, name): v for e, arm, step, name, v in rows if e == exp} for exp in ("alone", "side")}
