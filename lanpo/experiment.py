@@ -23,6 +23,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -285,8 +286,9 @@ def _run_side_by_side(
 ) -> list[ArmRun]:
     """Train `cfgs` in `jobs` worker processes (spawned: each loads its own torch and model), started in order.
 
-    A worker's output goes to `logs/<run>.log`. A run that fails does not stop the others (each is resumable);
-    once the rest have ended, the first failure is raised with its log named."""
+    A worker's output goes to `logs/<run>.log`. A run that fails does not stop the others; once they have ended, the
+    first failure is raised with its log named. A worker killed outright (out of memory) stops the pool and every
+    run in it; each is resumable, from its last checkpoint, by running the experiment again."""
     logs.mkdir(parents=True, exist_ok=True)
     url = engine.url.render_as_string(hide_password=False)
     runs: dict[str, ArmRun] = {}
@@ -312,7 +314,10 @@ def _run_side_by_side(
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     cfg = pending.pop(future)
-                    run, error = future.result()
+                    try:
+                        run, error = future.result()
+                    except BrokenProcessPool:  # a worker was killed (out of memory, kill -9): the pool stops them all
+                        run, error = None, "its worker process died (killed: out of memory?); the pool stopped"
                     if run is None:
                         failed.append((cfg.run_name, error, str(logs / f"{cfg.run_name}.log")))
                         echo(f"{cfg.run_name}: failed: {error.splitlines()[0] if error else '?'}")

@@ -208,3 +208,72 @@ def test_jobs_are_checked(run_cli, tmp_path: Path) -> None:  # type: ignore[no-u
     for bad in ("0", "-1", "two"):
         result = run_cli("experiment", "--config", tmp_path / "exp.toml", "--jobs", bad)
         assert result.code == 2 and "--jobs must be a whole number" in result.err and "hint:" in result.err
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_killed_worker_ends_the_experiment_with_an_error_and_loses_nothing(
+    run_cli, db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path, tiny_dir: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A worker killed outright (as the kernel's OOM killer does) breaks the process pool: the command ends with one
+    error line, no traceback, exit 2; the runs stay unfinished in the store, and running the command again resumes
+    and finishes them."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from lanpo.train.pause import PAUSE_ENV
+    from tests.train.trainer_process import CLI
+
+    with transaction(db) as session:
+        upsert_problems(session, "toy-val", [ProblemIn("v0", "What is 9 * 9?", "81"), ProblemIn("v1", "2 * 3?", "6")])
+    write_pairs(PAIRS, tmp_path / "pairs.jsonl")
+    (tmp_path / "recipe.toml").write_text(RECIPE.format(pairs=tmp_path / "pairs.jsonl"))
+    config = tmp_path / "killed.toml"
+    config.write_text(EXPERIMENT.format(out=tmp_path / "killed", judge=tiny_dir).replace('"tiny-exp"', '"killed"'))
+    args = [sys.executable, "-c", CLI, "experiment", "--config", str(config), "--no-report", "--jobs", "2"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", **{PAUSE_ENV: "db_write:2"})
+    proc = subprocess.Popen(
+        [*args, "--seeds", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    logs = [tmp_path / "killed" / "logs" / f"killed-{arm}-s0.log" for arm in ("grpo", "lanpo-both")]
+    deadline = time.monotonic() + 240
+    while not all(log.exists() and "lanpo-paused" in log.read_text() for log in logs):
+        assert proc.poll() is None and time.monotonic() < deadline, "the workers did not reach step 2"
+        time.sleep(0.5)
+    workers = [p for p in _children(proc.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert err.startswith("error: run killed-") and "worker process died" in err and "hint:" in err
+    assert "Traceback" not in err
+    with db.connect() as conn:
+        status = dict(conn.execute(sa.text("SELECT name, status FROM runs WHERE name LIKE 'killed-%-s0'")).all())
+        steps = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM run_metrics m JOIN runs r ON r.id = m.run_id WHERE r.name LIKE 'killed-%-s0'"
+            )
+        ).scalar()
+    assert set(status.values()) == {"running"} and steps > 0  # step 1 of each is stored
+
+    again = run_cli("experiment", "--config", config, "--no-report", "--jobs", "2", "--seeds", "0")
+    assert again.code == 0, again.err
+    with db.connect() as conn:
+        status = dict(conn.execute(sa.text("SELECT name, status FROM runs WHERE name LIKE 'killed-%-s0'")).all())
+    assert set(status.values()) == {"finished"}
+    assert all("resuming" in log.read_text() for log in logs)
