@@ -239,3 +239,34 @@ def test_text_round_trips_exactly_through_copy(session: Session) -> None:
         {"i": aid},
     ).one()
     assert tuple(row) == (tricky, tricky)
+
+
+def test_two_writers_of_one_dataset_take_turns(db) -> None:  # type: ignore[no-untyped-def]
+    """Two processes that generate the same dataset at once (two runs of an experiment creating their validation
+    set) both succeed: the second waits for the first's transaction, then finds its rows unchanged. Without the
+    dataset's lock the second insert blocks on the first's uncommitted keys and then fails on the unique index."""
+    import threading
+
+    rows = [ProblemIn(f"p{i}", f"What is {i} + 1?", str(i + 1)) for i in range(48)]
+    outcome: dict[str, object] = {}
+
+    def second() -> None:
+        try:
+            with Session(db) as s2, s2.begin():
+                outcome["result"] = problems_repo.upsert_problems(s2, "shared-val", rows)
+        except Exception as exc:  # the failure the lock prevents: UniqueViolation
+            outcome["error"] = exc
+
+    with Session(db) as s1:
+        with s1.begin():
+            first = problems_repo.upsert_problems(s1, "shared-val", rows)
+            thread = threading.Thread(target=second)
+            thread.start()
+            thread.join(timeout=1.0)
+            assert thread.is_alive(), "the second writer must wait for the first's transaction"
+        thread.join(timeout=30)
+    assert not thread.is_alive() and "error" not in outcome, outcome.get("error")
+    assert first.inserted == 48
+    assert outcome["result"].inserted == 0 and outcome["result"].unchanged == 48  # type: ignore[attr-defined]
+    with Session(db) as s:
+        assert len(problems_repo.problem_ids(s, "shared-val")) == 48

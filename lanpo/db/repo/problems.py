@@ -74,7 +74,9 @@ def upsert_problems(session: Session, dataset: str, rows: list[ProblemIn], updat
     """Insert new problems; identical ones are unchanged; changed ones are updated only when `update`.
 
     Without `update`, changed rows are reported in `refused` and left as stored (the caller decides whether
-    that aborts its transaction). Duplicate external ids within `rows` are refused with InputError.
+    that aborts its transaction). Duplicate external ids within `rows` are refused with InputError. Writers of one
+    dataset take turns (an advisory lock to the end of the transaction), so two processes generating it at once
+    both succeed, the second finding the first's rows unchanged.
     """
     check_dataset_name(dataset)
     seen: set[str] = set()
@@ -86,6 +88,7 @@ def upsert_problems(session: Session, dataset: str, rows: list[ProblemIn], updat
     result = ImportResult()
     if not rows:
         return result
+    session.execute(sqlfiles.load("queries/lock_dataset"), {"dataset": dataset})  # concurrent writers take turns
     existing = {
         r.external_id: (r.question, r.answer, r.metadata)
         for r in session.execute(
