@@ -277,3 +277,19 @@ def test_a_killed_worker_ends_the_experiment_with_an_error_and_loses_nothing(
         status = dict(conn.execute(sa.text("SELECT name, status FROM runs WHERE name LIKE 'killed-%-s0'")).all())
     assert set(status.values()) == {"finished"}
     assert all("resuming" in log.read_text() for log in logs)
+
+
+def test_workers_take_the_costlier_arms_of_a_seed_first(tmp_path: Path) -> None:
+    """Side by side, a seed's feedback and MEL arms start before its GRPO run (their steps are longer), seeds keep
+    the experiment's order, and arms of equal cost keep the file's order."""
+    from lanpo.experiment import DEFAULT_ARMS, ExperimentConfig, arm_config, side_by_side_order
+    from lanpo.train.config import TrainConfig
+
+    exp = ExperimentConfig(
+        name="order", recipe="r.toml", seeds=[2, 0], arms=["grpo", "lanpo-intra", "mel", "lanpo-both"]
+    )
+    cfgs = [arm_config(TrainConfig(), DEFAULT_ARMS[a], a, s, exp) for s in exp.seeds for a in exp.arms]
+    assert [(c.seed, c.arm) for c in side_by_side_order(cfgs)] == [
+        (2, "lanpo-intra"), (2, "mel"), (2, "lanpo-both"), (2, "grpo"),
+        (0, "lanpo-intra"), (0, "mel"), (0, "lanpo-both"), (0, "grpo"),
+    ]  # fmt: skip
