@@ -80,6 +80,19 @@ stage1 = "bm25"
 """
 
 
+def experiment_file(db: Engine, tmp_path: Path, judge: Path, name: str = "tiny-exp", extra: str = "") -> Path:
+    """The tiny experiment's files (SFT pairs, recipe, `<name>.toml` writing under tmp_path/<name>) and its held-out
+    set in the store; returns the experiment file."""
+    with transaction(db) as session:
+        upsert_problems(session, "toy-val", [ProblemIn("v0", "What is 9 * 9?", "81"), ProblemIn("v1", "2 * 3?", "6")])
+    write_pairs(PAIRS, tmp_path / "pairs.jsonl")
+    (tmp_path / "recipe.toml").write_text(RECIPE.format(pairs=tmp_path / "pairs.jsonl"))
+    config = tmp_path / f"{name}.toml"
+    text = EXPERIMENT.format(out=tmp_path / (name if name != "tiny-exp" else "exp"), judge=judge)
+    config.write_text(text.replace('"tiny-exp"', f'"{name}"') + extra)
+    return config
+
+
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model as a HF folder: the relevance judge the experiment loads by path."""
@@ -95,12 +108,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_experiment_runs_arms_by_seed_from_one_start(
     run_cli, db: Engine, toy_problems: list[int], tmp_path: Path, tiny_dir: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    with transaction(db) as session:
-        upsert_problems(session, "toy-val", [ProblemIn("v0", "What is 9 * 9?", "81"), ProblemIn("v1", "2 * 3?", "6")])
-    write_pairs(PAIRS, tmp_path / "pairs.jsonl")
-    (tmp_path / "recipe.toml").write_text(RECIPE.format(pairs=tmp_path / "pairs.jsonl"))
-    config = tmp_path / "exp.toml"
-    config.write_text(EXPERIMENT.format(out=tmp_path / "exp", judge=tiny_dir))
+    config = experiment_file(db, tmp_path, tiny_dir)
     first = run_cli("experiment", "--config", config)
     assert first.code == 0, first.err
     with db.connect() as conn:
@@ -158,16 +166,8 @@ def test_runs_side_by_side_train_as_they_do_alone(
     and held-out figures as one after another in this process (a run's seed decides its random numbers, not what
     else runs). A run that fails in a worker leaves the others to finish, and the command ends with one error line
     naming the run and its log."""
-    with transaction(db) as session:
-        upsert_problems(session, "toy-val", [ProblemIn("v0", "What is 9 * 9?", "81"), ProblemIn("v1", "2 * 3?", "6")])
-    write_pairs(PAIRS, tmp_path / "pairs.jsonl")
-    (tmp_path / "recipe.toml").write_text(RECIPE.format(pairs=tmp_path / "pairs.jsonl"))
     for name, jobs in (("alone", "1"), ("side", "2")):
-        config = tmp_path / f"{name}.toml"
-        config.write_text(
-            EXPERIMENT.format(out=tmp_path / name, judge=tiny_dir).replace('"tiny-exp"', f'"{name}"')
-            + '\n[arm.broken]\n"data.dataset" = "never-imported"\n'
-        )
+        config = experiment_file(db, tmp_path, tiny_dir, name, '\n[arm.broken]\n"data.dataset" = "never-imported"\n')
         done = run_cli("experiment", "--config", config, "--no-report", "--jobs", jobs, "--seeds", "0")
         assert done.code == 0, done.err
     with db.connect() as conn:
@@ -239,12 +239,7 @@ def test_a_killed_worker_ends_the_experiment_with_an_error_and_loses_nothing(
     from lanpo.train.pause import PAUSE_ENV
     from tests.train.trainer_process import CLI
 
-    with transaction(db) as session:
-        upsert_problems(session, "toy-val", [ProblemIn("v0", "What is 9 * 9?", "81"), ProblemIn("v1", "2 * 3?", "6")])
-    write_pairs(PAIRS, tmp_path / "pairs.jsonl")
-    (tmp_path / "recipe.toml").write_text(RECIPE.format(pairs=tmp_path / "pairs.jsonl"))
-    config = tmp_path / "killed.toml"
-    config.write_text(EXPERIMENT.format(out=tmp_path / "killed", judge=tiny_dir).replace('"tiny-exp"', '"killed"'))
+    config = experiment_file(db, tmp_path, tiny_dir, "killed")
     args = [sys.executable, "-c", CLI, "experiment", "--config", str(config), "--no-report", "--jobs", "2"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", **{PAUSE_ENV: "db_write:2"})
     proc = subprocess.Popen(
