@@ -274,8 +274,9 @@ def _finished_line(run: ArmRun) -> str:
 def side_by_side_order(cfgs: list[TrainConfig]) -> list[TrainConfig]:
     """The order workers take runs in: seed by seed, and within a seed the costlier arms first (feedback prompts
     carry a context, MEL replays and diagnoses: their steps are longer), so that the short runs fill the end and no
-    worker idles while another finishes a long one. Measured at the default (two workers, three seeds): GRPO runs
-    ~25 minutes, LANPO-both ~32; GRPO first leaves the last LANPO-both run alone for its final ~14 minutes."""
+    worker idles while another finishes a long one. Measured at the default (two workers, three seeds, bf16
+    autocast): GRPO runs 25-29 minutes, LANPO-both 33-35; in the file's order (GRPO first) the last LANPO-both run
+    trained alone for its final ~18 minutes (README, "The default end to end")."""
 
     def cost(cfg: TrainConfig) -> int:
         return int(cfg.feedback.mode != "none" or cfg.resolved_method() == "mel")
