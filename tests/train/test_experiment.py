@@ -109,7 +109,9 @@ def test_experiment_runs_arms_by_seed_from_one_start(
     run_cli, db: Engine, toy_problems: list[int], tmp_path: Path, tiny_dir: Path
 ) -> None:  # type: ignore[no-untyped-def]
     config = experiment_file(db, tmp_path, tiny_dir)
-    first = run_cli("experiment", "--config", config)
+    # one run after another: the runs' ids then follow the seed-by-seed order (side by side, two workers create
+    # their runs in whichever order they start; --jobs auto would depend on the machine's cores)
+    first = run_cli("experiment", "--config", config, "--jobs", "1")
     assert first.code == 0, first.err
     with db.connect() as conn:
         runs = conn.execute(
