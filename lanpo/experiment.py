@@ -209,9 +209,7 @@ def run_experiment(
         if jobs == 1:
             runs = [_run_arm(cfg, engine, echo, train) for cfg in cfgs]
         else:
-            runs = _run_side_by_side(side_by_side_order(cfgs), engine, echo, jobs, folder / "logs")
-            order = {cfg.run_name: i for i, cfg in enumerate(cfgs)}
-            runs.sort(key=lambda run: order[run.run_name])
+            runs = _run_side_by_side(cfgs, engine, echo, jobs, folder / "logs")
     except BaseException:
         with transaction(engine) as session:
             experiments_repo.set_status(session, experiment.id, "failed")
@@ -300,7 +298,8 @@ def auto_jobs(base: TrainConfig, runs: int) -> int:
 def _run_side_by_side(
     cfgs: list[TrainConfig], engine: Engine, echo: Callable[[str], None], jobs: int, logs: Path
 ) -> list[ArmRun]:
-    """Train `cfgs` in `jobs` worker processes (spawned: each loads its own torch and model), started in order.
+    """Train `cfgs` in `jobs` worker processes (spawned: each loads its own torch and model), started in
+    `side_by_side_order`; returns their runs in `cfgs`' order.
 
     A worker's output goes to `logs/<run>.log`. A run that fails does not stop the others; once they have ended, the
     first failure is raised with its log named. A worker killed outright (out of memory) stops the pool and every
@@ -310,7 +309,7 @@ def _run_side_by_side(
     runs: dict[str, ArmRun] = {}
     failed: list[tuple[str, str, str]] = []
     todo = []
-    for cfg in cfgs:
+    for cfg in side_by_side_order(cfgs):
         found = _stored_run(engine, cfg)
         if found is not None and found.status == "finished":
             echo(f"{cfg.run_name}: finished before, skipped")
