@@ -8,8 +8,9 @@ takes the prompts one step of a training run really served (`rollout_groups`, as
 inter prompts mixed) and times the trainer's own phases both ways, interleaved (the order alternates every round;
 round 1 is warm-up and not counted), medians:
 
-  generate     n samples of each prompt: `HFBackend(share_prefill=False)`, transformers' `num_return_sequences`
-               (whole), against the shared prefill; the same seed, so the same tokens are expected
+  generate     n samples of each prompt: `HFBackend(reference=True)`, transformers' `num_return_sequences`
+               (whole), against lanpo's decode loop (the shared prefill, and finished rows leave the batch);
+               the same seed, so the same tokens until a call's first row finishes, another draw after it
   reference    `LoraPolicy.reference_logprobs` (adapter off, no gradient), `grpo.share_prompts` false / true
   update       `micro_batch_loss` + backward over the step's micro-batches, `grpo.share_prompts` false / true
 
@@ -85,7 +86,7 @@ def main() -> int:
           f"{min(prompt_tokens)}-{max(prompt_tokens)} prompt tokens, n {args.n}, {args.max_new_tokens} new tokens, "
           f"micro-batch {args.micro_batch_size}, {args.threads} thread(s)")  # fmt: skip
 
-    whole_backend = HFBackend(model, tokenizer, share_prefill=False)
+    whole_backend = HFBackend(model, tokenizer, reference=True)
 
     def generate_whole() -> list[list[int]]:
         return [list(c.token_ids) for group in whole_backend.generate(prompts, args.n, params) for c in group]

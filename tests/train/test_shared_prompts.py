@@ -139,11 +139,12 @@ def test_one_token_completions_need_only_the_prompt_forward() -> None:
 @pytest.mark.parametrize("max_new_tokens", [1, 12])
 def test_n_samples_share_the_prefill_and_draw_what_num_return_sequences_draws(max_new_tokens: int) -> None:
     """The shared prefill against transformers' own `num_return_sequences = n`, at the same seed: the same rows in
-    the same order take the same random numbers, so the same tokens."""
+    the same order take the same random numbers, so the same tokens (no row of the tiny model ends before the
+    limit, so none leaves the batch early: tests/rollout/test_hf_decode.py covers that)."""
     model, tokenizer = tiny_causal_lm(seed=0)
     prompts = ["What is 2 + 3? Box the answer.", "hi", "Some context, then: what is 7 + 5?"]
     n, params = 4, SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=3)
-    want = HFBackend(model, tokenizer, share_prefill=False).generate(prompts, n, params)
+    want = HFBackend(model, tokenizer, reference=True).generate(prompts, n, params)
     seen = ForwardShapes(model)
     got = HFBackend(model, tokenizer).generate(prompts, n, params)
     assert [[c.token_ids for c in group] for group in got] == [[c.token_ids for c in group] for group in want]
