@@ -97,27 +97,18 @@ class HFBackend:
 
     def _decode(self, batch: Any, copies: int, params: SamplingParams, greedy: bool) -> list[list[int]]:
         """Every row's generated tokens (up to and including EOS), rows of a prompt together: prompt i's copy j is
-        row i * copies + j. Rows leave the batch as they finish (see the module docstring)."""
+        row i * copies + j. Rows leave the batch as they finish (see the module docstring).
+
+        Every rank decodes its own prompts for as many steps as they need: a sharded (FSDP) policy holds its full
+        weights while the ranks generate (`Policy.generating`), so no forward waits on another rank."""
         ids, mask = batch["input_ids"], batch["attention_mask"]  # (U, P)
-        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
         rows = ids.shape[0] * copies
         generated: list[list[int]] = [[] for _ in range(rows)]
         if params.max_new_tokens < 1:
             return generated
-        # The prompts but their last token, once per distinct prompt; the last token starts the loop in every row,
-        # as `generate` feeds it (so the first step's logits are computed as `generate` computes them).
-        cache = None
-        if ids.shape[1] > 1:
-            out = self.model(
-                input_ids=ids[:, :-1],
-                attention_mask=mask[:, :-1],
-                position_ids=positions[:, :-1],
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            cache = returned_cache(out)
-            if copies > 1:
-                cache.batch_repeat_interleave(copies)  # (U, ...) -> (U * copies, ...), each prompt's copies together
+        # The last prompt token starts the loop in every row, as `generate` feeds it (so the first step's logits are
+        # computed as `generate` computes them).
+        cache, positions = prompt_cache(self.model, ids, mask, copies)
         live = torch.arange(rows, device=ids.device)  # which rows the batch holds now
         tokens = ids[:, -1:].repeat_interleave(copies, 0)  # (R, 1): the input of the next forward
         mask = mask.repeat_interleave(copies, 0)
@@ -136,7 +127,7 @@ class HFBackend:
             )
             cache = returned_cache(out)
             scores = out.logits[:, -1, :].to(torch.float32)  # (R, V), as `generate` reads them
-            if step < params.min_new_tokens:
+            if step < params.min_new_tokens and eos is not None:
                 scores[:, eos] = -float("inf")
             if greedy:
                 chosen = scores.argmax(-1)
@@ -144,7 +135,7 @@ class HFBackend:
                 chosen = torch.multinomial(torch.softmax(warp(tokens, scores), -1), num_samples=1).squeeze(1)
             for row, token in zip(live.tolist(), chosen.tolist(), strict=True):
                 generated[row].append(token)
-            going = chosen != eos
+            going = chosen != eos if eos is not None else torch.ones_like(chosen, dtype=torch.bool)
             if step + 1 == params.max_new_tokens or not bool(going.any()):
                 break
             if not bool(going.all()):  # finished rows leave: their cache rows, mask and positions go with them
@@ -182,6 +173,26 @@ class HFBackend:
         reason = "stop" if ids and ids[-1] == self.tokenizer.eos_token_id else "length"
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Completion(text, tuple(ids), prompt_ids, reason, served_adapter_sha256=served)
+
+
+def prompt_cache(model: Any, ids: torch.Tensor, mask: torch.Tensor, copies: int) -> tuple[Any, torch.Tensor]:
+    """(the key/value cache of every left-padded prompt but its last token, computed once per prompt and repeated
+    `copies` times, each prompt's copies together; None for one-token prompts), and the prompts' positions (U, P)
+    numbered as `generate` numbers left-padded rows."""
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    if ids.shape[1] < 2:
+        return None, positions
+    out = model(
+        input_ids=ids[:, :-1],
+        attention_mask=mask[:, :-1],
+        position_ids=positions[:, :-1],
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = returned_cache(out)
+    if copies > 1:
+        cache.batch_repeat_interleave(copies)  # (U, ...) -> (U * copies, ...)
+    return cache, positions
 
 
 def _warpers(params: SamplingParams, greedy: bool) -> Any:
