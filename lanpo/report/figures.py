@@ -21,7 +21,7 @@ Getter = Callable[[RunData], Series | None]
 
 PHASES = ("context", "generate", "reward", "summarize", "prepare", "ref_logp", "update", "gather", "checkpoint")
 PHASES_LAST = ("db_write",)
-NOT_PHASES = ("step", "cpu_step", "pool_share")  # time/* metrics that are not a phase of the step
+NOT_PHASES = ("step", "cpu_step", "pool_share", "validate")  # time/* metrics that are not a phase of the step
 MODE_TITLES = {"zero_shot": "zero-shot", "intra": "intra", "inter": "inter"}
 VAL_MEAN = re.compile(r"^val/(?P<dataset>.+)/mean@(?P<k>\d+)$")
 

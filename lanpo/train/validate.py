@@ -3,7 +3,8 @@
 `eval.every = N` validates at step 0 (the start, before any update), every N steps and at the last step, with the
 paper's sampling (Table 7: temperature 0.6, top-p 0.9, k = 8). Per dataset it records in `run_metrics`:
 `val/<dataset>/mean@<k>` (mean over problems of the share of correct samples), `val/<dataset>/pass@<k>` (share of
-problems with a correct sample) and `val/<dataset>/format` (share of samples with a `\\boxed{}` answer). The
+problems with a correct sample) and `val/<dataset>/format` (share of samples with a `\\boxed{}` answer), and
+`time/validate` (its seconds, wall; not a phase of the step, so kept out of the step's `time/step`). The
 attempts are stored as rollout groups of mode `val` under the run and step, so SQL sees them; the intra pool
 never draws them and validation never writes experiences.
 
@@ -15,6 +16,7 @@ Under torchrun each rank answers its share of the problems and rank 0 records th
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -105,6 +107,7 @@ def validate(t: Trainer, step: int) -> dict[str, float]:
     vs, ev, dist = t.validation, t.cfg.eval, t.dist
     if vs is None:
         return {}
+    started = time.perf_counter()
     mine = dist.share(range(len(vs.problem_ids)))
     texts = [apply_chat(t.tokenizer, prompts.actor_messages(vs.questions[i])) for i in mine]
     params = SamplingParams(
@@ -129,7 +132,7 @@ def validate(t: Trainer, step: int) -> dict[str, float]:
     if gathered is None:
         return {}
     rows = [r for rank_rows in gathered for r in rank_rows]
-    metrics = validation_metrics(rows, vs.dataset, ev.k)
+    metrics = validation_metrics(rows, vs.dataset, ev.k) | {"time/validate": time.perf_counter() - started}
     with transaction(t.engine) as session:
         version = steps_repo.policy_version_id(session, t.run_id, step)  # the weights after `step`
         write_groups(session, t.run_id, step, version, rows)

@@ -35,7 +35,8 @@ def test_validation_is_recorded_and_never_feeds_training(db: Engine, toy_problem
     result = train(cfg, engine=db, progress=False)
     assert sorted(result.validation) == [0, 2, 3]  # the start, every 2 steps, the last step
     for metrics in result.validation.values():
-        assert set(metrics) == {"val/toy-val/mean@2", "val/toy-val/pass@2", "val/toy-val/format"}
+        assert set(metrics) == {"val/toy-val/mean@2", "val/toy-val/pass@2", "val/toy-val/format", "time/validate"}
+        assert metrics["time/validate"] > 0
     assert result.metrics[1]["val/toy-val/mean@2"] == result.validation[2]["val/toy-val/mean@2"]
     # stored: mode val, one group of k per problem and validated step, the policy of that step
     assert _rows(db, "SELECT step, count(*) FROM run_attempts WHERE mode = 'val' GROUP BY step ORDER BY step") == [
@@ -47,7 +48,8 @@ def test_validation_is_recorded_and_never_feeds_training(db: Engine, toy_problem
         "JOIN policy_versions pv ON pv.id = g.policy_version_id WHERE g.mode = 'val'",
     ) == [(True,)]
     names = {r[0] for r in _rows(db, "SELECT DISTINCT name FROM run_metrics WHERE step = 0")}
-    assert "val/toy-val/mean@2" in names
+    assert {"val/toy-val/mean@2", "time/validate"} <= names
+    assert _rows(db, "SELECT step FROM run_metrics WHERE name = 'time/validate' ORDER BY step") == [(0,), (2,), (3,)]
     # held out: validation problems are never trained on, never become experiences, never reach a context
     assert _rows(db, "SELECT DISTINCT dataset FROM run_attempts WHERE mode <> 'val'") == [("toy",)]
     assert _rows(db, "SELECT count(*) FROM experiences e JOIN problems p ON p.id = e.problem_id "
