@@ -12,16 +12,17 @@ Decoding is lanpo's own loop over the model's forward (`_decode`), for two savin
 - a row that has finished (EOS, or its length limit) leaves the batch: its cache rows are dropped and the next
   forward runs only the rows still decoding. `generate` keeps decoding every row until the last one ends, padding
   the finished ones; with chain-sum answers of ~30 tokens under a 64-token limit that was half its forwards
-  (measured: 8 prompts x 8 samples on one core, 28.2 s in `generate`, 16.9 s here). vLLM's continuous batching
-  does the same; transformers' `generate_batch` (continuous batching on paged attention) took 73-80 s for the
-  same rows on this CPU.
+  (bench/decode.py, 8 prompts x 8 samples on one core: 30.7 s in `generate` from the shared prefill, 18.8 s
+  here). vLLM's continuous batching does the same; transformers' `generate_batch` (continuous batching on paged
+  attention) took 73-80 s for the same rows on this CPU.
 
 Sampling is transformers' own: its temperature and top-p warpers, then `torch.multinomial` over the rows in
 order, one draw per row and step. Until a row finishes, the loop therefore draws the random numbers `generate`
 draws: with `min_new_tokens = max_new_tokens` (no row finishes early) it gives `generate`'s tokens exactly, at the
-same seed (tests/train/test_shared_prompts.py). Once rows leave, the draws differ (fewer rows per step), the
-distribution does not. `reference = True` runs transformers' `generate` with `num_return_sequences`: the
-reference the loop is tested and timed against (bench/shared_prompts.py).
+same seed (tests/rollout/test_hf_decode.py, tests/train/test_shared_prompts.py). Once rows leave, the draws differ
+(fewer rows per step), the distribution does not. `reference = True` runs transformers' `generate` with
+`num_return_sequences`: the reference the loop is tested and timed against (bench/decode.py,
+bench/shared_prompts.py).
 """
 
 from __future__ import annotations
