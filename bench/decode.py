@@ -29,6 +29,9 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from lanpo.models import cache_kwarg  # after the offline switch
+from lanpo.rollout.hf import HFBackend, prompt_cache
+
 ROWS = ("generate", "generate, shared", "lanpo loop")
 
 
@@ -46,7 +49,6 @@ def main() -> int:
     from lanpo.models import LoraSpec, apply_chat, attach_lora, load_causal_lm, merge_adapter
     from lanpo.prompts import actor_messages
     from lanpo.rollout import SamplingParams
-    from lanpo.rollout.hf import HFBackend
 
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
     model, tokenizer = load_causal_lm(args.model, dtype=torch.float32, device="cpu")
@@ -65,7 +67,7 @@ def main() -> int:
         ),
     }
     backends = {"generate": HFBackend(model, tokenizer, reference=True), "lanpo loop": HFBackend(model, tokenizer)}
-    backends["generate, shared"] = SharedPrefillGenerate(model, tokenizer)
+    backends["generate, shared"] = SharedPrefillGenerate(model, tokenizer, reference=True)
     print(f"{args.model}{' + ' + args.start if args.start else ''}, LoRA r16, fp32, {args.threads} thread(s)")
 
     for shape, (questions, n, params) in shapes.items():
@@ -93,40 +95,19 @@ def main() -> int:
     return 0
 
 
-class SharedPrefillGenerate:
+class SharedPrefillGenerate(HFBackend):
     """`generate` from a cache computed once per distinct prompt: the trainer's rollout path before the loop."""
 
-    def __init__(self, model: Any, tokenizer: Any, max_batch: int = 64) -> None:
-        from lanpo.rollout.hf import HFBackend
-
-        self.inner = HFBackend(model, tokenizer, max_batch=max_batch, reference=True)
-        self.inner._reference = self._generate  # type: ignore[method-assign]
-
-    def generate(self, prompts: list[str], n: int, params: Any) -> Any:
-        return self.inner.generate(prompts, n, params)
-
-    def _generate(self, batch: Any, copies: int, params: Any, greedy: bool) -> list[list[int]]:
-        from lanpo.models import cache_kwarg
-        from lanpo.rollout.hf import _trim, prompt_cache
-
-        model, tok = self.inner.model, self.inner.tokenizer
+    def _reference(self, batch: Any, copies: int, params: Any, greedy: bool) -> list[list[int]]:
         ids, mask = batch["input_ids"], batch["attention_mask"]
-        cache, _ = prompt_cache(model, ids, mask, copies)
-        sampling = (
-            {"do_sample": False}
-            if greedy
-            else {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
-        )
-        out = model.generate(
+        cache, _ = prompt_cache(self.model, ids, mask, copies)
+        out = self.model.generate(
             input_ids=ids.repeat_interleave(copies, 0),
             attention_mask=mask.repeat_interleave(copies, 0),
-            max_new_tokens=params.max_new_tokens,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-            **{cache_kwarg(model): cache},
-            **sampling,
+            **{cache_kwarg(self.model): cache},
+            **self.generate_kwargs(params, greedy),
         )
-        return [_trim(row[ids.shape[1] :].tolist(), tok.eos_token_id, tok.pad_token_id) for row in out]
+        return self.trimmed(out, ids.shape[1])
 
 
 if __name__ == "__main__":

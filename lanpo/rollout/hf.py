@@ -150,24 +150,30 @@ class HFBackend:
 
     def _reference(self, batch: Any, copies: int, params: SamplingParams, greedy: bool) -> list[list[int]]:
         """transformers' `generate` with `num_return_sequences`: every row decoded to the longest, then trimmed."""
+        out = self.model.generate(**batch, num_return_sequences=copies, **self.generate_kwargs(params, greedy))
+        return self.trimmed(out, batch["input_ids"].shape[1])  # out: (B * copies, P + T)
+
+    def generate_kwargs(self, params: SamplingParams, greedy: bool) -> dict[str, Any]:
+        """transformers `generate`'s keywords for `params` (`top_k = 0`: top-p and temperature only)."""
         tok = self.tokenizer
         sampling: dict[str, Any] = (
             {"do_sample": False}
             if greedy
             else {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
         )
-        out = self.model.generate(
-            **batch,
-            num_return_sequences=copies,
-            max_new_tokens=params.max_new_tokens,
-            min_new_tokens=params.min_new_tokens,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-            synced_gpus=False,
+        return {
+            "max_new_tokens": params.max_new_tokens,
+            "min_new_tokens": params.min_new_tokens,
+            "pad_token_id": tok.pad_token_id,
+            "eos_token_id": tok.eos_token_id,
+            "synced_gpus": False,
             **sampling,
-        )  # (B * copies, P + T)
-        width = batch["input_ids"].shape[1]
-        return [_trim(row[width:].tolist(), tok.eos_token_id, tok.pad_token_id) for row in out]
+        }
+
+    def trimmed(self, out: torch.Tensor, prompt_width: int) -> list[list[int]]:
+        """`generate`'s rows (prompt + completion, right padded) -> each completion's tokens, through EOS."""
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        return [_trim(row[prompt_width:].tolist(), eos, pad) for row in out]
 
     def _completion(self, generated: list[int], prompt_ids: tuple[int, ...], served: str | None) -> Completion:
         ids = list(generated)
