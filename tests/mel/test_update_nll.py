@@ -5,6 +5,7 @@ when the ranks hold different numbers of NLL examples."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -34,8 +35,15 @@ class CaptureGrad(torch.optim.SGD):
         self.captured = [*getattr(self, "captured", []), grads]
 
 
-def _update(nll: NLLTerm | None, optimizer_cls: type = CaptureGrad) -> tuple[object, object, dict]:
-    model, _ = grpo.policy()
+def _update(nll: NLLTerm | None, optimizer_cls: type = CaptureGrad, model: Any = None) -> tuple[object, object, dict]:
+    """One update of the tiny policy (`model`: that policy, put back to its start in place, in its own memory)."""
+    if model is None:
+        model, _ = grpo.policy()
+    else:
+        start = grpo.policy()[0].state_dict()
+        with torch.no_grad():
+            for name, p in model.state_dict().items():
+                p.copy_(start[name])
     prompts, completions, advantages = grpo.global_rollouts()
     batch = build_batch(prompts, completions, 0, torch.device("cpu"))
     params = [p for p in model.parameters() if p.requires_grad]
@@ -105,16 +113,19 @@ def test_nll_term_is_lambda_times_the_hand_computed_gradient() -> None:
 
 
 def test_lambda_zero_or_no_examples_is_plain_grpo_bit_for_bit() -> None:
-    _, stats, plain = _update(None, torch.optim.AdamW)
+    """Every update runs on one model put back to its start in place: the same computation on the same memory, so
+    bit-equality says that the term ran nothing, not where an allocator put the weights (tests/numerics.py)."""
+    model, _ = grpo.policy()
+    _, stats, plain = _update(None, torch.optim.AdamW, model)
     for nll in (NLLTerm(_nll_batch(), 0.0), NLLTerm(None, 0.0)):
-        _, same_stats, same = _update(nll, torch.optim.AdamW)
+        _, same_stats, same = _update(nll, torch.optim.AdamW, model)
         assert all(torch.equal(plain[n], same[n]) for n in plain)
         assert same_stats.as_metrics() == stats.as_metrics()
-    _, empty_stats, empty = _update(NLLTerm(None, 0.5), torch.optim.AdamW)  # a rank without examples
+    _, empty_stats, empty = _update(NLLTerm(None, 0.5), torch.optim.AdamW, model)  # a rank without examples
     assert all(torch.equal(plain[n], empty[n]) for n in plain)
     assert empty_stats.nll_tokens == 0.0 and empty_stats.nll is None  # no examples anywhere: no J_NLL, not NaN
     assert empty_stats.as_metrics()["mel/nll_tokens"] == 0.0 and "mel/nll" not in empty_stats.as_metrics()
-    _, _, moved = _update(NLLTerm(_nll_batch(), 0.5), torch.optim.AdamW)
+    _, _, moved = _update(NLLTerm(_nll_batch(), 0.5), torch.optim.AdamW, model)
     assert any(not torch.equal(plain[n], moved[n]) for n in plain), "the NLL term trained nothing"
 
 

@@ -36,7 +36,9 @@ def _sft_config(tmp_path: Path, **overrides: object):  # type: ignore[no-untyped
 
 def test_kl_is_zero_at_step_1_after_an_sft_warm_start(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
     result = train(_sft_config(tmp_path), engine=db, progress=False)
-    assert result.metrics[0]["kl"] == 0.0  # reference = the SFT model = the policy before its first update
+    # reference = the SFT model = the policy before its first update; exactly, by construction: the adapter
+    # disabled is the same weights in the same memory, and a fresh adapter's B = 0 adds exactly 0
+    assert result.metrics[0]["kl"] == 0.0
     start = json.loads((result.checkpoint_dir / "start.json").read_text())
     assert start["adapter"] == str((result.checkpoint_dir / "sft" / "adapter").resolve())
     assert len(start["adapter_sha256"]) == 64
