@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from lanpo.config import lanpo_home
 from lanpo.db import engine as db_engine
-from lanpo.db import migrate, reader, server
+from lanpo.db import migrate, reader, requirements, server
 from lanpo.errors import InputError
 
 
@@ -42,7 +42,7 @@ def url_cmd(libpq: bool, owner: bool) -> None:
         click.echo(reader.libpq_uri(reader.connect_params(engine.url), with_password=not db_engine.is_embedded()))
         return
     login = reader.reader_login(db_engine.connect())
-    login.connect(application_name="lanpo db url").close()  # it logs in, and is read-only
+    login.connect("lanpo db url", own_transactions=True).close()  # it logs in, and can write nothing
     click.echo(reader.reader_uri(login))
 
 
@@ -55,7 +55,7 @@ def psql_cmd(args: tuple[str, ...]) -> None:
     the psql on PATH.
     """
     login = reader.reader_login(db_engine.connect())
-    login.connect(application_name="lanpo db psql").close()
+    login.connect("lanpo db psql", own_transactions=True).close()
     if db_engine.is_embedded():
         psql = str(server.bundled_bin("psql"))
     else:
@@ -88,10 +88,11 @@ def reader_cmd(renew: bool) -> None:
     """The read-only role that runs your SQL: which it is, and whether it can log in.
 
     \b
-    Any role may change its own password, so a psql session as the reader can lock lanpo out, and an
-    administrator may drop the role; `lanpo db reader --renew` puts it back (the owner must be allowed to
-    manage roles; otherwise it prints the SQL for an administrator). With LANPO_READER_URL set, lanpo uses
-    that login and this command only checks it.
+    Any role may change its own password and session defaults, so a psql session as the reader can lock lanpo
+    out or drop its statement timeout, and an administrator may drop the role; this command says so, and
+    `lanpo db reader --renew` puts the role back as migration 0004 made it (the owner must be allowed to manage
+    roles; otherwise it prints the SQL for an administrator). With LANPO_READER_URL set, lanpo uses that login
+    and this command only checks it.
     """
     engine = db_engine.connect()
     if renew:
@@ -101,7 +102,7 @@ def reader_cmd(renew: bool) -> None:
                 hint=f"unset {reader.ENV_READER_URL} to renew the role `lanpo db upgrade` made",
             )
         stored = reader.renew(engine)
-        click.echo(f"renewed: {stored.role} has a new password")
+        click.echo(f"renewed: {stored.role} has a new password and only migration 0004's settings")
     login = reader.reader_login(engine)
     login.connect(application_name="lanpo db reader").close()
     click.echo(f"reader:   {login.role} ({login.source}): logs in, read-only")
@@ -147,6 +148,11 @@ def status_cmd() -> None:
     click.echo(
         f"revision: {revision or 'none'} (head {head}){'' if revision == head else ' -> run `lanpo db upgrade`'}"
     )
+    with engine.connect() as conn:
+        facts = requirements.server_facts(conn)
+    click.echo(f"server:   {requirements.describe(facts)}")
+    requirements.check_postgres(facts)
+    requirements.check_pgvector(facts, outcome="lanpo refuses to migrate it")
     if db_engine.has_reader_setup(engine):
         login = os.environ.get(reader.ENV_READER_URL) and reader.ENV_READER_URL
         click.echo(f"reader:   {login or reader.stored_reader(engine).role} (lanpo sql, lanpo db psql)")

@@ -12,6 +12,7 @@ from alembic.script.revision import RevisionError
 from alembic.util import CommandError
 from sqlalchemy.engine import Engine
 
+from lanpo.db.requirements import ensure_pgvector
 from lanpo.errors import InputError
 from lanpo.resources import project_dir
 
@@ -48,6 +49,8 @@ def _migrate(engine: Engine, revision: str, direction: str) -> None:
     with engine.begin() as connection:
         config = alembic_config(engine)
         config.attributes["connection"] = connection
+        if direction == "upgrade":
+            ensure_pgvector(connection)  # before any DDL: the server and its pgvector are ones lanpo can run on
         try:
             getattr(command, direction)(config, revision)
         except (CommandError, RevisionError) as exc:  # raised while resolving the target, before any DDL ran

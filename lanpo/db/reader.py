@@ -43,6 +43,23 @@ PRIVILEGED_ROLES = (
 
 WRITE = "INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER"
 
+# Writes that need no grant on a table, and which a client running its own transactions (psql after `BEGIN READ
+# WRITE`) would commit: large objects, WAL messages, objects in a schema or the database. Migration 0007 revokes
+# the functions and `public`'s CREATE from PUBLIC; this asks what the connected role may still do.
+PERSISTING_WRITES = """
+SELECT ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
+             WHERE p.pronamespace = 'pg_catalog'::regnamespace AND has_function_privilege(me.oid, p.oid, 'EXECUTE')
+               AND p.proname IN ('lo_creat', 'lo_create', 'lo_from_bytea', 'lo_import', 'lo_put', 'lowrite',
+                                 'lo_truncate', 'lo_truncate64', 'lo_unlink', 'pg_logical_emit_message')
+             ORDER BY 1) AS functions,
+       ARRAY(SELECT n.nspname::text FROM pg_namespace n WHERE has_schema_privilege(me.oid, n.oid, 'CREATE')
+             ORDER BY 1) AS schemas,
+       ARRAY(SELECT p FROM unnest(ARRAY['CREATE', 'TEMPORARY']) p
+             WHERE has_database_privilege(me.oid, current_database(), p)) AS database,
+       me.rolname::text AS role, current_database() AS dbname
+FROM pg_roles me WHERE me.rolname = coalesce(%(role)s, current_user)
+"""
+
 # Refused: dangerous attributes; membership (even NOINHERIT: SET ROLE) in a privileged role, an owner of lanpo's
 # tables or database, or a role that may write to them; write access of its own.
 PRIVILEGE_CHECK = """
@@ -80,8 +97,13 @@ class ReaderLogin:
     params: dict[str, Any]
     source: str  # where the login came from, for messages
 
-    def connect(self, application_name: str = "lanpo sql") -> psycopg.Connection:
-        """A connection as the reader, checked to be unprivileged (else ReaderUnavailable, and it is closed)."""
+    def connect(self, application_name: str = "lanpo sql", own_transactions: bool = False) -> psycopg.Connection:
+        """A connection as the reader, checked to be unprivileged (else ReaderUnavailable, and it is closed).
+
+        `own_transactions`: the login goes to a client that runs its own transactions (psql), so it must not
+        be able to write anything that needs no grant either (`check_persists_nothing`). `lanpo sql` needs no
+        such check: its one statement runs in a READ ONLY transaction that is always rolled back.
+        """
         try:
             conn = psycopg.connect(**{"application_name": application_name, "connect_timeout": 10, **self.params})
         except psycopg.OperationalError as exc:
@@ -96,6 +118,8 @@ class ReaderLogin:
             ) from exc
         try:
             check_unprivileged(conn, self.source)
+            if own_transactions:
+                check_persists_nothing(conn, self.source)
         except BaseException:
             conn.close()
             raise
@@ -210,8 +234,71 @@ def check_unprivileged(conn: psycopg.Connection, source: str) -> None:
         )
 
 
+def check_persists_nothing(conn: psycopg.Connection, source: str) -> None:
+    """Refuse (ReaderUnavailable, with the administrator's SQL) if the connected role could commit a write that
+    needs no grant on lanpo's tables: psql's `BEGIN READ WRITE` overrides `default_transaction_read_only`."""
+    problems, statements = persisting_writes(conn)
+    if problems:
+        raise ReaderUnavailable(
+            f"refused: the read-only role {conn.info.user} ({source}) may still {'; '.join(problems)}, and a client "
+            "that runs its own transactions (psql) would keep what it writes; no login was handed out",
+            hint="an administrator (a superuser) runs this in the database, then tries again:\n\n"
+            + "".join(f"    {s};\n" for s in statements)
+            + '\n  lanpo sql "SELECT ..." works meanwhile (its transaction is read-only and always rolled back)',
+        )
+
+
+def persisting_writes(conn: psycopg.Connection, role: str | None = None) -> tuple[list[str], list[str]]:
+    """What `role` (default: the connected one) may write without a grant on a table, and the SQL that revokes it."""
+    with conn.cursor() as cur:
+        cur.execute(PERSISTING_WRITES, {"role": role})
+        functions, schemas, database, role, dbname = cur.fetchone()  # type: ignore[misc]
+    conn.rollback()
+    grantees = f"PUBLIC, {_ident(role)}"
+    problems, statements = [], []
+    if functions:
+        names = dict.fromkeys(f.split("(")[0] for f in functions)
+        large_objects = [n for n in names if n.startswith("lo")]
+        problems += [f"write large objects ({', '.join(large_objects)})"] * bool(large_objects)
+        problems += ["write WAL messages (pg_logical_emit_message)"] * ("pg_logical_emit_message" in names)
+        statements.append(f"REVOKE EXECUTE ON FUNCTION {', '.join(functions)} FROM {grantees}")
+    for schema in schemas:
+        problems.append(f"create objects in schema {schema}")
+        statements.append(f"REVOKE CREATE ON SCHEMA {_ident(schema)} FROM {grantees}")
+    if database:
+        problems.append(f"{' and '.join(database)} on database {dbname}")
+        statements.append(f"REVOKE {', '.join(database)} ON DATABASE {_ident(dbname)} FROM {grantees}")
+    return problems, statements
+
+
+def settings_drift(owner: Engine, role: str) -> list[str]:
+    """The reader's session defaults that differ from migration 0004's, as `name=value` (empty: as made).
+
+    No privilege stops a role from `ALTER ROLE current_user SET ...` (nor from changing its own password);
+    `lanpo db reader --renew` resets them.
+    """
+    want = {k: v.strip("'") for k, v in ROLE_SETTINGS.items()}
+    with owner.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT coalesce(d.datname, '') AS db, s.setconfig FROM pg_db_role_setting s "
+                "JOIN pg_roles r ON r.oid = s.setrole LEFT JOIN pg_database d ON d.oid = s.setdatabase "
+                "WHERE r.rolname = :r ORDER BY 1"
+            ),
+            {"r": role},
+        ).all()
+    have = {(db, item.partition("=")[0]): item.partition("=")[2] for db, config in rows for item in config}
+    drift = [
+        f"{name}={value}" + (f" (in database {db})" if db else "")
+        for (db, name), value in have.items()
+        if db or want.get(name) != value
+    ]
+    drift += [f"{name} unset" for name in want if ("", name) not in have]
+    return drift
+
+
 def setup_notices(owner: Engine) -> list[str]:
-    """What is missing from the reader's setup, each with the SQL an administrator must run (empty: all set)."""
+    """What is missing from the reader's setup, or was changed since, each with its fix (empty: all set)."""
     stored = stored_reader(owner)
     if not stored.exists:
         params = {**connect_params(owner.url), "user": stored.role, "password": stored.password}
@@ -220,13 +307,27 @@ def setup_notices(owner: Engine) -> list[str]:
         signals = conn.scalar(
             sa.text("SELECT has_function_privilege('public', 'pg_catalog.pg_cancel_backend(integer)', 'EXECUTE')")
         )
+        problems, statements = persisting_writes(conn.connection.driver_connection, stored.role)
+    notices = []
+    if problems:
+        notices.append(
+            f"the read-only role {stored.role} may still {'; '.join(problems)}, which a psql session would keep: "
+            f"`lanpo db psql` and `lanpo db url --libpq` refuse until a superuser runs in database "
+            f'"{stored.database}":\n\n' + "".join(f"    {s};\n" for s in statements)
+        )
     if signals and stored.setup_sql:
-        return [
+        notices.append(
             f"readers ({stored.role}) may cancel each other's queries and take advisory locks; "
             f'a superuser can revoke that in database "{stored.database}":\n\n'
-            + "".join(f"    {line}\n" for line in stored.setup_sql.splitlines() if "FUNCTION" in line)
-        ]
-    return []
+            + "".join(f"    {line}\n" for line in stored.setup_sql.splitlines() if "pg_cancel_backend" in line)
+        )
+    drift = settings_drift(owner, stored.role)
+    if drift:
+        notices.append(
+            f"the read-only role {stored.role} changed its own session defaults ({', '.join(drift)}); "
+            f"`{RENEW_COMMAND}` puts back migration 0004's"
+        )
+    return notices
 
 
 def reader_uri(login: ReaderLogin) -> str:
@@ -237,11 +338,12 @@ def reader_uri(login: ReaderLogin) -> str:
 def renew(owner: Engine) -> StoredReader:
     """Give the reader a new password, making the role anew if it was dropped; its grants are restored.
 
-    Postgres lets every role change its own password, so a reader's psql session can lock lanpo out; and an
-    administrator may drop the role. Either way the owner (if it may manage roles) puts back what migration
-    0004 made: the role with its attributes and settings, SELECT on every table and view, and the default
-    privileges for later ones. What the owner may not run is kept in `setup_sql` for an administrator, as the
-    migration does. One transaction: a failure leaves the old login in place.
+    Postgres lets every role change its own password and session defaults, so a reader's psql session can lock
+    lanpo out or drop its statement timeout; and an administrator may drop the role. Either way the owner (if it
+    may manage roles) puts back what migration 0004 made: the role with its attributes and only its settings,
+    SELECT on every table and view, and the default privileges for later ones. What the owner may not run is
+    kept in `setup_sql` for an administrator, as the migration does. One transaction: a failure leaves the old
+    login in place.
     """
     from secrets import token_urlsafe
 
@@ -258,8 +360,18 @@ def renew(owner: Engine) -> StoredReader:
         ).one()
         role, owner_role = _ident(me.role_name), _ident(me.rolname)
         make = "ALTER" if me.exists else "CREATE"
+        # the role may have set its own defaults, in any database: all go before the migration's are put back
+        databases = conn.scalars(
+            sa.text(
+                "SELECT d.datname FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole "
+                "JOIN pg_database d ON d.oid = s.setdatabase WHERE r.rolname = :r ORDER BY 1"
+            ),
+            {"r": me.role_name},
+        ).all()
         steps = [
             (f"{make} ROLE {role} WITH {ROLE_ATTRIBUTES} PASSWORD {_literal(password)}", me.manages_roles),
+            *((f"ALTER ROLE {role} IN DATABASE {_ident(d)} RESET ALL", me.manages_roles) for d in databases),
+            *([(f"ALTER ROLE {role} RESET ALL", me.manages_roles)] if me.exists else []),
             *((f"ALTER ROLE {role} SET {k} = {v}", me.manages_roles) for k, v in ROLE_SETTINGS.items()),
             (f"GRANT USAGE ON SCHEMA public TO {role}", me.grants_schema),
             (f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}", True),

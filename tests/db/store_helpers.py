@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from lanpo.config import StoreConfig
+from lanpo.db.models import Base
+from lanpo.db.reader import stored_reader
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import PoolRow, ensure_pool
@@ -145,3 +148,36 @@ def write_training_steps(
         session.commit()
         written.append((attempt_ids, added.version_ids))
     return written
+
+
+def snapshot(db: Engine) -> dict[str, object]:
+    """What a write could change: row counts, sequences, large objects, extensions, relations, functions, and the
+    reader's attributes, settings (in any database), memberships and grants."""
+    role = stored_reader(db).role
+    with db.connect() as conn:
+        counts = {t.name: conn.scalar(sa.text(f"SELECT count(*) FROM {t.name}")) for t in Base.metadata.sorted_tables}
+        return {
+            "rows": counts,
+            "sequences": conn.execute(sa.text("SELECT sequencename, last_value FROM pg_sequences ORDER BY 1")).all(),
+            "large_objects": conn.scalar(sa.text("SELECT count(*) FROM pg_largeobject_metadata")),
+            "extensions": conn.execute(sa.text("SELECT extname, extversion FROM pg_extension ORDER BY 1")).all(),
+            "relations": conn.execute(
+                sa.text(
+                    "SELECT n.nspname, c.relname, c.relacl::text FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE n.nspname IN ('public', 'lanpo_private') ORDER BY 1, 2"
+                )
+            ).all(),
+            "reader": conn.execute(
+                sa.text(
+                    "SELECT r.rolsuper, r.rolcreaterole, r.rolcreatedb, r.rolreplication, r.rolbypassrls, "
+                    "r.rolinherit, r.rolcanlogin, r.rolconfig, ARRAY(SELECT m.roleid::regrole::text "
+                    "FROM pg_auth_members m WHERE m.member = r.oid), ARRAY(SELECT s.setdatabase || ':' || "
+                    "array_to_string(s.setconfig, ',') FROM pg_db_role_setting s WHERE s.setrole = r.oid ORDER BY 1) "
+                    "FROM pg_roles r WHERE r.rolname = :r"
+                ),
+                {"r": role},
+            ).one(),
+            "functions": conn.scalar(
+                sa.text("SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace")
+            ),
+        }

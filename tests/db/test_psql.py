@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
-from store_helpers import fill_history
+from store_helpers import fill_history, snapshot
 
 from lanpo.db import server
 from lanpo.db.reader import stored_reader
@@ -99,3 +99,45 @@ def test_no_psql_on_path_says_to_install_one(run_cli: Callable, monkeypatch: pyt
     monkeypatch.setenv("PATH", "/nonexistent")
     result = run_cli("db", "psql", "-c", "SELECT 1")
     assert result.code == 2 and "no psql on PATH" in result.err and "install a PostgreSQL client" in result.err
+
+
+def test_begin_read_write_in_psql_persists_nothing(filled: Engine, pg_url: str, tmp_path: Path) -> None:
+    """`default_transaction_read_only` is only a default, and psql opens its own read-write transaction: what
+    the reader could write there must be nothing, by privilege (migrations 0004 and 0007). Each attack runs in a
+    real psql process as `BEGIN READ WRITE; ...; COMMIT`, and the store is compared before and after."""
+    env = _env(LANPO_DATABASE_URL=pg_url)
+    upload = tmp_path / "blob.txt"
+    upload.write_text("hello")
+    attacks = {
+        "SELECT lo_from_bytea(0, 'hello')": "permission denied for function lo_from_bytea",
+        "SELECT lo_create(0)": "permission denied for function lo_create",
+        "SELECT lo_creat(-1)": "permission denied for function lo_creat",
+        f"\\lo_import {upload}": "permission denied for function lo_creat",  # psql's client side, the fastpath
+        "SELECT pg_logical_emit_message(true, 'lanpo', 'x')": "permission denied for function pg_logical_emit_message",
+        "CREATE TABLE public.t (x int)": "permission denied for schema public",
+        "CREATE TEMP TABLE t (x int)": "permission denied to create temporary tables",
+        "CREATE SCHEMA mine": "permission denied for database",
+        "SELECT pg_advisory_lock(1)": "permission denied for function pg_advisory_lock",
+        "SELECT nextval('problems_id_seq')": "permission denied for sequence problems_id_seq",
+        "INSERT INTO problems (dataset, external_id, question) VALUES ('x', 'x', 'x')": "permission denied for table",
+    }
+    before = snapshot(filled)
+    for attack, error in attacks.items():
+        commands = f'-c "BEGIN READ WRITE" -c "{attack}" -c "COMMIT"'
+        result = _shell(f'psql "$(lanpo db url --libpq)" -At -v ON_ERROR_STOP=1 {commands}', env)
+        assert result.returncode != 0 and error in result.stderr, (attack, result.stderr)
+    assert snapshot(filled) == before
+
+    # control: the owner's psql does commit a large object, so the reader's refusals above are its own
+    owner = _shell('psql "$(lanpo db url --libpq --owner)" -At -c "SELECT rolsuper FROM pg_roles WHERE '
+                   'rolname = current_user"', env)  # fmt: skip
+    if owner.stdout == "t\n":
+        made = _shell(
+            'psql "$(lanpo db url --libpq --owner)" -At -v ON_ERROR_STOP=1 -c "BEGIN READ WRITE" '
+            "-c \"SELECT lo_from_bytea(0, 'hello')\" -c COMMIT",
+            env,
+        )
+        assert made.returncode == 0, made.stderr
+        with filled.begin() as conn:
+            assert conn.scalar(sa.text("SELECT count(*) FROM pg_largeobject_metadata")) == 1
+            conn.execute(sa.text("SELECT lo_unlink(oid) FROM pg_largeobject_metadata"))

@@ -15,7 +15,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from lanpo.db import migrate
-from lanpo.db.reader import ENV_READER_URL, PRIVILEGED_ROLES, libpq_uri, reader_login, stored_reader
+from lanpo.db.reader import (
+    ENV_READER_URL,
+    PRIVILEGED_ROLES,
+    libpq_uri,
+    reader_login,
+    settings_drift,
+    stored_reader,
+)
 from lanpo.db.readonly import query_readonly
 from lanpo.errors import InputError, ReaderUnavailable
 
@@ -224,6 +231,41 @@ def test_a_reader_that_changed_its_password_is_renewed(db: Engine, run_cli: Call
     assert run_cli("sql", "SELECT current_user", "--format", "csv").out.splitlines() == ["current_user", login.role]
 
 
+def test_a_reader_that_changed_its_own_defaults_is_told_and_renewed(db: Engine, run_cli: Callable) -> None:
+    """No privilege stops `ALTER ROLE current_user SET ...` in a read-write transaction, in any database: `lanpo db
+    reader` names every changed default, `--renew` puts back migration 0004's settings and only those."""
+    if not _superuser(db):
+        pytest.skip("the test server's user is not a superuser")
+    login = reader_login(db)
+    with psycopg.connect(**login.params, autocommit=True) as conn:
+        conn.execute("BEGIN READ WRITE")
+        conn.execute("ALTER ROLE current_user SET statement_timeout = 0")
+        conn.execute("ALTER ROLE current_user SET default_transaction_read_only = off")
+        conn.execute("ALTER ROLE current_user SET work_mem = '1GB'")
+        conn.execute(f'ALTER ROLE current_user IN DATABASE "{login.params["dbname"]}" SET search_path = pg_temp')
+        conn.execute("COMMIT")
+    drift = settings_drift(db, login.role)
+    assert set(drift) == {
+        "statement_timeout=0",
+        "default_transaction_read_only=off",
+        "work_mem=1GB",
+        f"search_path=pg_temp (in database {login.params['dbname']})",
+    }
+    told = run_cli("db", "reader")
+    assert told.code == 0 and "changed its own session defaults (" in told.err and "--renew" in told.err
+    assert all(item in told.err for item in drift)
+    renewed = run_cli("db", "reader", "--renew")
+    assert renewed.code == 0 and renewed.err == "", renewed.err
+    assert settings_drift(db, login.role) == []
+    with db.connect() as conn:
+        config = conn.scalars(
+            sa.text("SELECT unnest(setconfig) FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole "
+                    "WHERE r.rolname = :r ORDER BY 1"),
+            {"r": login.role},
+        ).all()  # fmt: skip
+    assert config == ["default_transaction_read_only=on", "statement_timeout=60s"]
+
+
 def test_renew_refuses_under_an_explicit_reader_url(run_cli: Callable, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_READER_URL, "postgresql://someone@localhost/lanpo")
     refused = run_cli("db", "reader", "--renew")
@@ -271,12 +313,18 @@ def test_owner_without_createrole_gets_the_administrators_sql(
         conn.execute(sa.text(f"CREATE ROLE {owner} LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB PASSWORD '{password}'"))
         conn.execute(sa.text(f"CREATE DATABASE {database} OWNER {owner}"))
     there = _admin(pg_url, database)
-    with there.connect() as conn:
-        conn.execute(sa.text("CREATE EXTENSION vector"))
     reader = f"lanpo_reader_{database}"
     try:
         owner_url = make_url(pg_url).set(username=owner, password=password, database=database)
         monkeypatch.setenv("LANPO_DATABASE_URL", owner_url.render_as_string(hide_password=False))
+        no_vector = run_cli("db", "upgrade")  # pgvector is not a trusted extension: a superuser must create it
+        assert no_vector.code == 2 and no_vector.err.startswith(
+            f'error: user {owner} may not create the extension vector in database "{database}"'
+        )
+        assert "nothing was migrated" in no_vector.err and "\n    CREATE EXTENSION vector;\n" in no_vector.err
+        with there.connect() as conn:
+            assert not sa.inspect(conn).has_table("alembic_version")
+            conn.execute(sa.text("CREATE EXTENSION vector"))  # the administrator
         up = run_cli("db", "upgrade")
         assert up.code == 0 and f"schema at {migrate.head_revision()}" in up.out, up.err
         assert (
@@ -304,9 +352,17 @@ def test_owner_without_createrole_gets_the_administrators_sql(
         assert export is not None
 
         with there.connect() as conn:  # the administrator
-            for statement in statements:
+            for statement in statements[:-1]:  # all but 0007's revoke of the large-object functions
                 conn.execute(sa.text(statement))
+        assert statements[-1].startswith("REVOKE EXECUTE ON FUNCTION lo_creat(integer)")
+        psql = run_cli("db", "url", "--libpq")  # a psql session could still commit large objects: refused
+        assert psql.code == 2 and psql.out == "" and "may still write large objects (lo_creat" in psql.err
+        assert "REVOKE EXECUTE ON FUNCTION lo_creat(integer), lo_create(oid)" in psql.err
+        assert run_cli("sql", "SELECT 1").code == 0  # its transaction is always rolled back
+        with there.connect() as conn:
+            conn.execute(sa.text(statements[-1]))
         assert run_cli("db", "status").err == ""  # nothing left to do
+        assert run_cli("db", "url", "--libpq").code == 0
 
         stored = run_cli("sql", "SELECT current_user, count(*) FROM pool_current", "--format", "csv")
         assert stored.code == 0 and stored.out.splitlines()[1] == f"{reader},0", stored.err

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
-from store_helpers import fill_history
+from store_helpers import fill_history, snapshot
 
 from lanpo.db.models import Base
 from lanpo.db.reader import reader_login, stored_reader
@@ -44,35 +44,6 @@ def open_dir() -> Iterator[Path]:
     for child in folder.iterdir():
         child.unlink()
     folder.rmdir()
-
-
-def snapshot(db: Engine) -> dict[str, object]:
-    role = stored_reader(db).role
-    with db.connect() as conn:
-        counts = {t.name: conn.scalar(sa.text(f"SELECT count(*) FROM {t.name}")) for t in Base.metadata.sorted_tables}
-        return {
-            "rows": counts,
-            "sequences": conn.execute(sa.text("SELECT sequencename, last_value FROM pg_sequences ORDER BY 1")).all(),
-            "large_objects": conn.scalar(sa.text("SELECT count(*) FROM pg_largeobject_metadata")),
-            "extensions": conn.execute(sa.text("SELECT extname, extversion FROM pg_extension ORDER BY 1")).all(),
-            "relations": conn.execute(
-                sa.text(
-                    "SELECT n.nspname, c.relname, c.relacl::text FROM pg_class c JOIN pg_namespace n "
-                    "ON n.oid = c.relnamespace WHERE n.nspname IN ('public', 'lanpo_private') ORDER BY 1, 2"
-                )
-            ).all(),
-            "reader": conn.execute(
-                sa.text(
-                    "SELECT r.rolsuper, r.rolcreaterole, r.rolcreatedb, r.rolreplication, r.rolbypassrls, "
-                    "r.rolinherit, r.rolcanlogin, r.rolconfig, ARRAY(SELECT m.roleid::regrole::text "
-                    "FROM pg_auth_members m WHERE m.member = r.oid) FROM pg_roles r WHERE r.rolname = :r"
-                ),
-                {"r": role},
-            ).one(),
-            "functions": conn.scalar(
-                sa.text("SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace")
-            ),
-        }
 
 
 def refused(db: Engine, statement: str, match: str = REFUSED) -> None:
