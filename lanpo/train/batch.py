@@ -17,6 +17,14 @@ longest prompt, a micro-batch need not be.
 staying fp32; the logits are upcast to fp32 before the log-softmax and the entropy, and backward runs outside the
 autocast context, as PyTorch recommends. Faster where bf16 matmuls are (AVX512-BF16 or AMX CPUs, GPUs); the
 log-probs differ from fp32 by bf16 rounding.
+
+`temperature` (`rollout.temperature`): the log-probs (and the entropy) are those of softmax(logits / T), the
+distribution the rollouts were sampled from, as verl computes them (`logits.div_(temperature)` in
+`DataParallelPPOActor._forward_micro_batch`, for the policy's, the old and the reference log-probs alike) and TRL
+(`logits / self.temperature` in `GRPOTrainer._get_per_token_logps`). At T = 1 nothing is divided: the numbers are
+bit for bit those of a run before the setting existed. The division runs in fp32 on the upcast logits, out of
+place (a model's own ops may have saved its logits for backward). `rollout.top_p` is not applied, as in verl and
+TRL: below 1 the rollouts come from the renormalised nucleus of softmax(logits / T), not from all of it.
 """
 
 from __future__ import annotations
@@ -104,14 +112,18 @@ def completion_logprobs(
     with_entropy: bool = False,
     share_prompts: bool = True,
     autocast: torch.dtype | None = None,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log p of the completion tokens (B, T), and optionally the entropy (B, T, detached); float32.
 
     `share_prompts`: run each distinct prompt once (see the module docstring); False runs every row whole, the
     reference the shared forward is tested against. Either way columns that pad every row are skipped.
     `autocast`: the forwards run under `torch.autocast` in this dtype (None: as the weights are); the log-softmax
-    runs in fp32 on upcast logits either way.
+    runs in fp32 on upcast logits either way. `temperature`: of softmax(logits / temperature), the sampling
+    distribution (see the module docstring); 1 divides nothing.
     """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
     T = batch.completion_ids.shape[1]
     P = batch.input_ids.shape[1] - T
     cut = _padding_columns(batch.attention_mask[:, :P])
@@ -131,6 +143,8 @@ def completion_logprobs(
             )
         logits = out.logits[:, :-1, :]  # (B, T, V): position P-1+t predicts completion token t
     logits = logits.float()  # outside autocast, which would run the log-softmax in bf16 (fp32 logits: no copy)
+    if temperature != 1.0:  # the sampled policy; skipped at 1, so a T = 1 run keeps its numbers bit for bit
+        logits = logits / temperature
     logp = token_logprobs(logits, batch.completion_ids)  # (B, T)
     entropy = None
     if with_entropy:
@@ -209,16 +223,17 @@ def chunked_logprobs(
     micro_batch_size: int,
     share_prompts: bool = True,
     autocast: torch.dtype | None = None,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
     """log p of the completion tokens (B, T) without gradients, `micro_batch_size` sequences per forward.
 
     The reference's log-probs (`Policy.reference_logprobs` runs it on the reference), and old_logp when several
-    updates reuse the rollouts.
+    updates reuse the rollouts; both at the rollouts' `temperature`, as the policy's own (verl does the same).
     """
     parts = []
     for start in range(0, batch.size, micro_batch_size):
         logp, _ = completion_logprobs(
-            model, batch.select(slice(start, start + micro_batch_size)), False, share_prompts, autocast
+            model, batch.select(slice(start, start + micro_batch_size)), False, share_prompts, autocast, temperature
         )
         parts.append(logp)
     return torch.cat(parts)

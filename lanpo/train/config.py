@@ -163,6 +163,11 @@ class GRPOConfig:
         "truncated importance sampling cap on exp(logp_trainer - logp_engine), rollout.backend = vllm only "
         "(None: no correction; engine/logp_abs_diff says how far the engine is)",
     )
+    dual_clip: float | None = help_field(
+        None,
+        "dual-clip PPO: a negative-advantage token's loss is at most -A * dual_clip, bounding the ratio the clip "
+        "leaves open above 1 + eps_high (verl's clip_ratio_c, default 3.0 there; None: off)",
+    )
 
     def __post_init__(self) -> None:
         _check(self.learning_rate > 0, f"grpo.learning_rate must be > 0, got {self.learning_rate}")
@@ -185,6 +190,12 @@ class GRPOConfig:
         _check(self.autocast in AUTOCASTS, f"grpo.autocast must be off or bf16, got {self.autocast!r}")
         _check(self.max_grad_norm > 0, f"grpo.max_grad_norm must be > 0, got {self.max_grad_norm}")
         _check(self.tis_cap is None or self.tis_cap >= 1.0, f"grpo.tis_cap must be >= 1 or unset, got {self.tis_cap}")
+        _check(
+            self.dual_clip is None or self.dual_clip > 1.0,
+            f"grpo.dual_clip must be > 1 or unset, got {self.dual_clip}",
+            "it holds a negative-advantage token's loss once its ratio passes dual_clip; at <= 1 it would hold them "
+            "on-policy (ratio 1) and take their gradient away. verl asserts clip_ratio_c > 1 and defaults to 3.0",
+        )
 
 
 @dataclass
@@ -410,12 +421,6 @@ class TrainConfig:
     def check_world(self, world: int) -> None:
         """Refuse batch shapes that `world` ranks cannot split evenly (every rank takes the same share)."""
         at = f" at world size {world}" if world > 1 else ""
-        _check(
-            world == 1 or self.lora.enabled or self.resolved_method() != "mel" or self.mel.nll_coef == 0,
-            f"method = mel with full fine-tuning (lora.enabled = false){at}: MEL's NLL term runs a forward per rank "
-            "on uneven shares, and every FSDP forward is a collective",
-            "train a LoRA adapter, run on one process, or set mel.nll_coef = 0",
-        )
         _check(
             self.batch_size % world == 0,
             f"batch_size ({self.batch_size}) must be divisible by the world size ({world}): every rank takes "

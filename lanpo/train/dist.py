@@ -57,6 +57,12 @@ class Dist:
             torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
         return tensor
 
+    def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Maximum over ranks, in place (a no-op for one process)."""
+        if self.enabled:
+            torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.MAX)
+        return tensor
+
     def gather(self, obj: Any) -> list[Any] | None:
         """Every rank's `obj` on rank 0 (in rank order); None elsewhere."""
         if not self.enabled:

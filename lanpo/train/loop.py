@@ -198,7 +198,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     # ------------------------------------------------------------------ 6. reference log-probs + policy update
     stats = update_policy(
         t.policy, t.optimizer, t.scheduler, batch, advantages.to(device), cfg.grpo, mix_seed(cfg.seed, "update", step),
-        dist, behavior_logp=behavior, nll=meta.nll,
+        dist, behavior_logp=behavior, nll=meta.nll, temperature=cfg.rollout.temperature,
     )  # fmt: skip
     timer.add("ref_logp", stats.seconds_ref)
     timer.add("update", stats.seconds_update)

@@ -55,6 +55,7 @@ class Policy(Protocol):
     kind: str  # "lora" | "full": what its checkpoints hold (an adapter folder, or a whole model folder)
     model: Any  # the causal LM: it generates, and its forward gives the policy's log-probs
     trained: Any  # the module the update's gradients flow through (DDP over `model` under torchrun, else `model`)
+    collective_forwards: bool  # every forward and backward of `model` is a collective (FSDP): ranks run as many
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """What the optimizer steps."""
@@ -66,9 +67,11 @@ class Policy(Protocol):
         micro_batch_size: int,
         share_prompts: bool = True,
         autocast: torch.dtype | None = None,
+        temperature: float = 1.0,
     ) -> torch.Tensor:
         """log p of `batch`'s completion tokens under the reference policy (the start), (B, T), no gradient; its
-        forwards under `torch.autocast(autocast)` when one is given (`lanpo.train.batch.completion_logprobs`)."""
+        forwards under `torch.autocast(autocast)` when one is given, its log-probs those of softmax(logits /
+        temperature), the policy's own temperature (verl too; `lanpo.train.batch.completion_logprobs`)."""
         ...
 
     def generating(self) -> AbstractContextManager[None]:
@@ -102,6 +105,7 @@ class LoraPolicy:
     """A trainable LoRA adapter on the start; the reference is the start itself, the adapter disabled."""
 
     kind = "lora"
+    collective_forwards = False  # DDP communicates in backward only, and the NLL term runs the unwrapped model
 
     def __init__(self, model: Any, dist: Dist | None = None) -> None:
         self.model = model
@@ -117,9 +121,10 @@ class LoraPolicy:
         micro_batch_size: int,
         share_prompts: bool = True,
         autocast: torch.dtype | None = None,
+        temperature: float = 1.0,
     ) -> torch.Tensor:
         with self.model.disable_adapter():
-            return chunked_logprobs(self.model, batch, micro_batch_size, share_prompts, autocast)
+            return chunked_logprobs(self.model, batch, micro_batch_size, share_prompts, autocast, temperature)
 
     def generating(self) -> AbstractContextManager[None]:
         return nullcontext()
@@ -156,6 +161,7 @@ class FullPolicy:
 
     def __init__(self, model: Any, tokenizer: Any = None, dist: Dist | None = None) -> None:
         self.dist = dist or Dist()
+        self.collective_forwards = self.dist.enabled  # sharded below: FSDP gathers each unit for its forward
         self.tokenizer = tokenizer  # saved with the weights, so that a checkpoint is a complete model folder
         self.device = next(model.parameters()).device
         reference = copy.deepcopy(model).requires_grad_(False).eval()  # before any step: exactly the start
@@ -178,9 +184,10 @@ class FullPolicy:
         micro_batch_size: int,
         share_prompts: bool = True,
         autocast: torch.dtype | None = None,
+        temperature: float = 1.0,
     ) -> torch.Tensor:
         with self._reference_on_device():
-            return chunked_logprobs(self.reference, batch, micro_batch_size, share_prompts, autocast)
+            return chunked_logprobs(self.reference, batch, micro_batch_size, share_prompts, autocast, temperature)
 
     @contextmanager
     def _reference_on_device(self) -> Iterator[None]:

@@ -8,12 +8,24 @@ over all its sequences on all ranks: each rank scales its micro-batch losses by 
 the world size because DDP (LoRA) and FSDP (full fine-tuning) average gradients. The policy (`lanpo.train.policy`)
 says what trains and what the reference is. Kept apart from the loop so a test can run exactly one update.
 
+The learning-rate schedule advances once per optimizer step, over `steps * optimizer steps a step`. verl steps its
+scheduler once per training step, so within a step it holds the rate where lanpo decays it across the minibatches
+(8 in the paper recipes); the warmup and the decay span the same share of training either way, and with one
+minibatch a step, or a constant schedule (the CPU recipes), the two are the same.
+
 MEL adds an optional term (`nll`): per optimizer step J = J_GRPO + lambda * J_NLL, J_NLL the token-mean negative
-log-likelihood of the minibatch's share of the NLL examples over every rank. Its forwards go through the unwrapped
-model, which makes no collective call (ranks may hold different numbers of examples); their gradient accumulates
-locally and joins the minibatch's all-reduce at its last GRPO backward. Without the term (or lambda = 0) the update
-is plain GRPO, bit for bit. (Under FSDP every forward is a collective: `TrainConfig.check_world` refuses the term
-with full fine-tuning on several ranks.)
+log-likelihood of the minibatch's share of the NLL examples over every rank. With LoRA its forwards go through the
+unwrapped model, which makes no collective call (ranks may hold different numbers of examples); their gradient
+accumulates locally and joins the minibatch's all-reduce at its last GRPO backward. Under FSDP (full fine-tuning on
+several ranks) every forward and backward is a collective, so a rank short of examples runs zero-weight ones until
+every rank has run as many as the busiest (`nll_backward`). Without the term (or lambda = 0) the update is plain
+GRPO, bit for bit.
+
+`temperature` (the loop passes `rollout.temperature`): the policy's, the old and the reference log-probs, and the
+entropy, are of softmax(logits / T), the distribution the rollouts were sampled from (verl and TRL do the same;
+`lanpo.train.batch`). The engine's behaviour log-probs are at T too (`lanpo.rollout.vllm`), so TIS weighs like with
+like. MEL's NLL term stays at T = 1: it is the likelihood of target text, not of a sample (the paper's MEL recipes
+sample at 1.0, where the two agree).
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ from lanpo.train.config import GRPOConfig
 from lanpo.train.dist import Dist
 from lanpo.train.policy import Policy
 
-STATS = ("loss", "kl", "entropy", "clip_frac", "tis_weight", "logp_diff")
+STATS = ("loss", "kl", "entropy", "clip_frac", "dual_clip_frac", "tis_weight", "logp_diff")
 
 
 @dataclass
@@ -58,6 +70,7 @@ class UpdateStats:
     seconds_update: float
     nll: float | None = None  # J_NLL, token-mean over the optimizer steps that had NLL tokens (None: none had)
     nll_tokens: float | None = None  # NLL target tokens over every rank (None: no NLL term configured)
+    dual_clip_frac: float | None = None  # share of tokens held at the dual-clip bound (None: grpo.dual_clip unset)
 
     def as_metrics(self) -> dict[str, float]:
         out = {
@@ -68,6 +81,8 @@ class UpdateStats:
             "clip_frac": self.clip_frac,
             "groups/zero_spread": self.zero_spread,
         }
+        if self.dual_clip_frac is not None:
+            out["dual_clip_frac"] = self.dual_clip_frac
         if self.tis_weight != 1.0:
             out["tis/weight"] = self.tis_weight
         if self.logp_diff is not None:
@@ -113,12 +128,15 @@ def micro_batch_loss(
     ref_logp: torch.Tensor,
     behavior_logp: torch.Tensor | None,
     cfg: GRPOConfig,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """The clipped GRPO loss of one micro-batch (its own token-mean), its stats, and its entropy (m, T).
 
-    old_logp None: on-policy, the ratio is 1 and the forward's own detached log-probs stand in for it.
+    old_logp None: on-policy, the ratio is 1 and the forward's own detached log-probs stand in for it. The
+    log-probs are of softmax(logits / temperature), as old_logp, ref_logp and behavior_logp must be.
     """
-    logp, entropy = completion_logprobs(model, sub, True, cfg.share_prompts, autocast_dtype(cfg.autocast))  # (m, T)
+    autocast = autocast_dtype(cfg.autocast)
+    logp, entropy = completion_logprobs(model, sub, True, cfg.share_prompts, autocast, temperature)  # (m, T)
     old = logp.detach() if old_logp is None else old_logp
     loss, stats = policy_loss(
         logp,
@@ -132,6 +150,7 @@ def micro_batch_loss(
         cfg.loss_agg,  # type: ignore[arg-type]
         behavior_logp=behavior_logp,
         tis_cap=cfg.tis_cap,
+        dual_clip=cfg.dual_clip,
     )
     return loss, stats, entropy  # type: ignore[return-value]
 
@@ -145,20 +164,33 @@ def nll_backward(
     dist: Dist,
     share_prompts: bool = True,
     autocast: torch.dtype | None = None,
+    filler: RolloutBatch | None = None,
 ) -> tuple[float, float]:
     """Backward of `coef` * the token-mean NLL of `batch[index]` over every rank's share; returns (that NLL, its
-    global token count). Nothing runs when no rank has a token (every rank sees the same count)."""
+    global token count). Nothing runs when no rank has a token (every rank sees the same count).
+
+    `filler` (one row of any batch): the model's forwards are collectives (FSDP), so every rank runs as many
+    micro-batches as the rank with the most, a rank short of examples running `filler` with weight 0 (its
+    gradient is exactly 0, and the all-gathers and reduce-scatters of the ranks line up)."""
     local = 0.0 if batch is None or index.numel() == 0 else float(batch.completion_mask[index].sum())
     tokens = dist.all_reduce_sum(torch.tensor([local], dtype=torch.float64)).item()
     if tokens == 0:
         return 0.0, 0.0
+    starts = list(range(0, len(index) if batch is not None else 0, micro))
+    rounds = len(starts)
+    if filler is not None:
+        rounds = int(dist.all_reduce_max(torch.tensor([rounds])).item())
     nll_sum = 0.0
-    for start in range(0, len(index) if batch is not None else 0, micro):
-        sub = batch.select(index[start : start + micro].to(batch.input_ids.device))  # type: ignore[union-attr]
+    for r in range(rounds):
+        if r < len(starts):
+            sub = batch.select(index[starts[r] : starts[r] + micro].to(batch.input_ids.device))  # type: ignore[union-attr]
+            weight = coef * dist.world / tokens  # times the world size: DDP and FSDP average the ranks' gradients
+        else:
+            sub, weight = filler, 0.0  # type: ignore[assignment]
         logp, _ = completion_logprobs(model, sub, False, share_prompts, autocast)  # (m, T)
         summed = nll_sum_of(logp, sub.completion_mask)
-        (summed * (coef * dist.world / tokens)).backward()  # times the world size: DDP averages the ranks' gradients
-        nll_sum += float(summed.detach())
+        (summed * weight).backward()
+        nll_sum += float(summed.detach()) if weight else 0.0
     return dist.all_reduce_sum(torch.tensor([nll_sum], dtype=torch.float64)).item() / tokens, tokens
 
 
@@ -170,15 +202,20 @@ def _skip_update(optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
 
 
 def _measure_only(
-    policy: Policy, batch: RolloutBatch, micro: int, share_prompts: bool, autocast: torch.dtype | None = None
+    policy: Policy,
+    batch: RolloutBatch,
+    micro: int,
+    share_prompts: bool,
+    autocast: torch.dtype | None = None,
+    temperature: float = 1.0,
 ) -> dict[str, float]:
     """KL and entropy of a batch nothing was learned from (every group skipped): no gradient, no step."""
     kl_sum = entropy_sum = tokens = 0.0
-    ref = policy.reference_logprobs(batch, micro, share_prompts, autocast)  # (B, T)
+    ref = policy.reference_logprobs(batch, micro, share_prompts, autocast, temperature)  # (B, T)
     with torch.no_grad():
         for start in range(0, batch.size, micro):
             sub = batch.select(slice(start, start + micro))
-            logp, entropy = completion_logprobs(policy.model, sub, True, share_prompts, autocast)
+            logp, entropy = completion_logprobs(policy.model, sub, True, share_prompts, autocast, temperature)
             mask = sub.completion_mask.float()
             kl_sum += float((kl_k3(logp, ref[start : start + micro]) * mask).sum())
             entropy_sum += float((entropy * mask).sum())  # type: ignore[operator]
@@ -197,13 +234,16 @@ def update_policy(
     dist: Dist | None = None,
     behavior_logp: torch.Tensor | None = None,
     nll: NLLTerm | None = None,
+    temperature: float = 1.0,
 ) -> UpdateStats:
     """PPO epochs x minibatches on this rank's `batch` (B sequences) with `advantages` (B,); returns mean stats.
 
     The gradient flows through `policy.trained` (DDP or FSDP under torchrun); `policy.reference_logprobs` gives
     the KL term's reference. `behavior_logp` (B, T): the sampling engine's log-probs of the rollout tokens, for
-    truncated importance sampling (`cfg.tis_cap`). `nll`: MEL's NLL term, its examples split over the minibatches
-    of each epoch as the rollouts are (pass it on every rank, or on none); its forwards use `policy.model`.
+    truncated importance sampling (`cfg.tis_cap`), at `temperature`. `nll`: MEL's NLL term, its examples split
+    over the minibatches of each epoch as the rollouts are (pass it on every rank, or on none); its forwards use
+    `policy.model`. `temperature`: the rollouts' sampling temperature; every GRPO log-prob is of softmax(logits /
+    temperature) (1: the logits as they are, bit for bit what the update computed before the argument existed).
     """
     dist = dist or Dist()
     model, trained = policy.model, policy.trained
@@ -216,19 +256,23 @@ def update_policy(
         # (and drops their KL term). Single process only: ranks would hold minibatches of different sizes.
         keep = torch.nonzero(advantages != 0).flatten()
         if keep.numel() == 0:  # nothing to learn from: the schedule advances, the weights do not move
-            measured = _measure_only(policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast)
+            measured = _measure_only(policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast, temperature)
             for _ in range(cfg.ppo_epochs * n_minibatches):
                 _skip_update(optimizer, scheduler)
-            return UpdateStats(0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, None, zero_spread, 0.0, 0.0)
+            return UpdateStats(
+                0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, None, zero_spread, 0.0, 0.0,
+                dual_clip_frac=None if cfg.dual_clip is None else 0.0,
+            )  # fmt: skip
         batch, advantages = batch.select(keep.to(batch.input_ids.device)), advantages[keep]
         behavior_logp = None if behavior_logp is None else behavior_logp[keep]
     B = batch.size
     on_policy = cfg.ppo_epochs == 1 and n_minibatches == 1
 
     started = time.perf_counter()
-    ref_logp = policy.reference_logprobs(batch, cfg.micro_batch_size, cfg.share_prompts, autocast)  # (B, T): KL
+    micro, share = cfg.micro_batch_size, cfg.share_prompts
+    ref_logp = policy.reference_logprobs(batch, micro, share, autocast, temperature)  # (B, T): KL
     # Several updates per batch: the ratio needs log-probs of the policy that generated it, taken before any step.
-    old_logp = None if on_policy else chunked_logprobs(model, batch, cfg.micro_batch_size, cfg.share_prompts, autocast)
+    old_logp = None if on_policy else chunked_logprobs(model, batch, micro, share, autocast, temperature)
     seconds_ref = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -252,9 +296,11 @@ def update_policy(
             optimizer.zero_grad(set_to_none=True)
             mb_stats = dict.fromkeys(STATS, 0.0)
             if nll is not None and use_nll:  # before the GRPO micro-batches, whose last backward syncs
+                filler = batch.select(mb[:1].to(batch.input_ids.device)) if policy.collective_forwards else None
                 mb_nll, nll_tokens = nll_backward(
-                    model, nll_batch, nll_share, nll.coef, cfg.micro_batch_size, dist, cfg.share_prompts, autocast
-                )
+                    model, nll_batch, nll_share, nll.coef, cfg.micro_batch_size, dist, cfg.share_prompts, autocast,
+                    filler,
+                )  # fmt: skip
                 if nll_tokens:
                     nll_updates, nll_total = nll_updates + 1, nll_total + mb_nll
             micro_starts = range(0, len(mb), cfg.micro_batch_size)
@@ -273,6 +319,7 @@ def update_policy(
                         ref_logp[idx],
                         None if behavior_logp is None else behavior_logp[idx],
                         cfg,
+                        temperature,
                     )
                     # Weight micro-batches so the minibatch loss is the exact token-mean (or seq-mean) over every
                     # rank's sequences; times the world size, since DDP and FSDP average the ranks' gradients.
@@ -281,7 +328,7 @@ def update_policy(
                     (loss * weight * dist.world).backward()
                 token_weight = tokens / tokens_mb
                 mb_stats["loss"] += loss.item() * weight
-                for key in ("kl", "clip_frac", "tis_weight", "logp_diff"):
+                for key in ("kl", "clip_frac", "dual_clip_frac", "tis_weight", "logp_diff"):
                     mb_stats[key] += stats[key].item() * token_weight
                 mb_stats["entropy"] += float((entropy * sub.completion_mask.float()).sum() / tokens_mb)  # type: ignore[operator]
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
@@ -310,5 +357,6 @@ def update_policy(
         zero_spread=zero_spread,
         seconds_ref=seconds_ref,
         seconds_update=time.perf_counter() - started,
+        dual_clip_frac=None if cfg.dual_clip is None else mean["dual_clip_frac"],
         **nll_stats,
     )

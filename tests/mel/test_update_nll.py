@@ -146,3 +146,17 @@ def test_the_step_line_says_no_term_rather_than_nan() -> None:
     metrics |= {"mel/pairs": 4.0, "mel/candidates": 2.0, "mel/validated": 0.0, "mel/nll_tokens": 0.0}
     assert "mel 4->2->0 nll -" in _line(3, metrics) and "nan" not in _line(3, metrics)
     assert "mel 4->2->1 nll 1.25" in _line(3, metrics | {"mel/validated": 1.0, "mel/nll": 1.25})
+
+
+def test_full_fine_tuning_at_two_ranks_with_uneven_nll_examples_equals_one_process(tmp_path: Path) -> None:
+    """FSDP: every forward is a collective, and rank 0 holds all three NLL examples (three micro-batches of one),
+    rank 1 none; rank 1 runs three zero-weight forwards, and the sharded update equals one unsharded process's."""
+    single = w.update_full(0, 1)
+    out = tmp_path / "nll-full-2.pt"
+    args = (2, str(tmp_path / "store"), str(out), "full")
+    mp.start_processes(w.worker, args=args, nprocs=2, start_method="spawn", join=True)
+    multi = torch.load(out, weights_only=False)
+    start = grpo.full_policy(grpo.Dist()).model.state_dict()
+    for name in single:
+        assert torch.allclose(multi[name], single[name], rtol=1e-4, atol=1e-6), name
+    assert any(not torch.equal(single[n], start[n]) for n in single)

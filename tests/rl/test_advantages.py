@@ -7,10 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lanpo.rl.advantages import ZERO_SPREAD, group_advantages
+from lanpo.rl.advantages import EPS, ZERO_SPREAD, group_advantages
 
 
-def group_advantages_reference(rewards: list[float], group_size: int, eps: float = 1e-4) -> list[float]:
+def group_advantages_reference(rewards: list[float], group_size: int, eps: float = 1e-6) -> list[float]:
     """Plain-loop reference of `group_advantages`."""
     out: list[float] = []
     for start in range(0, len(rewards), group_size):
@@ -43,7 +43,15 @@ def test_zero_spread_group_gets_zero_and_others_are_normalised() -> None:
     assert adv[5] > 0 > adv[4]
     assert abs(adv[4:].sum().item()) < 1e-6
     # unbiased std of [0,1,0,1] is 0.57735: advantage of a 1 is 0.5 / 0.57735
-    assert adv[5].item() == pytest.approx(0.5 / (0.57735027 + 1e-4), rel=1e-5)
+    assert adv[5].item() == pytest.approx(0.5 / (0.57735027 + 1e-6), rel=1e-6)
+
+
+def test_epsilon_is_verls() -> None:
+    # verl's compute_grpo_outcome_advantage(..., epsilon: float = 1e-6, ...): (r - mean) / (torch.std + epsilon)
+    assert EPS == 1e-6
+    rewards = torch.tensor([0.0, 1.0, 1.0, 1.1])
+    std = torch.std(rewards)
+    assert torch.equal(group_advantages(rewards, 4), (rewards - rewards.mean()) / (std + 1e-6))
 
 
 def test_rejects_bad_shapes() -> None:

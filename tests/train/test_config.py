@@ -104,9 +104,6 @@ def test_full_fine_tuning_config() -> None:
         load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=false", "rollout.backend='vllm'"])
     assert info.value.hint == "roll out with rollout.backend = hf, or train a LoRA adapter (lora.enabled = true)"
     assert load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=true", "rollout.backend='vllm'"]).lora.enabled
-    # MEL's NLL term runs uneven forwards per rank: refused under FSDP (full fine-tuning on several ranks)
-    full_mel = ["lora.enabled=false", "rollout.backend='hf'"]
-    assert not load_config(CONFIGS / "mel-qwen3-4b.toml", full_mel, world=1).lora.enabled
-    with pytest.raises(ConfigError, match="method = mel with full fine-tuning"):
-        load_config(CONFIGS / "mel-qwen3-4b.toml", full_mel, world=8)
-    assert load_config(CONFIGS / "mel-qwen3-4b.toml", [*full_mel, "mel.nll_coef=0"], world=8).mel.nll_coef == 0
+    # MEL's NLL term under FSDP (full fine-tuning on several ranks) pads the ranks' forwards to the same count
+    # (tests/mel/test_update_nll.py), so the MEL paper's 8-GPU full fine-tuning loads
+    assert not load_config(CONFIGS / "mel-qwen3-4b.toml", world=8).lora.enabled

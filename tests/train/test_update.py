@@ -117,6 +117,33 @@ def test_an_unknown_schedule_is_refused_when_the_config_loads() -> None:
         GRPOConfig(lr_schedule="linear")
 
 
+def test_a_dual_clip_at_or_below_one_is_refused_when_the_config_loads() -> None:
+    for bad in (1.0, 0.5):
+        with pytest.raises(ConfigError, match=r"grpo\.dual_clip must be > 1") as raised:
+            GRPOConfig(dual_clip=bad)
+        assert "3.0" in str(raised.value.hint)
+    assert GRPOConfig().dual_clip is None and GRPOConfig(dual_clip=3.0).dual_clip == 3.0
+
+
+def test_the_dual_clip_fraction_is_reported_only_with_a_dual_clip() -> None:
+    model, tokenizer = load_policy(ModelConfig(name="tiny-random", threads=1), LoraConfig(r=4, alpha=8), seed=0)
+    rollouts = _rollouts(model, tokenizer)
+    batch = build_batch(
+        [c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts], 0, torch.device("cpu")
+    )
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, 0.0, -2.0, 0.0])
+    metrics = {}
+    for dual_clip in (None, 3.0):
+        cfg = GRPOConfig(learning_rate=1e-2, warmup_ratio=0.0, ppo_epochs=2, dual_clip=dual_clip)
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate)
+        stats = update_policy(
+            LoraPolicy(model), optimizer, warmup_schedule(optimizer, 4, 0.0), batch, advantages, cfg, 0
+        )
+        metrics[dual_clip] = stats.as_metrics()
+    assert "dual_clip_frac" not in metrics[None]
+    assert 0.0 <= metrics[3.0]["dual_clip_frac"] <= 1.0
+
+
 def test_skip_zero_spread_updates_only_on_signal() -> None:
     model, tokenizer = load_policy(ModelConfig(name="tiny-random", threads=1), LoraConfig(r=4, alpha=8), seed=0)
     rollouts = _rollouts(model, tokenizer)

@@ -48,9 +48,11 @@ def chat(tokenizer: Any, questions: tuple[str, ...] = QUESTIONS) -> list[str]:
     return [apply_chat(tokenizer, [{"role": "user", "content": q}]) for q in questions]
 
 
-def trainer_logprobs(model: Any, completion: Completion) -> torch.Tensor:
-    """log p(token) of each generated token under the HF model at temperature 1: what the trainer computes."""
+def trainer_logprobs(model: Any, completion: Completion, temperature: float = 1.0) -> torch.Tensor:
+    """log p(token) of each generated token under the HF model at `temperature` (log_softmax(logits / T), written
+    out here, not the trainer's code): what the trainer computes for a rollout sampled at T."""
     ids = torch.tensor([[*completion.prompt_token_ids, *completion.token_ids]])
     with torch.no_grad():
         logits = model(ids).logits[0, len(completion.prompt_token_ids) - 1 : -1].float()  # (T, V)
-    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion.token_ids)[:, None])[:, 0]  # (T,)
+    logp = torch.log_softmax(logits / temperature, -1)
+    return logp.gather(-1, torch.tensor(completion.token_ids)[:, None])[:, 0]  # (T,)
