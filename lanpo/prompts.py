@@ -14,13 +14,18 @@ Leakage rules (tested with hypothesis in tests/test_prompts.py):
 - self-correction's second turn is the same conversation: the model's first answer as an assistant message, then
   a fixed reflection request as a user message. The request is one constant string that reads nothing of the
   first turn's grade, so a correct and a wrong first answer get the very same request.
+- a context item cut to fit the prompt's token limit (`lanpo.train.feedback.fit_prompt`) shows a head and a tail
+  of its own text with the fixed `OMITTED` marker between them, which names a token count and nothing else
+  (`elided`); no other text is added to or taken from the item.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 Message = dict[str, str]
 
@@ -94,6 +99,13 @@ SUMMARY = (
     "## Principles\n(transferable rules)\n"
     "## Pitfalls\n(mistakes to avoid)"
 )
+SUMMARY_SYSTEM = "You write short, abstract lessons."
+
+# Stands for the middle of a context item cut to fit the prompt: how many of the item's own tokens are left out.
+OMITTED = "[... {n} tokens omitted ...]"
+
+# The one text field of a context item each feedback prompt reads (`format_intra`, `format_inter`).
+CONTEXT_FIELDS = {"intra": "response", "inter": "summary"}
 
 # Words that would reveal a judgement of an earlier attempt; the reflection template must contain none.
 JUDGEMENT_WORDS = ("correct", "incorrect", "wrong", "right", "reward", "score", "gold", "answer key", "true", "false")
@@ -163,6 +175,21 @@ def render_context(mode: str, items: Sequence[HasResponse] | Sequence[HasSummary
     raise ValueError(f"mode {mode!r} has no context; expected intra or inter")
 
 
+def elided(head: str, omitted: int, tail: str) -> str:
+    """A context item's text cut to fit: its `head`, the `OMITTED` marker on a line of its own, its `tail`."""
+    return f"{head}\n{OMITTED.format(n=omitted)}\n{tail}"
+
+
+def context_text(mode: str, item: Any) -> str:
+    """The text of `item` the prompt for `mode` shows (intra: `response`, inter: `summary`)."""
+    return str(getattr(item, CONTEXT_FIELDS[mode]))
+
+
+def with_context_text(mode: str, item: Any, text: str) -> Any:
+    """`item` (a dataclass) showing `text` instead: every other field, its ids included, is kept."""
+    return dataclasses.replace(item, **{CONTEXT_FIELDS[mode]: text})
+
+
 def actor_messages(question: str) -> list[Message]:
     """Zero-shot actor prompt."""
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ACTOR.format(question=question)}]
@@ -204,7 +231,7 @@ def build_messages(mode: str, question: str, items: Sequence[object] = (), raw: 
 def summary_messages(question: str, response: str) -> list[Message]:
     """Summarizer prompt: a successful trajectory -> flow of thought, principles, pitfalls."""
     user = SUMMARY.format(question=question, response=response.strip())
-    return [{"role": "system", "content": "You write short, abstract lessons."}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": SUMMARY_SYSTEM}, {"role": "user", "content": user}]
 
 
 def required_headers(mode: str) -> tuple[str, ...]:

@@ -102,7 +102,9 @@ class RolloutConfig:
         "asks for a review and a solution, longer than a zero-shot answer",
     )
     max_prompt_tokens: int = help_field(
-        2048, "prompt length limit: context items are dropped (last drawn first) until it fits; none are cut"
+        3072,
+        "prompt length limit (paper, Section 5: 3,072): context items are cut to fit, each keeping its head and tail; "
+        "one is dropped (last drawn first) only when an item's share would fall below 64 tokens",
     )
     temperature: float = help_field(1.0, "sampling temperature (the paper does not state it; 1.0 is verl's default)")
     top_p: float = help_field(1.0, "nucleus sampling (the paper does not state it; 1.0 is verl's default)")

@@ -2,19 +2,30 @@
 
 The step's problems and their modes come from `lanpo.train.schedule` (the same on every rank); this rank takes
 its share, draws intra contexts (its run's earlier attempts on the problem) and inter contexts (lessons of other
-problems in the run's pool, relevance >= gamma) for the whole share in two queries, and renders each chat prompt,
-dropping context items (last drawn first) until it fits `rollout.max_prompt_tokens`.
+problems in the run's pool, relevance >= gamma) for the whole share in two queries, and renders each chat prompt
+within `rollout.max_prompt_tokens` (`fit_prompt`): a prompt over it keeps its items, each cut to a head and a tail
+of its own text around an `[... N tokens omitted ...]` marker, as the paper truncates prompts (3,072 tokens) rather
+than dropping the context; an item is dropped (last drawn first) only when keeping it would cut one below
+`MIN_ITEM_TOKENS`. The question is never cut. The stored prompt (`rollout_groups.prompt`) is the rendered text, so
+the store shows exactly what the model saw; its context rows (`group_contexts`) name the whole attempt or
+experience version each item was cut from.
 
-A prompt that asked for feedback and got none is rendered zero-shot and counted by reason: `empty_pool` (inter:
-the pool holds no active experience), `none_relevant` (inter: nothing at gamma by the scorer), `no_history`
-(intra: no earlier attempt of this run on the problem), `too_long` (items drawn, none fit).
+Per step, counted in rollouts (prompts x n), for each feedback mode:
+- `feedback/asked/<mode>`: asked for that feedback; `feedback/served/<mode>`: got at least one item. Served ones
+  split into `feedback/items/all_k/<mode>` (all k items), `feedback/items/fewer_drawn/<mode>` (every item the store
+  gave, but it had fewer than k) and `feedback/items/fewer_fitted/<mode>` (items dropped to fit the limit);
+  `feedback/truncated/<mode>`: served with at least one item cut to fit (any of the three).
+- `feedback/missed/<reason>`: asked and got none, rendered zero-shot: `empty_pool` (inter: the pool holds no active
+  experience), `none_relevant` (inter: nothing at gamma by the scorer), `no_history` (intra: no earlier attempt of
+  this run on the problem), `too_long` (items drawn, not one fits even cut to `MIN_ITEM_TOKENS`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lanpo import prompts as templates
 from lanpo.db.engine import transaction
@@ -22,6 +33,7 @@ from lanpo.db.repo import contexts as contexts_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import steps as steps_repo
+from lanpo.errors import InputError
 from lanpo.models import apply_chat
 from lanpo.prompts import FEEDBACK_MODES
 from lanpo.train.schedule import batch_problem_ids, choose_modes, mix_seed
@@ -30,6 +42,8 @@ if TYPE_CHECKING:
     from lanpo.train.state import Trainer
 
 MISSED = ("empty_pool", "none_relevant", "no_history", "too_long")
+ITEM_COUNTS = ("all_k", "fewer_drawn", "fewer_fitted")  # feedback/items/<count>/<mode>: how many items a prompt kept
+MIN_ITEM_TOKENS = 64  # a cut item shorter than this is mostly marker: drop the last item and share its budget out
 
 
 @dataclass
@@ -46,17 +60,33 @@ class StepPrompts:
     policy_version_id: int  # the weights that generate this step: the policy of the step before
     missed: Counter[str] = field(default_factory=Counter)  # prompts that asked and got nothing, by reason
     raw: bool = False  # inter items are raw rollouts of other problems, not summaries (feedback.inter_source)
+    k: int = 0  # items a feedback prompt asks for (feedback.k)
+    drawn: list[int] = field(default_factory=list)  # items the store gave each prompt
+    truncated: list[int] = field(default_factory=list)  # items of each prompt cut to fit (shown cut in `items`)
 
     def version(self, g: int) -> str:
         """The template version of prompt g (stored with its group)."""
         return templates.version_of(self.modes[g], raw=self.raw)
 
+    def item_count(self, g: int) -> str:
+        """How many items served prompt g kept: all_k | fewer_drawn (the store had fewer) | fewer_fitted (dropped)."""
+        kept = len(self.items[g])
+        if kept < self.drawn[g]:
+            return "fewer_fitted"
+        return "all_k" if kept >= self.k else "fewer_drawn"
+
     def feedback_metrics(self, n: int) -> dict[str, float]:
-        """Rollouts that asked for each kind of feedback and got it, and why the others did not (counts)."""
+        """Rollouts that asked for each kind of feedback and got it (with how many items, cut or whole), and why the
+        others did not (counts; the names are in the module docstring)."""
         out: dict[str, float] = {}
         for mode in FEEDBACK_MODES:
+            served = [g for g, m in enumerate(self.modes) if m == mode]
             out[f"feedback/asked/{mode}"] = float(n * self.asked.count(mode))
-            out[f"feedback/served/{mode}"] = float(n * self.modes.count(mode))
+            out[f"feedback/served/{mode}"] = float(n * len(served))
+            counts = Counter(self.item_count(g) for g in served)
+            for count in ITEM_COUNTS:
+                out[f"feedback/items/{count}/{mode}"] = float(n * counts[count])
+            out[f"feedback/truncated/{mode}"] = float(n * sum(self.truncated[g] > 0 for g in served))
         for reason in MISSED:
             out[f"feedback/missed/{reason}"] = float(n * self.missed[reason])
         return out
@@ -84,10 +114,10 @@ def feedback_prompts(t: Trainer, step: int) -> StepPrompts:
             )  # fmt: skip
         pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, t.pool.id) == 0
         policy_version_id = steps_repo.policy_version_id(session, t.run_id, step - 1)
-    out = StepPrompts([], [], [], asked, [], [], [], policy_version_id, raw=fb.inter_source == "raw")
+    out = StepPrompts([], [], [], asked, [], [], [], policy_version_id, raw=fb.inter_source == "raw", k=fb.k)
     for pid, mode in zip(pids, asked, strict=True):
         found = list(drawn.get(mode, {}).get(pid, []))
-        text, kept = fit_prompt(
+        text, kept, truncated = fit_prompt(
             t.tokenizer, mode, rows[pid].question, found, cfg.rollout.max_prompt_tokens, fb.inter_source == "raw"
         )
         if mode in FEEDBACK_MODES and not kept:  # an honest from-scratch rollout, and the reason it is one
@@ -98,6 +128,8 @@ def feedback_prompts(t: Trainer, step: int) -> StepPrompts:
         out.modes.append(mode if kept else "zero_shot")
         out.texts.append(text)
         out.items.append(kept)
+        out.drawn.append(len(found))
+        out.truncated.append(truncated)
     return out
 
 
@@ -109,16 +141,118 @@ def _missed_reason(mode: str, found: list[Any], pool_empty: bool) -> str:
     return "empty_pool" if pool_empty else "none_relevant"
 
 
-def fit_prompt(
-    tokenizer: Any, mode: str, question: str, found: list[Any], limit: int, raw: bool = False
-) -> tuple[str, list[Any]]:
-    """The chat prompt for `mode`, dropping context items (last drawn first) until it fits `limit` tokens.
+class Fit(NamedTuple):
+    """A rendered prompt and the context items in it, cut ones as they are shown."""
 
-    Nothing is ever cut out of the question or an item: with no item left the prompt is the zero-shot one.
+    text: str
+    items: list[Any]
+    truncated: int  # how many of `items` were cut to fit
+
+
+def fit_prompt(
+    tokenizer: Any,
+    mode: str,
+    question: str,
+    found: Sequence[Any],
+    limit: int,
+    raw: bool = False,
+    min_item_tokens: int = MIN_ITEM_TOKENS,
+) -> Fit:
+    """The chat prompt for `mode` with the context items `found`, within `limit` tokens.
+
+    A prompt that fits is rendered as it is. Over `limit`, every item is kept and cut to a share of the budget (the
+    limit less the prompt rendered with every item empty): equal shares, water-filled (`water_fill`: an item
+    shorter than its share stays whole and the others share what it leaves). A cut item keeps the head and the tail
+    of its own text, the approach and the conclusion with its final answer, around the `templates.OMITTED` marker
+    naming how many of its tokens are left out (`templates.elided`). Tokenising the joined prompt can differ by a
+    few tokens from the sum of its parts, so the rendered prompt is counted and the budget shrunk by the overflow
+    until it fits. Only when an item would be cut below `min_item_tokens` (marker included) is the last drawn item
+    dropped and its share given to the rest; with no item left the prompt is the zero-shot one. The question is
+    never cut. A cut item is `found`'s dataclass with its text replaced, so its ids (`ref`) are the original's.
     `raw`: inter items are unsummarised solutions of other problems (their own wording, Table 2).
     """
-    while True:
-        text = apply_chat(tokenizer, templates.build_messages(mode, question, found, raw=raw))
-        if not found or len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= limit:
-            return text, found
-        found = found[:-1]
+
+    def render(items: Sequence[Any]) -> str:
+        return apply_chat(tokenizer, templates.build_messages(mode, question, items, raw=raw))
+
+    text = render(found)
+    if not found or _count(tokenizer, text) <= limit:
+        return Fit(text, list(found), 0)
+    texts = [templates.context_text(mode, item).strip() for item in found]
+    spans = [_token_spans(tokenizer, item_text) for item_text in texts]
+    for kept in range(len(found), 0, -1):
+        fit = _cut_to_fit(tokenizer, render, mode, found[:kept], texts, spans, limit, min_item_tokens)
+        if fit is not None:
+            return fit
+    return Fit(render([]), [], 0)
+
+
+def water_fill(lengths: Sequence[int], budget: int) -> list[int]:
+    """Token caps for items of `lengths` sharing `budget`: equal shares, but an item shorter than its share keeps
+    its length and what it leaves is shared among the others (the shortest are settled first; the integer
+    remainder goes to the longest, the last of equal ones). Sum <= max(budget, 0); a cap never exceeds its length."""
+    caps = [0] * len(lengths)
+    left = max(budget, 0)
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    for settled, i in enumerate(order):
+        caps[i] = min(lengths[i], left // (len(order) - settled))
+        left -= caps[i]
+    return caps
+
+
+def _cut_to_fit(
+    tokenizer: Any,
+    render: Callable[[Sequence[Any]], str],
+    mode: str,
+    items: Sequence[Any],
+    texts: Sequence[str],
+    spans: Sequence[list[tuple[int, int]]],
+    limit: int,
+    min_item_tokens: int,
+) -> Fit | None:
+    """The prompt with `items`, each cut to its water-filled share; None when one would be cut below the minimum."""
+    budget = limit - _count(tokenizer, render([templates.with_context_text(mode, item, "") for item in items]))
+    lengths = [len(span) for span in spans[: len(items)]]
+    while budget >= 0:  # below 0 even empty items overflow: no cut helps (the budget falls each round, so this ends)
+        caps = water_fill(lengths, budget)
+        cut = {i for i, (cap, length) in enumerate(zip(caps, lengths, strict=True)) if cap < length}
+        if any(caps[i] < min_item_tokens for i in cut):
+            return None
+        shown = [
+            templates.with_context_text(mode, item, _elide(tokenizer, texts[i], spans[i], caps[i]))
+            if i in cut
+            else item
+            for i, item in enumerate(items)
+        ]
+        text = render(shown)
+        over = _count(tokenizer, text) - limit
+        if over <= 0:
+            return Fit(text, shown, len(cut))
+        budget -= over
+    return None
+
+
+def _elide(tokenizer: Any, text: str, spans: list[tuple[int, int]], cap: int) -> str:
+    """`text` (of `len(spans)` tokens) cut to about `cap` tokens: its head and tail halves around the marker."""
+    length = len(spans)
+    marker = _count(tokenizer, templates.elided("", length, ""))  # the most digits the count can have
+    keep = max(cap - marker, 0)
+    head, tail = keep - keep // 2, keep // 2
+    head_end = spans[head - 1][1] if head else 0
+    tail_start = max(spans[length - tail][0], head_end) if tail else len(text)
+    return templates.elided(text[:head_end].rstrip(), length - head - tail, text[tail_start:].lstrip())
+
+
+def _count(tokenizer: Any, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _token_spans(tokenizer: Any, text: str) -> list[tuple[int, int]]:
+    """(start, end) character offsets of each token of `text`: cuts fall between tokens, inside the text."""
+    try:
+        return list(tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"])
+    except NotImplementedError as exc:  # a slow (Python) tokenizer has no offsets
+        raise InputError(
+            "cutting a feedback item to fit rollout.max_prompt_tokens needs a fast tokenizer (token offsets)",
+            hint="load the model's tokenizer.json (use_fast=True), or raise rollout.max_prompt_tokens",
+        ) from exc
