@@ -2,14 +2,15 @@
 
 migrate -> generate and import problems (reasoning-gym) -> problem-to-problem relevance (LLM judge) ->
 SFT warm start + a few GRPO steps with intra/inter feedback from the store -> SQL over the history ->
-retrieval-augmented answers for held-out problems. Every stage prints what it did and how long it took.
+held-out problems answered zero-shot and with retrieved lessons, side by side, with both accuracies and one line
+saying whether the store helped. Every stage prints what it did and how long it took.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
 
         result = train(cfg, engine=engine, progress=False, on_step=on_step)
         out["rewards"] = [m["reward/mean"] for m in result.metrics]
+        out["summaries"] = _summary_counts(result.metrics, echo)
         out["checkpoint_dir"] = str(result.checkpoint_dir)
         out["run_id"] = result.run_id
         out["held_out"] = _held_out_change(result.validation, cfg.eval.n, echo)
@@ -140,7 +142,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
             table = format_result(query_readonly(engine, sql), "table", max_width=70)
             echo("\n".join("      " + line for line in table.splitlines()))
 
-    with stage(6, "retrieval-augmented answers for held-out problems", echo):
+    with stage(6, "held-out problems: zero-shot and retrieval-augmented answers, side by side", echo):
         out["answers"] = _answer_held_out(engine, cfg, result.checkpoint_dir, test_dataset, echo)
 
     echo(click.style(f"\nDemo finished in {time.perf_counter() - started:.0f}s.", bold=True))
@@ -155,6 +157,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
         f"    lanpo train --config {options.config} --set run_name={cfg.run_name} --set steps={cfg.steps + 4} --resume"
     )
     echo(f"    lanpo eval --config {recipe_path('eval-demo-cpu.toml')}")
+    echo("    lanpo sql --file sql/recipes/best_experiences_by_lift.sql")
     return out
 
 
@@ -180,6 +183,25 @@ def _held_out_change(validation: dict[int, dict[str, float]], n: int, echo: Call
             "      it is `lanpo experiment --config train/experiments/grpo-vs-lanpo.toml` (README, 'Does it learn?')"
         )
     return {"metric": key, "before": before, "after": after, "noise_2se": 2 * se}
+
+
+def _summary_counts(metrics: list[dict[str, float]], echo: Callable[[str], None]) -> dict[str, int]:
+    """How many summaries training wrote, how many had the lesson format, how many the pool admitted, and why the
+    others were turned away (summary/* metrics of every step)."""
+    names = {
+        "written": "summary/generated",
+        "admitted": "pool/summaries",
+        "without_format": "summary/rejected/format",
+        "too_short": "summary/rejected/short",
+    }
+    counts = {key: round(sum(m.get(name, 0.0) for m in metrics)) for key, name in names.items()}
+    counts["with_format"] = round(sum(m.get("summary/format", 0.0) * m.get("summary/generated", 0.0) for m in metrics))
+    echo(
+        f"      summaries: {counts['written']} written, {counts['with_format']} with the lesson format "
+        f"(## Flow / ## Principles / ## Pitfalls, each with text of its own), {counts['admitted']} admitted to the "
+        f"pool; turned away: {counts['without_format']} without the format, {counts['too_short']} too short"
+    )
+    return counts
 
 
 def _write_report(engine: Any, run_name: str, out: Path, echo: Callable[[str], None]) -> str:
@@ -216,7 +238,10 @@ def _build_relevance(engine: Any, judge: str, dataset: str, top_k: int, echo: Ca
 def _answer_held_out(
     engine: Any, cfg: Any, checkpoint_root: Path, test_dataset: str, echo: Callable[[str], None]
 ) -> list[dict[str, Any]]:
+    """The trained policy answers the held-out problems twice, greedily: zero-shot, then with lessons retrieved from
+    the run's pool. Both go into one `infer` run (step 0, one policy version), so `experience_usage` compares them."""
     from lanpo.db.engine import transaction
+    from lanpo.db.repo.pools import active_size
     from lanpo.inference.config import RetrievalSettings, SamplingSettings
     from lanpo.inference.engine import Engine
     from lanpo.inference.store import dataset_questions, record_solutions, start_run
@@ -234,25 +259,96 @@ def _answer_held_out(
         ),
         notify=lambda message: echo(f"      note: {message}"),
     )
-    solutions = solver.solve(questions, "retrieval", 1)
+    with transaction(engine) as session:
+        lessons = active_size(session, solver.pool().id)
+    echo(f"      pool {cfg.pool_name()}: {lessons} active lesson(s)")
+    zero_shot = solver.solve(questions, "zero_shot", 1)
+    retrieval = solver.solve(questions, "retrieval", 1)
     with transaction(engine) as session:
         run_id, version = start_run(
             session,
             f"{cfg.run_name}-infer",
             "infer",
-            {"mode": "retrieval", "dataset": test_dataset},
+            {"modes": ["zero_shot", "retrieval"], "dataset": test_dataset},
             cfg.model.name,
             solver.adapter_sha256,
             pool_id=solver.pool().id,
         )
-        record_solutions(session, solutions, run_id, version)
-    for solution in solutions:
+        record_solutions(session, [*zero_shot, *retrieval], run_id, version)
+    for line in side_by_side(zero_shot, retrieval):
+        echo("      " + line)
+    used = {e.experience_version_id: e for s in retrieval for e in s.experiences}
+    for e in used.values():
+        echo(f"      lesson #{e.experience_version_id} (of problem {e.source_problem_id}): {_one_line(e.summary, 90)}")
+    verdict = retrieval_verdict(
+        [bool(s.samples[0].final.correct) for s in zero_shot],
+        [bool(s.samples[0].final.correct) for s in retrieval],
+        lessons_used=sum(1 for s in retrieval if s.experiences),
+        model=cfg.model.name,
+    )
+    echo(click.style(f"      {verdict}", bold=True))
+    echo(f"      stored as run {cfg.run_name}-infer (both modes, step 0: experience_usage compares them)")
+    return [
+        {"id": z.question.id, "question": z.question.question, "gold": z.question.answer,
+         "zero_shot": z.to_record(), "retrieval": r.to_record(), "verdict": verdict}
+        for z, r in zip(zero_shot, retrieval, strict=True)
+    ]  # fmt: skip
+
+
+def side_by_side(zero_shot: Sequence[Any], retrieval: Sequence[Any]) -> list[str]:
+    """One line per held-out problem: gold, the zero-shot answer, the retrieval answer and the lessons it was given;
+    then both accuracies. An answer of None is one without a \\boxed{} (math-verify may still grade it)."""
+
+    def answer(solution: Any) -> str:
         final = solution.samples[0].final
-        used = ", ".join(f"#{u.experience_version_id} (r={u.relevance:.2f})" for u in solution.experiences)
-        echo(f"      Q: {solution.question.question.splitlines()[0][:100]}")
-        echo(
-            f"         answer {final.answer!s:>6}  gold {solution.question.answer!s:>6}  "
-            f"{'correct' if final.correct else 'wrong'};  experiences used: {used or 'none above gamma'}"
+        return f"{final.answer!s:>8} {'right' if final.correct else 'wrong'}"
+
+    lines = [f"{'problem':<44} {'gold':>8}  {'zero-shot':>14}  {'retrieval':>14}  lessons in the retrieval prompt"]
+    for z, r in zip(zero_shot, retrieval, strict=True):
+        lessons = ", ".join(
+            f"#{e.experience_version_id}" + ("" if e.relevance is None else f" (r={e.relevance:.2f})")
+            for e in r.experiences
         )
-    echo(f"      stored as run {cfg.run_name}-infer")
-    return [s.to_record() for s in solutions]
+        lines.append(
+            f"{_one_line(z.question.question, 44, tail=True):<44} {z.question.answer!s:>8}  {answer(z):>14}  "
+            f"{answer(r):>14}  {lessons or 'none: the zero-shot prompt'}"
+        )
+    n = len(zero_shot)
+    right = [sum(bool(s.samples[0].final.correct) for s in mode) for mode in (zero_shot, retrieval)]
+    lines.append(
+        f"accuracy on {n} held-out problems: zero-shot {right[0]}/{n} ({right[0] / max(n, 1):.0%}), "
+        f"retrieval {right[1]}/{n} ({right[1] / max(n, 1):.0%})"
+    )
+    return lines
+
+
+def retrieval_verdict(zero_shot: Sequence[bool], retrieval: Sequence[bool], lessons_used: int, model: str) -> str:
+    """One honest line: did the store's lessons change the held-out accuracy, which way, and above noise or not."""
+    n = len(zero_shot)
+    if n == 0:
+        return "no held-out problems: nothing to compare"
+    if lessons_used == 0:
+        return (
+            "no lesson reached these problems (the pool is empty, or nothing reached gamma): retrieval answered "
+            "with the zero-shot prompt, so the store changed nothing here"
+        )
+    z, r = sum(zero_shot) / n, sum(retrieval) / n
+    lost = sum(1 for a, b in zip(zero_shot, retrieval, strict=True) if a and not b)
+    fixed = sum(1 for a, b in zip(zero_shot, retrieval, strict=True) if b and not a)
+    # the same conservative 2 standard errors as the held-out comparison of stage 4
+    noise = 2 * ((z * (1 - z) + r * (1 - r)) / n) ** 0.5
+    how = f"{r:.0%} with lessons against {z:.0%} without; {fixed} answer(s) fixed, {lost} broken"
+    beyond = f"beyond noise (+-{noise:.0%})" if abs(r - z) > noise else f"within noise (+-{noise:.0%}) on {n} problems"
+    if r < z:
+        return f"retrieval hurt at this model size ({model}): {how}, {beyond}"
+    if r == z:
+        return f"retrieval did not help at this model size ({model}): {how}"
+    return f"retrieval helped ({model}): {how}, {beyond}"
+
+
+def _one_line(text: str, width: int, tail: bool = False) -> str:
+    """`text` on one line, cut to `width`: its start, or (`tail`) its end, where a templated question differs."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    return "..." + flat[3 - width :] if tail else flat[: width - 3] + "..."

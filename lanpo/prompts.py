@@ -251,3 +251,61 @@ def has_headers(text: str, headers: Sequence[str]) -> bool:
         else:
             return False
     return True
+
+
+# --------------------------------------------------------------------------- the summary's format
+# A lesson has the summary template's three headers, each with words of the model's own under it. Tolerated, as a
+# model writes them: any markdown heading level (# to ######), any case, bold markers, a trailing colon, a closing
+# run of #, and "Flow of thought" for Flow. A header is a line of its own; its section runs to the next heading of
+# the same or a higher level (a deeper one, "### Step 1" under "## Flow", stays inside it). A section needs at least
+# SUMMARY_MIN_OWN_WORDS words of two or more letters or digits, outside its heading lines, that are not words of
+# the summary prompt itself (instructions, placeholder hints, header names): a template echo, with headers and
+# nothing under them or the prompt's own words under them, fails. Every occurrence of a header needs such words.
+
+SUMMARY_MIN_OWN_WORDS = 2
+_SUMMARY_NAMES = {"flow": "flow", "flow of thought": "flow", "principles": "principles", "pitfalls": "pitfalls"}
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]*(.*?)(?:[ \t]+#+)?[ \t]*$")
+_WORD = re.compile(r"[a-z0-9]{2,}")
+_PROMPT_WORDS = frozenset(_WORD.findall(f"{SUMMARY_SYSTEM}\n{SUMMARY.format(question='', response='')}".lower()))
+
+
+def _summary_header(line: str) -> tuple[int, str | None] | None:
+    """(heading level, summary section name or None) for a markdown heading line; None for any other line."""
+    match = _HEADING.match(line)
+    if match is None:
+        return None
+    title = re.sub(r"\s+", " ", match.group(2).strip("*_ \t").rstrip(":").strip("*_ \t")).lower()
+    return len(match.group(1)), _SUMMARY_NAMES.get(title)
+
+
+def summary_sections(text: str) -> list[tuple[str, str]]:
+    """(section name, its text without heading lines) for every summary header of `text`, in order."""
+    sections: list[tuple[str, int, list[str]]] = []
+    open_section: tuple[str, int, list[str]] | None = None
+    for line in text.splitlines():
+        heading = _summary_header(line)
+        if heading is not None:
+            level, name = heading
+            if open_section is not None and level <= open_section[1]:
+                open_section = None  # a heading of the same or a higher level ends the section
+            if name is not None:
+                open_section = (name, level, [])
+                sections.append(open_section)
+            continue
+        if open_section is not None:
+            open_section[2].append(line)
+    return [(name, "\n".join(lines).strip()) for name, _, lines in sections]
+
+
+def own_words(section: str) -> list[str]:
+    """The words of `section` that are not the summary prompt's own."""
+    return [w for w in _WORD.findall(section.lower()) if w not in _PROMPT_WORDS]
+
+
+def has_summary_format(text: str) -> bool:
+    """True when `text` is a lesson: the three summary headers, each with words of its own under it."""
+    sections = summary_sections(text)
+    names = {name for name, _ in sections}
+    return names == {"flow", "principles", "pitfalls"} and all(
+        len(own_words(body)) >= SUMMARY_MIN_OWN_WORDS for _, body in sections
+    )

@@ -265,6 +265,11 @@ class SummarizerConfig:
         "summarise even when training draws no inter lesson (feedback.mode none / intra): fills the pool for "
         "test-time retrieval (Table 2, GRPO + test-time retrieval)",
     )
+    require_format: bool = help_field(
+        True,
+        "admit a summary to the pool only when it is a lesson: the headers ## Flow, ## Principles, ## Pitfalls, each "
+        "with words of its own under it (lanpo.prompts.has_summary_format); false admits any 20+ characters",
+    )
 
     def __post_init__(self) -> None:
         _check(self.max_new_tokens >= 1, f"summarizer.max_new_tokens must be >= 1, got {self.max_new_tokens}")

@@ -21,7 +21,8 @@ Where this departs from textbook GRPO (and why):
 - Log-probs are taken for completion tokens only (`logits_to_keep`): the vocabulary projection never runs over
   prompt tokens.
 - Successful rollouts are distilled into experiences by the summariser (default: the policy before this step's
-  update); they join the run's pool in the same transaction as the attempts that produced them.
+  update); they join the run's pool in the same transaction as the attempts that produced them, and only with the
+  lesson's format (`summarizer.require_format`; the step's summary/* metrics count the rest).
 - With `method = "mel"` (meta-experience learning, `lanpo.train.mel`), groups with both correct and incorrect
   rollouts give contrastive pairs whose diagnosed lessons are validated by replay; the validated ones add an NLL
   term to the update, J = J_GRPO + lambda * J_NLL, and join the pool as experiences of kind `meta`.
@@ -64,7 +65,7 @@ from lanpo.train.record import GroupRecord, RolloutRecord
 from lanpo.train.rollouts import behavior_logprobs
 from lanpo.train.schedule import mix_seed
 from lanpo.train.state import Trainer, setup
-from lanpo.train.summarize import Candidate, choose_candidates, summarise
+from lanpo.train.summarize import Candidate, Summary, choose_candidates, summarise
 from lanpo.train.timing import StepTimer
 from lanpo.train.update import update_policy
 from lanpo.train.validate import due, validate, validated
@@ -180,7 +181,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 4. summaries of successful rollouts
     with timer.phase("summarize"), t.policy.generating():
-        summaries = _summaries(t, step, prompts, rollouts, graded)  # flat rollout index -> lesson
+        summaries = _summaries(t, step, prompts, rollouts, graded)  # flat rollout index -> checked summary
 
     # ------------------------------------------------------------------ 4b. meta-experiences (method = mel)
     with timer.phase("mel"), t.policy.generating():
@@ -249,8 +250,8 @@ def _per_rollout(values: Sequence[Any], n: int) -> list[Any]:
 
 def _summaries(
     t: Trainer, step: int, prompts: StepPrompts, rollouts: list[Completion], graded: list[Graded]
-) -> dict[int, str]:
-    """Lessons distilled from this rank's successful rollouts (flat rollout index -> summary)."""
+) -> dict[int, Summary]:
+    """Summaries of this rank's successful rollouts, checked for admission (flat rollout index -> summary)."""
     if t.summarizer is None:
         return {}
     s_cfg, n = t.cfg.summarizer, t.cfg.rollout.n
@@ -265,15 +266,17 @@ def _summaries(
     )
     backend, tokenizer = t.summarizer
     seed = mix_seed(t.cfg.seed, "summarize", step, t.dist.rank)
-    texts = summarise(backend, tokenizer, chosen, s_cfg.max_new_tokens, s_cfg.temperature, seed)
-    return {c.index: s for c, s in zip(chosen, texts, strict=True) if s is not None}
+    checked = summarise(
+        backend, tokenizer, chosen, s_cfg.max_new_tokens, s_cfg.temperature, seed, s_cfg.require_format
+    )
+    return {c.index: s for c, s in zip(chosen, checked, strict=True)}
 
 
 def _group_records(
     prompts: StepPrompts,
     groups: list[list[Completion]],
     graded: list[Graded],
-    summaries: dict[int, str],
+    summaries: dict[int, Summary],
     meta: MetaStep,
 ) -> list[GroupRecord]:
     """What the store keeps of this rank's step: one record per prompt with its n graded rollouts."""
@@ -294,8 +297,8 @@ def _group_records(
                     format_ok=graded[g * n + j].format_ok,
                     completion_tokens=len(c.token_ids),
                     truncated=c.finish_reason == "length",
-                    summary=summaries.get(g * n + j),
                     served_adapter_sha256=c.served_adapter_sha256,
+                    **_summary_fields(summaries.get(g * n + j)),
                 )
                 for j, c in enumerate(completions)
             ],
@@ -303,6 +306,14 @@ def _group_records(
         )
         for g, completions in enumerate(groups)
     ]
+
+
+def _summary_fields(summary: Summary | None) -> dict[str, Any]:
+    """A rollout's summary as RolloutRecord fields: the admitted text, whether it had the format, why it was
+    turned away (none: the rollout was not summarised)."""
+    if summary is None:
+        return {}
+    return {"summary": summary.admitted, "summary_format_ok": summary.format_ok, "summary_rejected": summary.rejected}
 
 
 def _progress(enabled: bool, start: int, steps: int) -> Any:

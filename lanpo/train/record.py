@@ -19,6 +19,7 @@ from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo.attempts import ContextRef
 from lanpo.db.repo.pools import PoolRow
 from lanpo.train.pause import pause
+from lanpo.train.summarize import REJECTIONS
 
 
 @dataclass
@@ -33,6 +34,8 @@ class RolloutRecord:
     truncated: bool
     summary: str | None = None  # the lesson distilled from it, when it was chosen for summarising
     served_adapter_sha256: str | None = None  # the adapter the engine sampled it with
+    summary_format_ok: bool | None = None  # None: not summarised; else whether its summary had the lesson's format
+    summary_rejected: str | None = None  # why its summary was not admitted (lanpo.train.summarize.REJECTIONS)
 
 
 @dataclass
@@ -141,7 +144,8 @@ def write_groups(
 
 
 def rollout_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
-    """Reward and accuracy overall and by mode, format rate, response length, summaries."""
+    """Reward and accuracy overall and by mode, format rate, response length, summaries (generated, with the
+    lesson's format, admitted, turned away by reason)."""
 
     def mean(values: list[float]) -> float:
         return float(sum(values) / len(values)) if values else math.nan
@@ -155,7 +159,17 @@ def rollout_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
         "response_len/mean": mean([float(r.completion_tokens) for r in rollouts]),
         "response_len/truncated": mean([float(r.truncated) for r in rollouts]),
         "pool/summaries": float(sum(1 for r in rollouts if r.summary)),
+        # what the step's rollouts cost (lanpo report's compute-matched axes): generated, and the prompt each carried
+        "tokens/completion": float(sum(r.completion_tokens for r in rollouts)),
+        "tokens/prompt": float(sum(g.prompt_tokens * len(g.rollouts) for g in groups)),
     }
+    # summaries generated, the share with the lesson's format (none generated: no share), and those turned away
+    summarised = [r for r in rollouts if r.summary_format_ok is not None]
+    out["summary/generated"] = float(len(summarised))
+    if summarised:
+        out["summary/format"] = mean([float(bool(r.summary_format_ok)) for r in summarised])
+    for reason in REJECTIONS:
+        out[f"summary/rejected/{reason}"] = float(sum(1 for r in summarised if r.summary_rejected == reason))
     for mode in prompts.MODES:
         picked = [r for g in groups if g.mode == mode for r in g.rollouts]
         out[f"count/{mode}"] = float(len(picked))

@@ -3,6 +3,11 @@
 The summariser is the policy itself (paper default) or a separate model named in `summarizer.model`. It sees the
 problem and the successful response, never a reward; the template asks for an abstract lesson (flow of thought,
 principles, pitfalls) rather than a copy of the problem's steps.
+
+Admission: a summary shorter than MIN_SUMMARY_CHARS is never a lesson (`short`); one without the lesson's format
+(`lanpo.prompts.has_summary_format`: the three headers, each with words of its own under it) is not admitted either
+(`format`) unless `summarizer.require_format = false`. Every generated summary says whether it had the format, so a
+step can report the share that did and how many were turned away.
 """
 
 from __future__ import annotations
@@ -12,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from lanpo.models import apply_chat
-from lanpo.prompts import summary_messages
+from lanpo.prompts import has_summary_format, summary_messages
 from lanpo.rollout import GenerationBackend, SamplingParams
 
 MIN_SUMMARY_CHARS = 20
+REJECTIONS = ("short", "format")  # why a generated summary is not admitted to the pool
 
 
 @dataclass(frozen=True)
@@ -48,10 +54,31 @@ def choose_candidates(candidates: Sequence[Candidate], per_problem: int, total: 
     return sorted(out, key=lambda c: c.index)
 
 
-def clean_summary(text: str) -> str | None:
-    """Strip the generated summary; None when it is too short to be a lesson."""
+@dataclass(frozen=True)
+class Summary:
+    """A generated summary: its stripped text, whether it has the lesson's format, and why it is not admitted."""
+
+    text: str
+    format_ok: bool
+    rejected: str | None = None  # None: admitted to the pool; else one of REJECTIONS
+
+    @property
+    def admitted(self) -> str | None:
+        """The text the pool takes, or None when the summary was turned away."""
+        return None if self.rejected else self.text
+
+
+def check_summary(text: str, require_format: bool = True) -> Summary:
+    """Strip a generated summary and decide its admission: too short never, without the format only when
+    `require_format` is off."""
     text = text.replace("\x00", "").strip()
-    return text if len(text) >= MIN_SUMMARY_CHARS else None
+    format_ok = has_summary_format(text)
+    rejected = None
+    if len(text) < MIN_SUMMARY_CHARS:
+        rejected = "short"
+    elif require_format and not format_ok:
+        rejected = "format"
+    return Summary(text, format_ok, rejected)
 
 
 def summarise(
@@ -61,11 +88,13 @@ def summarise(
     max_new_tokens: int,
     temperature: float,
     seed: int,
-) -> list[str | None]:
-    """One summary (or None) per candidate, from one batched generation call."""
+    require_format: bool = True,
+) -> list[Summary]:
+    """One checked summary per candidate, from one batched generation call (`Summary.admitted` is what the pool
+    takes)."""
     if not candidates:
         return []
     prompts = [apply_chat(tokenizer, summary_messages(c.question, c.response)) for c in candidates]
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0, seed=seed)
     outputs = backend.generate(prompts, 1, params)
-    return [clean_summary(group[0].text) for group in outputs]
+    return [check_summary(group[0].text, require_format) for group in outputs]

@@ -156,7 +156,9 @@ def _pair(messages: list[Message], reply: str, skill: str, teacher: str, problem
 def _judge(report: PairReport, skill: str, reply: str, gold: str | None, headers: Sequence[str]) -> dict | None:
     """The filter: the skill's headers, and (when graded) a correct final answer; None when rejected."""
     report.generated[skill] += 1
-    verdicts = {"headers": prompts.has_headers(reply, headers)}
+    # a summary must be a lesson the pool would admit (its three parts, each with words of its own), not an echo
+    headed = prompts.has_summary_format(reply) if skill == "summary" else prompts.has_headers(reply, headers)
+    verdicts = {"headers": headed}
     if gold is not None:
         verdicts["correct"] = is_correct(reply, gold)
         if not verdicts["correct"]:

@@ -1,31 +1,50 @@
--- Per experience version: how often it was injected into a prompt, the mean reward of the attempts that used
--- it, and next to it the mean zero-shot reward of the same problems (each use weighted once: the mean over
--- uses of that problem's mean zero-shot reward). lift = mean over uses of (reward - zero-shot mean of the
--- problem), over the uses whose problem has zero-shot attempts. Versions never used appear with 0 uses.
+-- Per experience version: how often it was put into a prompt, and how much the attempts that carried it gained in
+-- correctness over zero-shot attempts on the same problem by the same weights. The estimator:
+--   a use is one attempt whose group's context holds the version (inter prompts in training, retrieval answers);
+--   its baseline is the mean correctness of the zero-shot attempts on the same problem in the same run at the same
+--   step and policy version. `lanpo eval` has one for every question it also answers zero-shot (one run, step 0);
+--   a training step only where a problem was drawn twice in it, once without context. A use without one has no
+--   baseline: no zero-shot attempt of another run, step or policy version stands in for it;
+--   its gain is correct - baseline, with correct from attempts.correct (1 or 0). The reward is not used: it holds
+--   the 0.1 format bonus, which a feedback prompt can earn and a zero-shot one cannot;
+--   a context of k experience items shares its gain: each item is credited gain / k, so the credits of one
+--   context's items add up to that context's gain, and no item is credited its neighbours' effect in full;
+--   lift = the mean credited gain over the graded uses with a baseline = sum(gain / k) / uses_with_baseline.
+-- times_injected counts every use and problems their distinct problems; accuracy_with and zero_shot_accuracy are
+-- plain means over the uses_with_baseline, so lift = accuracy_with - zero_shot_accuracy where every context held
+-- one item. Ungraded attempts (correct NULL) are left out of all three. Versions never used appear with 0 uses.
 CREATE OR REPLACE VIEW experience_usage AS
 WITH zero_shot AS (
-    SELECT g.problem_id, avg(a.reward) AS reward
+    SELECT g.run_id, g.step, g.problem_id, g.policy_version_id,
+           avg(CAST(CAST(a.correct AS integer) AS double precision)) AS accuracy
     FROM attempts a
     JOIN rollout_groups g ON g.id = a.group_id
-    WHERE g.mode = 'zero_shot' AND a.reward IS NOT NULL
-    GROUP BY g.problem_id
+    WHERE g.mode = 'zero_shot' AND a.correct IS NOT NULL
+    GROUP BY g.run_id, g.step, g.problem_id, g.policy_version_id
+),
+items AS (
+    SELECT gc.group_id, gc.experience_version_id AS version_id, count(*) OVER (PARTITION BY gc.group_id) AS k
+    FROM group_contexts gc
+    WHERE gc.experience_version_id IS NOT NULL
 ),
 uses AS (
-    SELECT gc.experience_version_id AS version_id, a.id AS attempt_id, g.problem_id, a.reward,
-           zs.reward AS zero_shot_reward
-    FROM group_contexts gc
-    JOIN rollout_groups g ON g.id = gc.group_id
+    SELECT i.version_id, a.id AS attempt_id, g.problem_id, i.k,
+           CAST(CAST(a.correct AS integer) AS double precision) AS correct, zs.accuracy AS baseline
+    FROM items i
+    JOIN rollout_groups g ON g.id = i.group_id
     JOIN attempts a ON a.group_id = g.id
-    LEFT JOIN zero_shot zs ON zs.problem_id = g.problem_id
-    WHERE gc.experience_version_id IS NOT NULL
+    LEFT JOIN zero_shot zs
+           ON zs.run_id = g.run_id AND zs.step = g.step AND zs.problem_id = g.problem_id
+          AND zs.policy_version_id IS NOT DISTINCT FROM g.policy_version_id
 )
 SELECT v.id AS version_id, v.experience_id, v.version, e.pool_id, e.problem_id AS source_problem_id,
        e.evicted_at IS NULL AS active,
        count(u.attempt_id) AS times_injected,
        count(DISTINCT u.problem_id) AS problems,
-       avg(u.reward) AS mean_reward_with,
-       avg(u.zero_shot_reward) AS zero_shot_mean_reward,
-       avg(u.reward - u.zero_shot_reward) AS lift
+       count(u.correct - u.baseline) AS uses_with_baseline,
+       avg(u.correct) FILTER (WHERE u.baseline IS NOT NULL) AS accuracy_with,
+       avg(u.baseline) FILTER (WHERE u.correct IS NOT NULL) AS zero_shot_accuracy,
+       avg((u.correct - u.baseline) / u.k) AS lift
 FROM experience_versions v
 JOIN experiences e ON e.id = v.experience_id
 LEFT JOIN uses u ON u.version_id = v.id

@@ -64,11 +64,13 @@ def relevance(session: Session, problem_id: int, candidate_problem_id: int, scor
     )
 
 
-def fill_history(session: Session) -> dict[str, int]:
+def fill_history(session: Session, same_step_baseline: bool = False) -> dict[str, int]:
     """A small two-step run: zero-shot attempts, experiences (with an eviction), inter attempts using them.
 
-    Problem a: zero-shot rewards 0 and 0.5 (mean 0.25); two inter attempts on a inject b's lesson, rewards 1, 1.
-    Problem b: one correct zero-shot attempt. Problem c: attempted, never solved.
+    Problem a: zero-shot rewards 0 and 0.5 (mean 0.25, both wrong) at step 0; two inter attempts on a at step 1
+    inject b's lesson, rewards 1, 1 (correct). Problem b: one correct zero-shot attempt. Problem c: attempted, never
+    solved. `same_step_baseline`: a also gets a zero-shot group at step 1, one wrong and one correct attempt (the
+    baseline experience_usage compares the step-1 inter attempts with: accuracy 0.5).
     """
     from lanpo.db.repo import runs as runs_repo
 
@@ -101,6 +103,9 @@ def fill_history(session: Session) -> dict[str, int]:
             )
         ],
     )
+    if same_step_baseline:
+        attempts = [NewAttempt("r", 0.0, correct=False), NewAttempt("r", 1.0, correct=True)]
+        record_groups(session, [NewGroup(a, "zero_shot", "p", attempts, step=1, run_id=run)])
     return {
         "a": a,
         "b": b,

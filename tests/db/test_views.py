@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 import pytest
 import sqlalchemy as sa
@@ -81,13 +82,25 @@ def test_views_on_filled_history(session: Session) -> None:
     usage = session.execute(
         sa.text("SELECT * FROM experience_usage WHERE version_id = :v"), {"v": ids["version"]}
     ).one()
-    assert (usage.times_injected, usage.problems, usage.mean_reward_with) == (2, 1, 1.0)
-    assert usage.zero_shot_mean_reward == pytest.approx(0.25) and usage.lift == pytest.approx(0.75)
+    # a's zero-shot attempts are of step 0, its inter attempts of step 1: no baseline, so no lift
+    assert (usage.times_injected, usage.problems, usage.uses_with_baseline) == (2, 1, 0)
+    assert (usage.accuracy_with, usage.zero_shot_accuracy, usage.lift) == (None, None, None)
+
+
+def test_experience_usage_compares_with_the_same_steps_zero_shot_correctness(session: Session) -> None:
+    ids = fill_history(session, same_step_baseline=True)
+    usage = session.execute(
+        sa.text("SELECT * FROM experience_usage WHERE version_id = :v"), {"v": ids["version"]}
+    ).one()
+    assert (usage.times_injected, usage.problems, usage.uses_with_baseline) == (2, 1, 2)
+    # correctness, not reward (the inter rewards of 1.0 carry no bonus here, the zero-shot 0.0 / 1.0 mean 0.5);
+    # the step-0 zero-shot attempts (both wrong) are another step's and stay out of the baseline
+    assert (usage.accuracy_with, usage.zero_shot_accuracy, usage.lift) == (1.0, 0.5, 0.5)
 
 
 @pytest.mark.parametrize("recipe", sqlfiles.names("recipes"))
 def test_recipes_run_on_filled_data(db: Engine, session: Session, recipe: str) -> None:
-    fill_history(session)
+    fill_history(session, same_step_baseline=True)
     session.commit()
     result = query_readonly(db, sqlfiles.text_of(recipe))
     assert result.rows, f"{recipe} returned nothing on filled data"
@@ -95,12 +108,16 @@ def test_recipes_run_on_filled_data(db: Engine, session: Session, recipe: str) -
 
 
 def test_recipe_answers(db: Engine, session: Session) -> None:
-    ids = fill_history(session)
+    ids = fill_history(session, same_step_baseline=True)
     session.commit()
     never = query_readonly(db, sqlfiles.text_of("recipes/problems_never_solved"))
     assert [r[0] for r in never.rows] == [ids["a"], ids["c"]] or sorted(r[0] for r in never.rows) == [ids["c"]]
     lift = query_readonly(db, sqlfiles.text_of("recipes/best_experiences_by_lift"))
-    assert lift.rows[0][0] == ids["version"] and float(lift.rows[0][5]) == pytest.approx(0.75)
+    assert lift.columns[:7] == [
+        "version_id", "source_problem_id", "times_injected", "uses_with_baseline", "with_ctx", "zero_shot", "lift"
+    ]  # fmt: skip
+    assert lift.rows == [(ids["version"], ids["b"], 2, 2, Decimal("1.000"), Decimal("0.500"), Decimal("0.500"),
+                          "lesson of b")]  # fmt: skip
     evictions = query_readonly(db, sqlfiles.text_of("recipes/evictions_by_policy"))
     assert [(r[0], r[1], r[2]) for r in evictions.rows] == [("hist", "per_problem:oldest", 1)]
     growth = query_readonly(db, sqlfiles.text_of("recipes/pool_growth_per_step"))

@@ -28,7 +28,9 @@ def teacher_reply(messages: list[dict[str, str]]) -> str:
     user = messages[-1]["content"]
     a, b = (int(x) for x in re.search(r"What is (\d+) \+ (\d+)\?", user).groups())  # type: ignore[union-attr]
     if "Distil this into a lesson" in user:
-        return "## Flow\nAdd the parts in order.\n## Principles\n- Write each step.\n## Pitfalls\n- Carrying."
+        return (
+            "## Flow\nAdd the parts in order.\n## Principles\n- Write each step.\n## Pitfalls\n- Forgetting a carry."
+        )
     if "earlier attempts" in user:
         return f"## Review\nI redo the sum.\n## Solution\n{a} + {b} = {a + b}, so \\boxed{{{a + b}}}."
     if "lessons learned" in user:

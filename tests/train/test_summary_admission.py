@@ -1,0 +1,188 @@
+"""The summary's format: what counts as a lesson, what the pool admits, and what each step reports about it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from lanpo import prompts
+from lanpo.train import summarize
+from lanpo.train.config import SummarizerConfig, load_config
+from lanpo.train.record import GroupRecord, RolloutRecord, rollout_metrics
+from lanpo.train.sft import LESSON
+from lanpo.train.summarize import Candidate, check_summary, summarise
+from tests.train.conftest import tiny_config
+
+GOOD = (
+    "## Flow\nRead the terms left to right and keep a running total.\n"
+    "## Principles\n- Add one term at a time.\n- Carry when a column passes nine.\n"
+    "## Pitfalls\n- Skipping the carry.\n- Boxing an intermediate total instead of the last."
+)
+
+LESSONS = [
+    GOOD,
+    LESSON,  # the SFT warm start's target lesson
+    GOOD.replace("## ", "### "),  # a deeper heading level
+    GOOD.replace("## ", "# ").replace("Flow", "FLOW").replace("Pitfalls", "pitfalls"),  # level 1, any case
+    GOOD.replace("## Flow", "## Flow:").replace("## Principles", "## Principles:"),  # trailing colons
+    GOOD.replace("## Flow", "## Flow of thought").replace("## Pitfalls", "## **Pitfalls**"),  # long name, bold
+    "Here is the lesson.\n\n" + GOOD + "\n",  # a preamble before the first header
+    "## Flow\n### Step 1\nWrite each operand.\n### Step 2\nCombine them in order.\n"
+    "## Principles\nCheck each partial sum.\n## Pitfalls\nSign slips.",  # deeper sub-headings inside Flow
+    GOOD.replace("\n## Principles", "\n\n## Principles ##"),  # a closing run of #
+]
+
+TEMPLATE_ECHOES = [
+    "### Flow ### Principles ### Pitfalls ## Problem Write a lesson that helps on other problems",  # one line
+    "## Flow\n## Principles\n## Pitfalls\n",  # the headers and nothing under them
+    "## Flow\n(the flow of thought, in abstract steps)\n## Principles\n(transferable rules)\n"
+    "## Pitfalls\n(mistakes to avoid)",  # the headers with the template's own hints
+    prompts.SUMMARY.format(question="What is 4 + 5?", response="4 + 5 = 9. \\boxed{9}"),  # the whole prompt back
+    "### Flow\n### Principles\n### Pitfalls\n## Problem\nWrite a lesson that helps on other, similar problems.",
+    "## Flow\nDistil this into a lesson.\n## Principles\nDescribe the method.\n## Pitfalls\nDo not repeat numbers.",
+]
+
+NEAR_MISSES = [
+    GOOD.replace("## Pitfalls", "## Mistakes"),  # a header missing (renamed)
+    GOOD.split("## Pitfalls")[0],  # a header missing (cut off)
+    GOOD.replace("## Principles", "Principles"),  # not a heading: plain text
+    "## Flow: read the terms left to right and keep a running total.\n## Principles: one term at a time.\n"
+    "## Pitfalls: skipping the carry.",  # text on the header's own line
+    "## Flow\nKeep a running total of terms.\n## Principles\n\n## Pitfalls\nSkipping the carry step.",  # one empty
+    "## Flow\nKeep a running total of terms.\n## Principles\nAdd.\n## Pitfalls\nSkipping the carry step.",  # 1 word
+    "## Flow\n(the flow of thought, in abstract steps)\n## Principles\n(transferable rules)\n## Pitfalls\n"
+    "(mistakes to avoid)\n\n## Flow\nKeep a running total.\n## Principles\nOne term at a time.\n"
+    "## Pitfalls\nSkipping the carry.",  # the echo first, then a lesson: the echoed headers are empty
+    "**Flow**\nKeep a running total.\n**Principles**\nOne term at a time.\n**Pitfalls**\nSkipping the carry.",
+]
+
+
+@pytest.mark.parametrize("text", LESSONS)
+def test_lessons_have_the_format(text: str) -> None:
+    assert prompts.has_summary_format(text), text
+    assert check_summary(text).admitted == text.strip()
+
+
+@pytest.mark.parametrize("text", TEMPLATE_ECHOES + NEAR_MISSES)
+def test_template_echoes_and_near_misses_do_not(text: str) -> None:
+    assert not prompts.has_summary_format(text), text
+    checked = check_summary(text)
+    assert checked.admitted is None and checked.rejected in ("short", "format") and not checked.format_ok
+    kept = check_summary(text, require_format=False)  # today's rule: any 20+ characters
+    assert kept.admitted == (text.strip() if len(text.strip()) >= summarize.MIN_SUMMARY_CHARS else None)
+
+
+def test_sections_and_own_words() -> None:
+    assert [name for name, _ in prompts.summary_sections(GOOD)] == ["flow", "principles", "pitfalls"]
+    assert prompts.own_words("(mistakes to avoid) Write a lesson that helps") == []
+    assert prompts.own_words("Skipping the carry") == ["skipping", "carry"]
+    assert all(w in prompts.SUMMARY.lower() or w in prompts.SUMMARY_SYSTEM.lower() for w in prompts._PROMPT_WORDS)
+
+
+def test_short_text_is_rejected_as_short_whatever_the_setting() -> None:
+    for require in (True, False):
+        checked = check_summary(" \x00 ## Flow\n", require)
+        assert (checked.text, checked.rejected, checked.admitted) == ("## Flow", "short", None)
+
+
+def test_the_setting_defaults_to_requiring_the_format_and_a_recipe_may_turn_it_off() -> None:
+    assert SummarizerConfig().require_format is True
+    recipe = Path(__file__).resolve().parents[2] / "train/configs/demo-cpu.toml"
+    assert load_config(recipe).summarizer.require_format is True
+    assert load_config(recipe, ["summarizer.require_format=false"]).summarizer.require_format is False
+
+
+class _Replies:
+    """A generation backend that answers each prompt with the next of `texts` (round robin)."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.texts, self.calls = list(texts), 0
+
+    def generate(self, prompts_: list[str], n: int, params: Any) -> list[list[Any]]:
+        out = []
+        for _ in prompts_:
+            out.append([SimpleNamespace(text=self.texts[self.calls % len(self.texts)])])
+            self.calls += 1
+        return out
+
+
+def test_summarise_checks_every_generated_summary() -> None:
+    tokenizer = SimpleNamespace(apply_chat_template=lambda messages, **_: "\n".join(m["content"] for m in messages))
+    candidates = [
+        Candidate(i, i, f"What is {i} + 1?", f"{i} + 1 = {i + 1}. \\boxed{{{i + 1}}}", 1.0) for i in range(3)
+    ]
+    backend = _Replies([GOOD, TEMPLATE_ECHOES[0], "tiny"])
+    checked = summarise(backend, tokenizer, candidates, 16, 1.0, seed=0)
+    assert [(s.format_ok, s.rejected) for s in checked] == [(True, None), (False, "format"), (False, "short")]
+    assert [s.admitted for s in checked] == [GOOD, None, None]
+    lenient = summarise(_Replies([GOOD, TEMPLATE_ECHOES[0], "tiny"]), tokenizer, candidates, 16, 1.0, 0, False)
+    assert [s.admitted for s in lenient] == [GOOD, TEMPLATE_ECHOES[0], None]
+
+
+def test_rollout_metrics_report_the_format_share_and_rejections() -> None:
+    def rollout(summary: str | None, format_ok: bool | None, rejected: str | None) -> RolloutRecord:
+        return RolloutRecord("r", 1.0, True, False, 4, False, summary, None, format_ok, rejected)
+
+    rows = [
+        GroupRecord(1, "zero_shot", "p", 3, [], [rollout(GOOD, True, None), rollout(None, False, "format")]),
+        GroupRecord(2, "zero_shot", "p", 3, [], [rollout(None, False, "short"), rollout(None, None, None)]),
+        GroupRecord(3, "zero_shot", "p", 3, [], [rollout("lenient echo", False, None), rollout(GOOD, True, None)]),
+    ]
+    metrics = rollout_metrics(rows)
+    assert metrics["summary/generated"] == 5.0  # the rollout without a summary is not counted
+    assert metrics["summary/format"] == pytest.approx(2 / 5)
+    assert (metrics["summary/rejected/format"], metrics["summary/rejected/short"]) == (1.0, 1.0)
+    assert metrics["pool/summaries"] == 3.0  # admitted: both lessons and the echo a lenient run let in
+    nothing = rollout_metrics([GroupRecord(1, "zero_shot", "p", 3, [], [rollout(None, None, None)])])
+    assert nothing["summary/generated"] == 0.0 and "summary/format" not in nothing  # no share of nothing
+
+
+@pytest.mark.parametrize("require_format", [True, False])
+def test_training_admits_only_lessons_and_records_the_metrics(
+    db: Engine, toy_problems: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, require_format: bool
+) -> None:
+    """Two tiny steps whose summariser writes a lesson, then a template echo, in turn: with the format required the
+    pool holds the lessons only, and every step's metrics (in the database too) count both."""
+    from lanpo.train.loop import train
+
+    replies = _Replies([GOOD, TEMPLATE_ECHOES[0]])
+    real = summarize.summarise
+    monkeypatch.setattr(
+        "lanpo.train.loop.summarise", lambda backend, tokenizer, *args: real(replies, tokenizer, *args)
+    )
+    summarizer = SummarizerConfig(min_reward=0.0, max_new_tokens=8, max_new_per_step=2, require_format=require_format)
+    cfg = tiny_config(tmp_path, steps=2, summarizer=summarizer)
+    result = train(cfg, engine=db, progress=False)
+    with db.connect() as conn:
+        stored = conn.execute(
+            sa.text(
+                "SELECT e.step, v.summary FROM experiences e JOIN experience_versions v ON v.experience_id = e.id "
+                "WHERE e.run_id = :r ORDER BY v.id"
+            ),
+            {"r": result.run_id},
+        ).all()
+        recorded = {
+            (r.step, r.name): r.value
+            for r in conn.execute(
+                sa.text("SELECT step, name, value FROM run_metrics WHERE run_id = :r"), {"r": result.run_id}
+            )
+        }
+    assert replies.calls == 3 * 2 * 2  # min_reward 0: every rollout of 3 problems x 2 is a candidate, 2 steps
+    for step, metrics in zip((1, 2), result.metrics, strict=True):
+        assert metrics["summary/generated"] == 6.0 and metrics["summary/format"] == pytest.approx(0.5)
+        assert metrics["summary/rejected/format"] == (3.0 if require_format else 0.0)
+        assert metrics["summary/rejected/short"] == 0.0
+        assert metrics["pool/summaries"] == (3.0 if require_format else 6.0)
+        for name in ("summary/generated", "summary/format", "summary/rejected/format", "pool/summaries"):
+            assert recorded[(step, name)] == pytest.approx(metrics[name])
+    texts = [summary for _, summary in stored]
+    if require_format:
+        assert texts == [GOOD] * 6  # 3 a step, both steps
+    else:
+        assert sorted(texts) == sorted([GOOD, TEMPLATE_ECHOES[0]] * 6)
