@@ -15,8 +15,8 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from lanpo.errors import InputError
-from lanpo.report import plot
-from lanpo.report.figures import CATALOGUE
+from lanpo.report import cost, plot
+from lanpo.report.figures import CATALOGUE, validation_keys
 from lanpo.report.markdown import Drawn, report_markdown
 from lanpo.report.output import staged
 from lanpo.report.read import Target, read_runs
@@ -49,6 +49,9 @@ def read_report(session: Session, names: Sequence[str], baseline: str | None = N
             f"{named}: no metrics recorded yet",
             hint="a training run records its metrics when a step commits; report it after its first step",
         )
+    for r in runs:
+        if validation_keys([r]):  # the cost axes are drawn, and priced in the table, for validations only
+            r.notes += cost.notes(r)
     if baseline is not None and not any(t.kind == "experiment" for t in targets):
         raise InputError("--baseline names an arm of an experiment", hint="report an experiment, or drop --baseline")
     lines: list[Line] = []

@@ -3,19 +3,21 @@
 A figure is a list of panels; a panel holds curves, each read from one run's metrics (a metric as recorded, or
 derived from several, like the share of rollouts that were served feedback). Panels whose curves have no data in
 any run are left out and named in report.md; a figure left without panels is not drawn. Figures whose panels
-depend on what was recorded (validation datasets, MEL, missed-feedback reasons) discover the names.
+depend on what was recorded (validation datasets, MEL, missed-feedback reasons) discover the names. A panel is drawn
+against steps, or against a cost axis (`lanpo.report.cost`: cumulative generated tokens, training seconds).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from lanpo.prompts import FEEDBACK_MODES, MODES
-from lanpo.report.series import RunData, Series, derived
+from lanpo.report.cost import PROMPT_TOKENS, SECONDS_AXIS, TOKENS, TOKENS_AXIS, Axis
+from lanpo.report.series import RunData, Series, derived, total
 
 Getter = Callable[[RunData], Series | None]
 
@@ -41,10 +43,12 @@ class Panel:
     kind: str = "line"  # line: value per step | bars: one bar per curve, its mean over steps
     reference: Callable[[RunData], float | None] | None = None  # a dotted level per line, e.g. the p_t asked for
     reference_label: str = ""
+    x: Axis | None = None  # None: against steps; else a cost axis (cumulative generated tokens, training seconds)
 
     @property
     def reads(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(name for c in self.curves for name in c.reads))
+        axis = self.x.reads if self.x is not None else ()
+        return tuple(dict.fromkeys([*(name for c in self.curves for name in c.reads), *axis]))
 
 
 @dataclass(frozen=True)
@@ -62,18 +66,6 @@ def metric(name: str, label: str = "") -> Curve:
 
 def single(title: str, name: str, ylabel: str = "") -> Panel:
     return Panel(title, (metric(name),), ylabel)
-
-
-def total(run: RunData, names: Sequence[str]) -> Series | None:
-    """The sum of the count metrics `names` on every step any of them has (a count not recorded there is 0)."""
-    found = [run.metrics[n] for n in names if n in run.metrics]
-    if not found:
-        return None
-    steps = np.unique(np.concatenate([s.steps for s in found]))
-    values = np.zeros(len(steps))
-    for s in found:
-        values[np.searchsorted(steps, s.steps)] += np.nan_to_num(s.values)
-    return Series(steps, values)
 
 
 def served_share(run: RunData) -> Series | None:
@@ -139,6 +131,11 @@ def _validation(runs: Sequence[RunData]) -> list[Panel]:
     return panels
 
 
+def _validation_against(axis: Axis) -> Callable[[Sequence[RunData]], list[Panel]]:
+    """The validation figure's panels, drawn against a cost axis instead of steps."""
+    return lambda runs: [replace(p, x=axis) for p in _validation(runs)]
+
+
 def _validation_detail(runs: Sequence[RunData]) -> list[Panel]:
     names = names_matching(runs, "val/")
     passes = [n for n in names if re.match(r"^val/.+/pass@\d+$", n)]
@@ -162,7 +159,15 @@ def _feedback(runs: Sequence[RunData]) -> list[Panel]:
         Curve(metric(n).get, (n,), n.removeprefix("feedback/missed/"))
         for n in names_matching(runs, "feedback/missed/")
     ]
-    return [share, per_mode] + ([Panel("missed contexts, by reason", tuple(missed), "prompts")] if missed else [])
+    fitted = [
+        Curve(metric(n).get, (n,), n.removeprefix("feedback/").replace("/", " "))
+        for n in names_matching(runs, "feedback/items/") + names_matching(runs, "feedback/truncated/")
+    ]  # how many of its k items a served prompt kept, and whether any was cut to fit rollout.max_prompt_tokens
+    return (
+        [share, per_mode]
+        + ([Panel("missed contexts, by reason", tuple(missed), "prompts")] if missed else [])
+        + ([Panel("served prompts: items kept, items cut", tuple(fitted), "rollouts")] if fitted else [])
+    )
 
 
 def _time(runs: Sequence[RunData]) -> list[Panel]:
@@ -170,7 +175,11 @@ def _time(runs: Sequence[RunData]) -> list[Panel]:
     order = [p for p in PHASES if p in recorded] + sorted(recorded - set(PHASES) - set(PHASES_LAST))
     order += [p for p in PHASES_LAST if p in recorded]
     phases = Panel("mean seconds per phase", tuple(metric(f"time/{p}", p) for p in order), "seconds", kind="bars")
-    step = Panel("seconds per step", (metric("time/step", "wall"), metric("time/cpu_step", "CPU")), "seconds")
+    step = Panel(
+        "seconds per step",
+        (metric("time/step", "wall"), metric("time/cpu_step", "CPU"), metric("time/validate", "validation")),
+        "seconds",
+    )  # validation is not part of the step's wall time: its own curve, on the steps it ran
     return [phases, step, single("pool's share of the step", "time/pool_share", "share")]
 
 
@@ -211,6 +220,27 @@ CATALOGUE: tuple[FigureSpec, ...] = (
         "val/<dataset>/mean@<k>",
     ),
     FigureSpec(
+        "validation_tokens",
+        "Validation mean@k against generated tokens",
+        "held-out mean@k per dataset against the generated tokens the run paid for up to and including the step: "
+        "the completion tokens of its training rollouts (tokens/completion; prompt tokens, summaries, MEL and "
+        "validation not counted). Step 0 is at 0 tokens. An arm over seeds: each seed's curve interpolated linearly "
+        "between its own validations onto one grid, its mean and band over every seed, from 0 to where its shortest "
+        "seed ends",
+        _validation_against(TOKENS_AXIS),
+        f"val/<dataset>/mean@<k> with {TOKENS} (or response_len/mean and count/<mode>)",
+    ),
+    FigureSpec(
+        "validation_time",
+        "Validation mean@k against training time",
+        "held-out mean@k per dataset against the wall seconds of training up to and including the step: the sum of "
+        "time/step, every phase of each committed step (generation, summaries, MEL, update, checkpoint, the rows' "
+        "write); validation, start-up and work lost to a crash not counted. Step 0 is at 0 seconds. An arm over "
+        "seeds: as for tokens, interpolated onto one grid up to where its shortest seed ends",
+        _validation_against(SECONDS_AXIS),
+        "val/<dataset>/mean@<k> with time/step",
+    ),
+    FigureSpec(
         "validation_detail",
         "Validation pass@k and format",
         "held-out pass@k and boxed-answer rate",
@@ -220,20 +250,28 @@ CATALOGUE: tuple[FigureSpec, ...] = (
     FigureSpec(
         "response_length",
         "Response length",
-        "completion tokens, truncated share and format rate",
+        "completion tokens, truncated share, format rate, and the step's completion and prompt tokens (every "
+        "rollout's own prompt: the tokens the update reads besides its completion)",
         _fixed(
             single("mean response length", "response_len/mean", "tokens"),
             single("truncated at max_new_tokens", "response_len/truncated", "share"),
             single("format rate", "format/rate", "share"),
+            Panel("tokens per step", (metric(TOKENS, "completion"), metric(PROMPT_TOKENS, "prompt")), "tokens"),
         ),
-        "response_len/mean, response_len/truncated, format/rate",
+        f"response_len/mean, response_len/truncated, format/rate, {TOKENS}, {PROMPT_TOKENS}",
     ),
     FigureSpec(
         "policy",
         "KL, entropy and clip fraction",
         "k3 KL to the reference, token entropy, clipped share",
-        _fixed(single("KL to reference", "kl"), single("entropy", "entropy"), single("clip fraction", "clip_frac")),
-        "kl, entropy, clip_frac",
+        _fixed(
+            single("KL to reference", "kl"),
+            single("entropy", "entropy"),
+            single("clip fraction", "clip_frac"),
+            single("dual-clip fraction", "dual_clip_frac"),
+            single("TIS weight", "tis/weight"),
+        ),
+        "kl, entropy, clip_frac, dual_clip_frac, tis/weight",
     ),
     FigureSpec(
         "optimizer",
@@ -252,7 +290,7 @@ CATALOGUE: tuple[FigureSpec, ...] = (
         "Feedback served against p_t",
         "share of rollouts served a context vs the p_t asked for",
         _feedback,
-        "count/<mode>, feedback/asked|served/<mode>, feedback/missed/<reason>",
+        "count/<mode>, feedback/asked|served/<mode>, feedback/missed/<reason>, feedback/items/*, feedback/truncated/*",
     ),
     FigureSpec(
         "pool",
@@ -263,15 +301,25 @@ CATALOGUE: tuple[FigureSpec, ...] = (
             single("added", "pool/added", "per step"),
             single("evicted", "pool/evicted", "per step"),
             single("summaries", "pool/summaries", "per step"),
+            single("summaries with the lesson's three parts", "summary/format", "share"),
+            Panel(
+                "summaries generated and refused",
+                (
+                    metric("summary/generated", "generated"),
+                    metric("summary/rejected/format", "refused: format"),
+                    metric("summary/rejected/short", "refused: short"),
+                ),
+                "per step",
+            ),
         ),
-        "pool/active, pool/added, pool/evicted, pool/summaries",
+        "pool/active, pool/added, pool/evicted, pool/summaries, summary/format, summary/generated, summary/rejected/*",
     ),
     FigureSpec(
         "time",
         "Seconds per phase",
         "wall seconds of each phase of a step (mean over steps)",
         _time,
-        "time/<phase>, time/step, time/cpu_step, time/pool_share",
+        "time/<phase>, time/step, time/cpu_step, time/validate, time/pool_share",
     ),
     FigureSpec("mel", "Meta-experience learning", "MEL pairs, validation, replay and NLL", _each("mel/"), "mel/*"),
     FigureSpec("engine", "Rollout engine", "vLLM against trainer log-probs", _each("engine/"), "engine/*"),

@@ -9,7 +9,7 @@ from datetime import datetime
 from lanpo.report.figures import FigureSpec, Panel
 from lanpo.report.output import MARKER
 from lanpo.report.series import BAND_LABELS, Band, Line
-from lanpo.report.table import ResultTable
+from lanpo.report.table import GENERATED_TOKENS, TRAINING_MINUTES, ResultTable
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,13 @@ def _results(table: ResultTable, these: str) -> list[str]:
     ]
     steps = [f"{r.label}: {', '.join(map(str, r.final_steps))}" for r in table.rows if r.final_steps]
     out += [f"Last validated step per run — {'; '.join(steps)}.", ""]
+    out += [
+        f"What it cost, up to each run's last validated step, mean over seeds (`-`: not recorded by the run): "
+        f"*{GENERATED_TOKENS}*, the completion tokens of the training rollouts (not prompts, summaries, MEL or "
+        f"validation); *{TRAINING_MINUTES}*, the wall time of the committed training steps (the sum of "
+        "`time/step`; not validation or start-up). The same axes as the figures against tokens and time.",
+        "",
+    ]
     start = table.to_markdown("start")
     out += ["**At step 0, before any update**", "", start] if start else [f"No step-0 validation by {these}.", ""]
     diff = table.to_markdown("diff")

@@ -3,7 +3,9 @@
 A `Figure` built directly renders with the Agg canvas when saved as PNG, so reports draw on a headless machine
 and in threads. One colour per line (a run, or an arm), one line style per curve of a panel; a line over several
 seeds is its mean with a shaded band (min–max or ±1 std). Steps with a single point get markers, so that a
-validation curve with two points (step 0 and the last step) still shows.
+validation curve with two points (step 0 and the last step) still shows. A panel against a cost axis draws each
+run's curve at its cumulative cost (an arm: its seeds interpolated onto one grid, `series.band_on_grid`), the axis
+in the unit its largest value reads best in (tokens, thousands, millions; seconds, minutes, hours).
 """
 
 from __future__ import annotations
@@ -18,21 +20,30 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from lanpo.report.cost import Axis, against
 from lanpo.report.figures import Curve, Panel
-from lanpo.report.series import BAND_LABELS, Aggregate, Band, Line, band
+from lanpo.report.series import BAND_LABELS, Aggregate, Band, Line, band, band_on_grid
 
 MARKERS_UP_TO = 30  # points per curve below which every point gets a marker
 STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))  # one per curve of a panel; dotted is the reference level
 
 
-def curve_of(curve: Curve, line: Line, kind: Band) -> Aggregate | None:
-    """The curve over the line's runs (None when none of them recorded it)."""
-    found = [s for s in (curve.get(r) for r in line.runs) if s is not None and s.has_data()]
-    return band(found, kind) if found else None
+def curve_of(curve: Curve, line: Line, kind: Band, x: Axis | None = None) -> Aggregate | None:
+    """The curve over the line's runs, against steps or the cost axis `x` (None when none of them recorded it)."""
+    if x is None:
+        found = [s for s in (curve.get(r) for r in line.runs) if s is not None and s.has_data()]
+        return band(found, kind) if found else None
+    points: list[tuple[np.ndarray, np.ndarray]] = []
+    for run in line.runs:
+        series = curve.get(run)
+        pair = against(series, x.of(run)) if series is not None else None
+        if pair is not None:
+            points.append(pair)
+    return band_on_grid(points, kind) if points else None
 
 
 def has_data(panel: Panel, lines: Sequence[Line]) -> bool:
-    return any(curve_of(c, line, "minmax") is not None for c in panel.curves for line in lines)
+    return any(curve_of(c, line, "minmax", panel.x) is not None for c in panel.curves for line in lines)
 
 
 def draw(title: str, panels: Sequence[Panel], lines: Sequence[Line], kind: Band = "minmax") -> Figure:
@@ -77,22 +88,31 @@ def _colour(index: int) -> str:
 
 def _lines(ax: Axes, panel: Panel, lines: Sequence[Line], kind: Band) -> None:
     drawn: set[int] = set()  # curves with data, for the legend of line styles
+    curves = {
+        (i, j): curve_of(c, line, kind, panel.x) for i, line in enumerate(lines) for j, c in enumerate(panel.curves)
+    }
+    largest = max((float(np.nanmax(a.x)) for a in curves.values() if a is not None and len(a.x)), default=0.0)
+    divisor, xlabel = panel.x.unit(largest) if panel.x is not None else (1.0, "step")
     for i, line in enumerate(lines):
-        for j, curve in enumerate(panel.curves):
-            agg = curve_of(curve, line, kind)
+        for j in range(len(panel.curves)):
+            agg = curves[(i, j)]
             if agg is None:
                 continue
             drawn.add(j)
-            marker = "o" if np.isfinite(agg.mean).sum() <= MARKERS_UP_TO else None
+            # against a cost axis an arm's grid points are other seeds' x values, not its own measurements
+            marked = panel.x is None or line.seeds == 1
+            marker = "o" if marked and np.isfinite(agg.mean).sum() <= MARKERS_UP_TO else None
             style = STYLES[j % len(STYLES)]
-            ax.plot(agg.steps, agg.mean, linestyle=style, color=_colour(i), marker=marker, markersize=3, linewidth=1.5)
+            x = agg.x / divisor
+            ax.plot(x, agg.mean, linestyle=style, color=_colour(i), marker=marker, markersize=3, linewidth=1.5)
             if line.seeds > 1:
-                ax.fill_between(agg.steps, agg.low, agg.high, color=_colour(i), alpha=0.2, linewidth=0)
+                ax.fill_between(x, agg.low, agg.high, color=_colour(i), alpha=0.2, linewidth=0)
         level = _reference(panel, line)
         if level is not None:
             ax.axhline(level, color=_colour(i), linestyle=":", linewidth=1.2)
-    ax.set_xlabel("step", fontsize=9)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(xlabel, fontsize=9)
+    if panel.x is None:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     styled = sorted(drawn) if len(panel.curves) > 1 else []
     keys = [Line2D([], [], color="0.3", linestyle=STYLES[j % len(STYLES)]) for j in styled]
     names = [panel.curves[j].label for j in styled]

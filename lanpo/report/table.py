@@ -3,7 +3,9 @@
 A cell is held-out mean@k at each run's last validated step, then mean ± sample std (ddof=1) over the row's seeds;
 the Average column is each run's unweighted mean over the datasets (as in the paper), then mean ± std over seeds.
 The same at step 0 (before any update), and, for an experiment with a baseline arm, the paired difference: each
-seed's value minus the baseline arm's value for the same seed, mean ± std over the pairs. Pure functions.
+seed's value minus the baseline arm's value for the same seed, mean ± std over the pairs. Beside the final
+cells, what they cost: each run's generated tokens and training minutes up to its last validated step (the
+`lanpo.report.cost` axes), mean over seeds (std and each seed's value in table.csv). Pure functions.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ import io
 import math
 from dataclasses import dataclass, field
 
+from lanpo.report.cost import SECONDS_AXIS, TOKENS_AXIS
 from lanpo.report.figures import validation_keys
 from lanpo.report.series import Line, RunData
 
 AVERAGE = "Average"
+GENERATED_TOKENS = "generated tokens"
+TRAINING_MINUTES = "training minutes"
+COSTS = (GENERATED_TOKENS, TRAINING_MINUTES)  # the final table's cost columns, after Average
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class Row:
     final: dict[str, Stat] = field(default_factory=dict)  # column -> stat
     start: dict[str, Stat] = field(default_factory=dict)
     final_steps: tuple[int, ...] = ()  # each run's last validated step
+    cost: dict[str, Stat] = field(default_factory=dict)  # GENERATED_TOKENS / TRAINING_MINUTES up to that step
     diff: dict[str, Stat] = field(default_factory=dict)  # against `baseline`, paired by seed
     baseline: str | None = None
 
@@ -69,16 +76,17 @@ class ResultTable:
             return ""
         same_k = len(set(self.ks.values())) == 1
         heads = [d if same_k else f"{d} (mean@{self.ks[d]})" for d in self.datasets]
+        costs = list(COSTS) if which == "final" else []  # `-` where a run did not record its cost
         count = "pairs" if which == "diff" else "seeds"
-        lines = [f"| method | {count} | " + " | ".join([*heads, AVERAGE]) + " |"]
-        lines.append("| --- | ---: | " + " | ".join(["---:"] * len(self.columns)) + " |")
+        lines = [f"| method | {count} | " + " | ".join([*heads, AVERAGE, *costs]) + " |"]
+        lines.append("| --- | ---: | " + " | ".join(["---:"] * (len(self.columns) + len(costs))) + " |")
         for r in rows:
             cells: dict[str, Stat] = getattr(r, which)
             n = max((s.n for s in cells.values()), default=0)
             label = f"{r.label} − {r.baseline}" if which == "diff" else r.label
-            lines.append(
-                f"| {label} | {n} | " + " | ".join(_cell(cells.get(c), which == "diff") for c in self.columns) + " |"
-            )
+            row = [_cell(cells.get(c), which == "diff") for c in self.columns]
+            row += [_cost_cell(c, r.cost.get(c), n) for c in costs]
+            lines.append(f"| {label} | {n} | " + " | ".join(row) + " |")
         return "\n".join(lines) + "\n"
 
     def to_csv(self) -> str:
@@ -91,7 +99,9 @@ class ResultTable:
         for which in ("final", "start", "diff"):
             for r in self.rows:
                 cells: dict[str, Stat] = getattr(r, which)
-                for column in self.columns:
+                if which == "final":
+                    cells = {**cells, **r.cost}
+                for column in [*self.columns, *(COSTS if which == "final" else ())]:
                     s = cells.get(column)
                     if s is None:
                         continue
@@ -121,6 +131,19 @@ def _cell(stat: Stat | None, signed: bool) -> str:
     return text if stat.std is None else f"{text} ± {100 * stat.std:.1f}"
 
 
+def _cost_cell(column: str, stat: Stat | None, seeds: int) -> str:
+    """The mean over seeds: tokens as 812, 45.3k, 1.25M; minutes with one decimal; `(n of N)` when seeds lack it."""
+    if stat is None:
+        return "-"
+    if column == GENERATED_TOKENS:
+        value = stat.mean
+        text = f"{value / 1e9:.2f}G" if value >= 1e9 else f"{value / 1e6:.2f}M" if value >= 1e6 else ""
+        text = text or (f"{value / 1e3:.1f}k" if value >= 1e4 else f"{value:.0f}")
+    else:
+        text = f"{stat.mean:.1f}"
+    return text if stat.n >= seeds else f"{text} ({stat.n} of {seeds})"
+
+
 @dataclass(frozen=True)
 class RunCells:
     """One run's mean@k per dataset plus Average (only over a complete row): at its last validated step, at 0."""
@@ -128,6 +151,7 @@ class RunCells:
     final: dict[str, float]
     start: dict[str, float]
     last_step: int | None
+    cost: dict[str, float] = field(default_factory=dict)  # GENERATED_TOKENS / TRAINING_MINUTES up to last_step
 
 
 def run_cells(run: RunData, ks: dict[str, int]) -> RunCells:
@@ -148,7 +172,21 @@ def run_cells(run: RunData, ks: dict[str, int]) -> RunCells:
     for cells in (final, start):
         if ks and len(cells) == len(ks):
             cells[AVERAGE] = sum(cells.values()) / len(cells)
-    return RunCells(final, start, max(steps) if steps else None)
+    last_step = max(steps) if steps else None
+    return RunCells(final, start, last_step, run_cost(run, last_step))
+
+
+def run_cost(run: RunData, step: int | None) -> dict[str, float]:
+    """Generated tokens and training minutes up to and including `step` (a cost not recorded there: left out)."""
+    out: dict[str, float] = {}
+    if step is None:
+        return out
+    for column, axis, scale in ((GENERATED_TOKENS, TOKENS_AXIS, 1.0), (TRAINING_MINUTES, SECONDS_AXIS, 1 / 60)):
+        cost = axis.of(run)
+        value = cost.at(step) if cost is not None else None
+        if value is not None and math.isfinite(value):
+            out[column] = value * scale
+    return out
 
 
 def result_table(lines: list[Line], baselines: dict[str | None, Line]) -> ResultTable:
@@ -165,6 +203,10 @@ def result_table(lines: list[Line], baselines: dict[str | None, Line]) -> Result
                 if values:
                     target[column] = Stat(values)
         row.final_steps = tuple(c.last_step for c in cells if c.last_step is not None)
+        for column in COSTS:
+            values = tuple(c.cost[column] for c in cells if column in c.cost)
+            if values:
+                row.cost[column] = Stat(values)
         base = baselines.get(line.experiment)
         if base is not None and base is not line:
             row.baseline = base.label

@@ -57,7 +57,10 @@ def make_run(
 
 
 def step_groups(step: int, seed: int, mode: str) -> list[GroupRecord]:
-    """4 prompts x 2 rollouts; with feedback, prompts 2 and 3 were served intra and inter contexts."""
+    """4 prompts x 2 rollouts; with feedback, prompts 2 and 3 were served intra and inter contexts.
+
+    Rollout j of prompt g has 20 + step + g + seed completion tokens, so a step generates 172 + 8 step + 8 seed
+    (`tokens/completion`) and its prompts carry 8 x 10 tokens (`tokens/prompt`)."""
     modes = ["zero_shot"] * 4 if mode == "none" else ["zero_shot", "zero_shot", "intra", "inter"]
     groups = []
     for g, m in enumerate(modes):
@@ -66,7 +69,7 @@ def step_groups(step: int, seed: int, mode: str) -> list[GroupRecord]:
             correct = (step + seed + g + j) % 3 == 0
             rollouts.append(
                 RolloutRecord(
-                    f"r{j}", float(correct) + 0.1 * (m != "zero_shot"), correct, j == 0, 20 + step + g, g == 3
+                    f"r{j}", float(correct) + 0.1 * (m != "zero_shot"), correct, j == 0, 20 + step + g + seed, g == 3
                 )
             )
         groups.append(GroupRecord(g + 1, m, "prompt", 10, [], rollouts))

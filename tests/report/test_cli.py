@@ -20,8 +20,8 @@ from lanpo.train.loop import train
 from tests.report.helpers import fill_experiment, make_experiment, make_run, write_run
 from tests.train.conftest import tiny_config
 
-ALWAYS = {"reward", "accuracy", "validation", "validation_detail", "response_length", "policy", "optimizer"}
-ALWAYS |= {"feedback", "pool", "time"}
+VALIDATION = {"validation", "validation_tokens", "validation_time", "validation_detail"}
+ALWAYS = {"reward", "accuracy", *VALIDATION, "response_length", "policy", "optimizer", "feedback", "pool", "time"}
 
 
 def assert_has_content(path: Path) -> None:
@@ -52,6 +52,7 @@ def test_experiment_report(run_cli: Callable[..., Any], session: Session, tmp_pa
     assert sorted(embedded) == sorted(f"{name}.png" for name in figures)
     assert "| method | seeds | gsm | math | Average |" in report
     assert "| grpo | 3 | 45.0 ± 5.0 | 25.0 ± 5.0 | 35.0 ± 5.0 |" in report  # baseline first
+    assert "| Average | generated tokens | training minutes |" in report  # what the accuracy cost, beside it
     assert "| lanpo-both − grpo | 3 | +10.0 ± 5.0 | +7.0 ± 6.1 | +8.5 ± 5.4 |" in report
     assert "min–max over seeds" in report
     assert "- Meta-experience learning (`mel.png`, from mel/*): not recorded by these runs." in report
@@ -170,7 +171,7 @@ def test_report_of_a_real_tiny_training_run(
     result = run_cli("report", "tiny", "--out", tmp_path / "tiny-report")
     assert result.code == 0, result.err
     out = tmp_path / "tiny-report"
-    assert {p.stem for p in out.glob("*.png")} >= ALWAYS - {"validation", "validation_detail"}
+    assert {p.stem for p in out.glob("*.png")} >= ALWAYS - VALIDATION
     for png in out.glob("*.png"):
         assert_has_content(png)
     assert "Recorded but in no figure" not in (out / "report.md").read_text()

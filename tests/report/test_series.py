@@ -41,7 +41,7 @@ def test_band_equals_the_loop(data: list[dict[int, float]], kind: str) -> None:
     series = [Series.of(list(d), list(d.values())) for d in data]
     agg = band(series, kind)  # type: ignore[arg-type]
     expected = band_loop(series, kind)
-    assert agg.steps.tolist() == list(expected)
+    assert agg.x.tolist() == list(expected)
     got = np.stack([agg.mean, agg.low, agg.high], axis=1)
     assert np.allclose(got, np.array(list(expected.values())).reshape(-1, 3), equal_nan=True, atol=1e-9)
 
