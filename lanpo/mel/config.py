@@ -40,9 +40,9 @@ class MELConfig:
     )
     nll_coef: float = help_field(0.1, "lambda in J = J_GRPO + lambda * J_NLL (0: the update is plain GRPO)")
     nll_target: str = help_field(
-        "lesson",
-        "what J_NLL is taken on: lesson (the meta-experience text, given the diagnosis prompt) | replay (a "
-        "successful replay, given the plain question without the lesson: context distillation)",
+        "replay",
+        "what J_NLL is taken on: replay (a successful replay, given the plain question without the lesson: context "
+        "distillation, MEL section 3.3) | lesson (the meta-experience text, given the diagnosis prompt)",
     )
     mask_numbers: bool = help_field(
         True, "replace every numeral of a lesson with N (the gold answer's text is masked either way)"

@@ -292,7 +292,10 @@ class SFTConfig:
     learning_rate: float = help_field(2e-4, "AdamW learning rate")
     epochs: int = help_field(1, "passes over the SFT data")
     max_steps: int = help_field(0, "stop after this many optimiser steps (0: no limit)")
-    batch_size: int = help_field(8, "pairs per optimiser step")
+    batch_size: int = help_field(8, "pairs per optimiser step, over all ranks (paper, Table 5: global batch 64)")
+    micro_batch_size: int = help_field(
+        0, "pairs per forward per rank, gradients accumulated (memory only; paper, Table 5: 1; 0: the whole share)"
+    )
     max_length: int = help_field(512, "tokens per pair (longer pairs are truncated)")
     n_problems: int = help_field(64, "problems to build SFT pairs from when no data file is given")
     skill_problems: int = help_field(-1, "of those, how many also give the three skill pairs (-1: all)")
@@ -303,6 +306,11 @@ class SFTConfig:
         _check(self.epochs >= 1, f"sft.epochs must be >= 1, got {self.epochs}")
         _check(self.max_steps >= 0, f"sft.max_steps must be >= 0, got {self.max_steps}")
         _check(self.batch_size >= 1, f"sft.batch_size must be >= 1, got {self.batch_size}")
+        _check(
+            self.micro_batch_size >= 0,
+            f"sft.micro_batch_size must be >= 0, got {self.micro_batch_size}",
+            "0 takes a rank's whole share of a batch in one forward",
+        )
         _check(self.max_length >= 16, f"sft.max_length must be >= 16, got {self.max_length}")
         _check(self.n_problems >= 1, f"sft.n_problems must be >= 1, got {self.n_problems}")
 

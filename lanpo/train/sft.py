@@ -15,6 +15,7 @@ import random
 import re
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -303,9 +304,17 @@ def run_sft(
             share, weight = (mine, 1.0) if mine else (chunk[:1], 0.0)  # no pair of its own: still in the all-reduce
             labelled = weight * sum(sum(t != -100 for t in lab[1:]) for _, lab in share)  # tokens predicted
             tokens = dist.all_reduce_sum(torch.tensor(float(labelled))).clamp(min=1.0)
-            summed = nll_sum(trained, *_padded(share, tokenizer.pad_token_id, device)) * weight
             optimizer.zero_grad(set_to_none=True)
-            (summed / tokens * dist.world).backward()  # DDP averages the ranks' gradients: the whole batch's mean
+            summed = torch.zeros(())
+            micro = sft.micro_batch_size or len(share)
+            pieces = [share[i : i + micro] for i in range(0, len(share), micro)]
+            for i, piece in enumerate(pieces):  # gradient accumulation: the sum over pieces is the batch's
+                # DDP all-reduces on each rank's last backward only (once per rank, however many pieces it has)
+                sync = i == len(pieces) - 1 or ddp is None
+                with nullcontext() if sync else ddp.no_sync():
+                    part = nll_sum(trained, *_padded(piece, tokenizer.pad_token_id, device)) * weight
+                    (part / tokens * dist.world).backward()  # DDP averages the ranks' gradients: the batch's mean
+                summed = summed + part.detach()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             scheduler.step()

@@ -25,7 +25,7 @@ def _config(tmp_path: Path, **overrides: object):
         "steps": 2,
         "method": "mel",
         "feedback": FeedbackConfig(mode="none", p_t=0.0),
-        "mel": MELConfig(pairs_per_problem=1, replays=2, diagnosis_max_new_tokens=64),
+        "mel": MELConfig(pairs_per_problem=1, replays=2, diagnosis_max_new_tokens=64, nll_target="lesson"),
     }
     values.update(overrides)
     return tiny_config(tmp_path, **values)

@@ -43,7 +43,9 @@ def _record(verdict: str | None, replays: list[bool], nll_tokens: int = 0) -> Me
 def test_record_meta_writes_every_row_and_keeps_what_the_caps_drop(session: Session) -> None:
     a, b = make_problems(session, 2)
     pool = make_pool(session, "rec", StoreConfig(per_problem_cap=4, per_step_cap=1))
-    cfg = SimpleNamespace(method="mel", mel=MELConfig(pairs_per_problem=1))  # what record_meta reads of the config
+    cfg = SimpleNamespace(
+        method="mel", mel=MELConfig(pairs_per_problem=1, nll_target="lesson")
+    )  # what record_meta reads
     run = runs_repo.create_run(session, "rec", "train", {"method": "mel"}, pool_id=pool.id).id
     trainer = SimpleNamespace(cfg=cfg, run_id=run, pool=pool)
     # problem a drawn twice in the step, both lessons validated: the per-step cap of 1 admits the better one

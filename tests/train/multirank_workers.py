@@ -99,24 +99,29 @@ SFT_PAIRS = [
 ]  # 9 pairs: batches of 4, 4 and 1 (a rank without a pair of its own in the last one)
 
 
-def sft_config(out: Path) -> TrainConfig:
+def sft_config(out: Path, micro_batch_size: int = 0) -> TrainConfig:
     return TrainConfig(
         run_name="sft-ranks",
         output_dir=str(out),
         model=ModelConfig(name="tiny-random", threads=1),
         lora=LoraConfig(r=4, alpha=8),
-        sft=SFTConfig(enabled=True, learning_rate=5e-3, epochs=2, batch_size=4, max_length=64),
+        sft=SFTConfig(
+            enabled=True, learning_rate=5e-3, epochs=2, batch_size=4, max_length=64, micro_batch_size=micro_batch_size
+        ),
     )
 
 
-def sft(rank: int, world: int, out: Path, ddp: bool) -> tuple[dict[str, torch.Tensor], list[float]]:
+def sft(
+    rank: int, world: int, out: Path, ddp: bool, micro_batch_size: int = 0
+) -> tuple[dict[str, torch.Tensor], list[float]]:
     from lanpo.train.sft import run_sft
 
     model, tokenizer = policy()
     dist = Dist(rank=rank, world=world)
     result = run_sft(
-        sft_config(out), SFT_PAIRS, policy=(model, tokenizer), dist=dist, ddp=dist.wrap(model) if ddp else None
-    )
+        sft_config(out, micro_batch_size), SFT_PAIRS, policy=(model, tokenizer), dist=dist,
+        ddp=dist.wrap(model) if ddp else None,
+    )  # fmt: skip
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, result.losses
 
 
@@ -129,8 +134,8 @@ def worker(rank: int, world: int, store: str, job: str, out: str) -> None:
             result: Any = grpo_update(rank, world)
         elif job.startswith("full"):
             result = full_update(rank, world, checkpointing=job == "full-checkpointing")
-        else:
-            result = sft(rank, world, Path(out).parent, ddp=True)
+        else:  # "sft", or "sft-micro": one pair per forward, gradients accumulated
+            result = sft(rank, world, Path(out).parent, ddp=True, micro_batch_size=1 if job == "sft-micro" else 0)
         if rank == 0:
             torch.save(result, out)
     finally:

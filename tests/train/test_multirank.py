@@ -59,10 +59,13 @@ def test_full_fine_tuning_with_fsdp_at_world_size_equals_single_process(world: i
     assert len(moved) == len(single), "every weight trains"
 
 
-def test_sft_warm_start_at_two_ranks_equals_single_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("job", ["sft", "sft-micro"])
+def test_sft_warm_start_at_two_ranks_equals_single_process(job: str, tmp_path: Path) -> None:
+    """The whole batch in one forward per rank, or one pair per forward with gradients accumulated (Table 5's
+    per-GPU micro-batch of 1): the same adapter as one process taking each batch whole."""
     single, single_losses = w.sft(0, 1, tmp_path / "single", ddp=False)
     (tmp_path / "multi").mkdir()
-    multi, multi_losses = _spawn(2, "sft", tmp_path / "multi")  # type: ignore[misc]
+    multi, multi_losses = _spawn(2, job, tmp_path / "multi")  # type: ignore[misc]
     start = {n: p.detach() for n, p in w.policy()[0].named_parameters() if p.requires_grad}
     _assert_same(multi, single, start)
     assert len(multi_losses) == len(single_losses) == 6  # 2 epochs x ceil(9 / 4)

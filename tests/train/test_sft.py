@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from lanpo import prompts
 from lanpo.errors import InputError
@@ -105,3 +106,17 @@ def test_sft_cli_on_a_pairs_file(run_cli, tmp_path: Path) -> None:
     assert result.code == 0, result.err
     assert "4 pairs, 2 steps" in result.out and "adapter:" in result.out
     assert (tmp_path / "out" / "sft" / "adapter" / "adapter_config.json").exists()
+
+
+def test_micro_batches_accumulate_to_the_whole_batch(tmp_path: Path) -> None:
+    """sft.micro_batch_size (Table 5's per-GPU micro-batch of 1) changes memory, not the update: one pair per
+    forward with gradients accumulated gives the adapter and the loss curve of each batch taken whole."""
+    from tests.train import multirank_workers as w
+
+    whole, whole_losses = w.sft(0, 1, tmp_path / "whole", ddp=False)
+    micro, micro_losses = w.sft(0, 1, tmp_path / "micro", ddp=False, micro_batch_size=1)
+    assert micro_losses == pytest.approx(whole_losses, rel=1e-5) and len(whole_losses) == 6
+    start = {n: p.detach() for n, p in w.policy()[0].named_parameters() if p.requires_grad}
+    for name in whole:
+        assert torch.allclose(micro[name], whole[name], rtol=1e-4, atol=1e-6), name
+    assert any(not torch.equal(whole[n], start[n]) for n in whole)
