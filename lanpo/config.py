@@ -235,6 +235,21 @@ def load_toml(cls: type[T], path: str | Path, overrides: list[str] | None = None
         raise
 
 
+def field_default(cls: type, name: str) -> Any:
+    """The default of dataclass `cls`'s field `name` (a fresh one for a default_factory); KeyError if it has none."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]  # type: ignore[arg-type]
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise KeyError(f"{cls.__name__}.{name} has no default")
+
+
+def field_help(cls: type, name: str) -> str:
+    """The one-line help of dataclass `cls`'s field `name` (its `metadata["help"]`, "" when it has none)."""
+    return {f.name: f for f in dataclasses.fields(cls)}[name].metadata.get("help", "")  # type: ignore[arg-type]
+
+
 def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """Every key of dataclass `cls` (nested ones dotted) as (key, default, help), in declaration order."""
     rows: list[tuple[str, str, str]] = []
@@ -244,11 +259,9 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
         if dataclasses.is_dataclass(hints[f.name]):
             rows += describe(hints[f.name], f"{key}.")
             continue
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
+        try:
+            default = field_default(cls, f.name)
+        except KeyError:
             default = "(required)"
         rows.append((key, "unset" if default is None else repr(default), f.metadata.get("help", "")))
     return rows

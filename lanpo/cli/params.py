@@ -1,13 +1,19 @@
-"""Click parameter types that refuse what no command can use: integers beyond int64, NaN and infinity."""
+"""Click parameter types that refuse what no command can use (integers beyond int64, NaN and infinity), and options
+whose default and help come from a config dataclass's field."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
+from lanpo.config import field_default, field_help
 from lanpo.db.repo.checks import BIGINT_MAX
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Int(click.IntRange):
@@ -28,3 +34,23 @@ class Float(click.FloatRange):
 
 
 SEED = Int(-(2**63), BIGINT_MAX)  # a signed 64-bit seed, what the SQL hash and torch accept
+
+
+def field_option(cls: type, name: str, *decls: str, help: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+    """A click option whose default and help are dataclass `cls`'s field `name`, so that the two cannot drift.
+
+    `decls` default to `--<name with dashes>`; `help` replaces the field's help where the CLI says it otherwise.
+    """
+    default = field_default(cls, name)
+    text = help if help is not None else _sentence(field_help(cls, name))
+    kwargs.setdefault("show_default", default is not None)
+    return click.option(*(decls or (f"--{name.replace('_', '-')}",)), default=default, help=text, **kwargs)
+
+
+def _sentence(text: str) -> str:
+    """A field's lower-case help as option help: capitalised (unless it opens with a scope such as `inter:`), with a
+    full stop."""
+    text = text.strip()
+    if not re.match(r"[a-z0-9_-]+:", text):
+        text = text[:1].upper() + text[1:]
+    return text if text.endswith(".") else text + "."

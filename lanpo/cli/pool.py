@@ -15,11 +15,12 @@ from statistics import median
 import click
 from sqlalchemy.orm import Session
 
-from lanpo.cli.params import SEED, Float, Int
+from lanpo.cli.params import SEED, Float, Int, field_option
 from lanpo.db import sqlfiles
 from lanpo.db.engine import connect, transaction
 from lanpo.db.repo import contexts, pools, problems
 from lanpo.errors import InputError
+from lanpo.train.config import FeedbackConfig
 
 PROBLEM_HELP = "Problem: numeric problems.id or dataset:external_id (repeatable)."
 POOL_HELP = "Experience pool (default: the only pool in the store; `lanpo pool list` names them)."
@@ -90,17 +91,13 @@ def _mode_options(f: Callable[..., None]) -> Callable[..., None]:
                 required=True,
                 help="intra: own earlier attempts; inter: lessons of other relevant problems.",
             ),
-            # k >= 1, as the trainer's feedback.k: a draw of nothing shows nothing the trainer could do
-            click.option("--k", default=4, show_default=True, type=Int(1), help="Items drawn."),
+            # defaults and help are the trainer's feedback.* (k >= 1 as there: a draw of nothing shows nothing)
+            field_option(FeedbackConfig, "k", type=Int(1)),
             click.option("--seed", default=0, show_default=True, type=SEED, help="Seed (same seed, same draw)."),
-            click.option(
-                "--candidates",
-                default=32,
-                show_default=True,
-                type=Int(1),
-                help="Top-ranked candidates kept.",
+            field_option(FeedbackConfig, "candidates", type=Int(1)),
+            field_option(
+                FeedbackConfig, "gamma", type=Float(0, 1), help="inter: minimum relevance (0: no relevance filter)."
             ),
-            click.option("--gamma", default=0.9, show_default=True, type=Float(0, 1), help="inter: min relevance."),
             click.option("--scorer", default=None, help="inter: relevance scorer whose scores to use."),
             click.option("--pool", "pool_name", default=None, help="inter: " + POOL_HELP),
             click.option("--run", "run_id", default=None, type=int, help="intra: only attempts of this run id."),

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import click
 
-from lanpo.cli.params import Float, Int
+from lanpo.cli.params import Float, Int, field_option
 from lanpo.db.engine import connect
+from lanpo.inference.config import RetrievalSettings
 from lanpo.retrieval import EF_SEARCH_MAX, STAGE1
+from lanpo.retrieval.search import SearchParams
+from lanpo.train.config import FeedbackConfig
 
 STAGE1_CHOICE = click.Choice(STAGE1)
 
@@ -18,13 +21,13 @@ def command() -> None:
 
 @command.command("build")
 @click.option("--dataset", required=True, help="Dataset whose problems are scored against each other.")
-@click.option("--top-k", type=Int(1), default=16, show_default=True, help="Candidates per problem.")
+@field_option(RetrievalSettings, "top_k", type=Int(1), help="Stage-1 candidates per problem, judged by the scorer.")
 @click.option(
     "--scorer", default="smollm2", show_default=True, help="Judge model: `smollm2` (offline), HF folder or hub id."
 )
 @click.option("--stage1", type=STAGE1_CHOICE, default="bm25", show_default=True, help="Candidate search.")
 @click.option("--batch-size", type=Int(1), default=16, show_default=True, help="Pairs per forward.")
-@click.option("--ef-search", type=Int(1, EF_SEARCH_MAX), default=100, show_default=True, help="HNSW ef_search.")
+@field_option(SearchParams, "ef_search", type=Int(1, EF_SEARCH_MAX), help="HNSW ef_search.")
 @click.option("--device", default=None, help="torch device for the judge (default: cuda if available, else cpu).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def build_cmd(
@@ -76,7 +79,7 @@ def build_cmd(
 
 @command.command("status")
 @click.option("--dataset", required=True, help="Dataset to report on.")
-@click.option("--gamma", type=Float(0, 1), default=0.9, show_default=True, help="Relevance threshold.")
+@field_option(FeedbackConfig, "gamma", type=Float(0, 1), help="Relevance threshold (the trainer's feedback.gamma).")
 def status_cmd(dataset: str, gamma: float) -> None:
     """Scored problem pairs per scorer, and how many reach gamma."""
     from sqlalchemy.orm import Session

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import click
 
-from lanpo.cli.params import Float, Int
+from lanpo.cli.params import Float, Int, field_option
 from lanpo.db.engine import connect
+from lanpo.inference.config import RetrievalSettings
 from lanpo.retrieval import EF_SEARCH_MAX, STAGE1
+from lanpo.retrieval.search import SearchParams
 
 
 @click.command("retrieve")
 @click.argument("question")
-@click.option(
-    "--stage1", type=click.Choice(STAGE1), default="hybrid", show_default=True,
-    help="Candidate search over the current experience summaries.",
-)  # fmt: skip
-@click.option("--top-k", type=Int(1), default=16, show_default=True, help="Stage-1 candidates.")
-@click.option("--gamma", type=Float(0, 1), default=0.9, show_default=True, help="Relevance threshold.")
-@click.option("--m", "m", type=Int(1), default=3, show_default=True, help="Experiences returned.")
+@field_option(
+    SearchParams, "stage1", type=click.Choice(STAGE1), help="Candidate search over the current experience summaries."
+)
+@field_option(RetrievalSettings, "top_k", type=Int(1))
+@field_option(RetrievalSettings, "gamma", type=Float(0, 1))
+@field_option(RetrievalSettings, "m", "--m", "m", type=Int(1), help="Experiences returned, best first (at most).")
 @click.option(
     "--scorer", default="smollm2", show_default=True,
     help="Judge model (`smollm2`, HF folder, hub id), or `none`: stage 1 only, no gamma filter.",
@@ -25,7 +26,7 @@ from lanpo.retrieval import EF_SEARCH_MAX, STAGE1
 @click.option(
     "--embedding-model", default="all-MiniLM-L6-v2", show_default=True, help="Embeds the question (vector/hybrid)."
 )
-@click.option("--ef-search", type=Int(1, EF_SEARCH_MAX), default=100, show_default=True, help="HNSW ef_search.")
+@field_option(SearchParams, "ef_search", type=Int(1, EF_SEARCH_MAX), help="HNSW ef_search.")
 @click.option("--device", default=None, help="torch device for the judge.")
 @click.option(
     "--pool", "pool_name", default=None, help="Experience pool to search (default: the only pool in the store)."

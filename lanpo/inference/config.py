@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from lanpo.config import DTYPES, help_field
 from lanpo.errors import ConfigError
-from lanpo.retrieval import STAGE1
+from lanpo.retrieval import GAMMA, STAGE1
 from lanpo.rollout.config import VLLMConfig
 
 # Inference modes; the CLI also accepts the dashed spellings. Both self-correction variants are stored as the
@@ -40,7 +40,7 @@ class RetrievalSettings:
     stage1: str = help_field("bm25", "stage-1 search: bm25 | vector (pgvector HNSW) | hybrid (RRF of both)")
     top_k: int = help_field(16, "stage-1 candidates passed to the LLM rerank")
     gamma: float = help_field(
-        0.9, "minimum relevance r(p, c) an experience needs (paper: 0.9); 0: every stage-1 candidate, reranked"
+        GAMMA, "minimum relevance r(p, c) an experience needs (paper: 0.9); 0: every stage-1 candidate, reranked"
     )
     m: int = help_field(3, "experiences put into the prompt, best first (at most)")
     scorer: str = help_field(

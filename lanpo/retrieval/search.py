@@ -14,7 +14,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from lanpo.errors import InputError
-from lanpo.retrieval import EF_SEARCH_MAX, STAGE1, vector
+from lanpo.retrieval import EF_SEARCH, EF_SEARCH_MAX, STAGE1, vector
 from lanpo.retrieval.bm25 import top_k_positions
 from lanpo.retrieval.corpus import DEFAULT_CACHE, BM25Cache
 from lanpo.retrieval.hybrid import RRF_K, rrf_fuse
@@ -27,7 +27,7 @@ class SearchParams:
     """Stage-1 knobs shared by the problem and pool searches."""
 
     stage1: str = "hybrid"
-    ef_search: int = 100
+    ef_search: int = EF_SEARCH
     rrf_k: int = RRF_K
     hybrid_depth: int = 50  # each ranking fused by RRF is this deep (at least k)
 

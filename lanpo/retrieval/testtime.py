@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from lanpo.errors import InputError
+from lanpo.retrieval import EF_SEARCH, GAMMA
 from lanpo.retrieval.corpus import DEFAULT_CACHE, BM25Cache
 from lanpo.retrieval.embeddings import Embedder, SentenceTransformerEmbedder
 from lanpo.retrieval.relevance import score_pairs
@@ -53,12 +54,12 @@ def retrieve(
     pool_id: int,
     stage1: str = "bm25",
     top_k: int = 16,
-    gamma: float = 0.9,
+    gamma: float = GAMMA,
     m: int = 3,
     scorer: Judge | None = None,
     embedder: Embedder | None = None,
     problem_id: int | None = None,
-    ef_search: int = 100,
+    ef_search: int = EF_SEARCH,
     cache: BM25Cache = DEFAULT_CACHE,
 ) -> list[Retrieved]:
     """At most `m` current experiences of pool `pool_id` for `question`, best first (by relevance, then stage-1

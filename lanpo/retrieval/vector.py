@@ -11,11 +11,11 @@ from collections.abc import Sequence
 import numpy as np
 from sqlalchemy.orm import Session
 
-from lanpo.retrieval import EF_SEARCH_MAX
+from lanpo.retrieval import EF_SEARCH, EF_SEARCH_MAX
 from lanpo.retrieval.sqlfiles import query, vector_literal
 
 
-def configure_search(session: Session, *, ef_search: int = 100, exact: bool = False) -> None:
+def configure_search(session: Session, *, ef_search: int = EF_SEARCH, exact: bool = False) -> None:
     """Set this transaction's HNSW parameters (or turn index scans off for an exact scan)."""
     session.execute(
         query("retrieval_hnsw_settings"),
@@ -34,7 +34,7 @@ def search_problems(
     k: int,
     *,
     exclude_ids: Sequence[int] = (),
-    ef_search: int = 100,
+    ef_search: int = EF_SEARCH,
     exact: bool = False,
 ) -> list[tuple[int, float]]:
     """The k problems of `dataset` nearest to `query_vector` as `(problem_id, similarity)`, best first."""
@@ -53,7 +53,7 @@ def search_pool(
     *,
     pool_id: int,
     exclude_problem_ids: Sequence[int] = (),
-    ef_search: int = 100,
+    ef_search: int = EF_SEARCH,
     exact: bool = False,
 ) -> list[tuple[int, int, float, str]]:
     """The k current experience summaries of pool `pool_id` nearest to `query_vector`.

@@ -16,6 +16,7 @@ from lanpo.errors import ConfigError
 from lanpo.mel.config import MELConfig
 from lanpo.prompts import FEEDBACK_MODES
 from lanpo.report.live import check_report_to
+from lanpo.retrieval import GAMMA
 from lanpo.rollout.config import VLLMConfig
 
 FEEDBACK_SETTINGS = ("none", "intra", "inter", "both")  # feedback.mode; the prompt modes are lanpo.prompts.MODES
@@ -209,7 +210,7 @@ class FeedbackConfig:
     k: int = help_field(2, "items in a context (earlier attempts or lessons)")
     candidates: int = help_field(8, "top-ranked candidates kept before the weighted draw w_i = 1/(i+1)")
     gamma: float = help_field(
-        0.9,
+        GAMMA,
         "inter: minimum relevance of a lesson's source problem (paper: 0.9); 0: no relevance filter at all -- every "
         "active lesson of another problem is a candidate, ranked by recency (Table 2, w/o filtering)",
     )
