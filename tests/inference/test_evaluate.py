@@ -235,3 +235,38 @@ def test_threads_pin_the_evaluation(tiny_dir: Path, db: SAEngine) -> None:
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+BAD_EVAL_CONFIGS = [
+    {"retrieval": {"pool": " "}},
+    {"retrieval": {"stage1": "grep"}},
+    {"retrieval": {"top_k": 0}},
+    {"retrieval": {"gamma": -0.1}},
+    {"retrieval": {"m": 0}},
+    {"retrieval": {"m": 20, "top_k": 16}},
+    {"retrieval": {"scorer": " "}},
+    {"sampling": {"max_new_tokens": 0}},
+    {"sampling": {"temperature": -1.0}},
+    {"sampling": {"top_p": 0.0}},
+    {"datasets": [{"name": " "}]},
+    {"datasets": [{"name": "a:b"}]},
+    {"datasets": [{"name": "a", "limit": 0}]},
+    {"methods": [{"name": "a/b"}]},
+    {"methods": [{"name": "a", "pool": " "}]},
+    {"methods": [{"name": "a"}, {"name": "a"}]},
+    {"modes": []},
+    {"modes": ["zero_shot", "zero-shot"]},
+    {"datasets": [{"name": "a"}, {"name": "a"}]},
+    {"k_samples": 0},
+    {"batch_size": 0},
+    {"threads": -1},
+    {"backend": "tgi"},
+    {"dtype": "int4"},
+]
+
+
+@pytest.mark.parametrize("bad", BAD_EVAL_CONFIGS, ids=[json.dumps(b, sort_keys=True) for b in BAD_EVAL_CONFIGS])
+def test_every_eval_config_error_says_how_to_fix_it(bad: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        from_mapping(EvalConfig, {"datasets": [{"name": "a"}], **bad})
+    assert caught.value.hint, caught.value.message
