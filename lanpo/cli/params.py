@@ -4,7 +4,6 @@ whose default and help come from a config dataclass's field."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -48,9 +47,7 @@ def field_option(cls: type, name: str, *decls: str, help: str | None = None, **k
 
 
 def _sentence(text: str) -> str:
-    """A field's lower-case help as option help: capitalised (unless it opens with a scope such as `inter:`), with a
-    full stop."""
+    """A field's lower-case help as option help: capitalised, with a full stop."""
     text = text.strip()
-    if not re.match(r"[a-z0-9_-]+:", text):
-        text = text[:1].upper() + text[1:]
+    text = text[:1].upper() + text[1:]
     return text if text.endswith(".") else text + "."
