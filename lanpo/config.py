@@ -22,7 +22,8 @@ from lanpo.errors import ConfigError
 T = TypeVar("T")
 
 EVICTION_POLICIES = ("oldest", "lowest_reward", "lowest_relevance")
-DTYPES = ("auto", "float32", "bfloat16", "float16")  # model dtypes a config or a --dtype option may name
+# the model dtypes a config or a --dtype option may name (lanpo.models.DTYPES maps them to torch dtypes)
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
 
 def check(cond: bool, message: str, hint: str | None = None) -> None:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from lanpo.cli.params import SEED, Float, Int, field_option
-from lanpo.config import DTYPES
-from lanpo.inference.config import BACKENDS, MODES, EvalConfig, RetrievalSettings, SamplingSettings
+from lanpo.config import DTYPE_NAMES
+from lanpo.inference.config import BACKENDS, INFERENCE_MODES, EvalConfig, RetrievalSettings, SamplingSettings
 from lanpo.retrieval import STAGE1
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from lanpo.inference.engine import Engine, Solution
     from lanpo.inference.io import Question
 
-MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
+MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_MODES)
 
 
 @click.command("infer")
@@ -69,7 +69,7 @@ MODE_CHOICES = [m.replace("_", "-") for m in MODES] + list(MODES)
     metavar="KEY=VALUE",
     help="A vLLM engine setting (lanpo.rollout.config.VLLMConfig), e.g. --vllm memory_fraction=0.3 (repeatable).",
 )
-@field_option(EvalConfig, "dtype", type=click.Choice(DTYPES))
+@field_option(EvalConfig, "dtype", type=click.Choice(DTYPE_NAMES))
 @field_option(EvalConfig, "device", help="torch device (default: cuda when available, else cpu).")
 @click.option(
     "--dataset", default=None, help="Dataset the questions are stored under (default: infer-<input file stem>)."

