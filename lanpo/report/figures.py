@@ -139,8 +139,8 @@ def _validation_against(axis: Axis) -> Callable[[Sequence[RunData]], list[Panel]
 def _validation_detail(runs: Sequence[RunData]) -> list[Panel]:
     names = names_matching(runs, "val/")
     passes = [n for n in names if re.match(r"^val/.+/pass@\d+$", n)]
-    formats = [n for n in names if n.endswith("/format")]
-    return [single(n.removeprefix("val/").replace("/", ": "), n) for n in passes + formats]
+    boxed = [n for n in names if n.endswith("/boxed")]
+    return [single(n.removeprefix("val/").replace("/", ": "), n) for n in passes + boxed]
 
 
 def _feedback(runs: Sequence[RunData]) -> list[Panel]:
@@ -242,23 +242,23 @@ CATALOGUE: tuple[FigureSpec, ...] = (
     ),
     FigureSpec(
         "validation_detail",
-        "Validation pass@k and format",
+        "Validation pass@k and boxed answers",
         "held-out pass@k and boxed-answer rate",
         _validation_detail,
-        "val/<dataset>/pass@<k>, val/<dataset>/format",
+        "val/<dataset>/pass@<k>, val/<dataset>/boxed",
     ),
     FigureSpec(
         "response_length",
         "Response length",
-        "completion tokens, truncated share, format rate, and the step's completion and prompt tokens (every "
+        "completion tokens, truncated share, feedback-format share, the step's completion and prompt tokens (every "
         "rollout's own prompt: the tokens the update reads besides its completion)",
         _fixed(
             single("mean response length", "response_len/mean", "tokens"),
             single("truncated at max_new_tokens", "response_len/truncated", "share"),
-            single("format rate", "format/rate", "share"),
+            single("in the feedback mode's format", "format/headers", "share"),
             Panel("tokens per step", (metric(TOKENS, "completion"), metric(PROMPT_TOKENS, "prompt")), "tokens"),
         ),
-        f"response_len/mean, response_len/truncated, format/rate, {TOKENS}, {PROMPT_TOKENS}",
+        f"response_len/mean, response_len/truncated, format/headers, {TOKENS}, {PROMPT_TOKENS}",
     ),
     FigureSpec(
         "policy",

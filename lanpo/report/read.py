@@ -91,11 +91,20 @@ def load_runs(session: Session, targets: Sequence[Target]) -> list[RunInfo]:
     return runs
 
 
+def current_metric_name(name: str) -> str:
+    """A metric's name today: runs recorded before a rename keep the old name in `run_metrics`."""
+    if name == "format/rate":  # training's feedback-format share, now format/headers
+        return "format/headers"
+    if name.startswith("val/") and name.endswith("/format"):  # validation's boxed-answer share, now val/<d>/boxed
+        return name.removesuffix("/format") + "/boxed"
+    return name
+
+
 def load_metrics(session: Session, run_ids: Sequence[int]) -> dict[int, dict[str, Series]]:
-    """run id -> metric name -> its series over steps, as `run_metrics` holds it."""
+    """run id -> metric name (as named today) -> its series over steps, as `run_metrics` holds it."""
     rows: dict[tuple[int, str], tuple[list[int], list[float | None]]] = defaultdict(lambda: ([], []))
     for r in session.execute(_q("metrics"), {"run_ids": list(run_ids)}):
-        steps, values = rows[(r.run_id, r.name)]
+        steps, values = rows[(r.run_id, current_metric_name(r.name))]
         steps.append(r.step)
         values.append(r.value)
     out: dict[int, dict[str, Series]] = defaultdict(dict)
@@ -105,7 +114,7 @@ def load_metrics(session: Session, run_ids: Sequence[int]) -> dict[int, dict[str
 
 
 def validation_from_attempts(session: Session, run_ids: Sequence[int]) -> dict[int, dict[str, Series]]:
-    """run id -> `val/<dataset>/mean@<k>`, `pass@<k>` and `format` series recounted from its `val` attempts."""
+    """run id -> `val/<dataset>/mean@<k>`, `pass@<k>` and `boxed` series recounted from its `val` attempts."""
     cells: dict[tuple[int, str, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
     ks: dict[tuple[int, str], int] = defaultdict(int)
     rows = session.execute(_q("val_attempts"), {"run_ids": list(run_ids)}).all()
@@ -113,7 +122,7 @@ def validation_from_attempts(session: Session, run_ids: Sequence[int]) -> dict[i
         ks[(r.run_id, r.dataset)] = max(ks[(r.run_id, r.dataset)], int(r.k))
     for r in rows:
         k = ks[(r.run_id, r.dataset)]
-        for stat, value in ((f"mean@{k}", r.mean_at_k), (f"pass@{k}", r.pass_at_k), ("format", r.format_rate)):
+        for stat, value in ((f"mean@{k}", r.mean_at_k), (f"pass@{k}", r.pass_at_k), ("boxed", r.boxed_rate)):
             steps, values = cells[(r.run_id, r.dataset, stat)]
             steps.append(int(r.step))
             values.append(float(value))

@@ -155,7 +155,8 @@ def rollout_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
     out = {
         "reward/mean": mean([r.reward for r in rollouts]),
         "accuracy/mean": mean([float(r.correct) for r in rollouts]),
-        "format/rate": mean([float(r.format_ok) for r in rollouts]),
+        # in its feedback mode's format (headers and a boxed answer; a zero-shot rollout never is): the reward's bonus
+        "format/headers": mean([float(r.format_ok) for r in rollouts]),
         "response_len/mean": mean([float(r.completion_tokens) for r in rollouts]),
         "response_len/truncated": mean([float(r.truncated) for r in rollouts]),
         "pool/summaries": float(sum(1 for r in rollouts if r.summary)),

@@ -3,7 +3,7 @@
 `eval.every = N` validates at step 0 (the start, before any update), every N steps and at the last step, with the
 paper's sampling (Table 7: temperature 0.6, top-p 0.9, k = 8). Per dataset it records in `run_metrics`:
 `val/<dataset>/mean@<k>` (mean over problems of the share of correct samples), `val/<dataset>/pass@<k>` (share of
-problems with a correct sample) and `val/<dataset>/format` (share of samples with a `\\boxed{}` answer), and
+problems with a correct sample) and `val/<dataset>/boxed` (share of samples with a `\\boxed{}` answer), and
 `time/validate` (its seconds, wall; not a phase of the step, so kept out of the step's `time/step`). The
 attempts are stored as rollout groups of mode `val` under the run and step, so SQL sees them; the intra pool
 never draws them and validation never writes experiences.
@@ -147,7 +147,7 @@ def validation_metrics(groups: list[GroupRecord], dataset: str, k: int) -> dict[
     return {
         f"val/{dataset}/mean@{k}": sum(c / k for c in correct) / max(len(groups), 1),
         f"val/{dataset}/pass@{k}": sum(c > 0 for c in correct) / max(len(groups), 1),
-        f"val/{dataset}/format": sum(r.format_ok for r in samples) / max(len(samples), 1),
+        f"val/{dataset}/boxed": sum(r.format_ok for r in samples) / max(len(samples), 1),
     }
 
 

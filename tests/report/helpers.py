@@ -93,13 +93,13 @@ def train_metrics(step: int, seed: int, mode: str) -> dict[str, float]:
 
 
 def val_metrics(arm: str, seed_index: int, step: int) -> dict[str, float]:
-    """val/<dataset>/mean@4 moving from START to FINAL; pass@4 and format alongside."""
+    """val/<dataset>/mean@4 moving from START to FINAL; pass@4 and boxed alongside."""
     out = {}
     for dataset in DATASETS:
         start, final = START[dataset][seed_index], FINAL[(arm, dataset)][seed_index]
         value = start + (final - start) * step / STEPS
         out |= {f"val/{dataset}/mean@4": value, f"val/{dataset}/pass@4": min(1.0, 2 * value)}
-        out[f"val/{dataset}/format"] = 0.9
+        out[f"val/{dataset}/boxed"] = 0.9
     return out
 
 

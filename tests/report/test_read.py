@@ -93,7 +93,7 @@ def test_metrics_in_step_order(session: Session) -> None:
 
 
 def test_validation_recounted_from_val_attempts(session: Session) -> None:
-    """report_val_attempts: mean@k, pass@k and format of `val` groups, by hand; runs with val metrics keep theirs."""
+    """report_val_attempts: mean@k, pass@k and boxed of `val` groups, by hand; runs with val metrics keep theirs."""
     a, b = make_problems(session, 2, dataset="gsm")
     (c,) = make_problems(session, 1, dataset="math")
     run = make_run(session, "v")
@@ -115,10 +115,10 @@ def test_validation_recounted_from_val_attempts(session: Session) -> None:
     )
     session.commit()
     series = read.validation_from_attempts(session, [run])[run]
-    assert sorted(series) == [f"val/{d}/{s}" for d in ("gsm", "math") for s in ("format", "mean@4", "pass@4")]
+    assert sorted(series) == [f"val/{d}/{s}" for d in ("gsm", "math") for s in ("boxed", "mean@4", "pass@4")]
     assert series["val/gsm/mean@4"].values.tolist() == pytest.approx([(0.25 + 0.0) / 2, 0.5])
     assert series["val/gsm/pass@4"].values.tolist() == [0.5, 1.0]
-    assert series["val/gsm/format"].values.tolist() == pytest.approx([2 / 8, 1.0])
+    assert series["val/gsm/boxed"].values.tolist() == pytest.approx([2 / 8, 1.0])
     assert series["val/gsm/mean@4"].steps.tolist() == [0, 5]
     assert series["val/math/mean@4"].values.tolist() == [1.0]
 
@@ -138,3 +138,10 @@ def test_report_reads_as_the_sql_role_sees_it(session: Session) -> None:
     _, data = read.read_runs(session, ["exp"])
     assert len(data) == 6 and all("reward/mean" in r.metrics for r in data)
     session.rollback()
+
+
+def test_metrics_recorded_before_a_rename_read_under_todays_names() -> None:
+    assert read.current_metric_name("format/rate") == "format/headers"
+    assert read.current_metric_name("val/gsm/format") == "val/gsm/boxed"
+    for name in ("format/headers", "val/gsm/boxed", "summary/format", "summary/rejected/format", "reward/mean"):
+        assert read.current_metric_name(name) == name

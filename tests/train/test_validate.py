@@ -35,7 +35,7 @@ def test_validation_is_recorded_and_never_feeds_training(db: Engine, toy_problem
     result = train(cfg, engine=db, progress=False)
     assert sorted(result.validation) == [0, 2, 3]  # the start, every 2 steps, the last step
     for metrics in result.validation.values():
-        assert set(metrics) == {"val/toy-val/mean@2", "val/toy-val/pass@2", "val/toy-val/format", "time/validate"}
+        assert set(metrics) == {"val/toy-val/mean@2", "val/toy-val/pass@2", "val/toy-val/boxed", "time/validate"}
         assert metrics["time/validate"] > 0
     assert result.metrics[1]["val/toy-val/mean@2"] == result.validation[2]["val/toy-val/mean@2"]
     # stored: mode val, one group of k per problem and validated step, the policy of that step
@@ -106,7 +106,7 @@ def test_validation_metrics_by_hand() -> None:
         "d",
         2,
     )
-    assert metrics == {"val/d/mean@2": pytest.approx(0.5), "val/d/pass@2": pytest.approx(2 / 3), "val/d/format": 5 / 6}
+    assert metrics == {"val/d/mean@2": pytest.approx(0.5), "val/d/pass@2": pytest.approx(2 / 3), "val/d/boxed": 5 / 6}
 
 
 def test_feedback_asked_served_and_missed(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
