@@ -182,11 +182,12 @@ CASES: list[Case] = [
     *rows("range", (("embed", "--device", "cuda:99"), "'cuda:99'")),
     *rows("type", (("embed", "--model", " "), "embedding model name is empty")),
     *numbers(("embed",), "--batch-size", "0"),
-    # relevance build --dataset --top-k --scorer --stage1 --batch-size --ef-search --device
+    # relevance build --dataset --top-k --judge (--scorer) --stage1 --batch-size --ef-search --device
     *rows(
         "unknown",
         (("relevance", "build", "--dataset", "nosuch"), "unknown dataset 'nosuch'"),
         ((*BUILD, "--scorer", "{missing}"), "does not exist"),
+        ((*BUILD, "--judge", "{missing}"), "--judge folder {missing} does not exist"),
         ((*BUILD, "--stage1", "nosuch"), "'nosuch' is not one of 'bm25', 'vector', 'hybrid'"),
         ((*BUILD, "--device", "nosuch"), "unknown torch device 'nosuch'"),
     ),
@@ -197,11 +198,12 @@ CASES: list[Case] = [
     # relevance status --dataset --gamma
     *rows("unknown", (("relevance", "status", "--dataset", "nosuch"), "unknown dataset 'nosuch'")),
     *floats(("relevance", "status", "--dataset", "d"), "--gamma", "-0.1"),
-    # retrieve QUESTION --stage1 --top-k --gamma --m --scorer --embedding-model --ef-search --device
+    # retrieve QUESTION --stage1 --top-k --gamma --m --judge (--scorer) --embedding-model --ef-search --device
     *rows(
         "unknown",
         ((*RETRIEVE, "--stage1", "nosuch"), "'nosuch' is not one of"),
         (("retrieve", "q?", "--scorer", "{missing}"), "does not exist"),
+        (("retrieve", "q?", "--judge", "{missing}"), "--judge folder {missing} does not exist"),
         (("retrieve", "q?", "--stage1", "vector", "--embedding-model", "{missing}"), "does not exist"),
         ((*RETRIEVE, "--device", "nosuch"), "unknown torch device 'nosuch'"),
         ((*RETRIEVE, "--pool", "nosuch"), "no pool named 'nosuch'"),

@@ -21,9 +21,16 @@ def command() -> None:
 
 @command.command("build")
 @click.option("--dataset", required=True, help="Dataset whose problems are scored against each other.")
-@field_option(RetrievalSettings, "top_k", type=Int(1), help="Stage-1 candidates per problem, judged by the scorer.")
+@field_option(
+    RetrievalSettings, "top_k", type=Int(1), help="Stage-1 candidates per problem, judged by the judge model."
+)
 @click.option(
-    "--scorer", default="smollm2", show_default=True, help="Judge model: `smollm2` (offline), HF folder or hub id."
+    "--judge",
+    "--scorer",
+    "judge",
+    default="smollm2",
+    show_default=True,
+    help="Judge model: `smollm2` (offline), HF folder or hub id (--scorer: the old spelling).",
 )
 @click.option("--stage1", type=STAGE1_CHOICE, default="bm25", show_default=True, help="Candidate search.")
 @click.option("--batch-size", type=Int(1), default=16, show_default=True, help="Pairs per forward.")
@@ -33,20 +40,20 @@ def command() -> None:
 def build_cmd(
     dataset: str,
     top_k: int,
-    scorer: str,
+    judge: str,
     stage1: str,
     batch_size: int,
     ef_search: int,
     device: str | None,
     no_progress: bool,
 ) -> None:
-    """For every problem: stage-1 top-k other problems, judged by the scorer, stored.
+    """For every problem: stage-1 top-k other problems, judged by the judge model, stored under its scorer identity.
 
     Resumable (each batch commits; a rerun scores only missing pairs) and idempotent.
 
     \b
     Example:
-      lanpo relevance build --dataset chain_sum --top-k 16 --scorer smollm2 --stage1 hybrid
+      lanpo relevance build --dataset chain_sum --top-k 16 --judge smollm2 --stage1 hybrid
     """
     from sqlalchemy.orm import Session
 
@@ -57,23 +64,23 @@ def build_cmd(
     from lanpo.retrieval.search import SearchParams
 
     params = SearchParams(stage1=stage1, ef_search=ef_search)
-    check_model_ref(scorer, "--scorer")
+    check_model_ref(judge, "--judge")
     check_device(device)
     engine = connect()
     with Session(engine) as session:  # before the judge loads: a typo in the name fails in a second
         require_dataset(session, dataset)
-    judge = load_scorer(scorer, batch_size=batch_size, device=device)
+    judge_model = load_scorer(judge, batch_size=batch_size, device=device)
     report = build_problem_relevance(
         engine,
         dataset,
-        judge,
+        judge_model,
         top_k=top_k,
         params=params,
         progress=not no_progress,
     )
     click.echo(
         f"{report.problems} problems, {report.pairs} pairs: {report.cached} already scored, {report.scored} scored "
-        f"now ({report.pairs_per_second:.2f} pairs/s) by {judge.identity} in {report.seconds:.1f} s"
+        f"now ({report.pairs_per_second:.2f} pairs/s) by {judge_model.identity} in {report.seconds:.1f} s"
     )
 
 

@@ -20,8 +20,9 @@ from lanpo.retrieval.search import SearchParams
 @field_option(RetrievalSettings, "gamma", type=Float(0, 1))
 @field_option(RetrievalSettings, "m", "--m", "m", type=Int(1), help="Experiences returned, best first (at most).")
 @click.option(
-    "--scorer", default="smollm2", show_default=True,
-    help="Judge model (`smollm2`, HF folder, hub id), or `none`: stage 1 only, no gamma filter.",
+    "--judge", "--scorer", "judge", default="smollm2", show_default=True,
+    help="Judge model (`smollm2`, HF folder, hub id), or `none`: stage 1 only, no gamma filter (--scorer: the old "
+    "spelling).",
 )  # fmt: skip
 @click.option(
     "--embedding-model", default="all-MiniLM-L6-v2", show_default=True, help="Embeds the question (vector/hybrid)."
@@ -37,7 +38,7 @@ def command(
     top_k: int,
     gamma: float,
     m: int,
-    scorer: str,
+    judge: str,
     embedding_model: str,
     ef_search: int,
     device: str | None,
@@ -60,23 +61,23 @@ def command(
     from lanpo.retrieval.testtime import check_question, default_embedder, retrieve
 
     check_question(question)  # everything a typo can break is checked before a model loads
-    if scorer.lower() != "none":
-        check_model_ref(scorer, "--scorer")
+    if judge.lower() != "none":
+        check_model_ref(judge, "--judge")
     if stage1 != "bm25":
         check_embedder_ref(embedding_model)
     check_device(device)
     engine = connect()
     with transaction(engine) as session:
         pool = resolve_pool(session, pool_name)  # before loading any model: a wrong name fails at once
-    judge = None if scorer.lower() == "none" else load_scorer(scorer, device=device)
+    judge_model = None if judge.lower() == "none" else load_scorer(judge, device=device)
     embedder = default_embedder(embedding_model) if stage1 != "bm25" else None
     with Session(engine) as session:
         found = retrieve(
-            session, question, pool_id=pool.id, stage1=stage1, top_k=top_k, gamma=gamma, m=m, scorer=judge,
+            session, question, pool_id=pool.id, stage1=stage1, top_k=top_k, gamma=gamma, m=m, scorer=judge_model,
             embedder=embedder, ef_search=ef_search, cache=BM25Cache(),
         )  # fmt: skip
     if not found:
-        what = "the pool is empty or nothing reached gamma" if judge else "the pool is empty"
+        what = "the pool is empty or nothing reached gamma" if judge_model else "the pool is empty"
         click.echo(f"no experiences ({what}): answer zero-shot")
         return
     for rank, hit in enumerate(found, start=1):
