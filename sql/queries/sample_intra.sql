@@ -23,11 +23,9 @@ pool AS (
     ) c
 ),
 keyed AS (
-    -- The key's twin lives in sample_inter.sql: keep the two expressions identical (a test compares them).
+    -- lanpo_draw_key (migration 0009): -ln(u) * (rank + 1), u from sha256('<candidate>/<problem>/<seed>').
     SELECT problem_id, candidate_id, rank,
-           -ln((CAST(CAST(CAST('x' || left(encode(
-                   sha256(convert_to(concat_ws('/', candidate_id, problem_id, CAST(:seed AS bigint)), 'UTF8')),
-               'hex'), 13) AS bit(52)) AS bigint) AS float8) + 0.5) / 4503599627370496.0) * (rank + 1) AS key
+           lanpo_draw_key(CAST(:seed AS bigint), candidate_id, problem_id, rank) AS key
     FROM pool
 ),
 drawn AS (

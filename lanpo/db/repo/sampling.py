@@ -7,7 +7,8 @@ weighted draws without replacement as long as the u of one pool are independent 
 cryptographic digest: the top 52 bits of `sha256('<candidate id>/<problem id>/<seed>')`, plus one half, over
 2^52 (exact in float8, strictly inside (0, 1)). A cheaper integer hash was correlated for nearby ids, and a
 step writes a group's rollouts and a problem's lessons with consecutive ids, which biased the draws (issue 8).
-The same seed gives the same draws, whatever the order of the problem ids or the rest of the batch.
+The same seed gives the same draws, whatever the order of the problem ids or the rest of the batch. The key is
+one SQL function, `lanpo_draw_key(seed, candidate_id, problem_id, rank)` (migration 0009), that the three call.
 """
 
 from __future__ import annotations
