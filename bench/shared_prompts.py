@@ -19,15 +19,17 @@ The policy is SmolLM2 + LoRA r16 on q/k/v/o (B drawn from N(0, 0.01), so the ada
 
     cd $LANPO_HOME && python /path/to/lanpo/bench/shared_prompts.py --run grpo-vs-lanpo-lanpo-both-s0 --step 12
     python bench/shared_prompts.py --model tiny-random --run ... # the same code paths in seconds
+    python bench/shared_prompts.py --model tiny-random --synthetic 2 --n 2 --max-new-tokens 4 --rounds 2
+                                   # no store at all: 2 zero-shot chain-sum prompts (the smoke test's size)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from typing import Any
+
+from harness import Rounds
 
 PHASES = ("generate", "reference", "update")
 STEP_PROMPTS = (
@@ -46,6 +48,9 @@ def main() -> int:
     parser.add_argument("--micro-batch-size", type=int, default=16, help="sequences per forward (grpo.micro_...)")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (round 1: warm-up)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument(
+        "--synthetic", type=int, default=0, help="replay N zero-shot chain-sum prompts instead of a stored step"
+    )
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be >= 2 (round 1 is warm-up)")
@@ -63,16 +68,26 @@ def main() -> int:
     from lanpo.train.update import micro_batch_loss
 
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
-    engine = connect()
-    with engine.connect() as conn:
-        rows = conn.execute(sa.text(STEP_PROMPTS), {"run": args.run, "step": args.step}).all()
-    engine.dispose()
-    if not rows:
-        parser.error(f"run {args.run!r} stored no prompts at step {args.step} (run it from its $LANPO_HOME)")
-    prompts = [r.prompt for r in rows]
-    modes = [r.mode for r in rows]
-
     model, tokenizer = load_causal_lm(args.model, dtype=torch.float32)
+    if args.synthetic:
+        from lanpo.data.generate import generate_problems
+        from lanpo.models import apply_chat
+        from lanpo.prompts import actor_messages
+
+        problems = generate_problems("chain_sum", args.synthetic, seed=0)
+        prompts = [apply_chat(tokenizer, actor_messages(p["question"])) for p in problems]
+        modes = ["zero_shot"] * len(prompts)
+        args.run, args.step = "synthetic", 0
+    else:
+        engine = connect()
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text(STEP_PROMPTS), {"run": args.run, "step": args.step}).all()
+        engine.dispose()
+        if not rows:
+            parser.error(f"run {args.run!r} stored no prompts at step {args.step} (run it from its $LANPO_HOME)")
+        prompts = [r.prompt for r in rows]
+        modes = [r.mode for r in rows]
+
     model = attach_lora(model, LoraSpec(rank=16, alpha=32))
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -115,26 +130,16 @@ def main() -> int:
             loss.backward()
         return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
-    seconds: dict[tuple[str, str], list[float]] = {(ph, way): [] for ph in PHASES for way in ("whole", "shared")}
+    rounds = Rounds(("whole", "shared"), args.rounds)
     agree, logp_diff, grad_cos = 0.0, 0.0, 1.0
-    for round_ in range(args.rounds):
-        ways = ("whole", "shared") if round_ % 2 == 0 else ("shared", "whole")
+    for round_, ways in rounds:
         got: dict[str, Any] = {}
         for way in ways:
             share = way == "shared"
-            started = time.perf_counter()
-            tokens = generate_shared() if share else generate_whole()
-            t_gen = time.perf_counter() - started
-            started = time.perf_counter()
-            ref = reference(share)
-            t_ref = time.perf_counter() - started
-            started = time.perf_counter()
-            grad = update(share, ref)
-            t_upd = time.perf_counter() - started
+            tokens, t_gen = rounds.time(round_, ("generate", way), generate_shared if share else generate_whole)
+            ref, t_ref = rounds.time(round_, ("reference", way), lambda share=share: reference(share))
+            grad, t_upd = rounds.time(round_, ("update", way), lambda share=share, ref=ref: update(share, ref))
             got[way] = (tokens, ref, grad)
-            if round_ > 0:
-                for phase, t in zip(PHASES, (t_gen, t_ref, t_upd), strict=True):
-                    seconds[(phase, way)].append(t)
             print(f"round {round_ + 1} {way}: generate {t_gen:.1f}s reference {t_ref:.1f}s update {t_upd:.1f}s",
                   flush=True)  # fmt: skip
         (tok_w, ref_w, grad_w), (tok_s, ref_s, grad_s) = got["whole"], got["shared"]
@@ -146,7 +151,7 @@ def main() -> int:
     print("\n| phase | whole rows s | shared prompts s | speed-up |\n| --- | ---: | ---: | ---: |")
     total = {"whole": 0.0, "shared": 0.0}
     for phase in PHASES:
-        w, s = (statistics.median(seconds[(phase, way)]) for way in ("whole", "shared"))
+        w, s = (rounds.median((phase, way)) for way in ("whole", "shared"))
         total["whole"] += w
         total["shared"] += s
         print(f"| {phase} | {w:.1f} | {s:.1f} | {w / s:.2f}x |")

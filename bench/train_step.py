@@ -44,6 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import Rounds
+
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("generate", "reward", "logprobs (ref)", "backward + optimizer", "other", "step", "cpu")
 
@@ -77,9 +79,8 @@ def main() -> int:
     rounds: list[dict[str, dict[str, float]]] = []
     started = time.perf_counter()
     try:
-        for r in range(1, args.steps + 1):
-            order = (lanpo, trl) if r % 2 else (trl, lanpo)
-            rounds.append({side.name: side.step(r) for side in order})
+        for r, order in Rounds((lanpo, trl), args.steps):  # each side's step times its own phases
+            rounds.append({side.name: side.step(r + 1) for side in order})
     finally:
         lanpo.close()
         trl.close()

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 from dataclasses import replace
 from typing import Any
+
+from harness import Rounds
 
 VARIANTS = ("fp32", "autocast bf16", "bf16 weights")
 
@@ -40,6 +41,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (round 1: warm-up)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--model", default="smollm2", help="smollm2, tiny-random (the code paths in seconds), a folder"
+    )
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be >= 2 (round 1 is warm-up)")
@@ -60,7 +64,7 @@ def main() -> int:
 
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
     torch.manual_seed(args.seed)
-    folder = prepare_smollm2()
+    folder = prepare_smollm2() if args.model == "smollm2" else args.model
     cfg = GRPOConfig(beta=5e-4, eps_low=0.2, eps_high=0.28, loss_agg="token-mean")
 
     def policy_in(dtype: str, state: dict[str, torch.Tensor] | None) -> tuple[Any, Any]:
@@ -119,33 +123,29 @@ def main() -> int:
         grad = torch.cat([p.grad.double().flatten() for n, p in model.named_parameters() if "lora_" in n])
         return loss.item(), grad, seconds
 
-    seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    rounds = Rounds(VARIANTS, args.rounds)
     results: dict[str, tuple[float, torch.Tensor]] = {}
-    for r in range(args.rounds):
-        order = VARIANTS[r % 3 :] + VARIANTS[: r % 3]
+    for r, order in rounds:
         for variant in order:
             loss, grad, s = run(variant)
             results[variant] = (loss, grad)
-            if r > 0:
-                seconds[variant].append(s)
-        timed = ", ".join(f"{v} {seconds[v][-1]:.2f} s" for v in order) if r > 0 else "warm-up"
+            rounds.add(r, variant, s)
+        timed = ", ".join(f"{v} {rounds.last(v):.2f} s" for v in order) if rounds.counted(r) else "warm-up"
         print(f"round {r + 1}/{args.rounds}: {timed}")
 
     base_loss, base_grad = results["fp32"]
-    base_s = statistics.median(seconds["fp32"])
     print(
         f"\n{args.prompts} prompts x {args.n} x <= {args.max_new_tokens} tokens, {args.threads} thread(s), "
         f"medians of {args.rounds - 1} rounds"
     )
     print("| precision | loss | loss - fp32 | grad norm / fp32 | grad cosine | s (ref + fwd/bwd) | speed vs fp32 |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for variant in VARIANTS:
+    for variant, s, speedup in rounds.against("fp32"):
         loss, grad = results[variant]
-        s = statistics.median(seconds[variant])
         cosine = float(torch.nn.functional.cosine_similarity(grad, base_grad, dim=0))
         print(
             f"| {variant} | {loss:+.4e} | {loss - base_loss:+.1e} | {float(grad.norm() / base_grad.norm()):.4f} "
-            f"| {cosine:.4f} | {s:.2f} | {base_s / s:.2f}x |"
+            f"| {cosine:.4f} | {s:.2f} | {speedup:.2f}x |"
         )
     return 0
 
