@@ -67,6 +67,7 @@ def fill_pool(db: Any, n: int, seed: int) -> None:
     from lanpo.config import StoreConfig
     from lanpo.db.engine import transaction
     from lanpo.db.repo.experiences import NewExperience, add_experiences
+    from lanpo.db.repo.pools import ensure_pool
     from lanpo.db.repo.problems import ProblemIn, upsert_problems
     from lanpo.inference.io import Question
     from lanpo.inference.store import attach_problem_ids
@@ -84,7 +85,8 @@ def fill_pool(db: Any, n: int, seed: int) -> None:
                 f"## Principles\n{rng.choice(LESSONS)}\n## Pitfalls\n{rng.choice(PITFALLS)}"
             )
             items.append(NewExperience(q.problem_id, summary, reward=1.0))  # type: ignore[arg-type]
-        add_experiences(session, items, StoreConfig(per_problem_cap=1000, per_step_cap=1000))
+        pool = ensure_pool(session, "bench", StoreConfig(per_problem_cap=1000, per_step_cap=1000))
+        add_experiences(session, pool, items)
 
 
 def main() -> None:
@@ -98,6 +100,9 @@ def main() -> None:
     parser.add_argument("--only", default="batching,retrieval,self-correct")
     parser.add_argument("--repeats", type=int, default=3, help="round-robin repeats; the best time is kept")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: one per core; 1 on a busy machine)")
+    parser.add_argument(
+        "--model", default="smollm2", help="smollm2, tiny-random (the code paths in seconds), a folder"
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
 
@@ -109,7 +114,7 @@ def main() -> None:
     from lanpo.models import load_causal_lm
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
-    model, tokenizer = load_causal_lm("smollm2", device="cpu", dtype="float32")
+    model, tokenizer = load_causal_lm(args.model, device="cpu", dtype="float32")
     qs = [Question(r["id"], r["question"], r["answer"]) for r in questions(args.n, "test", args.seed)]
     greedy = SamplingSettings(max_new_tokens=args.max_new_tokens, temperature=0.0, seed=args.seed)
 
@@ -117,7 +122,7 @@ def main() -> None:
         return Engine(
             model,
             tokenizer=tokenizer,
-            model_id="smollm2",
+            model_id=args.model,
             sampling=greedy,
             batch_size=batch,
             notify=lambda _: None,
@@ -220,8 +225,9 @@ def main() -> None:
             )
         )
 
+    model_name = "SmolLM2-135M-Instruct" if args.model == "smollm2" else args.model
     print(
-        f"\nSmolLM2-135M-Instruct, CPU ({torch.get_num_threads()} threads), {n} questions, greedy, "
+        f"\n{model_name}, CPU ({torch.get_num_threads()} threads), {n} questions, greedy, "
         f"max {args.max_new_tokens} new tokens, best of {args.repeats} round-robin repeats\n"
     )
     header = ("measure", "reference", "lanpo", "ratio / added")

@@ -207,8 +207,8 @@ def corpus_vectors(kind: str, owners: np.ndarray, texts: list[str], n_problems: 
 
 
 def load_store(engine: object, problems: list[tuple[str, str]], owners: np.ndarray, texts: list[str],
-               vectors: np.ndarray, dataset: str) -> None:  # fmt: skip
-    """Bulk-load problems, experiences and versions (binary COPY), then build the HNSW index once."""
+               vectors: np.ndarray, dataset: str, pool_id: int) -> None:  # fmt: skip
+    """Bulk-load problems, experiences of pool `pool_id` and versions (binary COPY), then build the HNSW index."""
     import sqlalchemy as sa
     from pgvector.psycopg import register_vector
 
@@ -226,9 +226,9 @@ def load_store(engine: object, problems: list[tuple[str, str]], owners: np.ndarr
         problem_ids = np.array([r[0] for r in cur.fetchall()])
         cur.execute("SELECT coalesce(max(id), 0) FROM experiences")
         first = cur.fetchone()[0]
-        with cur.copy("COPY experiences (problem_id, reward) FROM STDIN") as copy:
+        with cur.copy("COPY experiences (pool_id, problem_id, reward) FROM STDIN") as copy:
             for p in owners:
-                copy.write_row((int(problem_ids[p]), 1.0))
+                copy.write_row((pool_id, int(problem_ids[p]), 1.0))
         cur.execute("SELECT id FROM experiences WHERE id > %s ORDER BY id", (first,))
         experience_ids = [r[0] for r in cur.fetchall()]
         assert len(experience_ids) == len(texts)
@@ -254,7 +254,9 @@ def load_store(engine: object, problems: list[tuple[str, str]], owners: np.ndarr
     print(f"built HNSW (m=16, ef_construction=64) over {len(texts):,} vectors in {time.perf_counter() - start:.1f} s")
 
 
-def bench_vector(engine: object, query_vectors: np.ndarray, ef_values: Sequence[int], n_exact: int) -> None:
+def bench_vector(
+    engine: object, pool_id: int, query_vectors: np.ndarray, ef_values: Sequence[int], n_exact: int
+) -> None:
     from sqlalchemy.orm import Session
 
     from lanpo.retrieval.vector import search_pool
@@ -262,7 +264,7 @@ def bench_vector(engine: object, query_vectors: np.ndarray, ef_values: Sequence[
     with Session(engine) as session:  # type: ignore[arg-type]
         exact, exact_lat = [], []
         for q in query_vectors[:n_exact]:
-            hits, dt = timed(lambda q=q: search_pool(session, q, 10, exact=True))
+            hits, dt = timed(lambda q=q: search_pool(session, q, 10, pool_id=pool_id, exact=True))
             session.rollback()
             exact.append([h[0] for h in hits])  # type: ignore[union-attr]
             exact_lat.append(dt)
@@ -270,7 +272,7 @@ def bench_vector(engine: object, query_vectors: np.ndarray, ef_values: Sequence[
         for ef in ef_values:
             lat, recall = [], []
             for i, q in enumerate(query_vectors):
-                hits, dt = timed(lambda q=q, ef=ef: search_pool(session, q, 10, ef_search=ef))
+                hits, dt = timed(lambda q=q, ef=ef: search_pool(session, q, 10, pool_id=pool_id, ef_search=ef))
                 session.rollback()
                 lat.append(dt)
                 if i < n_exact:
@@ -285,7 +287,7 @@ def bench_vector(engine: object, query_vectors: np.ndarray, ef_values: Sequence[
     )
 
 
-def bench_hybrid(engine: object, queries: list[str], query_vectors: np.ndarray) -> None:
+def bench_hybrid(engine: object, pool_id: int, queries: list[str], query_vectors: np.ndarray) -> None:
     from sqlalchemy.orm import Session
 
     from lanpo.retrieval.corpus import BM25Cache, pool_key
@@ -294,15 +296,15 @@ def bench_hybrid(engine: object, queries: list[str], query_vectors: np.ndarray) 
     cache = BM25Cache(max_staleness_s=3600.0)  # the pool does not change here: time the searches themselves
     rows: list[list[object]] = []
     with Session(engine) as session:  # type: ignore[arg-type]
-        _, t_build = timed(lambda: cache.pool(session))
-        _, t_key = timed(lambda: pool_key(session))
+        _, t_build = timed(lambda: cache.pool(session, pool_id))
+        _, t_key = timed(lambda: pool_key(session, pool_id))
         session.rollback()
         for stage1 in ("bm25", "vector", "hybrid"):
             lat = []
             for q, v in zip(queries, query_vectors, strict=False):
                 _, dt = timed(
-                    lambda q=q, v=v, s=stage1: search_pool(session, q, 16, query_vector=v, params=SearchParams(s),
-                                                           cache=cache)
+                    lambda q=q, v=v, s=stage1: search_pool(session, q, 16, pool_id=pool_id, query_vector=v,
+                                                           params=SearchParams(s), cache=cache)
                 )  # fmt: skip
                 session.rollback()
                 lat.append(dt)
@@ -317,12 +319,12 @@ def bench_hybrid(engine: object, queries: list[str], query_vectors: np.ndarray) 
 # --------------------------------------------------------------------------- scorer
 
 
-def bench_scorer(pairs: list[tuple[str, str]], batch_size: int) -> None:
+def bench_scorer(pairs: list[tuple[str, str]], batch_size: int, judge: str = "smollm2") -> None:
     import torch
 
     from lanpo.retrieval.scorer import load_scorer
 
-    scorer = load_scorer("smollm2", device="cpu", dtype="float32")
+    scorer = load_scorer(judge, device="cpu", dtype="float32")
     scorer.score(pairs[:2], batch_size=2)  # warm-up
     rows: list[list[object]] = []
     base: tuple[float, float] | None = None
@@ -341,8 +343,9 @@ def bench_scorer(pairs: list[tuple[str, str]], batch_size: int) -> None:
         base = base or (rate, cpu)
         rows.append([label, rate, f"{rate / base[0]:.2f}x", cpu / len(pairs), f"{base[1] / cpu:.2f}x"])
     drift = max(abs(a - b) for other in results[1:] for a, b in zip(results[0], other, strict=True))  # type: ignore[arg-type]
+    judge_name = "SmolLM2-135M" if judge == "smollm2" else judge
     table(
-        f"Relevance judge SmolLM2-135M on CPU ({torch.get_num_threads()} threads), {len(pairs)} pairs "
+        f"Relevance judge {judge_name} on CPU ({torch.get_num_threads()} threads), {len(pairs)} pairs "
         f"({len({p for p, _ in pairs})} problems x {len(pairs) // len({p for p, _ in pairs})} candidates); "
         f"max score difference between settings {drift:.1e}",
         ["", "pairs/s (wall)", "vs one pair per forward", "CPU s per pair", "CPU vs one pair per forward"],
@@ -370,6 +373,7 @@ def main() -> None:
     parser.add_argument("--only", default="bm25,vector,hybrid,scorer", help="sections to run")
     parser.add_argument("--home", type=Path, default=None, help="LANPO_HOME of the bench's own Postgres (temp)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--judge", default="smollm2", help="the scorer's model: smollm2, tiny-random, a folder")
     args = parser.parse_args()
     only = set(args.only.split(","))
 
@@ -391,6 +395,12 @@ def main() -> None:
         dataset = f"bench-{args.n}-{args.vectors}-{args.seed}"
         import sqlalchemy as sa
 
+        from lanpo.config import StoreConfig
+        from lanpo.db.engine import transaction
+        from lanpo.db.repo.pools import ensure_pool
+
+        with transaction(engine) as session:  # the pool the corpus lives in, named like its dataset
+            pool_id = ensure_pool(session, dataset, StoreConfig()).id
         with engine.connect() as conn:
             loaded = conn.scalar(sa.text("SELECT count(*) FROM problems WHERE dataset = :d"), {"d": dataset})
         (vectors, make_queries), t_embed = timed(
@@ -398,13 +408,13 @@ def main() -> None:
         )
         if not loaded:
             print(f"{args.vectors} vectors for {len(texts):,} summaries in {t_embed:.1f} s")
-            load_store(engine, problems, owners, texts, vectors, dataset)  # type: ignore[arg-type]
+            load_store(engine, problems, owners, texts, vectors, dataset, pool_id)  # type: ignore[arg-type]
         query_vectors = make_queries(args.vector_queries, queries[: args.vector_queries])
         if "vector" in only:
             ef_values = [int(x) for x in args.ef.split(",")]
-            bench_vector(engine, query_vectors, ef_values, args.exact_queries)
+            bench_vector(engine, pool_id, query_vectors, ef_values, args.exact_queries)
         if "hybrid" in only:
-            bench_hybrid(engine, queries[: args.vector_queries], query_vectors)
+            bench_hybrid(engine, pool_id, queries[: args.vector_queries], query_vectors)
         engine.dispose()
         if args.home is None:
             server.stop(home)
@@ -412,7 +422,7 @@ def main() -> None:
         # As in `lanpo relevance build`: each problem against its top-k candidates (here: other problems' text).
         rng = random.Random(args.seed)
         pairs = [(q, rng.choice(problems)[1]) for q in queries[: args.scorer_problems] for _ in range(args.top_k)]
-        bench_scorer(pairs, args.top_k)
+        bench_scorer(pairs, args.top_k, args.judge)
 
 
 if __name__ == "__main__":
