@@ -1,0 +1,90 @@
+"""Every script in bench/ at its smallest size, each in a subprocess with a timeout: it exits 0 and prints the line
+that holds its ratio. Nothing else runs the benches, and two of them had stopped running unnoticed (issue 24).
+
+The tiny random model wherever a bench takes one; each bench starts its own embedded Postgres where it needs one
+(LANPO_DATABASE_URL is not passed on). bench/rollout.py times vLLM against HF `generate` on the real SmolLM2: it
+runs in the vLLM lane (`pytest -m vllm`) and is skipped where vllm is not importable.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 240  # a bench that hangs fails instead of holding the lane
+
+# bench -> (its smallest arguments, a regex for the line with its ratio)
+BENCHES: dict[str, tuple[str, str]] = {
+    "decode": ("--model tiny-random --rounds 1 --shapes step", r"\| lanpo loop \| [\d.]+ \| [\d.]+x \|"),
+    "full_ft": (
+        "--steps 1 --prompts 1 --n 2 --prompt-tokens 4 --completion-tokens 4",
+        r"update, s \(median\)\s+[\d.]+\s+[\d.]+\s+[\d.]+x",
+    ),
+    "update_dtype": (
+        "--model tiny-random --prompts 1 --n 2 --max-new-tokens 4 --rounds 2",
+        r"\| bf16 weights \|.*\| [\d.]+x \|",
+    ),
+    "shared_prompts": (
+        "--model tiny-random --synthetic 2 --n 2 --max-new-tokens 4 --rounds 2",
+        r"\| all three \| [\d.]+ \| [\d.]+ \| [\d.]+x \|",
+    ),
+    "inference": (
+        "--model tiny-random --n 1 --max-new-tokens 4 --pool 10 --top-k 3 --batch 1 --repeats 1 --threads 1",
+        r"retrieval mode vs zero-shot, s/question +\| [\d.]+ +\| [\d.]+ +\| [+-][\d.]+ s",
+    ),
+    "retrieval": (
+        "--n 200 --problems 20 --queries 3 --ref-queries 1 --vector-queries 3 --exact-queries 2 --ef 40 "
+        "--scorer-problems 1 --top-k 2 --judge tiny-random",
+        r"\| query p50 \(ms\) \| [\d.e+-]+ \| [\d.e+-]+ \| [\d.]+x \|",
+    ),
+    "train_step": (
+        "--steps 1 --prompts 1 --n 2 --max-new-tokens 4 --threads 1 --model tiny-random",
+        r"(?m)^step +[\d.]+ +[\d.]+ +[\d.]+x",
+    ),
+    "pool_ops": ("--scale small --steps 1", r"target: whole step <= 1.5x in-memory -> wall [\d.]+x"),
+}
+VLLM_BENCHES: dict[str, tuple[str, str]] = {
+    "rollout": ("--shape 1x1x4 --repeats 1 --threads 1", r"\| vllm \| [\d.]+ \| \d+ \| [\d.]+× \|"),
+}
+
+
+def run_bench(name: str, args: str, tmp_path: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "LANPO_DATABASE_URL"}
+    env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / f"{name}.py"), *args.split()],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, f"bench/{name}.py exited {out.returncode}:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
+    return out.stdout
+
+
+def test_every_bench_is_smoked() -> None:
+    assert {p.stem for p in (ROOT / "bench").glob("*.py")} - {"harness"} == set(BENCHES) | set(VLLM_BENCHES)
+
+
+@pytest.mark.parametrize("name", sorted(BENCHES))
+def test_bench_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
+    args, ratio = BENCHES[name]
+    stdout = run_bench(name, args, tmp_path)
+    assert re.search(ratio, stdout), f"bench/{name}.py printed no ratio line ({ratio}):\n{stdout[-3000:]}"
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="bench/rollout.py needs vLLM (the vllm lane)")
+@pytest.mark.parametrize("name", sorted(VLLM_BENCHES))
+def test_vllm_bench_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
+    args, ratio = VLLM_BENCHES[name]
+    stdout = run_bench(name, args, tmp_path)
+    assert re.search(ratio, stdout), f"bench/{name}.py printed no ratio line ({ratio}):\n{stdout[-3000:]}"
