@@ -140,26 +140,42 @@ def policy_loss(
         kl = torch.zeros_like(logp) if ref_logp is None else kl_k3(logp, ref_logp)
     loss = aggregate(per_token, mask, agg)
     with torch.no_grad():
-        is_clipped = ((ratio < 1.0 - eps_low) & (adv < 0)) | ((ratio > 1.0 + eps_high) & (adv > 0))
-        denom = mask.sum().clamp(min=1.0)
-        if dual_bound is None:
-            dual_frac = torch.zeros((), dtype=logp.dtype)
-        else:  # verl: torch.gt(clip_pg_losses1, pg_losses3) * (advantages < 0)
+        stats = _loss_stats(ratio, adv, mask, kl, pg, weight, old_logp, behavior_logp, eps_low, eps_high, agg)
+        if dual_bound is not None:  # verl: torch.gt(clip_pg_losses1, pg_losses3) * (advantages < 0)
             is_dual = (pg_unbounded.detach() > dual_bound) & (adv < 0)
-            dual_frac = (is_dual.to(mask.dtype) * mask).sum() / denom
-        stats = {
-            "kl": (kl.detach() * mask).sum() / denom,
-            "clip_frac": (is_clipped.to(mask.dtype) * mask).sum() / denom,
-            "dual_clip_frac": dual_frac,
-            "ratio_mean": (ratio.detach() * mask).sum() / denom,
-            "pg_loss": aggregate(pg.detach(), mask, agg),
-            "tis_weight": (weight * mask).sum() / denom,
-            # how far the sampling engine's log-probs sit from the trainer's (0 without them)
-            "logp_diff": ((old_logp.detach() - behavior_logp).abs() * mask).sum() / denom
-            if behavior_logp is not None
-            else torch.zeros((), dtype=logp.dtype),
-        }
+            stats["dual_clip_frac"] = (is_dual.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1.0)
     return loss, stats
+
+
+def _loss_stats(
+    ratio: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    kl: torch.Tensor,
+    pg: torch.Tensor,
+    weight: torch.Tensor,
+    old_logp: torch.Tensor,
+    behavior_logp: torch.Tensor | None,
+    eps_low: float,
+    eps_high: float,
+    agg: Aggregation,
+) -> dict[str, torch.Tensor]:
+    """`policy_loss`'s detached stats, token-means over `mask` (B, T); `dual_clip_frac` 0 (the caller sets it
+    when the dual clip is on)."""
+    is_clipped = ((ratio < 1.0 - eps_low) & (adv < 0)) | ((ratio > 1.0 + eps_high) & (adv > 0))
+    denom = mask.sum().clamp(min=1.0)
+    return {
+        "kl": (kl.detach() * mask).sum() / denom,
+        "clip_frac": (is_clipped.to(mask.dtype) * mask).sum() / denom,
+        "dual_clip_frac": torch.zeros((), dtype=mask.dtype),
+        "ratio_mean": (ratio.detach() * mask).sum() / denom,
+        "pg_loss": aggregate(pg.detach(), mask, agg),
+        "tis_weight": (weight * mask).sum() / denom,
+        # how far the sampling engine's log-probs sit from the trainer's (0 without them)
+        "logp_diff": ((old_logp.detach() - behavior_logp).abs() * mask).sum() / denom
+        if behavior_logp is not None
+        else torch.zeros((), dtype=mask.dtype),
+    }
 
 
 def nll_sum_of(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
