@@ -264,14 +264,7 @@ def run_sft(
     dist = dist or Dist()
     started = time.perf_counter()
     target = output_dir(out_dir if out_dir else config.checkpoint_root() / "sft", "SFT output folder")
-    if data is None:
-        pairs = sft_pairs(problems_for_sft(config), seed=config.sft.seed, skill_problems=config.sft.skill_problems)
-    elif isinstance(data, str | Path):
-        pairs = read_pairs(data)
-    else:
-        pairs = list(data)  # type: ignore[arg-type]
-    if not pairs:
-        raise InputError("no SFT pairs (no problem had a worked solution)")
+    pairs = _pairs(config, data)
     sft = config.sft
     model, tokenizer = policy if policy is not None else load_policy(config.model, config.lora, seed=config.seed)
     trained = ddp if ddp is not None else model
@@ -300,21 +293,8 @@ def run_sft(
             if len(losses) >= total:
                 break
             chunk = [encoded[i] for i in order[start : start + sft.batch_size]]  # the whole batch, every rank
-            mine = dist.share(chunk)
-            share, weight = (mine, 1.0) if mine else (chunk[:1], 0.0)  # no pair of its own: still in the all-reduce
-            labelled = weight * sum(sum(t != -100 for t in lab[1:]) for _, lab in share)  # tokens predicted
-            tokens = dist.all_reduce_sum(torch.tensor(float(labelled))).clamp(min=1.0)
             optimizer.zero_grad(set_to_none=True)
-            summed = torch.zeros(())
-            micro = sft.micro_batch_size or len(share)
-            pieces = [share[i : i + micro] for i in range(0, len(share), micro)]
-            for i, piece in enumerate(pieces):  # gradient accumulation: the sum over pieces is the batch's
-                # DDP all-reduces on each rank's last backward only (once per rank, however many pieces it has)
-                sync = i == len(pieces) - 1 or ddp is None
-                with nullcontext() if sync else ddp.no_sync():
-                    part = nll_sum(trained, *_padded(piece, tokenizer.pad_token_id, device)) * weight
-                    (part / tokens * dist.world).backward()  # DDP averages the ranks' gradients: the batch's mean
-                summed = summed + part.detach()
+            summed, tokens = _backward(trained, ddp, chunk, sft.micro_batch_size, tokenizer.pad_token_id, device, dist)
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             scheduler.step()
@@ -331,6 +311,41 @@ def run_sft(
     if engine is not None and dist.is_main:
         _record(engine, config, result)
     return result
+
+
+def _pairs(config: TrainConfig, data: str | Path | Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The SFT pairs: read from a JSONL path, given as a list, or (None) built from the recipe's problems."""
+    if data is None:
+        pairs = sft_pairs(problems_for_sft(config), seed=config.sft.seed, skill_problems=config.sft.skill_problems)
+    elif isinstance(data, str | Path):
+        pairs = read_pairs(data)
+    else:
+        pairs = list(data)  # type: ignore[arg-type]
+    if not pairs:
+        raise InputError("no SFT pairs (no problem had a worked solution)")
+    return pairs
+
+
+def _backward(
+    trained: Any, ddp: Any, chunk: list[Any], micro_batch_size: int, pad_token_id: int, device: Any, dist: Dist
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Backward of one batch `chunk` (every rank's pairs, encoded): this rank's share, its loss scaled to the
+    token-mean over the whole batch; returns (this rank's summed NLL, the batch's predicted tokens)."""
+    mine = dist.share(chunk)
+    share, weight = (mine, 1.0) if mine else (chunk[:1], 0.0)  # no pair of its own: still in the all-reduce
+    labelled = weight * sum(sum(t != -100 for t in lab[1:]) for _, lab in share)  # tokens predicted
+    tokens = dist.all_reduce_sum(torch.tensor(float(labelled))).clamp(min=1.0)
+    summed = torch.zeros(())
+    micro = micro_batch_size or len(share)
+    pieces = [share[i : i + micro] for i in range(0, len(share), micro)]
+    for i, piece in enumerate(pieces):  # gradient accumulation: the sum over pieces is the batch's
+        # DDP all-reduces on each rank's last backward only (once per rank, however many pieces it has)
+        sync = i == len(pieces) - 1 or ddp is None
+        with nullcontext() if sync else ddp.no_sync():
+            part = nll_sum(trained, *_padded(piece, pad_token_id, device)) * weight
+            (part / tokens * dist.world).backward()  # DDP averages the ranks' gradients: the batch's mean
+        summed = summed + part.detach()
+    return summed, tokens
 
 
 def _record(engine: Any, config: TrainConfig, result: SFTResult) -> None:
