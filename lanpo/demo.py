@@ -102,17 +102,10 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
 
     with stage(4, f"training: SFT warm start, then {cfg.steps} LANPO GRPO steps ({cfg.feedback.mode} feedback)", echo):
         from lanpo.train.loop import train
+        from lanpo.train.step_line import step_line
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
-            modes = " ".join(
-                f"{m}={metrics[f'accuracy/{m}']:.2f}"
-                for m in ("zero_shot", "intra", "inter")
-                if f"accuracy/{m}" in metrics
-            )
-            echo(
-                f"      step {step}: reward {metrics['reward/mean']:.3f}  accuracy {metrics['accuracy/mean']:.2f}"
-                f" ({modes})  pool {metrics.get('pool/active', 0):.0f}  {metrics['time/step']:.0f}s"
-            )
+            echo(f"      {step_line(step, metrics)}")
 
         result = train(cfg, engine=engine, progress=False, on_step=on_step)
         out["rewards"] = [m["reward/mean"] for m in result.metrics]

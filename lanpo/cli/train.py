@@ -2,33 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import os
 
 import click
 
 from lanpo.cli.keys import keys_option
-
-
-def _line(step: int, metrics: dict[str, float]) -> str:
-    acc_by_mode = " ".join(
-        f"{mode}={metrics[f'accuracy/{mode}']:.2f}"
-        for mode in ("zero_shot", "intra", "inter")
-        if f"accuracy/{mode}" in metrics
-    )
-    kl = metrics.get("kl", math.nan)
-    mel = ""
-    if "mel/pairs" in metrics:  # MEL: pairs -> lessons -> validated, and J_NLL
-        nll = f"{metrics['mel/nll']:.2f}" if "mel/nll" in metrics else "-"  # no validated lesson: no term
-        mel = (
-            f"mel {metrics['mel/pairs']:.0f}->{metrics['mel/candidates']:.0f}->{metrics['mel/validated']:.0f}"
-            f" nll {nll}  "
-        )
-    return (
-        f"step {step:>4}  reward {metrics['reward/mean']:.3f}  acc {metrics['accuracy/mean']:.2f} ({acc_by_mode})  "
-        f"kl {kl:.2e}  len {metrics['response_len/mean']:.0f}  pool {metrics.get('pool/active', 0):.0f}  {mel}"
-        f"{metrics['time/step']:.1f}s"
-    )
+from lanpo.train.step_line import step_line
 
 
 @click.command("train")
@@ -66,13 +45,13 @@ def command(config_path: str, overrides: tuple[str, ...], resume: bool, no_progr
 
     def report(step: int, metrics: dict[str, float]) -> None:
         if no_progress:
-            click.echo(_line(step, metrics))
+            click.echo(step_line(step, metrics))
 
     result = train(cfg, engine=engine, resume=resume, progress=not no_progress, on_step=report)
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
         return
     if not no_progress:
         for step, metrics in zip(result.steps, result.metrics, strict=True):
-            click.echo(_line(step, metrics))
+            click.echo(step_line(step, metrics))
     done = f"steps {result.steps[0]}-{result.steps[-1]}" if result.steps else "no new steps (already complete)"
     click.echo(f"run {result.run_name} (id {result.run_id}): {done}; checkpoints in {result.checkpoint_dir}")
