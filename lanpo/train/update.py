@@ -33,7 +33,8 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -246,9 +247,7 @@ def update_policy(
     temperature) (1: the logits as they are, bit for bit what the update computed before the argument existed).
     """
     dist = dist or Dist()
-    model, trained = policy.model, policy.trained
     autocast = autocast_dtype(cfg.autocast)  # None: the forwards in the weights' dtype
-    params = policy.trainable_parameters()
     zero_spread = float(dist.all_reduce_sum((advantages == 0).float().mean().reshape(1)).item() / dist.world)
     n_minibatches = minibatches_per_epoch(batch.size * dist.world, cfg)
     if cfg.skip_zero_spread:
@@ -256,107 +255,176 @@ def update_policy(
         # (and drops their KL term). Single process only: ranks would hold minibatches of different sizes.
         keep = torch.nonzero(advantages != 0).flatten()
         if keep.numel() == 0:  # nothing to learn from: the schedule advances, the weights do not move
-            measured = _measure_only(policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast, temperature)
-            for _ in range(cfg.ppo_epochs * n_minibatches):
-                _skip_update(optimizer, scheduler)
-            return UpdateStats(
-                0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, None, zero_spread, 0.0, 0.0,
-                dual_clip_frac=None if cfg.dual_clip is None else 0.0,
-            )  # fmt: skip
+            return _nothing_to_learn(policy, optimizer, scheduler, batch, cfg, n_minibatches, zero_spread, temperature)
         batch, advantages = batch.select(keep.to(batch.input_ids.device)), advantages[keep]
         behavior_logp = None if behavior_logp is None else behavior_logp[keep]
-    B = batch.size
-    on_policy = cfg.ppo_epochs == 1 and n_minibatches == 1
 
     started = time.perf_counter()
     micro, share = cfg.micro_batch_size, cfg.share_prompts
     ref_logp = policy.reference_logprobs(batch, micro, share, autocast, temperature)  # (B, T): KL
     # Several updates per batch: the ratio needs log-probs of the policy that generated it, taken before any step.
-    old_logp = None if on_policy else chunked_logprobs(model, batch, micro, share, autocast, temperature)
+    on_policy = cfg.ppo_epochs == 1 and n_minibatches == 1
+    old_logp = None if on_policy else chunked_logprobs(policy.model, batch, micro, share, autocast, temperature)
     seconds_ref = time.perf_counter() - started
 
     started = time.perf_counter()
-    totals = dict.fromkeys((*STATS, "grad_norm"), 0.0)
-    updates = 0
     use_nll = nll is not None and nll.coef != 0.0  # the same on every rank (a setting, not data)
-    nll_batch = nll.batch if nll is not None and use_nll else None  # (E, P' + T') this rank's examples
-    nll_size = 0 if nll_batch is None else nll_batch.size
-    nll_updates, nll_total = 0, 0.0
-    generator = torch.Generator().manual_seed(seed % (2**63))  # the same on every rank: the same local order
-    model.train()
-    for _epoch in range(cfg.ppo_epochs):
-        # One epoch: minibatches are consecutive blocks of prompts (already a random draw); several: a fresh order.
-        order = torch.randperm(B, generator=generator) if cfg.ppo_epochs > 1 else torch.arange(B)
-        nll_shares = torch.tensor_split(torch.arange(nll_size), n_minibatches)  # (E_i,) per minibatch
-        for mb, nll_share in zip(torch.tensor_split(order, n_minibatches), nll_shares, strict=True):  # (M,) each
-            if mb.numel() == 0:  # fewer rollouts kept than minibatches (skip_zero_spread): the schedule still steps
-                _skip_update(optimizer, scheduler)
-                continue
-            tokens_mb = dist.all_reduce_sum(batch.completion_mask[mb].sum().float()).clamp(min=1).item()
-            optimizer.zero_grad(set_to_none=True)
-            mb_stats = dict.fromkeys(STATS, 0.0)
-            if nll is not None and use_nll:  # before the GRPO micro-batches, whose last backward syncs
-                filler = batch.select(mb[:1].to(batch.input_ids.device)) if policy.collective_forwards else None
-                mb_nll, nll_tokens = nll_backward(
-                    model, nll_batch, nll_share, nll.coef, cfg.micro_batch_size, dist, cfg.share_prompts, autocast,
-                    filler,
-                )  # fmt: skip
-                if nll_tokens:
-                    nll_updates, nll_total = nll_updates + 1, nll_total + mb_nll
-            micro_starts = range(0, len(mb), cfg.micro_batch_size)
-            for micro_start in micro_starts:
-                idx = mb[micro_start : micro_start + cfg.micro_batch_size]  # (m,)
-                sub = batch.select(idx.to(batch.input_ids.device))
-                last = micro_start == micro_starts[-1]
-                # DDP all-reduces on the minibatch's last backward only; the others accumulate locally.
-                sync = contextlib.nullcontext() if last else policy.no_sync()
-                with sync:
-                    loss, stats, entropy = micro_batch_loss(
-                        trained,
-                        sub,
-                        advantages[idx],
-                        None if old_logp is None else old_logp[idx],
-                        ref_logp[idx],
-                        None if behavior_logp is None else behavior_logp[idx],
-                        cfg,
-                        temperature,
-                    )
-                    # Weight micro-batches so the minibatch loss is the exact token-mean (or seq-mean) over every
-                    # rank's sequences; times the world size, since DDP and FSDP average the ranks' gradients.
-                    tokens = sub.completion_mask.sum().item()
-                    weight = tokens / tokens_mb if cfg.loss_agg == "token-mean" else len(idx) / (len(mb) * dist.world)
-                    (loss * weight * dist.world).backward()
-                token_weight = tokens / tokens_mb
-                mb_stats["loss"] += loss.item() * weight
-                for key in ("kl", "clip_frac", "dual_clip_frac", "tis_weight", "logp_diff"):
-                    mb_stats[key] += stats[key].item() * token_weight
-                mb_stats["entropy"] += float((entropy * sub.completion_mask.float()).sum() / tokens_mb)  # type: ignore[operator]
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            summed = dist.all_reduce_sum(torch.tensor([mb_stats[k] for k in STATS], dtype=torch.float64))
-            optimizer.step()
-            scheduler.step()
-            updates += 1
-            for key, value in zip(STATS, summed.tolist(), strict=True):
-                totals[key] += value
-            totals["grad_norm"] += float(grad_norm)
-    optimizer.zero_grad(set_to_none=True)
-    mean = {k: v / max(updates, 1) for k, v in totals.items()}
-    nll_stats = {}
-    if use_nll:
-        local = 0.0 if nll_batch is None else float(nll_batch.completion_mask.sum())
-        tokens = dist.all_reduce_sum(torch.tensor([local], dtype=torch.float64)).item()
-        nll_stats = {"nll": nll_total / nll_updates if nll_updates else None, "nll_tokens": tokens}
-    return UpdateStats(
-        loss=mean["loss"],
-        kl=mean["kl"],
-        entropy=mean["entropy"],
-        grad_norm=mean["grad_norm"],
-        clip_frac=mean["clip_frac"],
-        tis_weight=mean["tis_weight"],
-        logp_diff=None if behavior_logp is None else mean["logp_diff"],
-        zero_spread=zero_spread,
-        seconds_ref=seconds_ref,
-        seconds_update=time.perf_counter() - started,
-        dual_clip_frac=None if cfg.dual_clip is None else mean["dual_clip_frac"],
-        **nll_stats,
+    update = _Update(
+        policy, batch, advantages, old_logp, ref_logp, behavior_logp, cfg, dist, temperature, nll if use_nll else None
     )
+    policy.model.train()
+    for mb, nll_share in _minibatches(batch.size, n_minibatches, cfg.ppo_epochs, seed, update.nll_size):
+        if mb.numel() == 0:  # fewer rollouts kept than minibatches (skip_zero_spread): the schedule still steps
+            _skip_update(optimizer, scheduler)
+            continue
+        update.optimizer_step(optimizer, scheduler, mb, nll_share)
+    optimizer.zero_grad(set_to_none=True)
+    return update.stats(zero_spread, seconds_ref, time.perf_counter() - started)
+
+
+def _minibatches(
+    size: int, n_minibatches: int, epochs: int, seed: int, nll_size: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Each epoch's minibatches of rollout indices (M,), each with its share of the NLL examples (E_i,).
+
+    One epoch: minibatches are consecutive blocks of prompts (already a random draw); several: a fresh order per
+    epoch, from a generator seeded the same on every rank (the same local order)."""
+    generator = torch.Generator().manual_seed(seed % (2**63))
+    for _epoch in range(epochs):
+        order = torch.randperm(size, generator=generator) if epochs > 1 else torch.arange(size)
+        nll_shares = torch.tensor_split(torch.arange(nll_size), n_minibatches)
+        yield from zip(torch.tensor_split(order, n_minibatches), nll_shares, strict=True)
+
+
+@dataclass
+class _Update:
+    """One update's fixed inputs (the batch, its advantages and log-probs), and what it sums over its optimizer
+    steps: `optimizer_step` runs one minibatch's micro-steps and steps; `stats` reduces the sums to means."""
+
+    policy: Policy
+    batch: RolloutBatch  # (B, P + T)
+    advantages: torch.Tensor  # (B,)
+    old_logp: torch.Tensor | None  # (B, T); None: on-policy
+    ref_logp: torch.Tensor  # (B, T)
+    behavior_logp: torch.Tensor | None  # (B, T); None: the engine reports none
+    cfg: GRPOConfig
+    dist: Dist
+    temperature: float
+    nll: NLLTerm | None  # MEL's term, when it is on (coef != 0)
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys((*STATS, "grad_norm"), 0.0))
+    updates: int = 0
+    nll_updates: int = 0
+    nll_total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.autocast = autocast_dtype(self.cfg.autocast)
+        self.params = self.policy.trainable_parameters()
+
+    @property
+    def nll_size(self) -> int:
+        return 0 if self.nll is None or self.nll.batch is None else self.nll.batch.size
+
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, scheduler: Any, mb: torch.Tensor, nll_share: torch.Tensor
+    ) -> None:
+        """One minibatch `mb` (M,): the NLL backward first, then the GRPO micro-steps (whose last backward syncs),
+        the clipped gradient, one optimizer and schedule step; adds the minibatch's stats over every rank."""
+        cfg, dist, batch = self.cfg, self.dist, self.batch
+        tokens_mb = dist.all_reduce_sum(batch.completion_mask[mb].sum().float()).clamp(min=1).item()
+        optimizer.zero_grad(set_to_none=True)
+        mb_stats = dict.fromkeys(STATS, 0.0)
+        if self.nll is not None:
+            filler = batch.select(mb[:1].to(batch.input_ids.device)) if self.policy.collective_forwards else None
+            mb_nll, nll_tokens = nll_backward(
+                self.policy.model, self.nll.batch, nll_share, self.nll.coef, cfg.micro_batch_size, dist,
+                cfg.share_prompts, self.autocast, filler,
+            )  # fmt: skip
+            if nll_tokens:
+                self.nll_updates, self.nll_total = self.nll_updates + 1, self.nll_total + mb_nll
+        micro_starts = range(0, len(mb), cfg.micro_batch_size)
+        for micro_start in micro_starts:
+            idx = mb[micro_start : micro_start + cfg.micro_batch_size]  # (m,)
+            self._micro_step(idx, len(mb), tokens_mb, micro_start == micro_starts[-1], mb_stats)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+        summed = dist.all_reduce_sum(torch.tensor([mb_stats[k] for k in STATS], dtype=torch.float64))
+        optimizer.step()
+        scheduler.step()
+        self.updates += 1
+        for key, value in zip(STATS, summed.tolist(), strict=True):
+            self.totals[key] += value
+        self.totals["grad_norm"] += float(grad_norm)
+
+    def _micro_step(
+        self, idx: torch.Tensor, mb_size: int, tokens_mb: float, last: bool, mb_stats: dict[str, float]
+    ) -> None:
+        """Backward of micro-batch `idx` (m,) of a minibatch of `mb_size` sequences (`tokens_mb` tokens over every
+        rank); adds its weighted stats to `mb_stats`."""
+        cfg, dist = self.cfg, self.dist
+        sub = self.batch.select(idx.to(self.batch.input_ids.device))
+        # DDP all-reduces on the minibatch's last backward only; the others accumulate locally.
+        with contextlib.nullcontext() if last else self.policy.no_sync():
+            loss, stats, entropy = micro_batch_loss(
+                self.policy.trained,
+                sub,
+                self.advantages[idx],
+                None if self.old_logp is None else self.old_logp[idx],
+                self.ref_logp[idx],
+                None if self.behavior_logp is None else self.behavior_logp[idx],
+                cfg,
+                self.temperature,
+            )
+            # Weight micro-batches so the minibatch loss is the exact token-mean (or seq-mean) over every
+            # rank's sequences; times the world size, since DDP and FSDP average the ranks' gradients.
+            tokens = sub.completion_mask.sum().item()
+            weight = tokens / tokens_mb if cfg.loss_agg == "token-mean" else len(idx) / (mb_size * dist.world)
+            (loss * weight * dist.world).backward()
+        token_weight = tokens / tokens_mb
+        mb_stats["loss"] += loss.item() * weight
+        for key in ("kl", "clip_frac", "dual_clip_frac", "tis_weight", "logp_diff"):
+            mb_stats[key] += stats[key].item() * token_weight
+        mb_stats["entropy"] += float((entropy * sub.completion_mask.float()).sum() / tokens_mb)  # type: ignore[operator]
+
+    def stats(self, zero_spread: float, seconds_ref: float, seconds_update: float) -> UpdateStats:
+        """The mean of every stat over the optimizer steps taken (and J_NLL over those that had NLL tokens)."""
+        mean = {k: v / max(self.updates, 1) for k, v in self.totals.items()}
+        nll_stats = {}
+        if self.nll is not None:
+            local = 0.0 if self.nll.batch is None else float(self.nll.batch.completion_mask.sum())
+            tokens = self.dist.all_reduce_sum(torch.tensor([local], dtype=torch.float64)).item()
+            nll_stats = {"nll": self.nll_total / self.nll_updates if self.nll_updates else None, "nll_tokens": tokens}
+        return UpdateStats(
+            loss=mean["loss"],
+            kl=mean["kl"],
+            entropy=mean["entropy"],
+            grad_norm=mean["grad_norm"],
+            clip_frac=mean["clip_frac"],
+            tis_weight=mean["tis_weight"],
+            logp_diff=None if self.behavior_logp is None else mean["logp_diff"],
+            zero_spread=zero_spread,
+            seconds_ref=seconds_ref,
+            seconds_update=seconds_update,
+            dual_clip_frac=None if self.cfg.dual_clip is None else mean["dual_clip_frac"],
+            **nll_stats,
+        )
+
+
+def _nothing_to_learn(
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    batch: RolloutBatch,
+    cfg: GRPOConfig,
+    n_minibatches: int,
+    zero_spread: float,
+    temperature: float,
+) -> UpdateStats:
+    """Every group skipped: the batch's KL and entropy measured, and the schedule stepped as often as an update
+    would have (each step moving nothing)."""
+    autocast = autocast_dtype(cfg.autocast)
+    measured = _measure_only(policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast, temperature)
+    for _ in range(cfg.ppo_epochs * n_minibatches):
+        _skip_update(optimizer, scheduler)
+    return UpdateStats(
+        0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, None, zero_spread, 0.0, 0.0,
+        dual_clip_frac=None if cfg.dual_clip is None else 0.0,
+    )  # fmt: skip
