@@ -135,8 +135,8 @@ class LanpoSide:
         self.prompt_texts: list[list[str]] = []
         feedback_prompts = loop.feedback_prompts
 
-        def recording(t: Any, step: int) -> Any:
-            prompts = feedback_prompts(t, step)
+        def recording(*args: Any) -> Any:
+            prompts = feedback_prompts(*args)
             self.prompt_texts.append(list(prompts.texts))
             return prompts
 

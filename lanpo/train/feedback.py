@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from lanpo import prompts as templates
 from lanpo.db.engine import transaction
@@ -36,10 +36,10 @@ from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import InputError
 from lanpo.models import apply_chat
 from lanpo.prompts import FEEDBACK_MODES
+from lanpo.train.config import TrainConfig
+from lanpo.train.dist import Dist
+from lanpo.train.parts import RunRef
 from lanpo.train.schedule import batch_problem_ids, choose_modes, mix_seed
-
-if TYPE_CHECKING:
-    from lanpo.train.state import Trainer
 
 MISSED = ("empty_pool", "none_relevant", "no_history", "too_long")
 ITEM_COUNTS = ("all_k", "fewer_drawn", "fewer_fitted")  # feedback/items/<count>/<mode>: how many items a prompt kept
@@ -92,33 +92,42 @@ class StepPrompts:
         return out
 
 
-def feedback_prompts(t: Trainer, step: int) -> StepPrompts:
-    """This rank's share of the step's prompts, each with the context the store gives it."""
-    cfg, fb, dist = t.cfg, t.cfg.feedback, t.dist
-    all_pids = batch_problem_ids(t.problem_ids, cfg.batch_size, cfg.seed, step)  # (G_all,)
+def feedback_prompts(
+    cfg: TrainConfig,
+    step: int,
+    run: RunRef,
+    scorer: str | None,
+    problem_ids: Sequence[int],
+    tokenizer: Any,
+    dist: Dist,
+) -> StepPrompts:
+    """This rank's share of the step's prompts, each with the context the store gives it (`scorer`: the stored
+    relevance identity inter draws by; `problem_ids`: the training set the batch is drawn from)."""
+    fb = cfg.feedback
+    all_pids = batch_problem_ids(problem_ids, cfg.batch_size, cfg.seed, step)  # (G_all,)
     all_modes = choose_modes(all_pids, fb.mode, fb.p_t, cfg.seed, step)
     pids, asked = dist.share(all_pids), dist.share(all_modes)  # (G,) this rank's share
     seed = mix_seed(cfg.seed, "contexts", step)
-    with transaction(t.engine) as session:
+    with transaction(run.engine) as session:
         rows = {p.id: p for p in problems_repo.problems_by_ids(session, sorted(set(pids)))}
         wanted = {mode: sorted({p for p, m in zip(pids, asked, strict=True) if m == mode}) for mode in FEEDBACK_MODES}
         drawn: dict[str, dict[int, list[Any]]] = {"intra": {}, "inter": {}}
         drawn["intra"] = contexts_repo.intra_contexts(
-            session, wanted["intra"], fb.k, fb.candidates, seed, run_id=t.run_id
+            session, wanted["intra"], fb.k, fb.candidates, seed, run_id=run.run_id
         )
         unfiltered = fb.gamma == 0.0  # Table 2, w/o filtering: the whole pool, no relevance consulted
-        if wanted["inter"] and (t.scorer or unfiltered):
+        if wanted["inter"] and (scorer or unfiltered):
             drawn["inter"] = contexts_repo.inter_contexts(
-                session, wanted["inter"], fb.k, fb.candidates, seed, fb.gamma, None if unfiltered else t.scorer,
-                t.pool.id, fb.sources, raw=fb.inter_source == "raw",
+                session, wanted["inter"], fb.k, fb.candidates, seed, fb.gamma, None if unfiltered else scorer,
+                run.pool.id, fb.sources, raw=fb.inter_source == "raw",
             )  # fmt: skip
-        pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, t.pool.id) == 0
-        policy_version_id = steps_repo.policy_version_id(session, t.run_id, step - 1)
+        pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, run.pool.id) == 0
+        policy_version_id = steps_repo.policy_version_id(session, run.run_id, step - 1)
     out = StepPrompts([], [], [], asked, [], [], [], policy_version_id, raw=fb.inter_source == "raw", k=fb.k)
     for pid, mode in zip(pids, asked, strict=True):
         found = list(drawn.get(mode, {}).get(pid, []))
         text, kept, truncated = fit_prompt(
-            t.tokenizer, mode, rows[pid].question, found, cfg.rollout.max_prompt_tokens, fb.inter_source == "raw"
+            tokenizer, mode, rows[pid].question, found, cfg.rollout.max_prompt_tokens, fb.inter_source == "raw"
         )
         if mode in FEEDBACK_MODES and not kept:  # an honest from-scratch rollout, and the reason it is one
             out.missed[_missed_reason(mode, found, pool_empty)] += 1

@@ -54,19 +54,18 @@ from lanpo.rl.advantages import group_advantages
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.train import checkpoint as ckpt
 from lanpo.train import record
-from lanpo.train.batch import build_batch
+from lanpo.train.batch import RolloutBatch, build_batch
 from lanpo.train.config import TrainConfig
-from lanpo.train.dist import gather_step
+from lanpo.train.dist import Dist, gather_step
 from lanpo.train.feedback import StepPrompts, feedback_prompts
 from lanpo.train.mel import MetaStep, meta_experiences
 from lanpo.train.mel_record import record_meta
-from lanpo.train.pause import pause
 from lanpo.train.record import GroupRecord, RolloutRecord
 from lanpo.train.rollouts import behavior_logprobs
 from lanpo.train.schedule import mix_seed
 from lanpo.train.state import Trainer, setup
 from lanpo.train.summarize import Candidate, Summary, choose_candidates, summarise
-from lanpo.train.timing import StepTimer
+from lanpo.train.timing import Phases
 from lanpo.train.update import update_policy
 from lanpo.train.validate import due, validate, validated
 
@@ -137,7 +136,7 @@ def _validate_if_due(t: Trainer, step: int) -> dict[int, dict[str, float]]:
             done = validated(session, t.run_id, step)
     if t.dist.broadcast(done):
         return {}
-    return {step: validate(t, step)}
+    return {step: validate(t.cfg, t.validation, step, t.policy, t.sampler, t.run)}
 
 
 def _generate(t: Trainer, step: int, prompts: StepPrompts) -> list[list[Completion]]:
@@ -161,86 +160,118 @@ def _generate(t: Trainer, step: int, prompts: StepPrompts) -> list[list[Completi
 
 def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     """One LANPO step; returns its metrics (rank 0 also writes them to run_metrics in the step's transaction)."""
-    cfg, n, dist = t.cfg, t.cfg.rollout.n, t.dist
-    timer = StepTimer()
+    cfg, n, device = t.cfg, t.cfg.rollout.n, t.device
+    phase = Phases(t.policy, step)
 
     # ------------------------------------------------------------------ 1. problems and feedback contexts
-    with timer.phase("context"):
-        prompts: StepPrompts = feedback_prompts(t, step)  # this rank's G prompts, with the context each carries
+    with phase("context"):
+        prompts = feedback_prompts(cfg, step, t.run, t.scorer, t.problem_ids, t.tokenizer, t.dist)  # G prompts
 
     # ------------------------------------------------------------------ 2. n rollouts per prompt
-    pause("generate", step)
-    with timer.phase("generate"), t.policy.generating():
+    with phase("generate"):
         groups = _generate(t, step, prompts)  # G lists of n completions
         rollouts = [c for group in groups for c in group]  # (G*n,) flat, group by group
 
     # ------------------------------------------------------------------ 3. rewards
-    with timer.phase("reward"):
+    with phase("reward"):
         graded = grade([c.text for c in rollouts], _per_rollout(prompts.answers, n), _per_rollout(prompts.modes, n))
         rewards = torch.tensor([g.reward for g in graded], dtype=torch.float32)  # (G*n,)
 
     # ------------------------------------------------------------------ 4. summaries of successful rollouts
-    with timer.phase("summarize"), t.policy.generating():
-        summaries = _summaries(t, step, prompts, rollouts, graded)  # flat rollout index -> checked summary
+    with phase("summarize"):
+        summaries = _summaries(cfg, t.summarizer, t.dist, step, prompts, rollouts, graded)  # rollout -> summary
 
     # ------------------------------------------------------------------ 4b. meta-experiences (method = mel)
-    with timer.phase("mel"), t.policy.generating():
-        meta: MetaStep = meta_experiences(t, step, prompts, groups, graded)  # pairs -> lessons -> replays -> NLL
+    with phase("mel"):
+        meta = meta_experiences(cfg, t.sampler, device, step, prompts, groups, graded)  # pairs -> lessons -> NLL
 
     # ------------------------------------------------------------------ 5. group advantages
-    with timer.phase("prepare"):
-        advantages = group_advantages(rewards, n)  # (G*n,), zero for groups without spread
-        device = next(t.policy.model.parameters()).device
-        batch = build_batch(
-            [c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts], t.tokenizer.pad_token_id, device
-        )  # input_ids (G*n, P+T), completion_mask (G*n, T)
-        behavior = behavior_logprobs(rollouts, batch.completion_ids.shape[1], device)  # (G*n, T) vllm; else None
+    with phase("prepare"):
+        advantages = group_advantages(rewards, n).to(device)  # (G*n,), zero for groups without spread
+        batch, behavior = _rollout_batch(rollouts, t.tokenizer.pad_token_id, device)  # (G*n, P+T); (G*n, T) or None
 
     # ------------------------------------------------------------------ 6. reference log-probs + policy update
     stats = update_policy(
-        t.policy, t.optimizer, t.scheduler, batch, advantages.to(device), cfg.grpo, mix_seed(cfg.seed, "update", step),
-        dist, behavior_logp=behavior, nll=meta.nll, temperature=cfg.rollout.temperature,
+        t.policy, t.optimizer, t.scheduler, batch, advantages, cfg.grpo, mix_seed(cfg.seed, "update", step),
+        t.dist, behavior_logp=behavior, nll=meta.nll, temperature=cfg.rollout.temperature,
     )  # fmt: skip
-    timer.add("ref_logp", stats.seconds_ref)
-    timer.add("update", stats.seconds_update)
-    with timer.phase("sync"):
+    phase.took(ref_logp=stats.seconds_ref, update=stats.seconds_update)
+    with phase("sync"):
         t.backend.sync()  # the engine serves the updated policy from the next generation on
     metrics = {**stats.as_metrics(), **prompts.feedback_metrics(n), "lr": float(t.scheduler.get_last_lr()[0])}
 
     # ------------------------------------------------------------------ 7. checkpoint (before the DB commit)
-    with timer.phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes
-        saved = ckpt.save_checkpoint(t.checkpoint_root, step, t.policy, t.optimizer, t.scheduler, t.start, dist)
+    with phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes
+        saved = ckpt.save_checkpoint(t.checkpoint_root, step, t.policy, t.optimizer, t.scheduler, t.start, t.dist)
 
-    # ------------------------------------------------------------------ 8. gather this step's rows on rank 0
-    with timer.phase("gather"):
-        local = _group_records(prompts, groups, graded, summaries, meta)  # (G,) groups of n rollouts
-        gathered = gather_step(dist, local, timer.seconds, t.policy.replica_sha256() if dist.enabled else "")
-    if gathered is None or saved is None:
-        dist.barrier()  # wait for rank 0's commit before the next step reads the store
-        return metrics
-    timer.seconds = gathered.seconds  # the slowest rank's time per phase: the step waits for it
-    metrics.update(record.rollout_metrics(gathered.rows))
-    path, sha = saved
+    # ------------------------------------------------------------------ 8. record: every rank's rows, one commit
+    local = _group_records(prompts, groups, graded, summaries, meta)  # (G,) groups of n rollouts
+    return _commit_step(t, step, phase, prompts.policy_version_id, local, saved, metrics)
 
-    # ------------------------------------------------------------------ 9. one transaction: rows, metrics, commit
-    with transaction(t.engine) as session:
-        with timer.phase("db_write"):
-            written = record.write_step_rows(
-                session, t.run_id, t.pool, step, prompts.policy_version_id, gathered.rows, t.summary_author
-            )
-            mel_metrics = record_meta(session, t, step, prompts.policy_version_id, gathered.rows, written.attempt_ids)
-        metrics.update(written.as_metrics())
-        metrics.update(mel_metrics)
-        metrics.update(timer.metrics())
-        runs_repo.record_metrics(session, t.run_id, step, metrics)
-        pv = steps_repo.add_policy_version(session, t.run_id, step, sha)
-        steps_repo.commit_step(session, t.run_id, step, pv, str(path))  # LAST: the step exists once this commits
+
+def _commit_step(
+    t: Trainer,
+    step: int,
+    phase: Phases,
+    policy_version_id: int,
+    local: list[GroupRecord],
+    saved: tuple[Path, str] | None,
+    metrics: dict[str, float],
+) -> dict[str, float]:
+    """Every rank's rows to rank 0, which writes them with the step's metrics in ONE transaction; the other
+    ranks wait for that commit before the next step reads the store. Returns `metrics`, completed on rank 0."""
+    dist = t.dist
+    with phase("gather"):
+        gathered = gather_step(dist, local, phase.timer.seconds, t.policy.replica_sha256() if dist.enabled else "")
+    if gathered is not None and saved is not None:
+        phase.timer.seconds = gathered.seconds  # the slowest rank's time per phase: the step waits for it
+        metrics.update(record.rollout_metrics(gathered.rows))
+        _write_step(t, step, phase, policy_version_id, gathered.rows, saved, metrics)
     dist.barrier()
-    ckpt.prune_checkpoints(t.checkpoint_root, cfg.keep_checkpoints, protect=step)
+    if gathered is not None and saved is not None:
+        ckpt.prune_checkpoints(t.checkpoint_root, t.cfg.keep_checkpoints, protect=step)
     return metrics
 
 
+def _write_step(
+    t: Trainer,
+    step: int,
+    phase: Phases,
+    policy_version_id: int,
+    rows: list[GroupRecord],
+    saved: tuple[Path, str],
+    metrics: dict[str, float],
+) -> None:
+    """Rank 0's one transaction: rows, MEL rows, metrics, policy version; `commit_step` last (the step exists
+    once this commits). Adds what the writes report to `metrics`."""
+    path, sha = saved
+    mel = t.cfg.mel if t.cfg.method == "mel" else None
+    with transaction(t.engine) as session:
+        with phase("db_write"):
+            written = record.write_step_rows(
+                session, t.run_id, t.pool, step, policy_version_id, rows, t.summary_author
+            )
+            mel_metrics = record_meta(
+                session, mel, t.run_id, t.pool, step, policy_version_id, rows, written.attempt_ids
+            )
+        metrics.update(written.as_metrics())
+        metrics.update(mel_metrics)
+        metrics.update(phase.timer.metrics())
+        runs_repo.record_metrics(session, t.run_id, step, metrics)
+        pv = steps_repo.add_policy_version(session, t.run_id, step, sha)
+        steps_repo.commit_step(session, t.run_id, step, pv, str(path))  # LAST: the step exists once this commits
+
+
 # --------------------------------------------------------------------------- helpers
+
+
+def _rollout_batch(
+    rollouts: list[Completion], pad_token_id: int, device: torch.device
+) -> tuple[RolloutBatch, torch.Tensor | None]:
+    """The rollouts as one padded batch (input_ids (G*n, P+T), completion_mask (G*n, T)) and the engine's
+    log-probs of their tokens (G*n, T) when it reports them (vLLM; else None)."""
+    batch = build_batch([c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts], pad_token_id, device)
+    return batch, behavior_logprobs(rollouts, batch.completion_ids.shape[1], device)
 
 
 def _per_rollout(values: Sequence[Any], n: int) -> list[Any]:
@@ -249,12 +280,19 @@ def _per_rollout(values: Sequence[Any], n: int) -> list[Any]:
 
 
 def _summaries(
-    t: Trainer, step: int, prompts: StepPrompts, rollouts: list[Completion], graded: list[Graded]
+    cfg: TrainConfig,
+    summarizer: tuple[Any, Any] | None,
+    dist: Dist,
+    step: int,
+    prompts: StepPrompts,
+    rollouts: list[Completion],
+    graded: list[Graded],
 ) -> dict[int, Summary]:
-    """Summaries of this rank's successful rollouts, checked for admission (flat rollout index -> summary)."""
-    if t.summarizer is None:
+    """Summaries of this rank's successful rollouts, checked for admission (flat rollout index -> summary);
+    `summarizer`: (backend, tokenizer), None when summaries are off."""
+    if summarizer is None:
         return {}
-    s_cfg, n = t.cfg.summarizer, t.cfg.rollout.n
+    s_cfg, n = cfg.summarizer, cfg.rollout.n
     chosen = choose_candidates(
         [
             Candidate(i, prompts.problem_ids[i // n], prompts.questions[i // n], c.text, g.reward)
@@ -262,10 +300,10 @@ def _summaries(
             if g.reward >= s_cfg.min_reward
         ],
         per_problem=s_cfg.max_new_per_step,
-        total=-(-s_cfg.max_total_per_step // t.dist.world) if s_cfg.max_total_per_step else 0,
+        total=-(-s_cfg.max_total_per_step // dist.world) if s_cfg.max_total_per_step else 0,
     )
-    backend, tokenizer = t.summarizer
-    seed = mix_seed(t.cfg.seed, "summarize", step, t.dist.rank)
+    backend, tokenizer = summarizer
+    seed = mix_seed(cfg.seed, "summarize", step, dist.rank)
     checked = summarise(
         backend, tokenizer, chosen, s_cfg.max_new_tokens, s_cfg.temperature, seed, s_cfg.require_format
     )

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
+
+import torch
 
 from lanpo.mel.bifurcation import first_difference, split_steps
 from lanpo.mel.pairs import Pair, contrastive_pairs
@@ -33,14 +35,13 @@ from lanpo.prompts import actor_messages
 from lanpo.rewards import Graded, grade
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.train.batch import RolloutBatch, build_batch
+from lanpo.train.config import TrainConfig
+from lanpo.train.feedback import StepPrompts
 from lanpo.train.mel_record import MetaRecord
+from lanpo.train.parts import Sampler
 from lanpo.train.record import RolloutRecord
 from lanpo.train.schedule import mix_seed
 from lanpo.train.update import NLLTerm
-
-if TYPE_CHECKING:
-    from lanpo.train.feedback import StepPrompts
-    from lanpo.train.state import Trainer
 
 
 @dataclass
@@ -62,10 +63,17 @@ class _Work:
 
 
 def meta_experiences(
-    t: Trainer, step: int, prompts: StepPrompts, groups: list[list[Completion]], graded: list[Graded]
+    cfg: TrainConfig,
+    sampler: Sampler,
+    device: torch.device,
+    step: int,
+    prompts: StepPrompts,
+    groups: list[list[Completion]],
+    graded: list[Graded],
 ) -> MetaStep:
-    """MEL on this rank's G groups of n rollouts (`graded`: flat, group by group); an empty step when MEL is off."""
-    cfg, mel, dist = t.cfg, t.cfg.mel, t.dist
+    """MEL on this rank's G groups of n rollouts (`graded`: flat, group by group); an empty step when MEL is off.
+    `sampler` diagnoses and replays with the policy; the NLL examples are built on `device`."""
+    mel, dist = cfg.mel, sampler.dist
     if cfg.method != "mel":
         return MetaStep()
     n = cfg.rollout.n
@@ -77,18 +85,19 @@ def meta_experiences(
         mel.pairs_per_problem,
         -(-mel.pairs_per_step // dist.world) if mel.pairs_per_step else 0,
     )
-    work = _diagnose(t, step, prompts, groups, correct, pairs)
-    _replay(t, step, prompts, [w for w in work if w.record.lesson is not None])
+    work = _diagnose(cfg, sampler, step, prompts, groups, correct, pairs)
+    _replay(cfg, sampler, step, prompts, [w for w in work if w.record.lesson is not None])
     by_group: dict[int, list[MetaRecord]] = {}
     for w in work:
         by_group.setdefault(w.pair.group, []).append(w.record)
     if mel.nll_coef == 0.0:
         return MetaStep(by_group)
-    return MetaStep(by_group, NLLTerm(_nll_batch(t, prompts, work), mel.nll_coef))
+    return MetaStep(by_group, NLLTerm(_nll_batch(cfg, sampler.tokenizer, device, prompts, work), mel.nll_coef))
 
 
 def _diagnose(
-    t: Trainer,
+    cfg: TrainConfig,
+    sampler: Sampler,
     step: int,
     prompts: StepPrompts,
     groups: list[list[Completion]],
@@ -96,7 +105,7 @@ def _diagnose(
     pairs: list[Pair],
 ) -> list[_Work]:
     """One batched diagnosis per pair: the bifurcation step, the raw diagnosis and the cleaned lesson."""
-    mel = t.cfg.mel
+    mel = cfg.mel
     steps, texts = [], []
     for pair in pairs:
         positive = split_steps(groups[pair.group][pair.positive].text, mel.step_split)
@@ -105,13 +114,13 @@ def _diagnose(
         steps.append((negative, hint, shared))
         question = prompts.questions[pair.group]
         messages = diagnosis_messages(question, positive, negative, hint, given=mel.locate == "heuristic")
-        texts.append(apply_chat(t.tokenizer, messages))
+        texts.append(apply_chat(sampler.tokenizer, messages))
     params = SamplingParams(
         max_new_tokens=mel.diagnosis_max_new_tokens,
         temperature=mel.diagnosis_temperature,
-        seed=mix_seed(t.cfg.seed, "mel-diagnose", step, t.dist.rank),
+        seed=mix_seed(cfg.seed, "mel-diagnose", step, sampler.dist.rank),
     )
-    outputs = t.backend.generate(texts, 1, params) if texts else []
+    outputs = sampler.backend.generate(texts, 1, params) if texts else []
     work = []
     for pair, (negative, hint, shared), output in zip(pairs, steps, outputs, strict=True):
         completion = output[0]
@@ -132,22 +141,22 @@ def _diagnose(
     return work
 
 
-def _replay(t: Trainer, step: int, prompts: StepPrompts, candidates: list[_Work]) -> None:
+def _replay(cfg: TrainConfig, sampler: Sampler, step: int, prompts: StepPrompts, candidates: list[_Work]) -> None:
     """r re-attempts of each candidate's problem with its lesson in the prompt, graded; sets each verdict."""
     if not candidates:
         return
-    cfg, mel = t.cfg, t.cfg.mel
+    mel = cfg.mel
     texts = [
-        apply_chat(t.tokenizer, replay_messages(prompts.questions[w.pair.group], w.record.lesson or ""))
+        apply_chat(sampler.tokenizer, replay_messages(prompts.questions[w.pair.group], w.record.lesson or ""))
         for w in candidates
     ]
     params = SamplingParams(
         max_new_tokens=cfg.rollout.max_new_tokens,
         temperature=mel.replay_temperature,
         top_p=cfg.rollout.top_p,
-        seed=mix_seed(cfg.seed, "mel-replay", step, t.dist.rank),
+        seed=mix_seed(cfg.seed, "mel-replay", step, sampler.dist.rank),
     )
-    outputs = t.backend.generate(texts, mel.replays, params)  # (C, r)
+    outputs = sampler.backend.generate(texts, mel.replays, params)  # (C, r)
     for w, text, completions in zip(candidates, texts, outputs, strict=True):
         answer = prompts.answers[w.pair.group]
         marks = grade([c.text for c in completions], [answer] * len(completions), ["replay"] * len(completions))
@@ -170,12 +179,14 @@ def _replay(t: Trainer, step: int, prompts: StepPrompts, candidates: list[_Work]
         w.record.verdict = "validated" if kept else "rejected"
 
 
-def _nll_batch(t: Trainer, prompts: StepPrompts, work: Sequence[_Work]) -> RolloutBatch | None:
+def _nll_batch(
+    cfg: TrainConfig, tokenizer: Any, device: torch.device, prompts: StepPrompts, work: Sequence[_Work]
+) -> RolloutBatch | None:
     """The validated lessons as NLL examples (prompt -> target); marks each record with its target tokens.
 
     lesson: the diagnosis prompt -> M (+ EOS); replay: the plain actor prompt -> the first successful replay.
     """
-    tokenizer, target = t.tokenizer, t.cfg.mel.nll_target
+    target = cfg.mel.nll_target
     prompt_ids: list[Sequence[int]] = []
     target_ids: list[Sequence[int]] = []
     for w in work:
@@ -196,5 +207,4 @@ def _nll_batch(t: Trainer, prompts: StepPrompts, work: Sequence[_Work]) -> Rollo
         w.record.nll_tokens = len(ids)
     if not target_ids:
         return None
-    device = next(t.policy.model.parameters()).device
     return build_batch(prompt_ids, target_ids, tokenizer.pad_token_id, device)  # (E, P' + T')

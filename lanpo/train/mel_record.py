@@ -14,23 +14,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
-from lanpo.db import sqlfiles
 from lanpo.db.repo import attempts as attempts_repo
 from lanpo.db.repo import experiences as experiences_repo
 from lanpo.db.repo import meta as meta_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo.attempts import ContextRef
+from lanpo.db.repo.pools import PoolRow
+from lanpo.mel.config import MELConfig
 from lanpo.mel.pairs import is_mixed
 from lanpo.mel.prompts import DIAGNOSIS_VERSION, REPLAY_VERSION, has_lesson_headers
 from lanpo.mel.verdict import success_rate
 from lanpo.train.record import GroupRecord, RolloutRecord
-
-if TYPE_CHECKING:
-    from lanpo.train.state import Trainer
 
 AUTHOR = "policy"  # the diagnosis, and so the lesson, is the policy's own
 
@@ -56,46 +53,102 @@ class MetaRecord:
     nll_replay: int | None = None  # nll_target = replay: the replay trained on
 
 
+Diagnosed = tuple[GroupRecord, Sequence[int], MetaRecord]  # a pair with its group and the group's attempt ids
+
+
 def record_meta(
     session: Session,
-    t: Trainer,
+    mel: MELConfig | None,
+    run_id: int,
+    pool: PoolRow,
     step: int,
     policy_version_id: int,
     groups: Sequence[GroupRecord],
     attempt_ids: Sequence[Sequence[int]],
 ) -> dict[str, float]:
-    """Write the step's MEL rows (see the module docstring); returns its `mel/*` metrics ({} when MEL is off)."""
-    if t.cfg.method != "mel":
+    """Write the step's MEL rows (see the module docstring); returns its `mel/*` metrics ({} when `mel` is None:
+    the run's method is not MEL)."""
+    if mel is None:
         return {}
-    run_id = t.run_id
-    pairs = [(g, ids, m) for g, ids in zip(groups, attempt_ids, strict=True) for m in g.meta]
+    at = _At(run_id, step, policy_version_id)
+    pairs: list[Diagnosed] = [(g, ids, m) for g, ids in zip(groups, attempt_ids, strict=True) for m in g.meta]
     candidates = [p for p in pairs if p[2].lesson is not None]
-
-    def lesson(g: GroupRecord, ids: Sequence[int], m: MetaRecord) -> experiences_repo.NewExperience:
-        return experiences_repo.NewExperience(
-            problem_id=g.problem_id,
-            summary=m.lesson or "",
-            reward=success_rate([r.correct for r in m.replays]),
-            source_attempt_id=ids[m.negative],
-            kind="meta",
-            run_id=run_id,
-            step=step,
-            author=AUTHOR,
-            policy_version_id=policy_version_id,
-            prompt_version=DIAGNOSIS_VERSION,
-        )
-
     validated = [p for p in candidates if p[2].verdict == "validated"]
     rejected = [p for p in candidates if p[2].verdict != "validated"]
-    added = experiences_repo.add_experiences(session, t.pool, [lesson(*p) for p in validated])
+    added, stored = _store_lessons(session, pool, at, validated, rejected)
+    replayed = _record_replays(session, at, candidates, stored)  # per candidate, its replays' attempt ids
+    replays_of = {id(m): ids for (_, _, m), ids in zip(candidates, replayed, strict=True)}
+    group_of = meta_repo.replay_group_ids(session, [ids[0] for ids in replays_of.values()])
+    lessons = {id(m): (stored[id(m)][0], group_of[replays_of[id(m)][0]]) for _, _, m in candidates}
+    meta_repo.record_pairs(
+        session, [_pair_row(at, g, ids, m, lessons.get(id(m)), mel.validation) for g, ids, m in pairs]
+    )
+    meta_repo.record_nll_uses(
+        session,
+        [
+            meta_repo.NewNllUse(
+                experience_id=stored[id(m)][0],
+                run_id=run_id,
+                step=step,
+                target=mel.nll_target,
+                tokens=m.nll_tokens,
+                attempt_id=None if m.nll_replay is None else replays_of[id(m)][m.nll_replay],
+            )
+            for _, _, m in validated
+            if m.nll_tokens > 0
+        ],
+    )
+    metrics = meta_metrics(groups, mel.nll_coef)
+    metrics["mel/pool/added"] = float(len(added.experience_ids))
+    metrics["mel/pool/evicted"] = float(len(added.evicted_ids))
+    metrics["pool/active"] = float(pools_repo.active_size(session, pool.id))  # after the lessons joined
+    return metrics
+
+
+@dataclass(frozen=True)
+class _At:
+    """Where the step's MEL rows belong: the run, the step and the policy version that produced them."""
+
+    run_id: int
+    step: int
+    policy_version_id: int
+
+
+def _lesson(at: _At, g: GroupRecord, ids: Sequence[int], m: MetaRecord) -> experiences_repo.NewExperience:
+    return experiences_repo.NewExperience(
+        problem_id=g.problem_id,
+        summary=m.lesson or "",
+        reward=success_rate([r.correct for r in m.replays]),
+        source_attempt_id=ids[m.negative],
+        kind="meta",
+        run_id=at.run_id,
+        step=at.step,
+        author=AUTHOR,
+        policy_version_id=at.policy_version_id,
+        prompt_version=DIAGNOSIS_VERSION,
+    )
+
+
+def _store_lessons(
+    session: Session, pool: PoolRow, at: _At, validated: list[Diagnosed], rejected: list[Diagnosed]
+) -> tuple[experiences_repo.AddResult, dict[int, tuple[int, int]]]:
+    """The lessons as experiences: validated ones through the pool's caps, the rest straight into history.
+    Returns what the pool admitted and, per record (by id), its (experience id, version id)."""
+    added = experiences_repo.add_experiences(session, pool, [_lesson(at, *p) for p in validated])
     dropped = [validated[i] for i in added.dropped]
     kept = [p for i, p in enumerate(validated) if i not in set(added.dropped)]
     stored = {id(p[2]): (e, v) for p, e, v in zip(kept, added.experience_ids, added.version_ids, strict=True)}
     for reason, items in (("mel:dropped", dropped), ("mel:rejected", rejected)):
-        out = experiences_repo.add_evicted(session, t.pool, [lesson(*p) for p in items], reason)
+        out = experiences_repo.add_evicted(session, pool, [_lesson(at, *p) for p in items], reason)
         stored.update({id(p[2]): (e, v) for p, e, v in zip(items, out.experience_ids, out.version_ids, strict=True)})
+    return added, stored
 
-    replay_attempts = attempts_repo.record_groups(
+
+def _record_replays(
+    session: Session, at: _At, candidates: list[Diagnosed], stored: dict[int, tuple[int, int]]
+) -> list[list[int]]:
+    """Each candidate's replays as a rollout group whose context is its lesson; the attempt ids of each."""
+    return attempts_repo.record_groups(
         session,
         [
             attempts_repo.NewGroup(
@@ -104,9 +157,9 @@ def record_meta(
                 prompt=m.replay_prompt,
                 prompt_version=REPLAY_VERSION,
                 prompt_tokens=m.replay_prompt_tokens,
-                step=step,
-                run_id=run_id,
-                policy_version_id=policy_version_id,
+                step=at.step,
+                run_id=at.run_id,
+                policy_version_id=at.policy_version_id,
                 contexts=[ContextRef(position=0, experience_version_id=stored[id(m)][1])],
                 attempts=[
                     attempts_repo.NewAttempt(
@@ -118,66 +171,38 @@ def record_meta(
             for g, _, m in candidates
         ],
     )
-    group_of = dict(
-        session.execute(
-            sqlfiles.load("queries/meta_replay_groups"), {"attempt_ids": [ids[0] for ids in replay_attempts]}
-        ).all()
-    )
-    replays_of = {id(m): ids for (_, _, m), ids in zip(candidates, replay_attempts, strict=True)}
 
-    rule = t.cfg.mel.validation
-    meta_repo.record_pairs(
-        session,
-        [
-            meta_repo.NewMetaPair(
-                run_id=run_id,
-                step=step,
-                problem_id=g.problem_id,
-                positive_attempt_id=ids[m.positive],
-                negative_attempt_id=ids[m.negative],
-                step_split=m.step_split,
-                bifurcation_step=m.bifurcation_step,
-                shared_prefix_steps=m.shared_prefix_steps,
-                located_by=m.located_by,
-                diagnosis=m.diagnosis,
-                prompt_version=DIAGNOSIS_VERSION,
-                group_success_rate=m.group_success_rate,
-                **(
-                    {}
-                    if m.lesson is None
-                    else {
-                        "experience_id": stored[id(m)][0],
-                        "replay_group_id": group_of[replays_of[id(m)][0]],
-                        "replay_success_rate": success_rate([r.correct for r in m.replays]),
-                        "validation_rule": rule,
-                        "verdict": m.verdict,
-                    }
-                ),
-            )
-            for g, ids, m in pairs
-        ],
+
+def _pair_row(
+    at: _At, g: GroupRecord, ids: Sequence[int], m: MetaRecord, lesson: tuple[int, int] | None, rule: str
+) -> meta_repo.NewMetaPair:
+    """One diagnosed pair's row; `lesson`: (experience id, replay group id) when the diagnosis gave one, judged
+    by the validation `rule`."""
+    return meta_repo.NewMetaPair(
+        run_id=at.run_id,
+        step=at.step,
+        problem_id=g.problem_id,
+        positive_attempt_id=ids[m.positive],
+        negative_attempt_id=ids[m.negative],
+        step_split=m.step_split,
+        bifurcation_step=m.bifurcation_step,
+        shared_prefix_steps=m.shared_prefix_steps,
+        located_by=m.located_by,
+        diagnosis=m.diagnosis,
+        prompt_version=DIAGNOSIS_VERSION,
+        group_success_rate=m.group_success_rate,
+        **(
+            {}
+            if lesson is None
+            else {
+                "experience_id": lesson[0],
+                "replay_group_id": lesson[1],
+                "replay_success_rate": success_rate([r.correct for r in m.replays]),
+                "validation_rule": rule,
+                "verdict": m.verdict,
+            }
+        ),
     )
-    target = t.cfg.mel.nll_target
-    meta_repo.record_nll_uses(
-        session,
-        [
-            meta_repo.NewNllUse(
-                experience_id=stored[id(m)][0],
-                run_id=run_id,
-                step=step,
-                target=target,
-                tokens=m.nll_tokens,
-                attempt_id=None if m.nll_replay is None else replays_of[id(m)][m.nll_replay],
-            )
-            for _, _, m in validated
-            if m.nll_tokens > 0
-        ],
-    )
-    metrics = meta_metrics(groups, t.cfg.mel.nll_coef)
-    metrics["mel/pool/added"] = float(len(added.experience_ids))
-    metrics["mel/pool/evicted"] = float(len(added.evicted_ids))
-    metrics["pool/active"] = float(pools_repo.active_size(session, t.pool.id))  # after the lessons joined
-    return metrics
 
 
 def meta_metrics(groups: Sequence[GroupRecord], nll_coef: float) -> dict[str, float]:

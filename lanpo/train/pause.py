@@ -1,7 +1,8 @@
 """A test hook: make a training step stop at a phase, so a test can kill the process there.
 
 `LANPO_TRAIN_PAUSE_AT=phase:step` (phases: generate, db_write) makes step `step` announce
-`lanpo-paused phase:step` on stderr and sleep; tests/train/test_resume.py then sends SIGKILL.
+`lanpo-paused phase:step` on stderr and sleep; tests/train/test_resume.py then sends SIGKILL. Where in the phase
+it stops: `lanpo.train.timing.AROUND`.
 """
 
 from __future__ import annotations

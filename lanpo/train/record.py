@@ -18,7 +18,6 @@ from lanpo.db.repo import experiences as experiences_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo.attempts import ContextRef
 from lanpo.db.repo.pools import PoolRow
-from lanpo.train.pause import pause
 from lanpo.train.summarize import REJECTIONS
 
 
@@ -79,7 +78,6 @@ def write_step_rows(
 ) -> StepWrite:
     """Groups with their attempts and contexts, then experiences summarised from them (capacity enforced inside)."""
     attempt_ids = write_groups(session, run_id, step, policy_version_id, groups)
-    pause("db_write", step)
     added = experiences_repo.add_experiences(
         session,
         pool,

@@ -31,6 +31,7 @@ from lanpo.rollout import make_backend
 from lanpo.train import checkpoint as ckpt
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist, init_from_env
+from lanpo.train.parts import RunRef, Sampler
 from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
 from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
 from lanpo.train.run import RunStart, ensure_dataset, open_run, resolve_scorer
@@ -61,6 +62,19 @@ class Trainer:
     dist: Dist
     start: dict[str, Any]  # what RL started from: the model and the start adapter merged into it (START_RECORD)
     validation: ValidationSet | None  # the held-out problems `eval` validates on (None: eval.every = 0)
+
+    @property
+    def run(self) -> RunRef:
+        return RunRef(self.engine, self.run_id, self.pool)
+
+    @property
+    def sampler(self) -> Sampler:
+        return Sampler(self.backend, self.tokenizer, self.dist)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the policy's weights (and so the step's tensors) are."""
+        return next(self.policy.model.parameters()).device
 
 
 def updates_per_step(cfg: TrainConfig) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
@@ -32,11 +31,10 @@ from lanpo.models import apply_chat
 from lanpo.rewards import extract_boxed, grade
 from lanpo.rollout import SamplingParams
 from lanpo.train.config import TrainConfig
+from lanpo.train.parts import RunRef, Sampler
+from lanpo.train.policy import Policy
 from lanpo.train.record import GroupRecord, RolloutRecord, write_groups
 from lanpo.train.schedule import mix_seed
-
-if TYPE_CHECKING:
-    from lanpo.train.state import Trainer
 
 
 @dataclass(frozen=True)
@@ -102,22 +100,24 @@ def due(cfg: TrainConfig, step: int) -> bool:
     return bool(every) and (step == 0 or step % every == 0 or step == cfg.steps)
 
 
-def validate(t: Trainer, step: int) -> dict[str, float]:
-    """Answer the held-out set with the current policy; rank 0 records and returns the `val/...` metrics."""
-    vs, ev, dist = t.validation, t.cfg.eval, t.dist
+def validate(
+    cfg: TrainConfig, vs: ValidationSet | None, step: int, policy: Policy, sampler: Sampler, run: RunRef
+) -> dict[str, float]:
+    """Answer the held-out set `vs` with the current policy; rank 0 records and returns the `val/...` metrics."""
+    ev, dist = cfg.eval, sampler.dist
     if vs is None:
         return {}
     started = time.perf_counter()
     mine = dist.share(range(len(vs.problem_ids)))
-    texts = [apply_chat(t.tokenizer, prompts.actor_messages(vs.questions[i])) for i in mine]
+    texts = [apply_chat(sampler.tokenizer, prompts.actor_messages(vs.questions[i])) for i in mine]
     params = SamplingParams(
-        max_new_tokens=ev.max_new_tokens or t.cfg.rollout.max_new_tokens,
+        max_new_tokens=ev.max_new_tokens or cfg.rollout.max_new_tokens,
         temperature=ev.temperature,
         top_p=ev.top_p,
-        seed=mix_seed(t.cfg.seed, "validate", step, dist.rank),
+        seed=mix_seed(cfg.seed, "validate", step, dist.rank),
     )
-    with t.policy.generating():  # every rank enters, with or without problems of its own
-        groups = t.backend.generate(texts, ev.k, params)  # one list of k completions per problem
+    with policy.generating():  # every rank enters, with or without problems of its own
+        groups = sampler.backend.generate(texts, ev.k, params)  # one list of k completions per problem
     records = []
     for i, text, completions in zip(mine, texts, groups, strict=True):
         graded = grade([c.text for c in completions], [vs.answers[i]] * ev.k, ["val"] * ev.k)
@@ -133,10 +133,10 @@ def validate(t: Trainer, step: int) -> dict[str, float]:
         return {}
     rows = [r for rank_rows in gathered for r in rank_rows]
     metrics = validation_metrics(rows, vs.dataset, ev.k) | {"time/validate": time.perf_counter() - started}
-    with transaction(t.engine) as session:
-        version = steps_repo.policy_version_id(session, t.run_id, step)  # the weights after `step`
-        write_groups(session, t.run_id, step, version, rows)
-        runs_repo.record_metrics(session, t.run_id, step, metrics)
+    with transaction(run.engine) as session:
+        version = steps_repo.policy_version_id(session, run.run_id, step)  # the weights after `step`
+        write_groups(session, run.run_id, step, version, rows)
+        runs_repo.record_metrics(session, run.run_id, step, metrics)
     return metrics
 
 

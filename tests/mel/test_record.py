@@ -4,8 +4,6 @@ they carried, complete pair rows, NLL uses, and the step's `mel/*` metrics."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -43,11 +41,8 @@ def _record(verdict: str | None, replays: list[bool], nll_tokens: int = 0) -> Me
 def test_record_meta_writes_every_row_and_keeps_what_the_caps_drop(session: Session) -> None:
     a, b = make_problems(session, 2)
     pool = make_pool(session, "rec", StoreConfig(per_problem_cap=4, per_step_cap=1))
-    cfg = SimpleNamespace(
-        method="mel", mel=MELConfig(pairs_per_problem=1, nll_target="lesson")
-    )  # what record_meta reads
+    mel = MELConfig(pairs_per_problem=1, nll_target="lesson")
     run = runs_repo.create_run(session, "rec", "train", {"method": "mel"}, pool_id=pool.id).id
-    trainer = SimpleNamespace(cfg=cfg, run_id=run, pool=pool)
     # problem a drawn twice in the step, both lessons validated: the per-step cap of 1 admits the better one
     groups = [
         GroupRecord(
@@ -80,7 +75,7 @@ def test_record_meta_writes_every_row_and_keeps_what_the_caps_drop(session: Sess
         GroupRecord(b, "zero_shot", "q", 3, [], [_rollout(False), _rollout(False)]),
     ]
     attempt_ids = write_groups(session, run, 1, None, groups)
-    metrics = record_meta(session, trainer, 1, None, groups, attempt_ids)  # type: ignore[arg-type]
+    metrics = record_meta(session, mel, run, pool, 1, None, groups, attempt_ids)  # type: ignore[arg-type]
 
     assert metrics["mel/groups/qualifying"] == 3 and metrics["mel/pairs"] == 4 and metrics["mel/candidates"] == 3
     assert (metrics["mel/validated"], metrics["mel/rejected"], metrics["mel/yield"]) == (2, 1, 0.5)
@@ -114,5 +109,4 @@ def test_record_meta_writes_every_row_and_keeps_what_the_caps_drop(session: Sess
 
 
 def test_record_meta_does_nothing_for_other_methods(session: Session) -> None:
-    trainer = SimpleNamespace(cfg=SimpleNamespace(method="lanpo"))
-    assert record_meta(session, trainer, 1, None, [], []) == {}  # type: ignore[arg-type]
+    assert record_meta(session, None, 0, None, 1, None, [], []) == {}  # type: ignore[arg-type]

@@ -227,3 +227,18 @@ def test_migration_0006_down_and_up_on_a_filled_database(db: Engine, session: Se
             )
         )
         assert conn.scalar(sa.text("SELECT count(*) FROM meta_experience_yield")) == 1  # the run's committed step 1
+
+
+def test_replay_group_ids_name_the_group_of_each_attempt(session: Session) -> None:
+    (a,) = make_problems(session, 1)
+    pool = make_pool(session, "groups", CAPS)
+    run = runs_repo.create_run(session, "groups-run", "train", {"method": "mel"}, pool_id=pool.id).id
+    attempts = record_groups(
+        session,
+        [NewGroup(a, "zero_shot", "q", [NewAttempt("r", 1.0, True), NewAttempt("s", 0.0, False)], step=1, run_id=run)]
+        * 2,
+    )
+    firsts = [ids[0] for ids in attempts]
+    want = {i: session.scalar(sa.text("SELECT group_id FROM attempts WHERE id = :i"), {"i": i}) for i in firsts}
+    assert meta_repo.replay_group_ids(session, firsts) == want and len(set(want.values())) == 2
+    assert meta_repo.replay_group_ids(session, []) == {}

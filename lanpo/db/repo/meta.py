@@ -8,6 +8,7 @@ caps apply; `experiences.add_evicted` with `mel:rejected` otherwise), and the re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from sqlalchemy.orm import Session
@@ -143,6 +144,12 @@ def record_nll_uses(session: Session, uses: list[NewNllUse]) -> None:
         rows.append((u.experience_id, u.run_id, u.step, u.target, u.attempt_id, u.tokens))
     if rows:
         bulk.copy_rows(session, "queries/meta_nll_uses_copy", rows, None, "MEL NLL uses")
+
+
+def replay_group_ids(session: Session, attempt_ids: Sequence[int]) -> dict[int, int]:
+    """The rollout group of each of `attempt_ids` (MEL names a lesson's replay group by its first replay)."""
+    found = session.execute(sqlfiles.load("queries/meta_replay_groups"), {"attempt_ids": list(attempt_ids)})
+    return {attempt_id: group_id for attempt_id, group_id in found.all()}
 
 
 def step_yield(session: Session, run_id: int) -> list[YieldRow]:

@@ -1,0 +1,35 @@
+"""The small views of the trainer that a step's phases take, so that each says what it uses.
+
+`RunRef` is where a step's rows go (the store, the run, its pool); `Sampler` is what samples text on this rank
+(the engine serving the policy, its tokenizer, the rank's place among the others). `lanpo.train.state.Trainer`
+hands them out; a phase that takes one never sees the rest (optimizer, schedule, checkpoints).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from lanpo.db.repo.pools import PoolRow
+from lanpo.train.dist import Dist
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """Where a step's rows go: the store, the run, and the experience pool the run reads and writes."""
+
+    engine: Engine
+    run_id: int
+    pool: PoolRow
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """What samples text from the policy on this rank: the engine (`lanpo.train.rollouts.PolicyEngine`), its
+    tokenizer, and the rank's place (seeds and shares)."""
+
+    backend: Any
+    tokenizer: Any
+    dist: Dist
