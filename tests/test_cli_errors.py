@@ -418,11 +418,13 @@ def no_models(monkeypatch: pytest.MonkeyPatch) -> None:
     import transformers
 
     import lanpo.models
+    import lanpo.models.gguf
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise ModelLoaded(f"a model was loaded: {args} {kwargs}")
 
     monkeypatch.setattr(lanpo.models, "prepare_smollm2", refuse)
+    monkeypatch.setattr(lanpo.models.gguf, "prepare_smollm2", refuse)  # where `resolve_model` looks it up
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
     monkeypatch.setattr(sentence_transformers.SentenceTransformer, "__init__", refuse)
