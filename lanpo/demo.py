@@ -116,7 +116,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
         out["report_dir"] = _write_report(engine, cfg.run_name, home / "reports" / cfg.run_name, echo)
 
     with stage(5, "SQL over the history (read-only, as `lanpo sql` runs it)", echo):
-        from lanpo.cli.sql import format_result
+        from lanpo.db.format import format_result
         from lanpo.db.readonly import query_readonly
 
         queries = {
