@@ -209,23 +209,18 @@ def _write_report(engine: Any, run_name: str, out: Path, echo: Callable[[str], N
 
 
 def _build_relevance(engine: Any, judge: str, dataset: str, top_k: int, echo: Callable[[str], None]) -> str:
-    from lanpo.retrieval.embeddings import SentenceTransformerEmbedder, embed_missing
-    from lanpo.retrieval.relevance import build_problem_relevance
-    from lanpo.retrieval.scorer import load_scorer
+    from lanpo.retrieval.relevance import build_relevance
     from lanpo.retrieval.search import SearchParams
 
     # Templated problems share most words, so BM25 alone ranks them poorly: fuse it with MiniLM vectors.
-    count = embed_missing(engine, SentenceTransformerEmbedder(), dataset=dataset, what="problems", progress=False)
-    echo(f"      embedded {count.problems} problems (all-MiniLM-L6-v2, offline)")
-    scorer = load_scorer(judge)
-    report = build_problem_relevance(
-        engine, dataset, scorer, top_k=top_k, params=SearchParams(stage1="hybrid"), progress=False
-    )
+    built = build_relevance(engine, dataset, judge, top_k=top_k, params=SearchParams(stage1="hybrid"), embed=True)
+    report = built.report
+    echo(f"      embedded {built.embedded} problems (all-MiniLM-L6-v2, offline)")
     echo(
         f"      {report.scored} pairs scored, {report.cached} cached  ({report.pairs_per_second:.1f} pairs/s), "
-        f"scorer {scorer.identity}"
+        f"scorer {built.scorer}"
     )
-    return scorer.identity
+    return built.scorer
 
 
 def _answer_held_out(

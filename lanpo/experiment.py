@@ -419,22 +419,20 @@ def shared_start(
 
 def shared_relevance(exp: ExperimentConfig, base: TrainConfig, engine: Engine, echo: Callable[[str], None]) -> str:
     """Problem-to-problem relevance of the training dataset, judged once; returns the scorer the arms read."""
-    from lanpo.retrieval.embeddings import SentenceTransformerEmbedder, embed_missing
-    from lanpo.retrieval.relevance import build_problem_relevance
-    from lanpo.retrieval.scorer import load_scorer
+    from lanpo.retrieval.relevance import build_relevance
     from lanpo.retrieval.search import SearchParams
     from lanpo.train.run import ensure_dataset
 
     with transaction(engine) as session:
         ensure_dataset(session, base.data)
     rel = exp.relevance
-    if rel.stage1 != "bm25":
-        embed_missing(
-            engine, SentenceTransformerEmbedder(), dataset=base.data.dataset, what="problems", progress=False
-        )
-    judge = load_scorer(rel.scorer)
-    built = build_problem_relevance(
-        engine, base.data.dataset, judge, top_k=rel.top_k, params=SearchParams(stage1=rel.stage1), progress=False
+    built = build_relevance(
+        engine,
+        base.data.dataset,
+        rel.scorer,
+        top_k=rel.top_k,
+        params=SearchParams(stage1=rel.stage1),
+        embed=rel.stage1 != "bm25",
     )
-    echo(f"relevance: {built.scored} pairs judged, {built.cached} cached, by {judge.identity}")
-    return judge.identity
+    echo(f"relevance: {built.report.scored} pairs judged, {built.report.cached} cached, by {built.scorer}")
+    return built.scorer

@@ -59,8 +59,7 @@ def build_cmd(
 
     from lanpo.db.repo.problems import require_dataset
     from lanpo.models import check_device, check_model_ref
-    from lanpo.retrieval.relevance import build_problem_relevance
-    from lanpo.retrieval.scorer import load_scorer
+    from lanpo.retrieval.relevance import build_relevance
     from lanpo.retrieval.search import SearchParams
 
     params = SearchParams(stage1=stage1, ef_search=ef_search)
@@ -69,18 +68,20 @@ def build_cmd(
     engine = connect()
     with Session(engine) as session:  # before the judge loads: a typo in the name fails in a second
         require_dataset(session, dataset)
-    judge_model = load_scorer(judge, batch_size=batch_size, device=device)
-    report = build_problem_relevance(
+    built = build_relevance(
         engine,
         dataset,
-        judge_model,
+        judge,
         top_k=top_k,
         params=params,
+        batch_size=batch_size,
+        device=device,
         progress=not no_progress,
     )
+    report = built.report
     click.echo(
         f"{report.problems} problems, {report.pairs} pairs: {report.cached} already scored, {report.scored} scored "
-        f"now ({report.pairs_per_second:.2f} pairs/s) by {judge_model.identity} in {report.seconds:.1f} s"
+        f"now ({report.pairs_per_second:.2f} pairs/s) by {built.scorer} in {report.seconds:.1f} s"
     )
 
 
