@@ -2,7 +2,7 @@
 
 Each line is an object `{"id", "question", "answer", ...}`; every other key goes into `metadata`.
 `id` is a string or an integer (stored as text), `question` a non-empty string, `answer` a string or a
-number (stored as text). Lines that break these rules (bad JSON, missing key, wrong type, empty question,
+number (stored as text). Lines that break these rules (not valid JSON, missing key, wrong type, empty question,
 NUL byte -- refused, Postgres text cannot hold it -- text over 1 MiB, an id already used earlier in the
 file) are listed by line number and reason; the file imports nothing unless `skip_bad`. Re-importing the
 same file changes nothing; a changed question/answer/metadata for an existing id is refused (listed like a
@@ -11,15 +11,14 @@ bad line) unless `update`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
-from tqdm import tqdm
 
+from lanpo.data.jsonl import parse_object, read_lines
 from lanpo.db.repo import checks
 from lanpo.db.repo.problems import ProblemIn, check_dataset_name, upsert_problems
 from lanpo.errors import InputError, LanpoError
@@ -44,12 +43,7 @@ class ImportReport:
 
 def parse_line(text: str) -> ProblemIn:
     """One JSONL line -> ProblemIn; InputError with the reason when the line is bad."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"bad JSON: {exc.msg} at column {exc.colno}") from exc
-    if not isinstance(obj, dict):
-        raise InputError(f"expected a JSON object, got {type(obj).__name__}")
+    obj = parse_object(text)
     missing = [k for k in ("id", "question", "answer") if k not in obj]
     if missing:
         raise InputError(f"missing key{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
@@ -109,11 +103,7 @@ def import_file(
     check_dataset_name(dataset)
     path = input_file(path, "problem file")
     report = ImportReport()
-    with path.open(encoding="utf-8", errors="strict", newline="") as handle:
-        try:
-            lines = list(tqdm(handle, desc=f"reading {path.name}", unit=" lines", disable=None, leave=False))
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{path} is not UTF-8 text: {exc}", hint="problem files are JSONL in UTF-8") from exc
+    lines = read_lines(path, progress=True)
     report.lines = len(lines)
     good, report.bad = parse_lines(lines)
     if not good and not report.bad:

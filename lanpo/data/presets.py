@@ -37,6 +37,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from lanpo.data.importer import BadLine, ImportReport, store_problems
+from lanpo.data.jsonl import read_jsonl, read_text
 from lanpo.db.repo import checks
 from lanpo.db.repo.problems import ProblemIn
 from lanpo.errors import InputError
@@ -65,31 +66,17 @@ def read_rows(path: str | Path) -> Iterable[Row]:
     path = input_file(path, "dataset file")
     if path.suffix == ".parquet":
         return _parquet_rows(path)
+    if path.suffix != ".json":
+        return [row for _, row in read_jsonl(path, "dataset file")]
+    text = read_text(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text: {exc}", hint="use the dataset's parquet or JSONL file") from exc
-    if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
-        data = data.get("data", data) if isinstance(data, dict) else data
-        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise InputError(f"{path}: expected a list of objects", hint='or {"data": [...]}, or JSONL')
-        return data
-    rows: list[Row] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{number}: bad JSON: {exc.msg}", hint="one JSON object per line") from exc
-        if not isinstance(row, dict):
-            raise InputError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
+    data = data.get("data", data) if isinstance(data, dict) else data
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise InputError(f"{path}: expected a list of objects", hint='or {"data": [...]}, or JSONL')
+    return data
 
 
 def _first(row: Row, *keys: str) -> Any:

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lanpo.data.jsonl import read_jsonl
 from lanpo.errors import InputError
-from lanpo.paths import atomic_write, input_file
+from lanpo.paths import atomic_write
 
 
 @dataclass(frozen=True)
@@ -59,21 +60,10 @@ def parse_question(obj: Any, where: str) -> Question:
 
 def read_questions(path: str | Path) -> list[Question]:
     """Questions from a JSONL file (blank lines skipped); duplicate ids and bad lines raise InputError."""
-    path = input_file(path, "input file")
     questions: list[Question] = []
     seen: dict[str, int] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text: {exc}", hint="question files are JSONL in UTF-8") from exc
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for number, obj in read_jsonl(path, "input file"):
         where = f"{path}:{number}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: not valid JSON ({exc.msg})", hint="one JSON object per line") from exc
         q = parse_question(obj, where)
         if q.id in seen:
             raise InputError(f"{where}: id {q.id!r} already used on line {seen[q.id]}", hint="ids must be unique")

@@ -24,9 +24,10 @@ from typing import Any
 import torch
 
 from lanpo import prompts
+from lanpo.data.jsonl import read_jsonl
 from lanpo.errors import InputError
 from lanpo.models import apply_chat
-from lanpo.paths import atomic_write, input_file, output_dir
+from lanpo.paths import atomic_write, output_dir
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist
 from lanpo.train.policy import load_policy
@@ -159,23 +160,12 @@ def sft_pairs(
 def read_pairs(path: str | Path) -> list[dict[str, list[Message]]]:
     """Chat pairs from JSONL: one `{"messages": [{"role", "content"}, ...]}` per line, ending with the assistant."""
     out = []
-    path = input_file(path, "SFT data")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text: {exc}", hint="SFT data is JSONL in UTF-8") from exc
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            messages = obj["messages"]
-            ok = isinstance(messages, list) and all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages
-            )
-        except (json.JSONDecodeError, KeyError, TypeError):
-            ok = False
+    for number, obj in read_jsonl(path, "SFT data"):
+        messages = obj.get("messages")
+        ok = isinstance(messages, list) and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages
+        )
         if not ok or not messages or messages[-1]["role"] != "assistant":
             raise InputError(
                 f'{path}:{number}: expected {{"messages": [...]}} ending with an assistant message',

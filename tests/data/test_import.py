@@ -60,7 +60,7 @@ def test_changed_text_refused_unless_update(tmp_path: Path, run_cli: Callable, d
 
 
 BAD = [
-    ("{not json", "bad JSON"),
+    ("{not json", "not valid JSON"),
     ('["a", "list"]', "expected a JSON object, got list"),
     ('{"id": 5, "answer": "1"}', "missing key: question"),
     ('{"question": "q"}', "missing keys: id, answer"),
@@ -87,7 +87,7 @@ def test_bad_lines_import_nothing_and_are_listed(tmp_path: Path, run_cli: Callab
     assert _count(db) == 0
     skipped = run_cli("data", "import", f, "--dataset", "ds", "--skip-bad")
     assert skipped.code == 0 and f"2 inserted, 0 unchanged, 0 updated, {len(BAD)} bad line(s) skipped" in skipped.out
-    assert "bad.jsonl:2: bad JSON" in skipped.err
+    assert "bad.jsonl:2: not valid JSON" in skipped.err
     assert _count(db) == 2
 
 
