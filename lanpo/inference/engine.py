@@ -15,6 +15,9 @@
 Prompts are built from the question and from model-written text (earlier responses, experience summaries) only:
 the gold answer, rewards and relevance scores never reach a prompt (tested as a property). Answers are the last
 `\\boxed{}` of the final turn; a question without a gold answer is answered but not graded.
+
+This module loads the policy (hf or vllm backend), its relevance judge and the pool retrieval reads; the modes are
+in `lanpo.inference.modes`, the result types in `lanpo.inference.results`.
 """
 
 from __future__ import annotations
@@ -22,118 +25,23 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanpo import prompts
 from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import ConfigError, InputError
 from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
 from lanpo.inference.io import Question, question_id
+from lanpo.inference.modes import EMPTY_POOL, NOTHING_RELEVANT, answer_batch
+from lanpo.inference.results import Sample, Solution, Turn, UsedExperience
 from lanpo.models import apply_chat
-from lanpo.rewards import extract_boxed, format_ok, is_correct, reward_of
-from lanpo.rollout import Completion, GenerationBackend, SamplingParams
+from lanpo.rollout import GenerationBackend, SamplingParams
 from lanpo.rollout.config import VLLMConfig
 
+# The result types and the modes live in `results` and `modes`; their names stay importable from here.
+__all__ = ["EMPTY_POOL", "NOTHING_RELEVANT", "Engine", "Sample", "Solution", "Turn", "UsedExperience"]
+
 log = logging.getLogger(__name__)
-
-EMPTY_POOL = "empty pool: the experience store holds no active experience, answered zero-shot"
-NOTHING_RELEVANT = "no experience reached relevance gamma={gamma}: answered zero-shot"
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One generated turn: the exact prompt text, the response and its grade (None when there is no gold)."""
-
-    prompt: str
-    response: str
-    prompt_version: str
-    prompt_tokens: int
-    completion_tokens: int
-    finish_reason: str
-    answer: str | None
-    correct: bool | None
-    reward: float | None
-    format_ok: bool
-    served_adapter_sha256: str | None = None  # the adapter that answered (None: the base model)
-
-    def to_record(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class UsedExperience:
-    """An experience version put into a retrieval prompt, with its stage-1 score and LLM relevance."""
-
-    experience_version_id: int
-    source_problem_id: int
-    summary: str
-    stage1_score: float
-    relevance: float | None
-
-    def to_record(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class Sample:
-    """One of the k samples; self-correct samples have two turns, the last one answers."""
-
-    turns: list[Turn]
-
-    @property
-    def final(self) -> Turn:
-        return self.turns[-1]
-
-    def to_record(self) -> dict[str, Any]:
-        final = self.final
-        return {
-            "answer": final.answer,
-            "correct": final.correct,
-            "reward": final.reward,
-            "turns": [t.to_record() for t in self.turns],
-        }
-
-
-@dataclass
-class Solution:
-    """A question's k samples in one mode, the experiences used (retrieval) and why it fell back, if it did."""
-
-    question: Question
-    mode: str
-    samples: list[Sample]
-    experiences: list[UsedExperience] = field(default_factory=list)
-    fallback: str | None = None
-
-    @property
-    def mean_correct(self) -> float | None:
-        """Fraction of samples whose final answer is correct (None without a gold answer): mean@k for one problem."""
-        graded = [s.final.correct for s in self.samples if s.final.correct is not None]
-        return sum(graded) / len(graded) if graded else None
-
-    def to_record(self) -> dict[str, Any]:
-        q = self.question
-        return {
-            "id": q.id,
-            "problem_id": q.problem_id,
-            "question": q.question,
-            "gold": q.answer,
-            "mode": self.mode,
-            "mean_correct": self.mean_correct,
-            "answers": [s.final.answer for s in self.samples],
-            "fallback": self.fallback,
-            "experiences": [e.to_record() for e in self.experiences],
-            "samples": [s.to_record() for s in self.samples],
-        }
-
-
-@dataclass(frozen=True)
-class _Earlier:
-    """What the reflection prompt reads of the first turn: its response text and nothing else."""
-
-    response: str
-
 
 Retriever = Callable[..., Sequence[Any]]  # the signature of `lanpo.retrieval.testtime.retrieve`
 
@@ -315,12 +223,7 @@ class Engine:
         for index, start in enumerate(range(0, len(items), self.batch_size)):
             chunk = items[start : start + self.batch_size]
             params = self._params(index)
-            if mode == "zero_shot":
-                batch = self._zero_shot(chunk, k_samples, params)
-            elif mode == "retrieval":
-                batch = self._retrieval(chunk, k_samples, params, pool_empty)
-            else:
-                batch = self._self_correct(chunk, k_samples, params, two_turn=mode == "self_correct")
+            batch = answer_batch(self, mode, chunk, k_samples, params, pool_empty)
             solutions.extend(batch)
             if on_batch is not None:
                 on_batch(batch)
@@ -337,105 +240,6 @@ class Engine:
         s = self.sampling
         seed = None if s.seed is None else s.seed + batch_index  # a fresh stream per batch, still reproducible
         return SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=seed)
-
-    def _turns(
-        self,
-        prompts_: list[str],
-        n: int,
-        params: SamplingParams,
-        versions: list[str],
-        grade_modes: list[str],
-        golds: list[str | None],
-    ) -> list[list[Turn]]:
-        groups = self.backend.generate(prompts_, n, params)
-        return [
-            [self._turn(p, c, v, gm, g) for c in group]
-            for p, group, v, gm, g in zip(prompts_, groups, versions, grade_modes, golds, strict=True)
-        ]
-
-    @staticmethod
-    def _turn(prompt: str, completion: Completion, version: str, grade_mode: str, gold: str | None) -> Turn:
-        text = completion.text
-        fmt = format_ok(text, grade_mode)
-        correct = None if gold is None else is_correct(text, gold)
-        reward = None if correct is None else reward_of(correct, fmt)
-        return Turn(
-            prompt=prompt,
-            response=text,
-            prompt_version=version,
-            prompt_tokens=len(completion.prompt_token_ids),
-            completion_tokens=len(completion.token_ids),
-            finish_reason=completion.finish_reason,
-            answer=extract_boxed(text),
-            correct=correct,
-            reward=reward,
-            format_ok=fmt,
-            served_adapter_sha256=completion.served_adapter_sha256,
-        )
-
-    def _zero_shot(self, chunk: list[Question], k: int, params: SamplingParams) -> list[Solution]:
-        texts = [self.render(prompts.actor_messages(q.question)) for q in chunk]
-        groups = self._turns(
-            texts,
-            k,
-            params,
-            [prompts.ACTOR_VERSION] * len(chunk),
-            ["zero_shot"] * len(chunk),
-            [q.answer for q in chunk],
-        )
-        return [Solution(q, "zero_shot", [Sample([t]) for t in g]) for q, g in zip(chunk, groups, strict=True)]
-
-    def _retrieval(self, chunk: list[Question], k: int, params: SamplingParams, pool_empty: bool) -> list[Solution]:
-        used = [[] for _ in chunk] if pool_empty else self.retrieve(chunk)
-        texts, versions, grade_modes, fallbacks = [], [], [], []
-        for q, exps in zip(chunk, used, strict=True):
-            if exps:
-                texts.append(self.render(prompts.inter_messages(q.question, exps)))
-                versions.append(prompts.INTER_VERSION)
-                grade_modes.append("inter")
-                fallbacks.append(None)
-            else:
-                texts.append(self.render(prompts.actor_messages(q.question)))
-                versions.append(prompts.ACTOR_VERSION)
-                grade_modes.append("zero_shot")
-                fallbacks.append(EMPTY_POOL if pool_empty else NOTHING_RELEVANT.format(gamma=self.retrieval.gamma))
-        groups = self._turns(texts, k, params, versions, grade_modes, [q.answer for q in chunk])
-        return [
-            Solution(q, "retrieval", [Sample([t]) for t in g], list(exps), fb)
-            for q, g, exps, fb in zip(chunk, groups, used, fallbacks, strict=True)
-        ]
-
-    def _self_correct(self, chunk: list[Question], k: int, params: SamplingParams, two_turn: bool) -> list[Solution]:
-        golds = [q.answer for q in chunk]
-        first = self._turns(
-            [self.render(prompts.actor_messages(q.question)) for q in chunk],
-            k,
-            params,
-            [prompts.ACTOR_VERSION] * len(chunk),
-            ["zero_shot"] * len(chunk),
-            golds,
-        )
-        # Turn 2: one revision per first attempt, from that attempt's response text alone (`_Earlier` holds nothing
-        # else): the same conversation continued (two-turn), or a fresh reflection prompt (single).
-        second_prompts, second_golds = [], []
-        for q, group in zip(chunk, first, strict=True):
-            for turn in group:
-                earlier = _Earlier(turn.response)
-                if two_turn:
-                    messages = prompts.self_correct_messages(q.question, earlier)
-                else:
-                    messages = prompts.intra_messages(q.question, [earlier])
-                second_prompts.append(self.render(messages))
-                second_golds.append(q.answer)
-        n = len(second_prompts)
-        version = prompts.REFLECT_VERSION if two_turn else prompts.INTRA_VERSION
-        second = self._turns(second_prompts, 1, params, [version] * n, ["intra"] * n, second_golds)
-        solutions, flat = [], iter(second)
-        mode = "self_correct" if two_turn else "self_correct_single"
-        for q, group in zip(chunk, first, strict=True):
-            samples = [Sample([turn, next(flat)[0]]) for turn in group]
-            solutions.append(Solution(q, mode, samples))
-        return solutions
 
     # ------------------------------------------------------------------ retrieval
 

@@ -25,8 +25,8 @@ from lanpo.db.repo.steps import add_policy_version
 from lanpo.db.sqlfiles import load
 from lanpo.errors import InputError
 from lanpo.inference.config import STORED_MODE
-from lanpo.inference.engine import Solution, Turn
 from lanpo.inference.io import Question
+from lanpo.inference.results import Solution, Turn
 
 
 def import_questions(session: Session, dataset: str, questions: Sequence[Question]) -> list[Question]:
