@@ -52,21 +52,10 @@ def stage(number: int, title: str, echo: Callable[[str], None]) -> Iterator[None
 
 def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> dict[str, Any]:
     """Run the demo; returns what it made (run name, paths, per-step rewards, answers) for tests and scripts."""
-    from lanpo.data.generate import generate_problems, write_jsonl
-    from lanpo.data.importer import import_file
     from lanpo.db import migrate
-    from lanpo.db.engine import current_revision, is_embedded, make_engine, transaction
-    from lanpo.train.config import load_config
+    from lanpo.db.engine import current_revision, is_embedded, make_engine
 
-    # p_t = 0.75 (the paper's best for intra): most prompts of the few demo steps carry feedback.
-    overrides = [f"data.n={options.n_train}", "feedback.p_t=0.75", *options.overrides]
-    if options.steps is not None:
-        overrides.append(f"steps={options.steps}")
-    if options.run_name:
-        overrides.append(f'run_name="{options.run_name}"')
-    else:
-        overrides.append(f'run_name="demo-{time.strftime("%Y%m%d-%H%M%S")}"')
-    cfg = load_config(options.config, overrides)
+    cfg = _demo_config(options)
     home = lanpo_home()
     out: dict[str, Any] = {"run_name": cfg.run_name, "home": str(home)}
     started = time.perf_counter()
@@ -80,21 +69,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
     data_dir = home / "demo"
     test_dataset = f"{cfg.data.dataset}-test"
     with stage(2, f"problems: reasoning-gym {cfg.data.task} -> JSONL -> store", echo):
-        if not cfg.data.task:
-            raise InputError("the demo recipe needs data.task (a reasoning-gym task) to generate problems")
-        task_options = dict(cfg.data.task_options)
-        files = {
-            cfg.data.dataset: generate_problems(cfg.data.task, cfg.data.n, cfg.data.seed, "train", task_options),
-            test_dataset: generate_problems(cfg.data.task, options.n_test, cfg.data.seed, "test", task_options),
-        }
-        for dataset, records in files.items():
-            path = data_dir / f"{dataset}.jsonl"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_jsonl(records, path)
-            with transaction(engine) as session:
-                report = import_file(session, path, dataset)
-            echo(f"      {dataset}: {report.inserted} new, {report.unchanged} already there  ({path})")
-        out["test_questions"] = [(r["question"], r["answer"]) for r in files[test_dataset]]
+        out["test_questions"] = _import_problems(engine, cfg, options.n_test, data_dir, test_dataset, echo)
 
     with stage(3, "relevance: the base model judges each problem's nearest other problems (BM25 + vector)", echo):
         scorer_id = _build_relevance(engine, cfg.model.name, cfg.data.dataset, options.relevance_top_k, echo)
@@ -116,33 +91,94 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
         out["report_dir"] = _write_report(engine, cfg.run_name, home / "reports" / cfg.run_name, echo)
 
     with stage(5, "SQL over the history (read-only, as `lanpo sql` runs it)", echo):
-        from lanpo.db.format import format_result
-        from lanpo.db.readonly import query_readonly
-
-        queries = {
-            "reward and accuracy per step": (
-                "SELECT step, mode, attempts, round(mean_reward::numeric, 3) AS mean_reward, "
-                f"round(accuracy::numeric, 2) AS accuracy FROM run_rewards "
-                f"WHERE run_name = '{cfg.run_name}' ORDER BY step, mode"
-            ),
-            "the newest experiences in the run's pool": (
-                "SELECT experience_id, problem_id, round(reward::numeric, 2) AS reward, left(summary, 70) AS summary "
-                f"FROM pool_current WHERE pool = '{cfg.pool_name()}' ORDER BY created_at DESC LIMIT 3"
-            ),
-        }
-        for title, sql in queries.items():
-            echo(f'      -- {title}\n      lanpo sql "{sql}"')
-            table = format_result(query_readonly(engine, sql), "table", max_width=70)
-            echo("\n".join("      " + line for line in table.splitlines()))
+        _sql_tour(engine, cfg, echo)
 
     with stage(6, "held-out problems: zero-shot and retrieval-augmented answers, side by side", echo):
         out["answers"] = _answer_held_out(engine, cfg, result.checkpoint_dir, test_dataset, echo)
 
     echo(click.style(f"\nDemo finished in {time.perf_counter() - started:.0f}s.", bold=True))
+    _print_next(options, cfg, home, data_dir, result.checkpoint_dir, out["report_dir"], echo)
+    return out
+
+
+def _demo_config(options: DemoOptions) -> Any:
+    """The recipe with the demo's overrides: few problems, the step count and run name asked for."""
+    from lanpo.train.config import load_config
+
+    # p_t = 0.75 (the paper's best for intra): most prompts of the few demo steps carry feedback.
+    overrides = [f"data.n={options.n_train}", "feedback.p_t=0.75", *options.overrides]
+    if options.steps is not None:
+        overrides.append(f"steps={options.steps}")
+    if options.run_name:
+        overrides.append(f'run_name="{options.run_name}"')
+    else:
+        overrides.append(f'run_name="demo-{time.strftime("%Y%m%d-%H%M%S")}"')
+    return load_config(options.config, overrides)
+
+
+def _import_problems(
+    engine: Any, cfg: Any, n_test: int, data_dir: Path, test_dataset: str, echo: Callable[[str], None]
+) -> list[tuple[str, str]]:
+    """Training and held-out problems from reasoning-gym, written as JSONL and imported; the held-out (q, a)."""
+    from lanpo.data.generate import generate_problems, write_jsonl
+    from lanpo.data.importer import import_file
+    from lanpo.db.engine import transaction
+
+    if not cfg.data.task:
+        raise InputError("the demo recipe needs data.task (a reasoning-gym task) to generate problems")
+    task_options = dict(cfg.data.task_options)
+    files = {
+        cfg.data.dataset: generate_problems(cfg.data.task, cfg.data.n, cfg.data.seed, "train", task_options),
+        test_dataset: generate_problems(cfg.data.task, n_test, cfg.data.seed, "test", task_options),
+    }
+    for dataset, records in files.items():
+        path = data_dir / f"{dataset}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(records, path)
+        with transaction(engine) as session:
+            report = import_file(session, path, dataset)
+        echo(f"      {dataset}: {report.inserted} new, {report.unchanged} already there  ({path})")
+    return [(r["question"], r["answer"]) for r in files[test_dataset]]
+
+
+def _sql_tour(engine: Any, cfg: Any, echo: Callable[[str], None]) -> None:
+    """Two queries over the run's history, printed as `lanpo sql` prints them."""
+    from lanpo.db.format import format_result
+    from lanpo.db.readonly import query_readonly
+
+    queries = {
+        "reward and accuracy per step": (
+            "SELECT step, mode, attempts, round(mean_reward::numeric, 3) AS mean_reward, "
+            f"round(accuracy::numeric, 2) AS accuracy FROM run_rewards "
+            f"WHERE run_name = '{cfg.run_name}' ORDER BY step, mode"
+        ),
+        "the newest experiences in the run's pool": (
+            "SELECT experience_id, problem_id, round(reward::numeric, 2) AS reward, left(summary, 70) AS summary "
+            f"FROM pool_current WHERE pool = '{cfg.pool_name()}' ORDER BY created_at DESC LIMIT 3"
+        ),
+    }
+    for title, sql in queries.items():
+        echo(f'      -- {title}\n      lanpo sql "{sql}"')
+        table = format_result(query_readonly(engine, sql), "table", max_width=70)
+        echo("\n".join("      " + line for line in table.splitlines()))
+
+
+def _print_next(
+    options: DemoOptions,
+    cfg: Any,
+    home: Path,
+    data_dir: Path,
+    checkpoint_dir: Path,
+    report_dir: str,
+    echo: Callable[[str], None],
+) -> None:
+    """Where the demo left everything, and the commands to go on with."""
+    from lanpo.db.engine import is_embedded
+
     echo(f"  database:     {'embedded, ' + str(home / 'pgdata') if is_embedded() else 'LANPO_DATABASE_URL'}")
     echo(f"  problems:     {data_dir}")
-    echo(f"  checkpoints:  {result.checkpoint_dir}")
-    echo(f"  report:       {out['report_dir']}  (lanpo report {cfg.run_name} --out DIR redraws it)")
+    echo(f"  checkpoints:  {checkpoint_dir}")
+    echo(f"  report:       {report_dir}  (lanpo report {cfg.run_name} --out DIR redraws it)")
     echo("  next:")
     echo(f"    lanpo sql \"SELECT * FROM run_rewards WHERE run_name = '{cfg.run_name}'\"")
     echo("    lanpo pool stats")
@@ -151,7 +187,6 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
     )
     echo(f"    lanpo eval --config {recipe_path('eval-demo-cpu.toml')}")
     echo("    lanpo sql --file sql/recipes/best_experiences_by_lift.sql")
-    return out
 
 
 def _held_out_change(validation: dict[int, dict[str, float]], n: int, echo: Callable[[str], None]) -> dict[str, Any]:
