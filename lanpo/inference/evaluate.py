@@ -35,8 +35,9 @@ from lanpo.db.repo.runs import record_metrics, require_name_free, run_lifecycle
 from lanpo.errors import InputError
 from lanpo.inference import store
 from lanpo.inference.config import EvalConfig
-from lanpo.inference.engine import Engine, Solution
+from lanpo.inference.engine import Engine
 from lanpo.inference.io import Question, read_questions
+from lanpo.inference.results import Solution
 from lanpo.inference.table import Table, mean_at_k, pass_markdown, recount
 from lanpo.paths import atomic_write, output_dir
 
@@ -223,12 +224,7 @@ def run_eval(
                 table = recount(session, run_id, config.modes, datasets, config.k_samples)
     finally:
         bar.close()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    markdown_path, csv_path, pass_path = out_dir / "table.md", out_dir / "table.csv", out_dir / "pass.md"
-    passes = pass_markdown(table, greedy, engine.sampling.temperature)
-    for path, text in ((markdown_path, table.to_markdown()), (csv_path, table.to_csv(greedy)), (pass_path, passes)):
-        with atomic_write(path) as handle:
-            handle.write(text)
+    markdown_path, csv_path, pass_path, passes = _write_tables(out_dir, table, greedy, engine.sampling.temperature)
     rate = total / seconds if seconds > 0 else 0.0
     echo(table.to_markdown())
     echo(passes)
@@ -237,6 +233,19 @@ def run_eval(
         f"({rate:.2f} problems/s); wrote {markdown_path}, {pass_path} and {csv_path}"
     )
     return EvalResult(run_id, name, table, computed, markdown_path, csv_path, seconds, rate, greedy, pass_path)
+
+
+def _write_tables(
+    out_dir: Path, table: Table, greedy: Table | None, temperature: float | None
+) -> tuple[Path, Path, Path, str]:
+    """table.md, table.csv and pass.md under `out_dir`, each written whole; their paths and pass.md's text."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    markdown_path, csv_path, pass_path = out_dir / "table.md", out_dir / "table.csv", out_dir / "pass.md"
+    passes = pass_markdown(table, greedy, temperature)
+    for path, text in ((markdown_path, table.to_markdown()), (csv_path, table.to_csv(greedy)), (pass_path, passes)):
+        with atomic_write(path) as handle:
+            handle.write(text)
+    return markdown_path, csv_path, pass_path, passes
 
 
 def _greedy_pass(
