@@ -6,6 +6,7 @@ the base model back afterwards. Without vLLM installed every test here skips wit
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,12 @@ import pytest
 
 from lanpo.models import load_causal_lm, prepare_smollm2
 from tests.vllm_engine.helpers import ENGINE, HAS_VLLM, SavedAdapter, save_adapter
+
+# vLLM's engine core gives a worker 300 s for one forward, then dies (EngineDeadError for every later test on the
+# shared engine). test_a_seeded_batch_past_one_prefill_budget_reproduces prefills ~8,000 tokens in one forward, and
+# on a slow 2-core machine that ran past 300 s (measured twice on 2026-12-01, once alone). The engine core is a
+# spawned process and reads the variable when it starts, so it is set here, before any engine exists.
+os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "900")
 
 
 @pytest.fixture(scope="session")
