@@ -322,10 +322,10 @@ def bench_hybrid(engine: object, pool_id: int, queries: list[str], query_vectors
 def bench_scorer(pairs: list[tuple[str, str]], batch_size: int, judge: str = "smollm2") -> None:
     import torch
 
-    from lanpo.retrieval.scorer import load_scorer
+    from lanpo.retrieval.scorer import load_judge
 
-    scorer = load_scorer(judge, device="cpu", dtype="float32")
-    scorer.score(pairs[:2], batch_size=2)  # warm-up
+    rater = load_judge(judge, device="cpu", dtype="float32")
+    rater.score(pairs[:2], batch_size=2)  # warm-up
     rows: list[list[object]] = []
     base: tuple[float, float] | None = None
     settings = [
@@ -336,7 +336,7 @@ def bench_scorer(pairs: list[tuple[str, str]], batch_size: int, judge: str = "sm
     results = []
     for label, size, share in settings:
         cpu = time.process_time()
-        scores, dt = timed(lambda size=size, share=share: scorer.score(pairs, batch_size=size, share_prefix=share))
+        scores, dt = timed(lambda size=size, share=share: rater.score(pairs, batch_size=size, share_prefix=share))
         cpu = time.process_time() - cpu
         results.append(scores)
         rate = len(pairs) / dt

@@ -57,7 +57,7 @@ def command(
     from lanpo.models import check_device, check_model_ref
     from lanpo.retrieval.corpus import BM25Cache
     from lanpo.retrieval.embeddings import check_embedder_ref
-    from lanpo.retrieval.scorer import load_scorer
+    from lanpo.retrieval.scorer import load_judge
     from lanpo.retrieval.testtime import check_question, default_embedder, retrieve
 
     check_question(question)  # everything a typo can break is checked before a model loads
@@ -69,15 +69,15 @@ def command(
     engine = connect()
     with transaction(engine) as session:
         pool = resolve_pool(session, pool_name)  # before loading any model: a wrong name fails at once
-    judge_model = None if judge.lower() == "none" else load_scorer(judge, device=device)
+    rater = None if judge.lower() == "none" else load_judge(judge, device=device)
     embedder = default_embedder(embedding_model) if stage1 != "bm25" else None
     with Session(engine) as session:
         found = retrieve(
-            session, question, pool_id=pool.id, stage1=stage1, top_k=top_k, gamma=gamma, m=m, scorer=judge_model,
+            session, question, pool_id=pool.id, stage1=stage1, top_k=top_k, gamma=gamma, m=m, rater=rater,
             embedder=embedder, ef_search=ef_search, cache=BM25Cache(),
         )  # fmt: skip
     if not found:
-        what = "the pool is empty or nothing reached gamma" if judge_model else "the pool is empty"
+        what = "the pool is empty or nothing reached gamma" if rater else "the pool is empty"
         click.echo(f"no experiences ({what}): answer zero-shot")
         return
     for rank, hit in enumerate(found, start=1):

@@ -86,7 +86,7 @@ class Engine:
         self.batch_size = batch_size
         self.notify = notify
         self._retriever = retriever
-        self._scorer: Any = None
+        self._rater: Any = None
         self._pool: PoolRow | None = None
         self.adapter = Path(adapter).expanduser() if adapter is not None else None
         if self.adapter is not None and not (self.adapter / "adapter_config.json").is_file():
@@ -171,29 +171,33 @@ class Engine:
             close()
 
     @property
-    def scorer_identity(self) -> str:
-        """The model id the relevance judge is known by (adapter hash included: other weights, other scores)."""
+    def judge_model_id(self) -> str:
+        """The model id the policy is known by as a relevance judge (adapter hash included: other weights, other
+        scores); its scorer is `"<judge_model_id>|<prompt version>"`."""
         start = f"+{self.start_sha256[:12]}" if self.start_sha256 else ""
         suffix = f"+{self.adapter_sha256[:12]}" if self.adapter_sha256 else ""
         return f"{self.model_id}{start}{suffix}"
 
-    def scorer(self) -> Any:
-        """The relevance judge for retrieval (built on first use); None when `retrieval.scorer = "none"`."""
-        name = self.retrieval.scorer
-        if name == "none":
+    def rater(self) -> Any:
+        """The loaded relevance judge for retrieval (built on first use); None when `retrieval.scorer = "none"`."""
+        judge = self.retrieval.scorer
+        if judge == "none":
             return None
-        if self._scorer is None:
-            from lanpo.retrieval.scorer import RelevanceScorer, load_scorer
+        if self._rater is None:
+            from lanpo.retrieval.scorer import HFJudge, load_judge
 
-            if name == "policy" and self.backend_name == "vllm":  # the engine that answers also judges
-                from lanpo.retrieval.vllm_scorer import VLLMRelevanceScorer
+            if judge == "policy" and self.backend_name == "vllm":  # the engine that answers also judges
+                from lanpo.retrieval.vllm_scorer import VLLMJudge
 
-                self._scorer = VLLMRelevanceScorer(self.backend, model_id=self.scorer_identity)
-            elif name == "policy" and self.model is not None:
-                self._scorer = RelevanceScorer(self.model, self.tokenizer, model_id=self.scorer_identity)
+                self._rater = VLLMJudge(self.backend, model_id=self.judge_model_id)
+            elif judge == "policy" and self.model is not None:
+                self._rater = HFJudge(self.model, self.tokenizer, model_id=self.judge_model_id)
             else:
-                self._scorer = load_scorer(self.model_id if name == "policy" else name)
-        return self._scorer
+                self._rater = load_judge(self.model_id if judge == "policy" else judge)
+        return self._rater
+
+    scorer = rater  # deprecated name
+    scorer_identity = judge_model_id  # deprecated name
 
     # ------------------------------------------------------------------ solving
 
@@ -276,7 +280,7 @@ class Engine:
 
             self._retriever = retrieve
         r = self.retrieval
-        scorer = self.scorer()
+        rater = self.rater()
         pool = self.pool()
         out = []
         with transaction(self._require_db()) as session:
@@ -289,7 +293,7 @@ class Engine:
                     top_k=r.top_k,
                     gamma=r.gamma,
                     m=r.m,
-                    scorer=scorer,
+                    rater=rater,
                     problem_id=q.problem_id,
                 )
                 out.append(

@@ -1,11 +1,13 @@
 """Relevance scores cached in `relevance_scores`, and the problem-to-problem pre-compute (`lanpo relevance build`).
 
-The cache key is (problem, candidate, scorer identity). `score_problem_pairs` / `score_version_pairs` look every
-pair up first; only the missing ones reach the model, and they are stored with `ON CONFLICT DO NOTHING`, so two
-writers racing on a pair keep one row. `build_problem_relevance` commits after every scored batch: a killed build
-keeps its work and a rerun scores only what is missing (and is a no-op once everything is scored).
-`build_relevance` is the one way in for the CLI, the demo and the experiment: it loads the judge model (embedding
-the problems first where asked) and runs the build.
+The cache key is (problem, candidate, scorer), the scorer being the judge's identity `"<model id>|<prompt version>"`.
+`score_pairs` looks every pair up first; only the missing ones reach the model, and they are stored with
+`ON CONFLICT DO NOTHING`, so two writers racing on a pair keep one row. `build_problem_relevance` commits after
+every scored batch: a killed build keeps its work and a rerun scores only what is missing (and is a no-op once
+everything is scored).
+`build_relevance` is the one way in for the CLI, the demo and the experiment: it loads the judge model `judge`
+(embedding the problems first where asked) and runs the build with it. A loaded judge is a `rater` here (see
+`lanpo.retrieval.scorer` for the three names).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from lanpo.db.repo import problems
 from lanpo.errors import InputError
 from lanpo.retrieval.corpus import BM25Cache
 from lanpo.retrieval.embeddings import SentenceTransformerEmbedder, embed_missing
-from lanpo.retrieval.scorer import Judge, load_scorer
+from lanpo.retrieval.scorer import Judge, load_judge
 from lanpo.retrieval.search import SearchParams, search_problems
 from lanpo.retrieval.sqlfiles import query
 
@@ -31,18 +33,18 @@ Pair = tuple[int, int]  # (problem id, candidate id)
 _KIND = {"problem": "problem", "version": "version"}
 
 
-def cached_scores(session: Session, scorer_id: str, pairs: Sequence[Pair], kind: str = "problem") -> dict[Pair, float]:
-    """The stored scores of `pairs` for `scorer_id`; kind `problem` (candidate problems) or `version`."""
+def cached_scores(session: Session, scorer: str, pairs: Sequence[Pair], kind: str = "problem") -> dict[Pair, float]:
+    """The stored scores of `pairs` by `scorer`; kind `problem` (candidate problems) or `version`."""
     if not pairs:
         return {}
     rows = session.execute(
         query(f"retrieval_cached_{_KIND[kind]}_scores"),
-        {"scorer": scorer_id, "problem_ids": [p for p, _ in pairs], "candidate_ids": [c for _, c in pairs]},
+        {"scorer": scorer, "problem_ids": [p for p, _ in pairs], "candidate_ids": [c for _, c in pairs]},
     ).all()
     return {(int(r[0]), int(r[1])): float(r[2]) for r in rows}
 
 
-def store_scores(session: Session, scorer_id: str, scores: Mapping[Pair, float], kind: str = "problem") -> None:
+def store_scores(session: Session, scorer: str, scores: Mapping[Pair, float], kind: str = "problem") -> None:
     """Insert scores; pairs already stored for this scorer are left as they are."""
     if not scores:
         return
@@ -50,7 +52,7 @@ def store_scores(session: Session, scorer_id: str, scores: Mapping[Pair, float],
     session.execute(
         query(f"retrieval_insert_{_KIND[kind]}_scores"),
         {
-            "scorer": scorer_id,
+            "scorer": scorer,
             "problem_ids": [p for p, _ in pairs],
             "candidate_ids": [c for _, c in pairs],
             "scores": [float(scores[pair]) for pair in pairs],
@@ -60,7 +62,7 @@ def store_scores(session: Session, scorer_id: str, scores: Mapping[Pair, float],
 
 def score_pairs(
     session: Session,
-    scorer: Judge,
+    rater: Judge,
     pairs: Sequence[Pair],
     texts: Callable[[Pair], tuple[str, str]],
     kind: str = "problem",
@@ -72,11 +74,11 @@ def score_pairs(
     unique = list(dict.fromkeys(pairs))
     if any(p == c for p, c in unique) and kind == "problem":
         raise InputError("a problem is never scored against itself")
-    result = cached_scores(session, scorer.identity, unique, kind)
+    result = cached_scores(session, rater.identity, unique, kind)
     missing = [pair for pair in unique if pair not in result]
     if missing:
-        fresh = dict(zip(missing, scorer.score([texts(pair) for pair in missing]), strict=True))
-        store_scores(session, scorer.identity, fresh, kind)
+        fresh = dict(zip(missing, rater.score([texts(pair) for pair in missing]), strict=True))
+        store_scores(session, rater.identity, fresh, kind)
         result.update(fresh)
     return result
 
@@ -107,7 +109,7 @@ class BuildReport:
 def build_problem_relevance(
     engine: Engine,
     dataset: str,
-    scorer: Judge,
+    rater: Judge,
     *,
     top_k: int = 16,
     params: SearchParams | None = None,
@@ -116,16 +118,17 @@ def build_problem_relevance(
     cache: BM25Cache | None = None,
     on_batch: Callable[[int], None] | None = None,
 ) -> BuildReport:
-    """For every problem of `dataset`: its stage-1 top-k other problems, scored by `scorer`, stored.
+    """For every problem of `dataset`: its stage-1 top-k other problems, scored by `rater`, stored under its
+    scorer (`rater.identity`).
 
-    One transaction per batch of `batch_size` pairs (default: the scorer's batch size). `on_batch(n)` is called
+    One transaction per batch of `batch_size` pairs (default: the judge's batch size). `on_batch(n)` is called
     after batch n is committed (tests use it to interrupt a build).
     """
     if top_k < 1:
         raise InputError(f"--top-k must be >= 1, got {top_k}")
     params = params or SearchParams(stage1="bm25")
     cache = cache or BM25Cache()  # one build reads one snapshot; no staleness window here
-    batch = batch_size or scorer.batch_size
+    batch = batch_size or rater.batch_size
     started = time.perf_counter()
     report = BuildReport()
     with Session(engine) as session:
@@ -152,16 +155,16 @@ def build_problem_relevance(
         report.problems, report.pairs = len(texts), len(pairs)
         known: set[Pair] = set()
         for start in range(0, len(pairs), 5000):
-            known.update(cached_scores(session, scorer.identity, pairs[start : start + 5000]))
+            known.update(cached_scores(session, rater.identity, pairs[start : start + 5000]))
     report.cached = len(known)
     todo = [pair for pair in pairs if pair not in known]
     bar = tqdm(total=len(todo), desc=f"relevance {dataset}", unit="pair", disable=not progress or not todo)
     scoring_started = time.perf_counter()
     for number, start in enumerate(range(0, len(todo), batch), start=1):
         chunk = todo[start : start + batch]
-        scores = scorer.score([(texts[p], texts[c]) for p, c in chunk])
+        scores = rater.score([(texts[p], texts[c]) for p, c in chunk])
         with Session(engine) as session, session.begin():
-            store_scores(session, scorer.identity, dict(zip(chunk, scores, strict=True)))
+            store_scores(session, rater.identity, dict(zip(chunk, scores, strict=True)))
         report.scored += len(chunk)
         bar.update(len(chunk))
         if on_batch is not None:
@@ -174,7 +177,7 @@ def build_problem_relevance(
 
 @dataclass
 class RelevanceBuild:
-    """What `build_relevance` did: the build, the scorer identity its scores are stored under, and how many
+    """What `build_relevance` did: the build, the scorer (judge identity) its scores are stored under, and how many
     problems were embedded first (None when embedding was not asked for)."""
 
     report: BuildReport
@@ -201,9 +204,9 @@ def build_relevance(
     if embed:
         count = embed_missing(engine, SentenceTransformerEmbedder(), dataset=dataset, what="problems", progress=False)
         embedded = count.problems
-    scorer = load_scorer(judge, batch_size=batch_size, device=device)
-    report = build_problem_relevance(engine, dataset, scorer, top_k=top_k, params=params, progress=progress)
-    return RelevanceBuild(report, scorer.identity, embedded)
+    rater = load_judge(judge, batch_size=batch_size, device=device)
+    report = build_problem_relevance(engine, dataset, rater, top_k=top_k, params=params, progress=progress)
+    return RelevanceBuild(report, rater.identity, embedded)
 
 
 def relevance_status(session: Session, dataset: str, gamma: float) -> list[dict[str, object]]:

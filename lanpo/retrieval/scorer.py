@@ -11,13 +11,16 @@ their logits with logsumexp; a token that starts both a yes and a no variant is 
 
 Pairs are scored in batches (left padding, explicit position ids so a padded row scores exactly as it would
 alone, only the last position's logits computed). Candidates of one problem share the prompt's prefix (system
-prompt + problem): it runs once and its KV cache serves the whole batch. The scorer identity stored in
-`relevance_scores.scorer` is `"<model id>|<prompt version>"`: change the prompt, bump `PROMPT_VERSION`, and
-nothing cached is reused.
+prompt + problem): it runs once and its KV cache serves the whole batch.
 
-`JudgePrompt` builds and tokenises the prompt; `RelevanceScorer` scores it with a HF model, and
-`lanpo.retrieval.vllm_scorer.VLLMRelevanceScorer` with the vLLM engine's next-token log-probs (same identity:
-the same model and prompt are the same judge, up to the engine's bf16 arithmetic).
+Three names, one meaning each, from the CLI to the SQL parameter:
+  judge   the model reference a user names (`--judge smollm2`, a HF folder, a hub id), up to `load_judge`;
+  rater   a loaded `Judge` (`HFJudge` here, `lanpo.retrieval.vllm_scorer.VLLMJudge` on the vLLM engine);
+  scorer  the identity its scores are stored under, `relevance_scores.scorer` = `"<model id>|<prompt version>"`
+          (`Judge.identity`): change the prompt, bump `PROMPT_VERSION`, and nothing cached is reused.
+`JudgePrompt` builds and tokenises the prompt; `HFJudge` scores it with a HF model, `VLLMJudge` with the vLLM
+engine's next-token log-probs (same identity: the same model and prompt are the same judge, up to the engine's
+bf16 arithmetic). `RelevanceScorer`, `VLLMRelevanceScorer` and `load_scorer` are the old, deprecated names.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ def answer_token_ids(tokenizer: Any) -> tuple[list[int], list[int]]:
     shared = set(yes) & set(no)
     yes, no = [t for t in yes if t not in shared], [t for t in no if t not in shared]
     if not yes or not no:
-        raise InputError("the scorer's tokenizer cannot tell 'yes' from 'no' by their first tokens")
+        raise InputError("the judge's tokenizer cannot tell 'yes' from 'no' by their first tokens")
     return yes, no
 
 
@@ -75,7 +78,10 @@ def yes_no_probability(logits: torch.Tensor, yes_ids: Sequence[int], no_ids: Seq
 
 
 class Judge(Protocol):
-    """What retrieval needs of a relevance judge: `RelevanceScorer` (HF) and `VLLMRelevanceScorer` (vLLM)."""
+    """What retrieval needs of a loaded relevance judge (a `rater`): `HFJudge` and `VLLMJudge` (vLLM).
+
+    `identity` is the scorer: what `relevance_scores.scorer` holds for its scores.
+    """
 
     batch_size: int
 
@@ -89,7 +95,7 @@ class JudgePrompt:
     """The judgement prompt in a tokenizer's chat template, tokenised as (prefix, suffix) around the feedback.
 
     The prefix (system prompt + problem) is the same for every candidate of one problem, so a backend can run it
-    once (the HF scorer's shared KV cache, vLLM's prefix cache).
+    once (the HF judge's shared KV cache, vLLM's prefix cache).
     """
 
     def __init__(self, tokenizer: Any, model_id: str, max_chars: int, prompt_version: str) -> None:
@@ -101,7 +107,7 @@ class JudgePrompt:
 
     @property
     def identity(self) -> str:
-        """What `relevance_scores.scorer` holds for this scorer: `"<model id>|<prompt version>"`."""
+        """The scorer, `"<model id>|<prompt version>"`: what `relevance_scores.scorer` holds for this judge."""
         return f"{self.model_id}|{self.prompt_version}"
 
     def prompt(self, problem: str, feedback: str) -> str:
@@ -139,7 +145,7 @@ class JudgePrompt:
         return rows
 
 
-class RelevanceScorer(JudgePrompt):
+class HFJudge(JudgePrompt):
     """Scores (problem, feedback) text pairs with a HF causal LM, many pairs per forward pass."""
 
     def __init__(
@@ -154,7 +160,7 @@ class RelevanceScorer(JudgePrompt):
         share_prefix: bool = True,
     ) -> None:
         if batch_size < 1:
-            raise InputError(f"scorer batch size must be >= 1, got {batch_size}")
+            raise InputError(f"judge batch size must be >= 1, got {batch_size}")
         super().__init__(tokenizer, model_id, max_chars, prompt_version)
         self.model = model.eval()
         self.tokenizer.padding_side = "left"
@@ -172,7 +178,7 @@ class RelevanceScorer(JudgePrompt):
         """r(problem, feedback) for every pair, in input order (no caching here: see `lanpo.retrieval.relevance`).
 
         A prompt is tokenised as `prefix + suffix`: the prefix (system prompt and problem) is the same for every
-        candidate of one problem. With `share_prefix` (default: the scorer's setting) pairs are grouped by
+        candidate of one problem. With `share_prefix` (default: the judge's setting) pairs are grouped by
         problem, the prefix runs once per batch and its KV cache is repeated over the batch, so each pair
         costs only its suffix (feedback + question). Without it, every row carries its whole prompt.
         """
@@ -245,15 +251,20 @@ class RelevanceScorer(JudgePrompt):
         return yes_no_probability(out.logits[:, -1, :], self.yes_ids, self.no_ids)
 
 
-def load_scorer(
-    name_or_path: str,
+def load_judge(
+    judge: str,
     *,
     batch_size: int = 16,
     device: str | None = None,
     dtype: str | None = None,
-) -> RelevanceScorer:
-    """A scorer on `smollm2` (the offline SmolLM2-135M-Instruct), a local HF folder, or a cached hub id."""
+) -> HFJudge:
+    """The judge model `judge` loaded: `smollm2` (the offline SmolLM2-135M-Instruct), a local HF folder, or a
+    cached hub id. `judge` is its model id, so its scorer is `"<judge>|<prompt version>"`."""
     from lanpo.models import load_causal_lm
 
-    model, tokenizer = load_causal_lm(name_or_path, dtype=dtype, device=device)
-    return RelevanceScorer(model, tokenizer, model_id=str(name_or_path), batch_size=batch_size)
+    model, tokenizer = load_causal_lm(judge, dtype=dtype, device=device)
+    return HFJudge(model, tokenizer, model_id=str(judge), batch_size=batch_size)
+
+
+RelevanceScorer = HFJudge  # deprecated name
+load_scorer = load_judge  # deprecated name

@@ -1,9 +1,10 @@
 """Test-time retrieval for a question that may not be in the store: stage 1 over the current experience
 summaries of one pool -> LLM rerank -> gamma filter -> top m (ARCHITECTURE.md, "Retrieval").
 
-Without a scorer there is no rerank and no gamma filter: the top m of stage 1 come back with `relevance=None`.
-An empty pool (or nothing at gamma) gives `[]`, and the caller answers zero-shot. When the question is a stored
-problem (`problem_id`), its own experiences are excluded and its scores are cached in `relevance_scores`.
+Without a judge (`rater=None`) there is no rerank and no gamma filter: the top m of stage 1 come back with
+`relevance=None`. An empty pool (or nothing at gamma) gives `[]`, and the caller answers zero-shot. When the
+question is a stored problem (`problem_id`), its own experiences are excluded and its scores are cached in
+`relevance_scores`.
 """
 
 from __future__ import annotations
@@ -56,14 +57,14 @@ def retrieve(
     top_k: int = 16,
     gamma: float = GAMMA,
     m: int = 3,
-    scorer: Judge | None = None,
+    rater: Judge | None = None,
     embedder: Embedder | None = None,
     problem_id: int | None = None,
     ef_search: int = EF_SEARCH,
     cache: BM25Cache = DEFAULT_CACHE,
 ) -> list[Retrieved]:
     """At most `m` current experiences of pool `pool_id` for `question`, best first (by relevance, then stage-1
-    rank)."""
+    rank). `rater` is the loaded relevance judge; None: stage 1 only."""
     check_question(question)
     if not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be in [0, 1], got {gamma}")
@@ -83,20 +84,20 @@ def retrieve(
         params=params,
         cache=cache,
     )
-    if scorer is None:
+    if rater is None:
         return [Retrieved(h.version_id, h.problem_id, h.summary, h.score, None) for h in hits[:m]]
     if problem_id is not None:
         summaries = {h.version_id: h.summary for h in hits}
         cached = score_pairs(
             session,
-            scorer,
+            rater,
             [(problem_id, h.version_id) for h in hits],
             lambda pair: (question, summaries[pair[1]]),
             kind="version",
         )
         relevance = [cached[(problem_id, h.version_id)] for h in hits]
     else:
-        relevance = scorer.score([(question, h.summary) for h in hits])
+        relevance = rater.score([(question, h.summary) for h in hits])
     ranked = sorted(
         ((r, rank, h) for rank, (h, r) in enumerate(zip(hits, relevance, strict=True)) if r >= gamma),
         key=lambda item: (-item[0], item[1]),

@@ -1,13 +1,14 @@
-"""The relevance judge on the vLLM engine: the same prompt and score as `RelevanceScorer`, from log-probs.
+"""The relevance judge on the vLLM engine: the same prompt and score as `HFJudge`, from log-probs.
 
 `r(p, c) = softmax(l_yes, l_no)` needs the logits of the yes/no tokens only, and log-probs differ from logits by
 one constant per row (log Z), which cancels in `l_yes - l_no`. So one prefill per pair asks the engine for the
 next-token log-probs of exactly those token ids (`SamplingParams(logprob_token_ids=...)`, computed before any
 sampling processor) and feeds them to the same `yes_no_probability`. Pairs of one problem share their prefix in
-vLLM's prefix cache, as they share a KV cache in the HF scorer.
+vLLM's prefix cache, as they share a KV cache in the HF judge.
 
-The judge is the policy the engine serves when the scorer is built (base model or adapter): its hash is pinned,
+The judge is the policy the engine serves when the `VLLMJudge` is built (base model or adapter): its hash is pinned,
 and scoring under another adapter is refused, since the identity would then name the wrong weights.
+`VLLMRelevanceScorer` is its old, deprecated name.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from lanpo.errors import InputError, LanpoError
 from lanpo.retrieval.scorer import PROMPT_VERSION, JudgePrompt, yes_no_probability
 
 
-class VLLMRelevanceScorer(JudgePrompt):
+class VLLMJudge(JudgePrompt):
     """Scores (problem, feedback) pairs with a `VLLMBackend`'s engine, `batch_size` pairs per engine call."""
 
     def __init__(
@@ -34,7 +35,7 @@ class VLLMRelevanceScorer(JudgePrompt):
         prompt_version: str = PROMPT_VERSION,
     ) -> None:
         if batch_size < 1:
-            raise InputError(f"scorer batch size must be >= 1, got {batch_size}")
+            raise InputError(f"judge batch size must be >= 1, got {batch_size}")
         super().__init__(backend.tokenizer, model_id, max_chars, prompt_version)
         self.backend = backend
         self.batch_size = batch_size
@@ -46,7 +47,7 @@ class VLLMRelevanceScorer(JudgePrompt):
             raise LanpoError(
                 f"the judge was built on adapter {self.adapter_sha256} but the engine now serves "
                 f"{self.backend.adapter_sha256}",
-                hint="build a new VLLMRelevanceScorer after set_adapter (its identity names the weights)",
+                hint="build a new VLLMJudge after set_adapter (its identity names the weights)",
             )
         size = batch_size or self.batch_size
         answer_ids = [*self.yes_ids, *self.no_ids]
@@ -59,3 +60,6 @@ class VLLMRelevanceScorer(JudgePrompt):
             probs = yes_no_probability(logprobs, yes, no)  # (B, Y + N) log-probs -> (B,)
             scores.extend(min(1.0, max(0.0, float(p))) for p in probs.tolist())
         return scores
+
+
+VLLMRelevanceScorer = VLLMJudge  # deprecated name

@@ -152,7 +152,7 @@ def test_adapter_is_loaded_and_hashed(tmp_path: Path) -> None:
     fresh, _ = tiny_causal_lm(seed=3)
     engine = Engine(fresh, adapter=tmp_path / "adapter", tokenizer=tokenizer)
     assert engine.adapter_sha256 == expected
-    assert engine.scorer_identity.endswith(expected[:12])
+    assert engine.judge_model_id.endswith(expected[:12])
     (s,) = engine.solve(["What is 1+1?"], "zero_shot", 1)
     assert s.samples[0].final.completion_tokens > 0
 

@@ -14,7 +14,7 @@ from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.retrieval.bm25 import tokenize
-from lanpo.retrieval.scorer import RelevanceScorer
+from lanpo.retrieval.scorer import HFJudge
 
 
 class HashEmbedder:
@@ -66,7 +66,7 @@ def pool_id(session: Session, pool: str = POOL) -> int:
     return ensure_pool(session, pool, StoreConfig(per_problem_cap=10_000, per_step_cap=10_000)).id
 
 
-def tiny_scorer(batch_size: int = 4) -> tuple[RelevanceScorer, list[int]]:
+def tiny_judge(batch_size: int = 4) -> tuple[HFJudge, list[int]]:
     """A judge on a tiny random causal LM; the list records the batch size of every forward pass that scores
     pairs (a shared-prefix pass, which scores nothing by itself, is not recorded)."""
     from lanpo.models import tiny_causal_lm
@@ -80,4 +80,4 @@ def tiny_scorer(batch_size: int = 4) -> tuple[RelevanceScorer, list[int]]:
             seen.append(int(kwargs["input_ids"].shape[0]))
 
     model.register_forward_hook(record, with_kwargs=True)
-    return RelevanceScorer(model, tokenizer, model_id="tiny", batch_size=batch_size), seen
+    return HFJudge(model, tokenizer, model_id="tiny", batch_size=batch_size), seen

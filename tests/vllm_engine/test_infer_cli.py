@@ -19,7 +19,7 @@ from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.models import load_adapter, load_causal_lm
-from lanpo.retrieval.scorer import PROMPT_VERSION, RelevanceScorer
+from lanpo.retrieval.scorer import PROMPT_VERSION, HFJudge
 from tests.vllm_engine.helpers import SavedAdapter, needs_vllm
 
 pytestmark = [pytest.mark.vllm, needs_vllm]
@@ -49,13 +49,13 @@ def test_infer_retrieval_answers_and_judges_on_one_engine(
 ) -> None:
     adapter = adapters[0]
     hf_model, tokenizer = load_causal_lm(smollm2_dir, device="cpu", dtype="float32")  # before the ban below
-    hf_judge = RelevanceScorer(load_adapter(hf_model, adapter.path), tokenizer, model_id="hf")
+    hf_judge = HFJudge(load_adapter(hf_model, adapter.path), tokenizer, model_id="hf")
 
     def no_hf_model(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the vllm backend loaded a HF model")
 
     monkeypatch.setattr("lanpo.models.load_causal_lm", no_hf_model)
-    monkeypatch.setattr("lanpo.retrieval.scorer.load_scorer", no_hf_model)
+    monkeypatch.setattr("lanpo.retrieval.scorer.load_judge", no_hf_model)
     fill_pool(session)
     questions = tmp_path / "quiz.jsonl"
     questions.write_text(

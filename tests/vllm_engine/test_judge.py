@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from lanpo.errors import LanpoError
-from lanpo.retrieval.scorer import PROMPT_VERSION, RelevanceScorer
-from lanpo.retrieval.vllm_scorer import VLLMRelevanceScorer
+from lanpo.retrieval.scorer import PROMPT_VERSION, HFJudge
+from lanpo.retrieval.vllm_scorer import VLLMJudge
 from tests.vllm_engine.helpers import SavedAdapter, needs_vllm
 
 pytestmark = [pytest.mark.vllm, needs_vllm]
@@ -37,9 +37,9 @@ TOLERANCE = 0.1
 
 def test_the_engine_judge_agrees_with_the_hf_judge(backend: Any, hf_smollm2: tuple[Any, Any]) -> None:
     model, tokenizer = hf_smollm2
-    hf = RelevanceScorer(model, tokenizer, model_id="smollm2").score(PAIRS)
-    judge = VLLMRelevanceScorer(backend, model_id="smollm2")
-    assert judge.identity == f"smollm2|{PROMPT_VERSION}" == RelevanceScorer(model, tokenizer, "smollm2").identity
+    hf = HFJudge(model, tokenizer, model_id="smollm2").score(PAIRS)
+    judge = VLLMJudge(backend, model_id="smollm2")
+    assert judge.identity == f"smollm2|{PROMPT_VERSION}" == HFJudge(model, tokenizer, "smollm2").identity
     on_engine = judge.score(PAIRS, batch_size=4)  # several engine calls, in input order
     diffs = [abs(a - b) for a, b in zip(hf, on_engine, strict=True)]
     assert max(diffs) < TOLERANCE and sum(diffs) / len(diffs) < TOLERANCE / 3, diffs
@@ -49,7 +49,7 @@ def test_the_engine_judge_agrees_with_the_hf_judge(backend: Any, hf_smollm2: tup
 
 def test_the_judge_is_pinned_to_the_adapter_it_was_built_on(backend: Any, adapters: list[SavedAdapter]) -> None:
     backend.set_adapter(adapters[0].path)
-    judge = VLLMRelevanceScorer(backend, model_id=f"smollm2+{adapters[0].sha256[:12]}")
+    judge = VLLMJudge(backend, model_id=f"smollm2+{adapters[0].sha256[:12]}")
     assert judge.adapter_sha256 == adapters[0].sha256 and len(judge.score(PAIRS[:2])) == 2
     backend.set_adapter(None)
     with pytest.raises(LanpoError, match="the judge was built on adapter"):
