@@ -244,7 +244,7 @@ def _write_report(engine: Any, run_name: str, out: Path, echo: Callable[[str], N
 
 
 def _build_relevance(engine: Any, judge: str, dataset: str, top_k: int, echo: Callable[[str], None]) -> str:
-    from lanpo.retrieval.relevance import build_relevance
+    from lanpo.retrieval.build import build_relevance
     from lanpo.retrieval.search import SearchParams
 
     # Templated problems share most words, so BM25 alone ranks them poorly: fuse it with MiniLM vectors.

@@ -419,7 +419,7 @@ def shared_start(
 
 def shared_relevance(exp: ExperimentConfig, base: TrainConfig, engine: Engine, echo: Callable[[str], None]) -> str:
     """Problem-to-problem relevance of the training dataset, judged once; returns the scorer the arms read."""
-    from lanpo.retrieval.relevance import build_relevance
+    from lanpo.retrieval.build import build_relevance
     from lanpo.retrieval.search import SearchParams
     from lanpo.train.run import ensure_dataset
 

@@ -59,7 +59,7 @@ def build_cmd(
 
     from lanpo.db.repo.problems import require_dataset
     from lanpo.models import check_device, check_model_ref
-    from lanpo.retrieval.relevance import build_relevance
+    from lanpo.retrieval.build import build_relevance
     from lanpo.retrieval.search import SearchParams
 
     params = SearchParams(stage1=stage1, ef_search=ef_search)

@@ -1,5 +1,5 @@
 """Retrieval and relevance: embeddings in pgvector, BM25, HNSW and hybrid first-stage search, the LLM relevance
-scorer with its cache in `relevance_scores`, the problem-to-problem pre-compute and test-time retrieval.
+judge with its scores cached in `relevance_scores`, the problem-to-problem pre-compute and test-time retrieval.
 
 Modules (import what you need; nothing here imports torch):
   bm25       tokenizer + exact BM25Okapi (rank-bm25 semantics) on a vectorised sparse index
@@ -9,8 +9,10 @@ Modules (import what you need; nothing here imports torch):
   hybrid     reciprocal rank fusion
   search     stage 1 dispatch: bm25 | vector | hybrid
   embeddings sentence-transformers embedder, `lanpo embed`, embed-on-insert
-  scorer     the yes/no LLM relevance judge (paper appendix 10.1)
-  relevance  cached scoring against `relevance_scores` and `lanpo relevance build`
+  scorer     the yes/no LLM relevance judge (paper appendix 10.1): `judge` (a model reference) -> a loaded
+             `Judge` (a `rater`) -> its identity, the `scorer` that `relevance_scores` stores
+  relevance  cached scoring against `relevance_scores` and the problem-to-problem pre-compute, given a rater
+  build      `lanpo relevance build`'s one way in: embed where asked, load the judge, run the pre-compute
   testtime   `retrieve(session, question, ...)` for inference
 """
 

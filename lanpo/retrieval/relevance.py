@@ -1,13 +1,12 @@
-"""Relevance scores cached in `relevance_scores`, and the problem-to-problem pre-compute (`lanpo relevance build`).
+"""Relevance scores cached in `relevance_scores`, and the problem-to-problem pre-compute over a loaded judge.
 
 The cache key is (problem, candidate, scorer), the scorer being the judge's identity `"<model id>|<prompt version>"`.
 `score_pairs` looks every pair up first; only the missing ones reach the model, and they are stored with
 `ON CONFLICT DO NOTHING`, so two writers racing on a pair keep one row. `build_problem_relevance` commits after
 every scored batch: a killed build keeps its work and a rerun scores only what is missing (and is a no-op once
 everything is scored).
-`build_relevance` is the one way in for the CLI, the demo and the experiment: it loads the judge model `judge`
-(embedding the problems first where asked) and runs the build with it. A loaded judge is a `rater` here (see
-`lanpo.retrieval.scorer` for the three names).
+Everything here takes a loaded judge, a `rater` (see `lanpo.retrieval.scorer` for the three names): loading one
+from a model reference is `lanpo.retrieval.build`'s, `lanpo relevance build`'s one way in.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ from tqdm import tqdm
 from lanpo.db.repo import problems
 from lanpo.errors import InputError
 from lanpo.retrieval.corpus import BM25Cache
-from lanpo.retrieval.embeddings import SentenceTransformerEmbedder, embed_missing
-from lanpo.retrieval.scorer import Judge, load_judge
+from lanpo.retrieval.scorer import Judge
 from lanpo.retrieval.search import SearchParams, search_problems
 from lanpo.retrieval.sqlfiles import query
 
@@ -173,40 +171,6 @@ def build_problem_relevance(
     report.score_seconds = time.perf_counter() - scoring_started
     report.seconds = time.perf_counter() - started
     return report
-
-
-@dataclass
-class RelevanceBuild:
-    """What `build_relevance` did: the build, the scorer (judge identity) its scores are stored under, and how many
-    problems were embedded first (None when embedding was not asked for)."""
-
-    report: BuildReport
-    scorer: str
-    embedded: int | None = None
-
-
-def build_relevance(
-    engine: Engine,
-    dataset: str,
-    judge: str,
-    *,
-    top_k: int = 16,
-    params: SearchParams | None = None,
-    embed: bool = False,
-    batch_size: int = 16,
-    device: str | None = None,
-    progress: bool = False,
-) -> RelevanceBuild:
-    """Problem-to-problem relevance of `dataset` judged by the model `judge` (`lanpo relevance build`, the demo and
-    the experiment's shared step): with `embed`, first the problems still without a vector get one (MiniLM,
-    offline); then the judge loads and every stage-1 pair not scored yet is scored and stored."""
-    embedded = None
-    if embed:
-        count = embed_missing(engine, SentenceTransformerEmbedder(), dataset=dataset, what="problems", progress=False)
-        embedded = count.problems
-    rater = load_judge(judge, batch_size=batch_size, device=device)
-    report = build_problem_relevance(engine, dataset, rater, top_k=top_k, params=params, progress=progress)
-    return RelevanceBuild(report, rater.identity, embedded)
 
 
 def relevance_status(session: Session, dataset: str, gamma: float) -> list[dict[str, object]]:
