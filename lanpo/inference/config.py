@@ -41,7 +41,7 @@ class RetrievalSettings:
     stage1: str = help_field("bm25", "stage-1 search: bm25 | vector (pgvector HNSW) | hybrid (RRF of both)")
     top_k: int = help_field(16, "stage-1 candidates passed to the LLM rerank")
     gamma: float = help_field(
-        GAMMA, "minimum relevance r(p, c) an experience needs (paper: 0.9); 0: every stage-1 candidate, reranked"
+        GAMMA, f"minimum relevance r(p, c) an experience needs (paper: {GAMMA}); 0: every stage-1 candidate, reranked"
     )
     m: int = help_field(3, "experiences put into the prompt, best first (at most)")
     scorer: str = help_field(
