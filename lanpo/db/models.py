@@ -112,19 +112,22 @@ class Pool(Base):
 
 
 class PolicyVersion(Base):
-    """Which weights produced a row: (run, step) -> adapter sha256."""
+    """Which weights produced a row: (run, step) -> adapter sha256 (and the merged weights served for it)."""
 
     __tablename__ = "policy_versions"
     __table_args__ = (
         sa.UniqueConstraint("run_id", "step"),
         sa.CheckConstraint("step >= 0", name="step_nonnegative"),
         sa.CheckConstraint("adapter_sha256 ~ '^[0-9a-f]{64}$'", name="sha256_hex"),
+        sa.CheckConstraint("served_sha256 IS NULL OR served_sha256 ~ '^[0-9a-f]{64}$'", name="served_sha256_hex"),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
     run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
     step: Mapped[int] = mapped_column(sa.Integer)
     adapter_sha256: Mapped[str] = mapped_column(sa.Text)
+    # the engine's weights when not the version's own (LoRA merged into the base); NULL: its own (migration 0010)
+    served_sha256: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 

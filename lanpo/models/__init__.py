@@ -35,6 +35,7 @@ from lanpo.models.lora import (
     load_adapter,
     load_adapter_stack,
     merge_adapter,
+    merged_state,
     read_start,
     write_start,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "load_adapter_stack",
     "load_causal_lm",
     "merge_adapter",
+    "merged_state",
     "model_dir_sha256",
     "model_folder",
     "parse_dtype",

@@ -1,5 +1,6 @@
-"""LoRA through PEFT: attach a trainable adapter, load a saved one, merge one into the base, and the start file
-that says which adapter an RL adapter was trained on top of."""
+"""LoRA through PEFT: attach a trainable adapter, load a saved one, merge one into the base (or fold one into a
+copy of its weights, `merged_state`), and the start file that says which adapter an RL adapter was trained on
+top of."""
 
 from __future__ import annotations
 
@@ -63,6 +64,33 @@ def merge_adapter(model: Any, adapter_dir: str | Path) -> tuple[Any, str]:
     with_adapter = load_adapter(model, adapter_dir)
     sha = adapter_sha256(with_adapter)
     return with_adapter.merge_and_unload(), sha
+
+
+def merged_state(model: Any) -> dict[str, Any]:
+    """The weights a PEFT LoRA model computes with, folded: each adapted layer's base weight plus its adapter's
+    delta (PEFT's own `get_delta_weight`: scaling · B·A, fan-in-fan-out handled), every other weight as it is,
+    named as the base model names them (a tied weight stays tied). The model is not changed: PEFT's
+    `merge_adapter` / `unmerge_adapter` would add and subtract the delta in place, moving the trained base
+    weights by rounding at every sync. What a vLLM engine serves as "merged LoRA" (`rollout.vllm.lora_sync`)."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    inner = model.get_base_model()
+    active = model.active_adapter
+    with torch.no_grad():
+        deltas = {
+            f"{name}.weight": module.get_delta_weight(active)
+            for name, module in inner.named_modules()
+            if isinstance(module, LoraLayer) and active in module.lora_A
+        }
+        state = {}
+        for name, tensor in inner.state_dict().items():
+            if ".lora_" in name:
+                continue
+            plain = name.replace(".base_layer.", ".")
+            delta = deltas.get(plain)
+            state[plain] = tensor if delta is None else tensor + delta.to(tensor.dtype)
+    return state
 
 
 def write_start(adapter_dir: str | Path, start: dict[str, Any]) -> None:

@@ -45,6 +45,7 @@ from lanpo.config import check as _check
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM sizes its LoRA slots for
 AUTO_MEMORY_FRACTION = {"cpu": 0.15, "cuda": 0.45}
+LORA_SYNCS = ("adapter", "merged")  # rollout.vllm.lora_sync
 CPU_PREFILL_TOKENS = 8192  # tokens prefilled per engine step on CPU, where prompts are never chunked
 
 
@@ -69,6 +70,14 @@ class VLLMConfig:
     dtype: str = help_field("auto", "auto (the checkpoint's; fp32 is cast to bf16) | bfloat16 | float16 | float32")
     tensor_parallel_size: int = help_field(1, "GPUs one engine spans (tensor parallelism)")
     seed: int = help_field(0, "engine seed (every request also carries its own seed)")
+    lora_sync: str = help_field(
+        "adapter",
+        "how a trained LoRA reaches the engine: adapter (served through vLLM's LoRA kernels) | merged (folded "
+        "into a copy of the base weights and loaded in place: base-model decoding speed, a full-weight sync)",
+    )
+    sync_bucket_mb: int = help_field(
+        256, "full-weight sync: MiB of tensors per transfer call into the engine (bounds the copies in flight)"
+    )
     per_rank: bool = help_field(
         False,
         "set by the trainer under torchrun: one engine per rank on its own local GPU (vLLM's external_launcher)",
@@ -90,6 +99,11 @@ class VLLMConfig:
         _check(
             self.dtype in DTYPE_NAMES, f"VLLMConfig.dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.dtype!r}"
         )
+        _check(
+            self.lora_sync in LORA_SYNCS,
+            f"VLLMConfig.lora_sync must be one of {', '.join(LORA_SYNCS)}, got {self.lora_sync!r}",
+        )
+        _check(self.sync_bucket_mb >= 1, f"VLLMConfig.sync_bucket_mb must be >= 1, got {self.sync_bucket_mb}")
         tp = self.tensor_parallel_size
         _check(tp >= 1, f"VLLMConfig.tensor_parallel_size must be >= 1, got {tp}")
 

@@ -389,8 +389,15 @@ class TrainConfig:
             "the trained model itself",
             "set rollout.backend = vllm, or unset grpo.tis_cap",
         )
+        vllm = self.rollout.vllm
         _check(
-            self.rollout.backend != "vllm" or self.lora.r <= self.rollout.vllm.max_lora_rank,
+            vllm.lora_sync == "adapter" or self.rollout.backend == "vllm",
+            f"rollout.vllm.lora_sync = {vllm.lora_sync!r} with rollout.backend = hf, which generates with the trained "
+            "model itself",
+            "set rollout.backend = vllm, or leave rollout.vllm.lora_sync at adapter",
+        )
+        _check(
+            self.rollout.backend != "vllm" or vllm.lora_sync == "merged" or self.lora.r <= vllm.max_lora_rank,
             f"lora.r = {self.lora.r} is above rollout.vllm.max_lora_rank = {self.rollout.vllm.max_lora_rank}: "
             "the engine could not serve the adapter",
             "set rollout.vllm.max_lora_rank to the next of 8, 16, 32, 64, 128, ... at or above lora.r",
@@ -399,13 +406,6 @@ class TrainConfig:
             self.summarizer.max_new_per_step <= self.store.per_step_cap,
             f"summarizer.max_new_per_step ({self.summarizer.max_new_per_step}) exceeds store.per_step_cap "
             f"({self.store.per_step_cap}); the extra summaries would be dropped",
-        )
-        _check(
-            self.lora.enabled or self.rollout.backend == "hf",
-            "lora.enabled = false (full fine-tuning) with rollout.backend = vllm: the trainer syncs the vLLM engine "
-            "by serving the trained policy as a LoRA adapter, and does not load full weights into it yet "
-            "(VLLMBackend.load_weights exists, the sync after each update does not call it)",
-            "roll out with rollout.backend = hf, or train a LoRA adapter (lora.enabled = true)",
         )
         self.check_method()
 

@@ -78,6 +78,16 @@ def full_state(model: Any) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=GATHER)
 
 
+def full_state_everywhere(model: Any) -> dict[str, torch.Tensor]:
+    """Every weight by name, full, on every rank (a plain model: its own state dict, nothing copied). Each rank's
+    rollout engine loads it; the copies live until the engine has them."""
+    from torch.distributed.tensor import DTensor
+
+    if not any(isinstance(p, DTensor) for p in model.parameters()):
+        return model.state_dict()
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
 def load_full_state(model: Any, state: dict[str, torch.Tensor]) -> None:
     """Load full weights (tied ones may be given once) into `model`, sharded or not."""
     set_model_state_dict(model, state, options=LOAD)

@@ -259,6 +259,7 @@ def _write_step(
         metrics.update(phase.timer.metrics())
         runs_repo.record_metrics(session, t.run_id, step, metrics)
         pv = steps_repo.add_policy_version(session, t.run_id, step, sha)
+        steps_repo.set_served(session, pv, t.backend.served_sha256)  # merged LoRA: the engine's weights for it
         steps_repo.commit_step(session, t.run_id, step, pv, str(path))  # LAST: the step exists once this commits
 
 

@@ -2,10 +2,12 @@
 
 - `hf`: transformers `generate` on the trained PEFT model itself; it serves the live weights by construction.
 - `vllm`: an engine of its own, loaded once from the start's weights (the model folder, or the merged SFT start
-  written next to the run as `start-model/`). After every update the live adapter is saved to a private folder
-  and served through a fresh LoRA request (`sync`); the hash the engine reports for it must equal the
-  trainer's own hash of its adapter, and every completion must carry that hash, or the step is refused: no
-  rollout of a stale or foreign policy is ever trained on or recorded.
+  written next to the run as `start-model/`). After every update (`sync`) the live adapter is saved to a private
+  folder and served through a fresh LoRA request, or under full fine-tuning every weight is loaded into the
+  engine in place; the hash the engine reports must equal the trainer's own hash of what it holds, and every
+  completion must carry that hash, or the step is refused: no rollout of a stale or foreign policy is ever
+  trained on or recorded. The start is synced too, so the first rollouts carry the start's hash, and a resumed
+  run's engine serves the checkpoint it resumed from.
 
 The engine's per-token log-probs (`Completion.logprobs`, vLLM only) come back as the behaviour log-probs of
 the update: `engine/logp_abs_diff` measures how far they sit from the trainer's, and `grpo.tis_cap`
@@ -37,38 +39,50 @@ START_MODEL = "start-model"  # in the run's folder: the merged start, as a model
 class PolicyEngine:
     """Generate with the current policy; `sync()` after each update, `close()` at the end."""
 
-    def __init__(self, backend: Any, model: Any, kind: str) -> None:
+    def __init__(self, backend: Any, model: Any, kind: str, merged: bool = False) -> None:
         self.backend = backend
         self.model = model  # the trained model: PEFT (LoRA), or plain (full fine-tuning)
         self.kind = kind  # "hf" | "vllm"
+        self.merged = merged  # vllm + LoRA: serve the adapter folded into the base weights (lora_sync = merged)
         self.tokenizer = getattr(backend, "tokenizer", None)
-        self.expected: str | None = None  # the adapter hash every completion must carry (None: no adapter)
+        self.expected: str | None = None  # the hash every completion must carry (None: the hf backend's live weights)
+        self.served_sha256: str | None = None  # `expected` when it is not the policy's own hash (merged LoRA)
         self.synced = False
         self._staging = Path(tempfile.mkdtemp(prefix="lanpo-policy-")) if kind == "vllm" else None
 
     def sync(self) -> str | None:
-        """Serve the policy's adapter as it is now; returns its hash. A fully fine-tuned policy has no adapter: the
-        hf backend generates with its live weights and says None (vLLM would need its full weights loaded after
-        every update, which `TrainConfig` refuses until the sync does it)."""
-        if not hasattr(self.model, "peft_config"):
-            if self.kind == "vllm":
-                raise ConfigError(
-                    "full fine-tuning with rollout.backend = vllm: the engine's weights are not synced",
-                    hint="roll out with rollout.backend = hf, or train a LoRA adapter (lora.enabled = true)",
-                )
-            self.expected, self.synced = None, True
-            return None
-        sha = adapter_sha256(self.model)
-        if self.kind == "vllm":
+        """Serve the policy as it is now; returns the hash every completion must carry from now on.
+
+        - LoRA, `lora_sync = adapter`: the adapter, saved and set in the engine (the hf backend generates with the
+          live adapter and says its hash).
+        - LoRA, `lora_sync = merged`: the adapter folded into a copy of the base weights (`merged_state`), loaded
+          in place; the hash is the merged weights', kept in `served_sha256` to tie it to the adapter's version.
+        - Full fine-tuning: vllm loads all the weights in place (`VLLMBackend.load_weights`, in memory; under FSDP
+          each rank gathers the full state for its own engine); the hash is theirs under the checkpoint's names,
+          equal to `model_dir_sha256` of the checkpoint saved from the same weights. The hf backend generates
+          with the live weights and says None.
+        """
+        lora = hasattr(self.model, "peft_config")
+        own = adapter_sha256(self.model) if lora else None
+        if self.kind == "vllm" and (self.merged or not lora):
+            from lanpo.models import merged_state
+            from lanpo.train import fsdp
+
+            state = merged_state(self.model) if lora else fsdp.full_state_everywhere(self.model)
+            sha = self.backend.load_weights(state)
+        elif self.kind == "vllm":
             assert self._staging is not None
             self.model.save_pretrained(str(self._staging))  # adapter_config.json + adapter_model.safetensors
-            served = self.backend.set_adapter(self._staging)
-            if served != sha:
+            sha = self.backend.set_adapter(self._staging)
+            if sha != own:
                 raise LanpoError(
-                    f"the vLLM engine serves adapter {str(served)[:12]}, but the trainer holds {sha[:12]}",
+                    f"the vLLM engine serves adapter {str(sha)[:12]}, but the trainer holds {str(own)[:12]}",
                     hint="the adapter was changed between saving and loading it; do not trust this run's rollouts",
                 )
+        else:
+            sha = own
         self.expected, self.synced = sha, True
+        self.served_sha256 = sha if lora and sha != own else None
         return sha
 
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
@@ -121,7 +135,9 @@ def open_engine(cfg: Any, model: Any, tokenizer: Any, start_weights: str | None,
             vllm_cfg = replace(vllm_cfg, max_model_len=longest)
         if dist is not None and dist.enabled:
             vllm_cfg = replace(vllm_cfg, per_rank=True, seed=vllm_cfg.seed + dist.rank)
-        engine = PolicyEngine(VLLMBackend(start_weights, tokenizer, vllm_cfg), model, "vllm")
+        adapter = hasattr(model, "peft_config") and vllm_cfg.lora_sync == "adapter"  # else no LoRA slots to pay for
+        backend = VLLMBackend(start_weights, tokenizer, vllm_cfg, enable_lora=adapter)
+        engine = PolicyEngine(backend, model, "vllm", merged=vllm_cfg.lora_sync == "merged")
     try:
         engine.sync()
     except BaseException:

@@ -156,6 +156,10 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
     dist.barrier()
 
     backend = open_engine(cfg, policy.model, tokenizer, start_weights, dist)
+    if backend.served_sha256 is not None and dist.is_main:  # merged LoRA: tie the engine's weights to the version
+        with transaction(engine) as session:
+            pv_id = steps_repo.policy_version_id(session, start.run_id, first - 1)
+            steps_repo.set_served(session, pv_id, backend.served_sha256)
     summarizer = None
     if cfg.summarizer.enabled and (cfg.feedback.mode in ("inter", "both") or cfg.summarizer.always):
         if cfg.summarizer.model == "policy":

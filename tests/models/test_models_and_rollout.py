@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from lanpo.models import (
     attach_lora,
     load_adapter,
     load_causal_lm,
+    merged_state,
     resolve_model,
     tiny_causal_lm,
 )
@@ -131,3 +133,34 @@ def test_smollm2_loads_offline_and_answers() -> None:
     prompt = apply_chat(tok, [{"role": "user", "content": "What is 2+3? Answer with a number."}])
     (group,) = backend.generate([prompt], 1, SamplingParams(max_new_tokens=16, temperature=0.0))
     assert "5" in group[0].text
+
+
+def test_merged_state_is_the_model_peft_merges_and_leaves_the_model_as_it_was() -> None:
+    """`merged_state` against PEFT's own `merge_and_unload` of a copy (the reference): the same names (the base
+    model's, tied weights tied) and values to fp32 rounding, and a plain model loaded with it computes what the
+    adapted one does. The adapted model itself is untouched, bit for bit."""
+    base, _ = tiny_causal_lm(seed=5)
+    model = attach_lora(base, LoraSpec(rank=4, alpha=8, target_modules=["q_proj", "v_proj", "up_proj"]))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    before = {k: v.clone() for k, v in model.get_base_model().state_dict().items()}
+    merged = merged_state(model)
+    reference = copy.deepcopy(model).merge_and_unload()
+    expected = reference.state_dict()
+    assert sorted(merged) == sorted(expected)
+    for name, tensor in expected.items():  # PEFT adds the same delta to the same weight: the same bits
+        assert torch.equal(merged[name], tensor), name
+    adapted = [n for n in merged if n.endswith(("q_proj.weight", "v_proj.weight", "up_proj.weight"))]
+    assert adapted and all(
+        not torch.equal(merged[n], before[n.replace(".weight", ".base_layer.weight")]) for n in adapted
+    )
+    untouched = [n for n in merged if n not in adapted]
+    assert all(torch.equal(merged[n], before[n]) for n in untouched if n in before)
+    assert all(torch.equal(before[k], v) for k, v in model.get_base_model().state_dict().items())
+    ids = torch.tensor([[1, 5, 9, 2, 7]])
+    plain = copy.deepcopy(reference)
+    plain.load_state_dict(merged)
+    with torch.no_grad():
+        torch.testing.assert_close(plain(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-5)

@@ -95,14 +95,13 @@ def test_a_recipe_starts_from_its_base(tmp_path: Path) -> None:
 
 
 def test_full_fine_tuning_config() -> None:
-    """lora.enabled = false takes the other LoRA keys as they are (the SFT warm start still uses them); a vLLM
-    rollout backend cannot serve full weights yet, and says what to do instead."""
+    """lora.enabled = false takes the other LoRA keys as they are (the SFT warm start still uses them), on either
+    rollout backend: vLLM loads the full weights after every update (tests/vllm_engine/test_full_weights.py)."""
     cfg = load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=false", "grpo.learning_rate=1e-6"])
     assert not cfg.lora.enabled and cfg.lora.r == 16 and cfg.grpo.learning_rate == 1e-6
     assert load_config(CONFIGS / "demo-cpu.toml", ["model.gradient_checkpointing=true"]).model.gradient_checkpointing
-    with pytest.raises(ConfigError, match=r"lora.enabled = false .* rollout.backend = vllm") as info:
-        load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=false", "rollout.backend='vllm'"])
-    assert info.value.hint == "roll out with rollout.backend = hf, or train a LoRA adapter (lora.enabled = true)"
+    full_vllm = load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=false", "rollout.backend='vllm'"])
+    assert not full_vllm.lora.enabled and full_vllm.rollout.backend == "vllm"
     assert load_config(CONFIGS / "lanpo-both.toml", ["lora.enabled=true", "rollout.backend='vllm'"]).lora.enabled
     # MEL's NLL term under FSDP (full fine-tuning on several ranks) pads the ranks' forwards to the same count
     # (tests/mel/test_update_nll.py), so the MEL paper's 8-GPU full fine-tuning loads

@@ -6,6 +6,7 @@ the last committed step and deletes anything newer (`rollback_uncommitted`).
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -14,6 +15,8 @@ from sqlalchemy.orm import Session
 from lanpo.db import sqlfiles
 from lanpo.db.repo import checks
 from lanpo.errors import InputError
+
+log = logging.getLogger(__name__)
 
 
 def add_policy_version(session: Session, run_id: int, step: int, adapter_sha256: str) -> int:
@@ -31,6 +34,24 @@ def add_policy_version(session: Session, run_id: int, step: int, adapter_sha256:
             f"not {adapter_sha256[:12]}..."
         )
     return int(row.id)
+
+
+def set_served(session: Session, policy_version_id: int, served_sha256: str | None) -> None:
+    """Record that a rollout engine served `served_sha256` for a policy version (merged LoRA); a version's own
+    hash, or None, records nothing. A version already tied to other served weights keeps them, with a warning:
+    merged weights are recomputed on resume, and on another machine their rounding may differ."""
+    if served_sha256 is None:
+        return
+    if not re.fullmatch(r"[0-9a-f]{64}", served_sha256):
+        raise InputError(f"served_sha256 must be 64 lowercase hex digits, got {served_sha256!r}")
+    stored = session.scalar(
+        sqlfiles.load("queries/policy_version_served"), {"id": policy_version_id, "served": served_sha256}
+    )
+    if stored is not None and stored != served_sha256:
+        log.warning(
+            "policy version %s was served as %s..., now as %s...: its rollouts from now on carry the new hash",
+            policy_version_id, stored[:12], served_sha256[:12],
+        )  # fmt: skip
 
 
 def policy_version_id(session: Session, run_id: int, step: int) -> int:
