@@ -56,7 +56,7 @@ class Trainer:
     problem_ids: list[int]
     pool: PoolRow  # the experience pool this run reads and writes
     scorer: str | None
-    summarizer: tuple[Any, Any] | None  # (backend, tokenizer), or None when summaries are off
+    summarizer: Sampler | None  # what writes the lessons (the policy's engine, or another model); None: summaries off
     summary_author: str  # experience_versions.author of the lessons it writes
     checkpoint_root: Path
     dist: Dist
@@ -159,10 +159,10 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
     summarizer = None
     if cfg.summarizer.enabled and (cfg.feedback.mode in ("inter", "both") or cfg.summarizer.always):
         if cfg.summarizer.model == "policy":
-            summarizer = (backend, tokenizer)  # the same engine, serving the policy before this step's update
+            summarizer = Sampler(backend, tokenizer, dist)  # the same engine, serving the policy before the update
         else:  # another model: transformers generate beside the engine
             s_model, s_tok = load_base(replace(cfg.model, name=cfg.summarizer.model, init_adapter=None), cfg.seed)
-            summarizer = (make_backend("hf", s_model, s_tok), s_tok)
+            summarizer = Sampler(make_backend("hf", s_model, s_tok), s_tok, dist)
     trainer = Trainer(
         cfg=cfg,
         engine=engine,
