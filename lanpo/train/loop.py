@@ -48,7 +48,6 @@ from lanpo.config import to_mapping
 from lanpo.db.engine import connect, transaction
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
-from lanpo.mel.config import MELConfig
 from lanpo.report.live import MetricsLogger
 from lanpo.rewards import Graded, grade
 from lanpo.rl.advantages import group_advantages
@@ -57,11 +56,12 @@ from lanpo.train import checkpoint as ckpt
 from lanpo.train import record
 from lanpo.train.batch import RolloutBatch, build_batch
 from lanpo.train.config import RolloutConfig, TrainConfig
-from lanpo.train.dist import gather_step
+from lanpo.train.dist import Dist, gather_step
 from lanpo.train.feedback import StepPrompts, feedback_prompts
 from lanpo.train.mel import MetaStep, meta_experiences
 from lanpo.train.mel_record import record_meta
-from lanpo.train.parts import RunRef, Sampler
+from lanpo.train.parts import Sampler, StepStore
+from lanpo.train.policy import Policy
 from lanpo.train.record import GroupRecord, RolloutRecord
 from lanpo.train.rollouts import behavior_logprobs
 from lanpo.train.schedule import mix_seed
@@ -210,11 +210,13 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 8. record: every rank's rows, one commit
     local = _group_records(prompts, groups, graded, summaries, meta)  # (G,) groups of n rollouts
-    return _commit_step(t, step, phase, prompts.policy_version_id, local, saved, metrics)
+    return _commit_step(t.store, t.policy, t.dist, step, phase, prompts.policy_version_id, local, saved, metrics)
 
 
 def _commit_step(
-    t: Trainer,
+    store: StepStore,
+    policy: Policy,
+    dist: Dist,
     step: int,
     phase: Phases,
     policy_version_id: int,
@@ -224,24 +226,20 @@ def _commit_step(
 ) -> dict[str, float]:
     """Every rank's rows to rank 0, which writes them with the step's metrics in ONE transaction; the other
     ranks wait for that commit before the next step reads the store. Returns `metrics`, completed on rank 0."""
-    dist = t.dist
     with phase("gather"):
-        gathered = gather_step(dist, local, phase.timer.seconds, t.policy.replica_sha256() if dist.enabled else "")
+        gathered = gather_step(dist, local, phase.timer.seconds, policy.replica_sha256() if dist.enabled else "")
     if gathered is not None and saved is not None:
         phase.timer.seconds = gathered.seconds  # the slowest rank's time per phase: the step waits for it
         metrics.update(record.rollout_metrics(gathered.rows))
-        mel = t.cfg.mel if t.cfg.method == "mel" else None
-        _write_step(t.run, t.summary_author, mel, step, phase, policy_version_id, gathered.rows, saved, metrics)
+        _write_step(store, step, phase, policy_version_id, gathered.rows, saved, metrics)
     dist.barrier()
     if gathered is not None and saved is not None:
-        ckpt.prune_checkpoints(t.checkpoint_root, t.cfg.keep_checkpoints, protect=step)
+        ckpt.prune_checkpoints(store.checkpoint_root, store.keep_checkpoints, protect=step)
     return metrics
 
 
 def _write_step(
-    run: RunRef,
-    summary_author: str,
-    mel: MELConfig | None,
+    store: StepStore,
     step: int,
     phase: Phases,
     policy_version_id: int,
@@ -250,15 +248,16 @@ def _write_step(
     metrics: dict[str, float],
 ) -> None:
     """Rank 0's one transaction: rows, MEL rows, metrics, policy version; `commit_step` last (the step exists
-    once this commits; `mel`: None unless method = mel). Adds what the writes report to `metrics`."""
+    once this commits). Adds what the writes report to `metrics`."""
     path, sha = saved
+    run = store.run
     with transaction(run.engine) as session:
         with phase("db_write"):
             written = record.write_step_rows(
-                session, run.run_id, run.pool, step, policy_version_id, rows, summary_author
+                session, run.run_id, run.pool, step, policy_version_id, rows, store.summary_author
             )
             mel_metrics = record_meta(
-                session, mel, run.run_id, run.pool, step, policy_version_id, rows, written.attempt_ids
+                session, store.mel, run.run_id, run.pool, step, policy_version_id, rows, written.attempt_ids
             )
         metrics.update(written.as_metrics())
         metrics.update(mel_metrics)

@@ -31,7 +31,7 @@ from lanpo.rollout import make_backend
 from lanpo.train import checkpoint as ckpt
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist, init_from_env
-from lanpo.train.parts import RunRef, Sampler
+from lanpo.train.parts import RunRef, Sampler, StepStore
 from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
 from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
 from lanpo.train.run import RunStart, ensure_dataset, open_run, resolve_scorer
@@ -70,6 +70,11 @@ class Trainer:
     @property
     def sampler(self) -> Sampler:
         return Sampler(self.backend, self.tokenizer, self.dist)
+
+    @property
+    def store(self) -> StepStore:
+        mel = self.cfg.mel if self.cfg.method == "mel" else None
+        return StepStore(self.run, self.summary_author, mel, self.checkpoint_root, self.cfg.keep_checkpoints)
 
     @property
     def device(self) -> torch.device:
