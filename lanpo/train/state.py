@@ -45,6 +45,9 @@ START_RECORD = "start.json"  # in the run's folder: the model and start adapter 
 
 @dataclass
 class Trainer:
+    """What `setup` builds once. Only `lanpo.train.loop` holds it whole: it hands each phase the fields it uses,
+    or one of the parts below (`run`, `sampler`, `store`: `lanpo.train.parts`)."""
+
     cfg: TrainConfig
     engine: Engine
     run_id: int
