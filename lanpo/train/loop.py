@@ -55,11 +55,13 @@ from lanpo.rollout import Completion, SamplingParams
 from lanpo.train import checkpoint as ckpt
 from lanpo.train import record
 from lanpo.train.batch import RolloutBatch, build_batch
-from lanpo.train.config import TrainConfig
+from lanpo.train.config import RolloutConfig, TrainConfig
 from lanpo.train.dist import Dist, gather_step
 from lanpo.train.feedback import StepPrompts, feedback_prompts
 from lanpo.train.mel import MetaStep, meta_experiences
 from lanpo.train.mel_record import record_meta
+from lanpo.train.parts import Sampler, StepStore
+from lanpo.train.policy import Policy
 from lanpo.train.record import GroupRecord, RolloutRecord
 from lanpo.train.rollouts import behavior_logprobs
 from lanpo.train.schedule import mix_seed
@@ -139,21 +141,23 @@ def _validate_if_due(t: Trainer, step: int) -> dict[int, dict[str, float]]:
     return {step: validate(t.cfg, t.validation, step, t.policy, t.sampler, t.run)}
 
 
-def _generate(t: Trainer, step: int, prompts: StepPrompts) -> list[list[Completion]]:
+def _generate(
+    cfg: RolloutConfig, seed: int, sampler: Sampler, step: int, prompts: StepPrompts
+) -> list[list[Completion]]:
     """n completions per prompt, in prompt order. Each prompt gets its mode's length limit (`RolloutConfig.budget`):
     one call per distinct limit, so a recipe with one limit for every mode makes one call, as it always has."""
-    cfg = t.cfg.rollout
     budgets = [cfg.budget(mode) for mode in prompts.modes]
     groups: list[list[Completion]] = [[] for _ in budgets]
     for budget in sorted(set(budgets)):
         which = [g for g, b in enumerate(budgets) if b == budget]
-        parts: tuple[int | str, ...] = (t.cfg.seed, "generate", step, t.dist.rank)
+        parts: tuple[int | str, ...] = (seed, "generate", step, sampler.dist.rank)
         if budget != cfg.max_new_tokens:  # the zero-shot call keeps the seed a one-call step has always had
             parts += (budget,)
         params = SamplingParams(
             max_new_tokens=budget, temperature=cfg.temperature, top_p=cfg.top_p, seed=mix_seed(*parts)
         )
-        for g, group in zip(which, t.backend.generate([prompts.texts[g] for g in which], cfg.n, params), strict=True):
+        texts = [prompts.texts[g] for g in which]
+        for g, group in zip(which, sampler.backend.generate(texts, cfg.n, params), strict=True):
             groups[g] = group
     return groups
 
@@ -169,7 +173,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 2. n rollouts per prompt
     with phase("generate"):
-        groups = _generate(t, step, prompts)  # G lists of n completions
+        groups = _generate(cfg.rollout, cfg.seed, t.sampler, step, prompts)  # G lists of n completions
         rollouts = [c for group in groups for c in group]  # (G*n,) flat, group by group
 
     # ------------------------------------------------------------------ 3. rewards
@@ -179,7 +183,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 4. summaries of successful rollouts
     with phase("summarize"):
-        summaries = _summaries(cfg, t.summarizer, t.dist, step, prompts, rollouts, graded)  # rollout -> summary
+        summaries = _summaries(cfg, t.summarizer, step, prompts, rollouts, graded)  # rollout -> summary
 
     # ------------------------------------------------------------------ 4b. meta-experiences (method = mel)
     with phase("mel"):
@@ -206,11 +210,13 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 8. record: every rank's rows, one commit
     local = _group_records(prompts, groups, graded, summaries, meta)  # (G,) groups of n rollouts
-    return _commit_step(t, step, phase, prompts.policy_version_id, local, saved, metrics)
+    return _commit_step(t.store, t.policy, t.dist, step, phase, prompts.policy_version_id, local, saved, metrics)
 
 
 def _commit_step(
-    t: Trainer,
+    store: StepStore,
+    policy: Policy,
+    dist: Dist,
     step: int,
     phase: Phases,
     policy_version_id: int,
@@ -220,21 +226,20 @@ def _commit_step(
 ) -> dict[str, float]:
     """Every rank's rows to rank 0, which writes them with the step's metrics in ONE transaction; the other
     ranks wait for that commit before the next step reads the store. Returns `metrics`, completed on rank 0."""
-    dist = t.dist
     with phase("gather"):
-        gathered = gather_step(dist, local, phase.timer.seconds, t.policy.replica_sha256() if dist.enabled else "")
+        gathered = gather_step(dist, local, phase.timer.seconds, policy.replica_sha256() if dist.enabled else "")
     if gathered is not None and saved is not None:
         phase.timer.seconds = gathered.seconds  # the slowest rank's time per phase: the step waits for it
         metrics.update(record.rollout_metrics(gathered.rows))
-        _write_step(t, step, phase, policy_version_id, gathered.rows, saved, metrics)
+        _write_step(store, step, phase, policy_version_id, gathered.rows, saved, metrics)
     dist.barrier()
     if gathered is not None and saved is not None:
-        ckpt.prune_checkpoints(t.checkpoint_root, t.cfg.keep_checkpoints, protect=step)
+        ckpt.prune_checkpoints(store.checkpoint_root, store.keep_checkpoints, protect=step)
     return metrics
 
 
 def _write_step(
-    t: Trainer,
+    store: StepStore,
     step: int,
     phase: Phases,
     policy_version_id: int,
@@ -245,22 +250,22 @@ def _write_step(
     """Rank 0's one transaction: rows, MEL rows, metrics, policy version; `commit_step` last (the step exists
     once this commits). Adds what the writes report to `metrics`."""
     path, sha = saved
-    mel = t.cfg.mel if t.cfg.method == "mel" else None
-    with transaction(t.engine) as session:
+    run = store.run
+    with transaction(run.engine) as session:
         with phase("db_write"):
             written = record.write_step_rows(
-                session, t.run_id, t.pool, step, policy_version_id, rows, t.summary_author
+                session, run.run_id, run.pool, step, policy_version_id, rows, store.summary_author
             )
             mel_metrics = record_meta(
-                session, mel, t.run_id, t.pool, step, policy_version_id, rows, written.attempt_ids
+                session, store.mel, run.run_id, run.pool, step, policy_version_id, rows, written.attempt_ids
             )
         metrics.update(written.as_metrics())
         metrics.update(mel_metrics)
         metrics.update(phase.timer.metrics())
-        runs_repo.record_metrics(session, t.run_id, step, metrics)
-        pv = steps_repo.add_policy_version(session, t.run_id, step, sha)
-        steps_repo.set_served(session, pv, t.backend.served_sha256)  # merged LoRA: the engine's weights for it
-        steps_repo.commit_step(session, t.run_id, step, pv, str(path))  # LAST: the step exists once this commits
+        runs_repo.record_metrics(session, run.run_id, step, metrics)
+        pv = steps_repo.add_policy_version(session, run.run_id, step, sha)
+        steps_repo.set_served(session, pv, store.served_sha256)  # merged LoRA: what the engine serves for it
+        steps_repo.commit_step(session, run.run_id, step, pv, str(path))  # LAST: the step exists once this commits
 
 
 # --------------------------------------------------------------------------- helpers
@@ -282,18 +287,17 @@ def _per_rollout(values: Sequence[Any], n: int) -> list[Any]:
 
 def _summaries(
     cfg: TrainConfig,
-    summarizer: tuple[Any, Any] | None,
-    dist: Dist,
+    summarizer: Sampler | None,
     step: int,
     prompts: StepPrompts,
     rollouts: list[Completion],
     graded: list[Graded],
 ) -> dict[int, Summary]:
     """Summaries of this rank's successful rollouts, checked for admission (flat rollout index -> summary);
-    `summarizer`: (backend, tokenizer), None when summaries are off."""
+    `summarizer`: what writes them on this rank, None when summaries are off."""
     if summarizer is None:
         return {}
-    s_cfg, n = cfg.summarizer, cfg.rollout.n
+    s_cfg, n, dist = cfg.summarizer, cfg.rollout.n, summarizer.dist
     chosen = choose_candidates(
         [
             Candidate(i, prompts.problem_ids[i // n], prompts.questions[i // n], c.text, g.reward)
@@ -303,11 +307,11 @@ def _summaries(
         per_problem=s_cfg.max_new_per_step,
         total=-(-s_cfg.max_total_per_step // dist.world) if s_cfg.max_total_per_step else 0,
     )
-    backend, tokenizer = summarizer
     seed = mix_seed(cfg.seed, "summarize", step, dist.rank)
     checked = summarise(
-        backend, tokenizer, chosen, s_cfg.max_new_tokens, s_cfg.temperature, seed, s_cfg.require_format
-    )
+        summarizer.backend, summarizer.tokenizer, chosen,
+        s_cfg.max_new_tokens, s_cfg.temperature, seed, s_cfg.require_format,
+    )  # fmt: skip
     return {c.index: s for c, s in zip(chosen, checked, strict=True)}
 
 

@@ -1,18 +1,21 @@
 """The small views of the trainer that a step's phases take, so that each says what it uses.
 
 `RunRef` is where a step's rows go (the store, the run, its pool); `Sampler` is what samples text on this rank
-(the engine serving the policy, its tokenizer, the rank's place among the others). `lanpo.train.state.Trainer`
-hands them out; a phase that takes one never sees the rest (optimizer, schedule, checkpoints).
+(the engine serving the policy, its tokenizer, the rank's place among the others); `StepStore` is what the step's
+commit writes with (the run, the lessons' author, the MEL config, the checkpoint folder it prunes).
+`lanpo.train.state.Trainer` hands them out; a phase that takes one never sees the rest (optimizer, schedule).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from lanpo.db.repo.pools import PoolRow
+from lanpo.mel.config import MELConfig
 from lanpo.train.dist import Dist
 
 
@@ -33,3 +36,18 @@ class Sampler:
     backend: Any
     tokenizer: Any
     dist: Dist
+
+
+@dataclass(frozen=True)
+class StepStore:
+    """What a step's commit writes with: where its rows go, the author its lessons are stored under
+    (experience_versions.author), the MEL config (None unless method = mel), the checkpoints it prunes, and the
+    hash of the weights the engine serves for the version it commits when they are not the version's own (merged
+    LoRA, `PolicyEngine.served_sha256` after the step's sync; else None)."""
+
+    run: RunRef
+    summary_author: str
+    mel: MELConfig | None
+    checkpoint_root: Path
+    keep_checkpoints: int
+    served_sha256: str | None = None

@@ -31,7 +31,7 @@ from lanpo.rollout import make_backend
 from lanpo.train import checkpoint as ckpt
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist, init_from_env
-from lanpo.train.parts import RunRef, Sampler
+from lanpo.train.parts import RunRef, Sampler, StepStore
 from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
 from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
 from lanpo.train.run import RunStart, ensure_dataset, open_run, resolve_scorer
@@ -45,6 +45,9 @@ START_RECORD = "start.json"  # in the run's folder: the model and start adapter 
 
 @dataclass
 class Trainer:
+    """What `setup` builds once. Only `lanpo.train.loop` holds it whole: it hands each phase the fields it uses,
+    or one of the parts below (`run`, `sampler`, `store`: `lanpo.train.parts`)."""
+
     cfg: TrainConfig
     engine: Engine
     run_id: int
@@ -56,7 +59,7 @@ class Trainer:
     problem_ids: list[int]
     pool: PoolRow  # the experience pool this run reads and writes
     scorer: str | None
-    summarizer: tuple[Any, Any] | None  # (backend, tokenizer), or None when summaries are off
+    summarizer: Sampler | None  # what writes the lessons (the policy's engine, or another model); None: summaries off
     summary_author: str  # experience_versions.author of the lessons it writes
     checkpoint_root: Path
     dist: Dist
@@ -70,6 +73,12 @@ class Trainer:
     @property
     def sampler(self) -> Sampler:
         return Sampler(self.backend, self.tokenizer, self.dist)
+
+    @property
+    def store(self) -> StepStore:
+        mel = self.cfg.mel if self.cfg.method == "mel" else None
+        served = self.backend.served_sha256  # read after the step's sync: the version being committed
+        return StepStore(self.run, self.summary_author, mel, self.checkpoint_root, self.cfg.keep_checkpoints, served)
 
     @property
     def device(self) -> torch.device:
@@ -163,10 +172,10 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
     summarizer = None
     if cfg.summarizer.enabled and (cfg.feedback.mode in ("inter", "both") or cfg.summarizer.always):
         if cfg.summarizer.model == "policy":
-            summarizer = (backend, tokenizer)  # the same engine, serving the policy before this step's update
+            summarizer = Sampler(backend, tokenizer, dist)  # the same engine, serving the policy before the update
         else:  # another model: transformers generate beside the engine
             s_model, s_tok = load_base(replace(cfg.model, name=cfg.summarizer.model, init_adapter=None), cfg.seed)
-            summarizer = (make_backend("hf", s_model, s_tok), s_tok)
+            summarizer = Sampler(make_backend("hf", s_model, s_tok), s_tok, dist)
     trainer = Trainer(
         cfg=cfg,
         engine=engine,
