@@ -50,7 +50,6 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
-import os
 import shutil
 import tempfile
 import time
@@ -66,13 +65,13 @@ from lanpo.models import (
     ADAPTER_WEIGHTS,
     adapter_dir_sha256,
     model_dir_sha256,
-    model_folder,
     prepare_tokenizer,
     resolve_model,
     state_sha256,
 )
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.rollout.config import VLLMConfig
+from lanpo.rollout.weights import checked_state, checkpoint_shapes, weights_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -297,11 +296,11 @@ class VLLMBackend:
                 sha = None
                 self._rpc("lanpo_reload", weights_path=str(self.model))
             elif isinstance(weights, Mapping):
-                state = self._checked_state(weights)
+                state = checked_state(weights, self.checkpoint_shapes(), self.model)
                 sha = state_sha256(state)
                 self._send(state)
             else:
-                snapshot = self._weights_snapshot(weights)
+                snapshot = weights_snapshot(weights, self._snapshots)
                 sha = model_dir_sha256(snapshot)
                 self._rpc("lanpo_reload", weights_path=str(snapshot))
         except BaseException:
@@ -335,47 +334,10 @@ class VLLMBackend:
             ) from exc
 
     def checkpoint_shapes(self) -> dict[str, tuple[int, ...]]:
-        """The engine's model as its checkpoint names it: tensor name -> shape (read from the safetensors headers
-        of the folder the engine started from)."""
+        """The engine's model as its checkpoint names it: tensor name -> shape (of the folder it started from)."""
         if self._shapes is None:
-            from safetensors import safe_open
-
-            shapes: dict[str, tuple[int, ...]] = {}
-            for file in sorted(Path(self.model).glob("*.safetensors")):
-                with safe_open(str(file), framework="pt") as f:
-                    for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                        shapes[name] = tuple(f.get_slice(name).get_shape())
-            self._shapes = shapes
+            self._shapes = checkpoint_shapes(self.model)
         return self._shapes
-
-    def _checked_state(self, weights: Mapping[str, Any]) -> dict[str, Any]:
-        """`weights` under the checkpoint's names: a tied copy (a tensor sharing another one's storage, e.g.
-        `lm_head.weight`, which a tied checkpoint does not hold) left out; refuses other names, missing names and
-        other shapes."""
-        expected = self.checkpoint_shapes()
-        state: dict[str, Any] = {}
-        unknown, wrong = [], []
-        ptrs = {t.data_ptr() for n, t in weights.items() if n in expected}
-        for name, tensor in weights.items():
-            if name not in expected:
-                if tensor.data_ptr() not in ptrs:
-                    unknown.append(name)
-            elif tuple(tensor.shape) != expected[name]:
-                wrong.append(f"{name} {tuple(tensor.shape)} (the model's: {expected[name]})")
-            else:
-                state[name] = tensor
-        missing = sorted(set(expected) - set(state) - {w.split(" ")[0] for w in wrong})
-        problems = [
-            *(["not in the model: " + ", ".join(unknown[:3])] if unknown else []),
-            *(["missing: " + ", ".join(missing[:3])] if missing else []),
-            *(["other shapes: " + ", ".join(wrong[:3])] if wrong else []),
-        ]
-        if problems:
-            raise ConfigError(
-                f"these weights are not those of {self.model}, which the engine serves: " + "; ".join(problems),
-                hint="load the state dict of the model the engine was started with (full fine-tuning of that model)",
-            )
-        return state
 
     def _send(self, state: dict[str, Any]) -> None:
         """Stage `state` in the worker bucket by bucket, then load it there in one go (or drop it on a failure)."""
@@ -406,28 +368,6 @@ class VLLMBackend:
             except Exception:  # the engine is gone: nothing was loaded into it either
                 log.warning("vLLM: dropping a failed weight transfer failed too", exc_info=True)
             raise
-
-    def _weights_snapshot(self, weights: str | Path) -> Path:
-        """A private folder of safetensors files the engine reloads from: hard links to a saved folder's files (a
-        copy across file systems). The trainer may delete its folder afterwards."""
-        staging = Path(tempfile.mkdtemp(dir=self._snapshots, prefix=".weights-"))
-        try:
-            source = model_folder(Path(weights).expanduser())
-            files = sorted(source.glob("*.safetensors")) + sorted(source.glob("*.safetensors.index.json"))
-            if not files:
-                raise InputError(
-                    f"no model weights in {source} (*.safetensors)",
-                    hint="pass a folder written by save_pretrained, e.g. a checkpoint step-NNNNNN",
-                )
-            for file in files:
-                try:
-                    os.link(file, staging / file.name)
-                except OSError:
-                    shutil.copyfile(file, staging / file.name)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        return staging
 
     # ------------------------------------------------------------------ generation
 
