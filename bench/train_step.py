@@ -121,7 +121,7 @@ class LanpoSide:
                 # one micro-batch of every rollout, as TRL's per_device_train_batch_size; no group is skipped
                 "grpo": {**asdict(base.grpo), "skip_zero_spread": False, "micro_batch_size": args.prompts * args.n},
                 # a fresh store has no relevance scores: inter prompts go zero-shot (counted), intra ones are served
-                "feedback": {**asdict(base.feedback), "allow_empty_inter": True},
+                "feedback": {**asdict(base.feedback), "inter": {**asdict(base.feedback.inter), "allow_empty": True}},
                 "summarizer": asdict(base.summarizer),
                 "sft": {"enabled": False},
             },
