@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -201,12 +202,21 @@ def _renames(cls: Any) -> dict[str, Renamed]:
 
 def _table_type(cls: Any, name: str) -> Any:
     """The dataclass type of `cls`'s field `name` (None when it is not a table of fields)."""
-    if not dataclasses.is_dataclass(cls) or name not in {f.name for f in dataclasses.fields(cls)}:
-        return None
-    tp = typing.get_type_hints(cls)[name]
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        tp = next((a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)), None)
-    return tp if dataclasses.is_dataclass(tp) else None
+    return _tables(cls).get(name) if isinstance(cls, type) and dataclasses.is_dataclass(cls) else None
+
+
+@functools.cache
+def _tables(cls: type) -> dict[str, type]:
+    """Field name -> dataclass type, for the fields of dataclass `cls` that are tables (an optional one too)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        tp = hints[f.name]
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            tp = next((a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)), None)
+        if dataclasses.is_dataclass(tp):
+            out[f.name] = tp
+    return out
 
 
 def upgrade_keys(cls: type, data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
