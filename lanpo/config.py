@@ -187,10 +187,11 @@ def quiet_renames() -> Iterator[None]:
         _QUIET_RENAMES.reset(token)
 
 
-def _warn_renamed(old_key: str, new_key: str, old: Any, new: Any) -> None:
+def _warn_renamed(old_key: str, new_key: str, old: Any = None, new: Any = None, translated: bool = False) -> None:
+    """The one warning line of an old key name read as `new_key` (naming the values too where they changed)."""
     if _QUIET_RENAMES.get():
         return
-    if old is new:
+    if not translated:
         log.warning("config key %s is deprecated: read as %s (rename it there)", old_key, new_key)
     else:
         log.warning("config key %s is deprecated: %s = %r is read as %s = %r", old_key, old_key, old, new_key, new)
@@ -245,7 +246,7 @@ def upgrade_keys(cls: type, data: dict[str, Any], prefix: str = "") -> dict[str,
                 hint=f"keep {new_key} and remove {old_key}",
             )
         node[leaf] = renamed.translate(value, old_key, new_key)
-        _warn_renamed(old_key, new_key, value, node[leaf])
+        _warn_renamed(old_key, new_key, value, node[leaf], bool(renamed.values))
     for name, value in out.items():
         table = _table_type(cls, name)
         if table is not None and isinstance(value, dict):
@@ -267,9 +268,9 @@ def upgrade_path(cls: type, path: list[str], value: Any) -> tuple[list[str], Any
             old_key, new_key = ".".join([*out, part]), ".".join([*out, *new_parts, *rest])
             if not rest:
                 old_value, value = value, renamed.translate(value, old_key, new_key)
-                _warn_renamed(old_key, new_key, old_value, value)
+                _warn_renamed(old_key, new_key, old_value, value, bool(renamed.values))
             else:
-                _warn_renamed(f"{old_key}.{'.'.join(rest)}", new_key, value, value)
+                _warn_renamed(f"{old_key}.{'.'.join(rest)}", new_key)
             rest = new_parts + rest
             renamed_any = True
             continue
