@@ -73,7 +73,8 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
 
     with stage(3, "relevance: the base model judges each problem's nearest other problems (BM25 + vector)", echo):
         scorer_id = _build_relevance(engine, cfg.model.name, cfg.data.dataset, options.relevance_top_k, echo)
-        cfg = dataclasses.replace(cfg, feedback=dataclasses.replace(cfg.feedback, scorer=scorer_id))
+        inter = dataclasses.replace(cfg.feedback.inter, scorer=scorer_id)
+        cfg = dataclasses.replace(cfg, feedback=dataclasses.replace(cfg.feedback, inter=inter))
 
     with stage(4, f"training: SFT warm start, then {cfg.steps} LANPO GRPO steps ({cfg.feedback.mode} feedback)", echo):
         from lanpo.train.loop import train
