@@ -140,7 +140,7 @@ class LanpoSide:
                     "autocast": "bf16" if args.fastest else base.grpo.autocast,
                 },
                 # a fresh store has no relevance scores: inter prompts go zero-shot (counted), intra ones are served
-                "feedback": {**asdict(base.feedback), "allow_empty_inter": True},
+                "feedback": {**asdict(base.feedback), "inter": {**asdict(base.feedback.inter), "allow_empty": True}},
                 "summarizer": asdict(base.summarizer),
                 "sft": {"enabled": False},
             },

@@ -7,12 +7,17 @@ unknown keys and wrong types rejected by name, loading TOML, and `a.b=value` ove
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import functools
+import logging
 import math
 import os
 import tomllib
 import types
 import typing
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +25,7 @@ from typing import Any, TypeVar
 from lanpo.errors import ConfigError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 EVICTION_POLICIES = ("oldest", "lowest_reward", "lowest_relevance")
 # the model dtypes a config or a --dtype option may name (lanpo.models.DTYPES maps them to torch dtypes)
@@ -137,8 +143,147 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
+# --------------------------------------------------------------------------- renamed keys
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """The old name of a config key: a dataclass lists its own in `RENAMED = {old: Renamed(new)}` (a ClassVar).
+
+    `new` is the key's path today, dotted from the same table (`"inter.gamma"`); `values` translates old values to
+    today's (an old value it does not list is refused). Every way a key comes in reads the old name as the new one,
+    with one warning line naming both: a TOML table (`from_mapping`, so a stored `runs.config` or experiment
+    identity too), a `--set a.b=value` override and an experiment's arm table (`upgrade_path`). The old and the new
+    name together are refused.
+    """
+
+    new: str
+    values: dict[Any, Any] = field(default_factory=dict)
+
+    def translate(self, value: Any, old_key: str, new_key: str) -> Any:
+        """`value` as the new key takes it."""
+        if not self.values:
+            return value
+        if isinstance(value, Hashable) and value in self.values:
+            return self.values[value]
+        olds = ", ".join(str(v) for v in self.values)
+        news = " | ".join(str(self.values[v]) for v in self.values)
+        raise ConfigError(
+            f"{old_key} must be one of {olds}, got {value!r}",
+            hint=f"{old_key} is the old name of {new_key}: set {new_key} = {news}",
+        )
+
+
+_QUIET_RENAMES: contextvars.ContextVar[bool] = contextvars.ContextVar("quiet_renames", default=False)
+
+
+@contextmanager
+def quiet_renames() -> Iterator[None]:
+    """Read old key names without the warning (a stored identity, which the user cannot rewrite)."""
+    token = _QUIET_RENAMES.set(True)
+    try:
+        yield
+    finally:
+        _QUIET_RENAMES.reset(token)
+
+
+def _warn_renamed(old_key: str, new_key: str, old: Any = None, new: Any = None, translated: bool = False) -> None:
+    """The one warning line of an old key name read as `new_key` (naming the values too where they changed)."""
+    if _QUIET_RENAMES.get():
+        return
+    if not translated:
+        log.warning("config key %s is deprecated: read as %s (rename it there)", old_key, new_key)
+    else:
+        log.warning("config key %s is deprecated: %s = %r is read as %s = %r", old_key, old_key, old, new_key, new)
+
+
+def _renames(cls: Any) -> dict[str, Renamed]:
+    return getattr(cls, "RENAMED", {}) if dataclasses.is_dataclass(cls) else {}
+
+
+def _table_type(cls: Any, name: str) -> Any:
+    """The dataclass type of `cls`'s field `name` (None when it is not a table of fields)."""
+    return _tables(cls).get(name) if isinstance(cls, type) and dataclasses.is_dataclass(cls) else None
+
+
+@functools.cache
+def _tables(cls: type) -> dict[str, type]:
+    """Field name -> dataclass type, for the fields of dataclass `cls` that are tables (an optional one too)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        tp = hints[f.name]
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            tp = next((a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)), None)
+        if dataclasses.is_dataclass(tp):
+            out[f.name] = tp
+    return out
+
+
+def upgrade_keys(cls: type, data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`data` (a copy) with the old key names of `cls` and of its nested tables moved to today's (`Renamed`)."""
+    out = dict(data)
+    for old, renamed in _renames(cls).items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        *parents, leaf = renamed.new.split(".")
+        old_key, new_key = f"{prefix}{old}", f"{prefix}{renamed.new}"
+        node = out
+        for i, part in enumerate(parents):
+            child = node.get(part, {})
+            if not isinstance(child, dict):
+                table = prefix + ".".join(parents[: i + 1])
+                raise ConfigError(
+                    f"{old_key} (the old name of {new_key}) goes into {table}, which is not a table here",
+                    hint=f"write {table} as a table, [{table}], and set {new_key} in it",
+                )
+            node[part] = child = dict(child)
+            node = child
+        if leaf in node:
+            raise ConfigError(
+                f"{old_key} and {new_key} are both set: {old_key} is the old name of {new_key}",
+                hint=f"keep {new_key} and remove {old_key}",
+            )
+        node[leaf] = renamed.translate(value, old_key, new_key)
+        _warn_renamed(old_key, new_key, value, node[leaf], bool(renamed.values))
+    for name, value in out.items():
+        table = _table_type(cls, name)
+        if table is not None and isinstance(value, dict):
+            out[name] = upgrade_keys(table, value, f"{prefix}{name}.")
+    return out
+
+
+def upgrade_path(cls: type, path: list[str], value: Any) -> tuple[list[str], Any, bool]:
+    """An override's key path and value with old key names read as today's: (path, value, whether one was old)."""
+    out: list[str] = []
+    rest = list(path)
+    node: Any = cls
+    renamed_any = False
+    while rest:
+        part = rest.pop(0)
+        renamed = _renames(node).get(part)
+        if renamed is not None:
+            new_parts = renamed.new.split(".")
+            old_key, new_key = ".".join([*out, part]), ".".join([*out, *new_parts, *rest])
+            if not rest:
+                old_value, value = value, renamed.translate(value, old_key, new_key)
+                _warn_renamed(old_key, new_key, old_value, value, bool(renamed.values))
+            else:
+                _warn_renamed(f"{old_key}.{'.'.join(rest)}", new_key)
+            rest = new_parts + rest
+            renamed_any = True
+            continue
+        out.append(part)
+        node = _table_type(node, part)
+    return out, value, renamed_any
+
+
 def from_mapping(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
-    """Build dataclass `cls` from `data`; unknown keys and wrong types raise ConfigError naming the key."""
+    """Build dataclass `cls` from `data`; unknown keys and wrong types raise ConfigError naming the key.
+
+    Old key names (`Renamed`) are read as today's, with a warning."""
+    data = upgrade_keys(cls, data, prefix)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields))
@@ -169,18 +314,34 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `a.b=value` overrides to a nested mapping (a copy)."""
+def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type | None = None) -> dict[str, Any]:
+    """Apply `a.b=value` overrides to a nested mapping (a copy); with `cls`, old key names land on today's
+    (`upgrade_path`), and an old and a new name of one key among the overrides are refused."""
     out = _deepcopy(data)
+    spelled: dict[tuple[str, ...], tuple[str, bool]] = {}  # resolved path -> (the key as written, was it old)
     for text in overrides:
         path, value = parse_override(text)
-        node = out
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {text!r}: {part} is not a table")
-        node[path[-1]] = value
+        if cls is not None:
+            written = ".".join(path)
+            path, value, old = upgrade_path(cls, path, value)
+            seen = spelled.setdefault(tuple(path), (written, old))
+            if seen[0] != written and (old or seen[1]):
+                raise ConfigError(
+                    f"overrides set {seen[0]} and {written}, two names of one key ({'.'.join(path)})",
+                    hint=f"set {'.'.join(path)} once",
+                )
+        set_path(out, path, value, where=f"override {text!r}")
     return out
+
+
+def set_path(data: dict[str, Any], path: list[str], value: Any, where: str) -> None:
+    """`data[a][b]... = value` for path [a, b, ...], creating the tables on the way (in place)."""
+    node = data
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{where}: {part} is not a table", hint=f"{part} holds a value; set {part}=... whole")
+    node[path[-1]] = value
 
 
 def _deepcopy(data: dict[str, Any]) -> dict[str, Any]:
@@ -198,11 +359,12 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_toml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def read_toml(path: str | Path, _seen: tuple[Path, ...] = (), cls: type | None = None) -> dict[str, Any]:
     """A TOML recipe as a mapping, its `base` chain resolved (paths relative to the file that names them).
 
     A variant recipe (a LoRA variant, a Table 2 ablation) names the recipe it departs from and carries only the
-    keys that differ, so the two cannot drift apart silently.
+    keys that differ, so the two cannot drift apart silently. With `cls`, each file's old key names are read as
+    today's (`upgrade_keys`) before the files merge, so a variant's new name overrides its base's old one.
     """
     path = Path(path)
     if not path.exists():
@@ -217,19 +379,25 @@ def read_toml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}", hint="see the recipes in train/configs/") from exc
     base = data.pop(BASE_KEY, None)
+    if cls is not None:
+        try:
+            data = upgrade_keys(cls, data)
+        except ConfigError as exc:
+            exc.message = f"{path}: {exc.message}"
+            raise
     if base is None:
         return data
     if not isinstance(base, str) or not base.strip():
         raise ConfigError(f"{path}: `base` must name another recipe file, got {base!r}")
-    return _merge(read_toml(path.parent / base, (*_seen, path.resolve())), data)
+    return _merge(read_toml(path.parent / base, (*_seen, path.resolve()), cls), data)
 
 
 def load_toml(cls: type[T], path: str | Path, overrides: list[str] | None = None) -> T:
     """Load dataclass `cls` from a TOML file (its `base` chain resolved) plus `key=value` overrides."""
     path = Path(path)
-    data = read_toml(path)
+    data = read_toml(path, cls=cls)  # old key names read as today's, so that overrides land over them
     try:
-        return from_mapping(cls, apply_overrides(data, overrides or []))
+        return from_mapping(cls, apply_overrides(data, overrides or [], cls))
     except ConfigError as exc:
         exc.message = f"{path}: {exc.message}"
         exc.hint = exc.hint or f"set a valid value in {path}, or override it with --set key=value"

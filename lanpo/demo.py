@@ -73,7 +73,8 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
 
     with stage(3, "relevance: the base model judges each problem's nearest other problems (BM25 + vector)", echo):
         scorer_id = _build_relevance(engine, cfg.model.name, cfg.data.dataset, options.relevance_top_k, echo)
-        cfg = dataclasses.replace(cfg, feedback=dataclasses.replace(cfg.feedback, scorer=scorer_id))
+        inter = dataclasses.replace(cfg.feedback.inter, scorer=scorer_id)
+        cfg = dataclasses.replace(cfg, feedback=dataclasses.replace(cfg.feedback, inter=inter))
 
     with stage(4, f"training: SFT warm start, then {cfg.steps} LANPO GRPO steps ({cfg.feedback.mode} feedback)", echo):
         from lanpo.train.loop import train
@@ -278,7 +279,7 @@ def _answer_held_out(
         db=engine,
         sampling=SamplingSettings(max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0),
         retrieval=RetrievalSettings(
-            stage1="bm25", top_k=8, gamma=cfg.feedback.gamma, m=2, scorer="policy", pool=cfg.pool_name()
+            stage1="bm25", top_k=8, gamma=cfg.feedback.inter.gamma, m=2, scorer="policy", pool=cfg.pool_name()
         ),
         notify=lambda message: echo(f"      note: {message}"),
     )

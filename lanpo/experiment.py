@@ -30,7 +30,16 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from lanpo.config import from_mapping, help_field, lanpo_home, load_toml, to_mapping
+from lanpo.config import (
+    from_mapping,
+    help_field,
+    lanpo_home,
+    load_toml,
+    quiet_renames,
+    set_path,
+    to_mapping,
+    upgrade_path,
+)
 from lanpo.db.engine import transaction
 from lanpo.db.repo import experiments as experiments_repo
 from lanpo.db.repo import runs as runs_repo
@@ -91,6 +100,7 @@ class ExperimentConfig:
             raise ConfigError("recipe must name the training recipe the arms share")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds must be distinct and at least one, got {self.seeds}")
+        self.arm = {name: _upgrade_arm(table) for name, table in self.arm.items()}
         unknown = [a for a in self.arms if a not in self.arm_overrides()]
         if unknown or not self.arms:
             raise ConfigError(
@@ -102,6 +112,24 @@ class ExperimentConfig:
 
     def folder(self) -> Path:
         return Path(self.output_dir).expanduser() if self.output_dir else lanpo_home() / "experiments" / self.name
+
+
+def _upgrade_arm(table: Any) -> Any:
+    """An [arm.NAME] table with old recipe key names read as today's (`lanpo.config.Renamed`), so that the arm and
+    the experiment's identity are the same whichever name the file uses."""
+    if not isinstance(table, dict):
+        return table
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        path, value, _old = upgrade_path(TrainConfig, str(key).split("."), value)
+        new_key = ".".join(path)
+        if new_key in out:
+            raise ConfigError(
+                f"an arm table sets {new_key} twice, by its old and its new name",
+                hint=f'keep "{new_key}" only',
+            )
+        out[new_key] = value
+    return out
 
 
 @dataclass
@@ -137,12 +165,13 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Ex
 def arm_config(base: TrainConfig, table: dict[str, Any], arm: str, seed: int, exp: ExperimentConfig) -> TrainConfig:
     """The recipe with the arm's overrides, the seed, and the run's name and tags."""
     data = to_mapping(base)
-    for key, value in table.items():
-        node = data
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+    try:
+        for key, value in table.items():
+            path, value, _old = upgrade_path(TrainConfig, key.split("."), value)
+            set_path(data, path, value, where=f"key {key!r}")
+    except ConfigError as exc:
+        exc.message = f"arm {arm!r}: {exc.message}"
+        raise
     data.update(run_name=f"{exp.name}-{arm}-s{seed}", seed=seed, experiment=exp.name, arm=arm, output_dir=None)
     try:
         return from_mapping(TrainConfig, data)
@@ -164,9 +193,10 @@ def upgrade_identity(stored: dict[str, Any], exp: ExperimentConfig) -> dict[str,
     default that keeps the old behaviour) does not make the same experiment look like another one. A key since
     removed or a value today's checks refuse leaves it as stored: then it differs, as it should."""
     try:
-        base = to_mapping(from_mapping(TrainConfig, stored["base"], "base."))
-        rest = {k: v for k, v in stored.items() if k != "base"}
-        chosen = to_mapping(from_mapping(ExperimentConfig, {**rest, "arms": exp.arms, "seeds": exp.seeds}))
+        with quiet_renames():  # old key names are read as today's: the same experiment, nothing to rewrite
+            base = to_mapping(from_mapping(TrainConfig, stored["base"], "base."))
+            rest = {k: v for k, v in stored.items() if k != "base"}
+            chosen = to_mapping(from_mapping(ExperimentConfig, {**rest, "arms": exp.arms, "seeds": exp.seeds}))
     except (ConfigError, KeyError, TypeError):
         return stored
     return {**{k: v for k, v in chosen.items() if k not in ("arms", "seeds")}, "base": base}
@@ -202,8 +232,9 @@ def run_experiment(
         for arm in exp.arms:
             cfg = arm_config(base, arms[arm], arm, seed, exp)
             cfg = replace(cfg, model=replace(cfg.model, init_adapter=str(start)), sft=replace(cfg.sft, enabled=False))
-            if scorer and cfg.feedback.scorer is None:
-                cfg = replace(cfg, feedback=replace(cfg.feedback, scorer=scorer))
+            if scorer and cfg.feedback.inter.scorer is None:
+                inter = replace(cfg.feedback.inter, scorer=scorer)
+                cfg = replace(cfg, feedback=replace(cfg.feedback, inter=inter))
             cfgs.append(cfg)
     try:
         if jobs == 1:

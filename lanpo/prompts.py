@@ -139,14 +139,14 @@ class Lesson:
     summary: str
 
 
-def version_of(mode: str, raw: bool = False) -> str:
+def version_of(mode: str, shows_response: bool = False) -> str:
     """The template version stored with attempts made in `mode` (zero_shot | intra | inter; validation, `val`,
-    answers with the zero-shot actor prompt; `raw` inter items are unsummarised solutions)."""
+    answers with the zero-shot actor prompt; `shows_response`: inter items are unsummarised solutions)."""
     versions = {
         "zero_shot": ACTOR_VERSION,
         "val": ACTOR_VERSION,
         "intra": INTRA_VERSION,
-        "inter": INTER_RAW_VERSION if raw else INTER_VERSION,
+        "inter": INTER_RAW_VERSION if shows_response else INTER_VERSION,
     }
     if mode not in versions:
         raise ValueError(f"unknown prompt mode {mode!r}; expected one of {', '.join(MODES)}")
@@ -159,9 +159,10 @@ def format_intra(items: Sequence[HasResponse]) -> str:
     return "\n\n".join(blocks)
 
 
-def format_inter(items: Sequence[HasSummary], raw: bool = False) -> str:
-    """Retrieved experiences as numbered lessons (or, `raw`, solutions): only their `summary` text is read."""
-    label = "Solution" if raw else "Lesson"
+def format_inter(items: Sequence[HasSummary], shows_response: bool = False) -> str:
+    """Retrieved experiences as numbered lessons (or, `shows_response`, solutions): only their `summary` text is
+    read."""
+    label = "Solution" if shows_response else "Lesson"
     blocks = [f"### {label} {i + 1}\n{item.summary.strip()}" for i, item in enumerate(items)]
     return "\n\n".join(blocks)
 
@@ -201,9 +202,10 @@ def intra_messages(question: str, items: Sequence[HasResponse]) -> list[Message]
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
-def inter_messages(question: str, items: Sequence[HasSummary], raw: bool = False) -> list[Message]:
-    """Inter-sample exploration with lessons from other problems (`raw`: their unsummarised solutions)."""
-    user = (INTER_RAW if raw else INTER).format(question=question, context=format_inter(items, raw))
+def inter_messages(question: str, items: Sequence[HasSummary], shows_response: bool = False) -> list[Message]:
+    """Inter-sample exploration with lessons from other problems (`shows_response`: their unsummarised solutions)."""
+    context = format_inter(items, shows_response)
+    user = (INTER_RAW if shows_response else INTER).format(question=question, context=context)
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
@@ -217,14 +219,16 @@ def self_correct_messages(question: str, first: HasResponse) -> list[Message]:
     ]
 
 
-def build_messages(mode: str, question: str, items: Sequence[object] = (), raw: bool = False) -> list[Message]:
+def build_messages(
+    mode: str, question: str, items: Sequence[object] = (), shows_response: bool = False
+) -> list[Message]:
     """Messages for `mode`; a feedback mode with no items falls back to the zero-shot prompt (caller re-labels)."""
     if mode == "zero_shot" or not items:
         return actor_messages(question)
     if mode == "intra":
         return intra_messages(question, items)  # type: ignore[arg-type]
     if mode == "inter":
-        return inter_messages(question, items, raw)  # type: ignore[arg-type]
+        return inter_messages(question, items, shows_response)  # type: ignore[arg-type]
     raise ValueError(f"unknown prompt mode {mode!r}; expected one of {', '.join(MODES)}")
 
 

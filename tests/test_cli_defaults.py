@@ -9,7 +9,7 @@ from lanpo.cli import infer, pool, relevance, retrieve
 from lanpo.config import field_default
 from lanpo.inference.config import EvalConfig, RetrievalSettings, SamplingSettings
 from lanpo.retrieval.search import SearchParams
-from lanpo.train.config import FeedbackConfig
+from lanpo.train.config import FeedbackConfig, InterConfig
 
 
 def option(command: click.Command, name: str) -> click.Parameter:
@@ -19,7 +19,7 @@ def option(command: click.Command, name: str) -> click.Parameter:
 CASES = [
     (pool.command.commands["sample"], "k", FeedbackConfig, "k"),
     (pool.command.commands["sample"], "candidates", FeedbackConfig, "candidates"),
-    (pool.command.commands["sample"], "gamma", FeedbackConfig, "gamma"),
+    (pool.command.commands["sample"], "gamma", InterConfig, "gamma"),
     (pool.command.commands["context"], "k", FeedbackConfig, "k"),
     (pool.command.commands["context"], "candidates", FeedbackConfig, "candidates"),
     (retrieve.command, "stage1", SearchParams, "stage1"),
@@ -29,7 +29,7 @@ CASES = [
     (retrieve.command, "ef_search", SearchParams, "ef_search"),
     (relevance.command.commands["build"], "top_k", RetrievalSettings, "top_k"),
     (relevance.command.commands["build"], "ef_search", SearchParams, "ef_search"),
-    (relevance.command.commands["status"], "gamma", FeedbackConfig, "gamma"),
+    (relevance.command.commands["status"], "gamma", InterConfig, "gamma"),
     *[(infer.command, f, RetrievalSettings, f) for f in ("stage1", "top_k", "gamma", "m", "scorer")],
     (infer.command, "pool_name", RetrievalSettings, "pool"),
     *[(infer.command, f, SamplingSettings, f) for f in ("max_new_tokens", "temperature", "top_p", "seed")],

@@ -304,7 +304,7 @@ CASES: list[Case] = [
         (("train", "--config", "{missing}"), "does not exist"),
         ((*TRAIN, "--set", "nosuch=1"), "unknown config key nosuch"),
         ((*TRAIN, "--set", "data.dataset='nosuch'"), "dataset 'nosuch' has no problems"),
-        ((*TRAIN, "--set", "feedback.scorer='nosuch'"), "unknown relevance scorer 'nosuch'"),
+        ((*TRAIN, "--set", "feedback.inter.scorer='nosuch'"), "unknown relevance scorer 'nosuch'"),
         ((*TRAIN, "--set", "model.name='{missing}'"), "does not exist"),
         ((*TRAIN, "--set", "model.init_adapter='{missing}'"), "does not exist"),
         ((*TRAIN, "--set", "model.device='nosuch'"), "unknown torch device 'nosuch'"),
@@ -314,14 +314,14 @@ CASES: list[Case] = [
     *rows(
         "unknown",
         ((*TRAIN, "--set", "sft.enabled=true", "--set", "sft.data='{missing}'"), "does not exist"),
-        ((*TRAIN, "--set", "feedback.inter_source='nosuch'"), "feedback.inter_source must be one of summary, raw"),
+        ((*TRAIN, "--set", "feedback.inter.shows='nosuch'"), "feedback.inter.shows must be one of lesson, response"),
     ),
     *rows(
         "range",
         ((*TRAIN, "--set", "steps=0"), "steps must be >= 1"),
         ((*TRAIN, "--set", f"steps={HUGE}"), "steps must be a 64-bit integer"),
         ((*TRAIN, "--set", "grpo.beta=nan"), "grpo.beta must be a finite number"),
-        ((*TRAIN, "--set", "feedback.gamma=inf"), "feedback.gamma must be a finite number"),
+        ((*TRAIN, "--set", "feedback.inter.gamma=inf"), "feedback.inter.gamma must be a finite number"),
     ),
     *rows(
         "type",

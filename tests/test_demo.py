@@ -30,7 +30,7 @@ def test_demo_runs_every_stage_on_a_tiny_model(db_env: str, db: Engine, tmp_path
                 "summarizer.min_reward=0.0",  # every rollout is summarised: the format check turns each away
                 "sft.max_steps=2",
                 "sft.n_problems=4",
-                "feedback.gamma=0.0",
+                "feedback.inter.gamma=0.0",
                 "eval.every=3",
                 "eval.n=2",
                 "eval.k=2",

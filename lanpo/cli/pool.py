@@ -20,7 +20,7 @@ from lanpo.db import sqlfiles
 from lanpo.db.engine import connect, transaction
 from lanpo.db.repo import contexts, pools, problems
 from lanpo.errors import InputError
-from lanpo.train.config import FeedbackConfig
+from lanpo.train.config import FeedbackConfig, InterConfig
 
 PROBLEM_HELP = "Problem: numeric problems.id or dataset:external_id (repeatable)."
 POOL_HELP = "Experience pool (default: the only pool in the store; `lanpo pool list` names them)."
@@ -91,12 +91,13 @@ def _mode_options(f: Callable[..., None]) -> Callable[..., None]:
                 required=True,
                 help="intra: own earlier attempts; inter: lessons of other relevant problems.",
             ),
-            # defaults and help are the trainer's feedback.* (k >= 1 as there: a draw of nothing shows nothing)
+            # defaults and help are the trainer's feedback.* and feedback.inter.* (k >= 1 as there: a draw of nothing
+            # shows nothing)
             field_option(FeedbackConfig, "k", type=Int(1)),
             click.option("--seed", default=0, show_default=True, type=SEED, help="Seed (same seed, same draw)."),
             field_option(FeedbackConfig, "candidates", type=Int(1)),
             field_option(
-                FeedbackConfig, "gamma", type=Float(0, 1), help="inter: minimum relevance (0: no relevance filter)."
+                InterConfig, "gamma", type=Float(0, 1), help="inter: minimum relevance (0: no relevance filter)."
             ),
             click.option("--scorer", default=None, help="inter: relevance scorer whose scores to use."),
             click.option("--pool", "pool_name", default=None, help="inter: " + POOL_HELP),

@@ -9,7 +9,7 @@ from lanpo.db.engine import connect
 from lanpo.inference.config import RetrievalSettings
 from lanpo.retrieval import EF_SEARCH_MAX, STAGE1
 from lanpo.retrieval.search import SearchParams
-from lanpo.train.config import FeedbackConfig
+from lanpo.train.config import InterConfig
 
 STAGE1_CHOICE = click.Choice(STAGE1)
 
@@ -87,7 +87,7 @@ def build_cmd(
 
 @command.command("status")
 @click.option("--dataset", required=True, help="Dataset to report on.")
-@field_option(FeedbackConfig, "gamma", type=Float(0, 1), help="Relevance threshold (the trainer's feedback.gamma).")
+@field_option(InterConfig, "gamma", type=Float(0, 1), help="Relevance threshold (the trainer's feedback.inter.gamma).")
 def status_cmd(dataset: str, gamma: float) -> None:
     """Scored problem pairs per scorer, and how many reach gamma."""
     from sqlalchemy.orm import Session

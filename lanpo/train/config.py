@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from lanpo.config import DTYPE_NAMES, StoreConfig, help_field, lanpo_home, load_toml
+from lanpo.config import DTYPE_NAMES, Renamed, StoreConfig, help_field, lanpo_home, load_toml
 from lanpo.config import check as _check
 from lanpo.errors import ConfigError
 from lanpo.mel.config import MELConfig
@@ -20,8 +21,8 @@ from lanpo.retrieval import GAMMA
 from lanpo.rollout.config import VLLMConfig
 
 FEEDBACK_SETTINGS = ("none", "intra", "inter", "both")  # feedback.mode; the prompt modes are lanpo.prompts.MODES
-FEEDBACK_SOURCES = ("summary", "meta")  # feedback.sources: experience kinds inter contexts draw from
-INTER_SOURCES = ("summary", "raw")  # feedback.inter_source: what an inter item shows of the experience drawn
+INTER_KINDS = ("summary", "meta")  # feedback.inter.kinds: experience kinds inter contexts draw from
+INTER_SHOWS = ("lesson", "response")  # feedback.inter.shows: what an inter item shows of the experience drawn
 METHODS = ("auto", "grpo", "lanpo", "mel")
 AGGREGATIONS = ("token-mean", "seq-mean")
 LR_SCHEDULES = ("cosine", "constant")  # after the warmup (lanpo.train.update.warmup_schedule)
@@ -202,32 +203,69 @@ class GRPOConfig:
 
 
 @dataclass
+class InterConfig:
+    """Inter-sample feedback: which experiences of other problems a context draws, and what each item shows."""
+
+    kinds: list[str] = field(
+        default_factory=lambda: ["summary"],
+        metadata={"help": "experience kinds inter contexts draw from: summary (LANPO's) | meta (MEL's lessons)"},
+    )
+    shows: str = help_field(
+        "lesson",
+        "what an item shows -- lesson (the distilled lesson, paper) | response (the source rollout's own response, "
+        "unsummarised: Table 2, naive retrieval)",
+    )
+    gamma: float = help_field(
+        GAMMA,
+        "minimum relevance of a lesson's source problem (paper: 0.9); 0: no relevance filter at all -- every "
+        "active lesson of another problem is a candidate, ranked by recency (Table 2, w/o filtering)",
+    )
+    scorer: str | None = help_field(
+        None, "the relevance scorer whose scores to read (None: the only one in relevance_scores)"
+    )
+    allow_empty: bool = help_field(
+        False, "start inter / both even when relevance_scores holds no score (every inter prompt goes zero-shot)"
+    )
+
+    def __post_init__(self) -> None:
+        distinct = len(set(self.kinds)) == len(self.kinds)
+        _check(
+            bool(self.kinds) and distinct and set(self.kinds) <= set(INTER_KINDS),
+            f"feedback.inter.kinds must list distinct kinds of {', '.join(INTER_KINDS)}, got {self.kinds}",
+            'e.g. kinds = ["summary"] (LANPO\'s lessons), or ["summary", "meta"] with MEL\'s',
+        )
+        _check(
+            self.shows in INTER_SHOWS,
+            f"feedback.inter.shows must be one of {', '.join(INTER_SHOWS)}, got {self.shows!r}",
+            "lesson shows the distilled lesson (the paper); response the rollout it came from (Table 2)",
+        )
+        _check(0.0 <= self.gamma <= 1.0, f"feedback.inter.gamma must be in [0, 1], got {self.gamma}")
+
+    @property
+    def shows_response(self) -> bool:
+        """Items show the source rollout's own response, not its lesson (Table 2, naive retrieval)."""
+        return self.shows == "response"
+
+
+@dataclass
 class FeedbackConfig:
     """Language feedback: which contexts are drawn from the store, how often, and how many."""
+
+    # the flat keys before [feedback.inter] (read as its keys, with a warning; lanpo.config.Renamed)
+    RENAMED: ClassVar[dict[str, Renamed]] = {
+        "sources": Renamed("inter.kinds"),
+        "inter_source": Renamed("inter.shows", {"summary": "lesson", "raw": "response"}),
+        "gamma": Renamed("inter.gamma"),
+        "scorer": Renamed("inter.scorer"),
+        "allow_empty_inter": Renamed("inter.allow_empty"),
+    }
 
     mode: str = help_field("both", "none (plain GRPO) | intra | inter | both (pick per problem)")
     p_t: float = help_field(0.5, "probability that a problem gets a feedback context (paper: 0.5; intra best 0.75)")
     k: int = help_field(2, "items in a context (earlier attempts or lessons)")
     candidates: int = help_field(8, "top-ranked candidates kept before the weighted draw w_i = 1/(i+1)")
-    gamma: float = help_field(
-        GAMMA,
-        "inter: minimum relevance of a lesson's source problem (paper: 0.9); 0: no relevance filter at all -- every "
-        "active lesson of another problem is a candidate, ranked by recency (Table 2, w/o filtering)",
-    )
-    inter_source: str = help_field(
-        "summary",
-        "inter: what an item shows -- summary (the distilled lesson, paper) | raw (the source rollout's own response, "
-        "unsummarised: Table 2, naive retrieval)",
-    )
-    scorer: str | None = help_field(
-        None, "inter: the relevance scorer whose scores to read (None: the only one in relevance_scores)"
-    )
-    allow_empty_inter: bool = help_field(
-        False, "start inter / both even when relevance_scores holds no score (every inter prompt goes zero-shot)"
-    )
-    sources: list[str] = field(
-        default_factory=lambda: ["summary"],
-        metadata={"help": "experience kinds inter contexts draw from: summary (LANPO's) | meta (MEL's lessons)"},
+    inter: InterConfig = field(
+        default_factory=InterConfig, metadata={"help": "inter-sample feedback: what is drawn and shown"}
     )
 
     def __post_init__(self) -> None:
@@ -238,16 +276,6 @@ class FeedbackConfig:
         _check(0.0 <= self.p_t <= 1.0, f"feedback.p_t must be in [0, 1], got {self.p_t}")
         _check(self.k >= 1, f"feedback.k must be >= 1, got {self.k}")
         _check(self.candidates >= self.k, f"feedback.candidates ({self.candidates}) must be >= feedback.k ({self.k})")
-        _check(0.0 <= self.gamma <= 1.0, f"feedback.gamma must be in [0, 1], got {self.gamma}")
-        distinct = len(set(self.sources)) == len(self.sources)
-        _check(
-            bool(self.sources) and distinct and set(self.sources) <= set(FEEDBACK_SOURCES),
-            f"feedback.sources must list distinct kinds of {', '.join(FEEDBACK_SOURCES)}, got {self.sources}",
-        )
-        _check(
-            self.inter_source in INTER_SOURCES,
-            f"feedback.inter_source must be one of {', '.join(INTER_SOURCES)}, got {self.inter_source!r}",
-        )
 
 
 @dataclass

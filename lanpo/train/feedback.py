@@ -59,14 +59,14 @@ class StepPrompts:
     items: list[list[Any]]  # the context items in it (IntraItem / InterItem), in prompt order
     policy_version_id: int  # the weights that generate this step: the policy of the step before
     missed: Counter[str] = field(default_factory=Counter)  # prompts that asked and got nothing, by reason
-    raw: bool = False  # inter items are raw rollouts of other problems, not summaries (feedback.inter_source)
+    shows_response: bool = False  # inter items are rollouts of other problems, not lessons (feedback.inter.shows)
     k: int = 0  # items a feedback prompt asks for (feedback.k)
     drawn: list[int] = field(default_factory=list)  # items the store gave each prompt
     truncated: list[int] = field(default_factory=list)  # items of each prompt cut to fit (shown cut in `items`)
 
     def version(self, g: int) -> str:
         """The template version of prompt g (stored with its group)."""
-        return templates.version_of(self.modes[g], raw=self.raw)
+        return templates.version_of(self.modes[g], shows_response=self.shows_response)
 
     def item_count(self, g: int) -> str:
         """How many items served prompt g kept: all_k | fewer_drawn (the store had fewer) | fewer_fitted (dropped)."""
@@ -115,19 +115,20 @@ def feedback_prompts(
         drawn["intra"] = contexts_repo.intra_contexts(
             session, wanted["intra"], fb.k, fb.candidates, seed, run_id=run.run_id
         )
-        unfiltered = fb.gamma == 0.0  # Table 2, w/o filtering: the whole pool, no relevance consulted
+        unfiltered = fb.inter.gamma == 0.0  # Table 2, w/o filtering: the whole pool, no relevance consulted
         if wanted["inter"] and (scorer or unfiltered):
             drawn["inter"] = contexts_repo.inter_contexts(
-                session, wanted["inter"], fb.k, fb.candidates, seed, fb.gamma, None if unfiltered else scorer,
-                run.pool.id, fb.sources, raw=fb.inter_source == "raw",
+                session, wanted["inter"], fb.k, fb.candidates, seed, fb.inter.gamma, None if unfiltered else scorer,
+                run.pool.id, fb.inter.kinds, shows_response=fb.inter.shows_response,
             )  # fmt: skip
         pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, run.pool.id) == 0
         policy_version_id = steps_repo.policy_version_id(session, run.run_id, step - 1)
-    out = StepPrompts([], [], [], asked, [], [], [], policy_version_id, raw=fb.inter_source == "raw", k=fb.k)
+    shows_response = fb.inter.shows_response
+    out = StepPrompts([], [], [], asked, [], [], [], policy_version_id, shows_response=shows_response, k=fb.k)
     for pid, mode in zip(pids, asked, strict=True):
         found = list(drawn.get(mode, {}).get(pid, []))
         text, kept, truncated = fit_prompt(
-            tokenizer, mode, rows[pid].question, found, cfg.rollout.max_prompt_tokens, fb.inter_source == "raw"
+            tokenizer, mode, rows[pid].question, found, cfg.rollout.max_prompt_tokens, shows_response
         )
         if mode in FEEDBACK_MODES and not kept:  # an honest from-scratch rollout, and the reason it is one
             out.missed[_missed_reason(mode, found, pool_empty)] += 1
@@ -164,7 +165,7 @@ def fit_prompt(
     question: str,
     found: Sequence[Any],
     limit: int,
-    raw: bool = False,
+    shows_response: bool = False,
     min_item_tokens: int = MIN_ITEM_TOKENS,
 ) -> Fit:
     """The chat prompt for `mode` with the context items `found`, within `limit` tokens.
@@ -178,11 +179,11 @@ def fit_prompt(
     until it fits. Only when an item would be cut below `min_item_tokens` (marker included) is the last drawn item
     dropped and its share given to the rest; with no item left the prompt is the zero-shot one. The question is
     never cut. A cut item is `found`'s dataclass with its text replaced, so its ids (`ref`) are the original's.
-    `raw`: inter items are unsummarised solutions of other problems (their own wording, Table 2).
+    `shows_response`: inter items are unsummarised solutions of other problems (their own wording, Table 2).
     """
 
     def render(items: Sequence[Any]) -> str:
-        return apply_chat(tokenizer, templates.build_messages(mode, question, items, raw=raw))
+        return apply_chat(tokenizer, templates.build_messages(mode, question, items, shows_response=shows_response))
 
     text = render(found)
     if not found or _count(tokenizer, text) <= limit:

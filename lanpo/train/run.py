@@ -50,8 +50,8 @@ def resolve_scorer(session: Session, scorer: str | None) -> str | None:
     found = contexts_repo.scorers(session)
     if len(found) > 1:
         raise ConfigError(
-            f"feedback.scorer is unset and relevance_scores holds several scorers ({', '.join(found)})",
-            hint="set feedback.scorer to one of them",
+            f"feedback.inter.scorer is unset and relevance_scores holds several scorers ({', '.join(found)})",
+            hint="set feedback.inter.scorer to one of them",
         )
     return found[0] if found else None
 

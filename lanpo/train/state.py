@@ -95,15 +95,16 @@ def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> No
     """What the store and the disk would refuse, checked before the policy loads (which takes minutes on a CPU)."""
     if not cfg.data.task and cfg.data.dataset not in problems_repo.known_datasets(session):
         ensure_dataset(session, cfg.data)  # raises: no problems and nothing to generate them from
-    if cfg.feedback.mode in ("inter", "both") and cfg.feedback.gamma > 0:  # gamma 0 reads no relevance at all
-        if cfg.feedback.scorer:
-            contexts_repo.require_scorer(session, cfg.feedback.scorer)
-        elif not cfg.feedback.allow_empty_inter and not contexts_repo.scorers(session):
+    inter = cfg.feedback.inter
+    if cfg.feedback.mode in ("inter", "both") and inter.gamma > 0:  # gamma 0 reads no relevance at all
+        if inter.scorer:
+            contexts_repo.require_scorer(session, inter.scorer)
+        elif not inter.allow_empty and not contexts_repo.scorers(session):
             raise ConfigError(
                 f"feedback.mode = {cfg.feedback.mode} draws inter-sample lessons by relevance, and relevance_scores "
                 "holds no score yet: every inter prompt would go zero-shot",
-                hint=f"lanpo relevance build --dataset {cfg.data.dataset} --scorer MODEL (then set feedback.scorer),"
-                " or set feedback.allow_empty_inter = true",
+                hint=f"lanpo relevance build --dataset {cfg.data.dataset} --scorer MODEL (then set "
+                "feedback.inter.scorer), or set feedback.inter.allow_empty = true",
             )
     if not resume and runs_repo.find_run(session, cfg.run_name) is not None:
         open_run(session, cfg, cfg.model.name, resume)  # raises: the name is taken, and says what to do
@@ -135,8 +136,8 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
         with transaction(engine) as session:
             problem_ids = ensure_dataset(session, cfg.data)
             validation = prepare_validation(session, cfg)
-            feedback_inter = cfg.feedback.mode in ("inter", "both") and cfg.feedback.gamma > 0
-            scorer = resolve_scorer(session, cfg.feedback.scorer) if feedback_inter else None
+            feedback_inter = cfg.feedback.mode in ("inter", "both") and cfg.feedback.inter.gamma > 0
+            scorer = resolve_scorer(session, cfg.feedback.inter.scorer) if feedback_inter else None
             start = open_run(session, cfg, cfg.model.name, resume)
         shared = {"start": start, "ids": problem_ids, "scorer": scorer, "validation": validation}
     shared = dist.broadcast(shared)

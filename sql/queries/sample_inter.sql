@@ -8,9 +8,9 @@
 -- names the experience, not its version, so a rewrite keeps its draw. The text of the current version is
 -- read for the k drawn items only.
 -- The same problem is excluded twice over: here (<>) and by the CHECK constraint not_self.
--- :kinds (text[], NULL: every kind) keeps experiences of those kinds only (feedback.sources: summary, meta).
--- :raw (feedback.inter_source = "raw", Table 2's naive retrieval) returns the source rollout's response instead of
--- the summary: the same draw, unsummarised text (the summary when the source attempt is gone).
+-- :kinds (text[], NULL: every kind) keeps experiences of those kinds only (feedback.inter.kinds: summary, meta).
+-- :shows_response (feedback.inter.shows = "response", Table 2's naive retrieval) returns the source rollout's
+-- response instead of the summary: the same draw, unsummarised text (the summary when the source attempt is gone).
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
 ),
@@ -86,7 +86,7 @@ drawn AS (
     FROM keyed
 )
 SELECT d.problem_id, v.id AS candidate_id, d.rank, d.position,
-       CASE WHEN CAST(:raw AS boolean) THEN coalesce(a.response, v.summary) ELSE v.summary END AS text,
+       CASE WHEN CAST(:shows_response AS boolean) THEN coalesce(a.response, v.summary) ELSE v.summary END AS text,
        d.score, d.source_problem_id
 FROM drawn d
 JOIN experiences x ON x.id = d.experience_id

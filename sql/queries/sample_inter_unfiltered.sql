@@ -1,10 +1,10 @@
--- Inter-sample draw with NO relevance filter (feedback.gamma = 0, Table 2's "w/o filtering"): per problem, every
--- ACTIVE experience of pool :pool_id from another problem is a candidate, whether or not any relevance score
+-- Inter-sample draw with NO relevance filter (feedback.inter.gamma = 0, Table 2's "w/o filtering"): per problem,
+-- every ACTIVE experience of pool :pool_id from another problem is a candidate, whether or not any relevance score
 -- names it; relevance is not consulted at all. Candidates are ranked by recency (newest first), the top
 -- :candidates form the pool, rank i gets weight 1/(i+1), and :k are drawn without replacement by the same
 -- Efraimidis-Spirakis keys as sample_inter.sql (keyed by experience id, problem id and seed).
--- :kinds and :raw as in sample_inter.sql (experience kinds kept; the source rollout's response instead of the
--- summary). score is NULL.
+-- :kinds and :shows_response as in sample_inter.sql (experience kinds kept; the source rollout's response instead of
+-- the summary). score is NULL.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
 ),
@@ -33,7 +33,7 @@ drawn AS (
     FROM keyed
 )
 SELECT d.problem_id, v.id AS candidate_id, d.rank, d.position,
-       CASE WHEN CAST(:raw AS boolean) THEN coalesce(a.response, v.summary) ELSE v.summary END AS text,
+       CASE WHEN CAST(:shows_response AS boolean) THEN coalesce(a.response, v.summary) ELSE v.summary END AS text,
        CAST(NULL AS float8) AS score, d.source_problem_id
 FROM drawn d
 JOIN experiences x ON x.id = d.experience_id

@@ -1,5 +1,6 @@
-"""Table 2's inter ablations in the store: gamma = 0 draws with no relevance filter over the whole pool, and the
-raw source shows the rollout behind a lesson instead of its summary (sample_inter_unfiltered.sql, :raw)."""
+"""Table 2's inter ablations in the store: gamma = 0 draws with no relevance filter over the whole pool, and
+shows = response shows the rollout behind a lesson instead of its summary (sample_inter_unfiltered.sql,
+:shows_response)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_raw_source_shows_the_rollout_behind_the_lesson(session: Session) -> Non
         summary = inter_contexts(session, [target], 1, 4, 0, gamma=0.9 if scorer else 0.0, scorer=scorer,
                                  pool_id=pool.id)  # fmt: skip
         raw = inter_contexts(session, [target], 1, 4, 0, gamma=0.9 if scorer else 0.0, scorer=scorer,
-                             pool_id=pool.id, raw=True)  # fmt: skip
+                             pool_id=pool.id, shows_response=True)  # fmt: skip
         assert [i.summary for i in summary[target]] == ["abstract lesson"]
         assert [i.summary for i in raw[target]] == [f"response 0 to {other}"]
         assert raw[target][0].experience_version_id == summary[target][0].experience_version_id  # the same draw

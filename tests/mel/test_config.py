@@ -22,7 +22,7 @@ def test_paper_recipes_carry_the_mel_paper_settings(size: str) -> None:
     assert cfg.model.name == f"Qwen/Qwen3-{size.upper()}-Base"
     assert (cfg.rollout.n, cfg.rollout.temperature, cfg.batch_size) == (8, 1.0, 128)
     assert cfg.grpo.minibatch_size == 128 * 8  # mini-batch 128 prompts: one optimizer step per step
-    assert cfg.feedback.mode == "none" and cfg.feedback.sources == ["summary"]  # meta as feedback: off
+    assert cfg.feedback.mode == "none" and cfg.feedback.inter.kinds == ["summary"]  # meta as feedback: off
 
 
 def test_cpu_demo_recipe_loads() -> None:
@@ -57,8 +57,8 @@ def test_method_resolves_and_refuses_what_contradicts_it() -> None:
         ("mel.replays=0", "mel.replays must be >= 1"),
         ("mel.nll_coef=-0.1", "mel.nll_coef must be >= 0"),
         ("mel.pairs_per_problem=0", "mel.pairs_per_problem must be >= 1"),
-        ("feedback.sources=['lessons']", "feedback.sources must list distinct kinds of summary, meta"),
-        ("feedback.sources=['meta', 'meta']", "feedback.sources must list distinct kinds"),
+        ("feedback.inter.kinds=['lessons']", "feedback.inter.kinds must list distinct kinds of summary, meta"),
+        ("feedback.inter.kinds=['meta', 'meta']", "feedback.inter.kinds must list distinct kinds"),
         ("mel.bogus=1", "unknown config key mel.bogus"),
     ],
 )

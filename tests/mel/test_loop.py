@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from lanpo.mel.config import MELConfig
-from lanpo.train.config import FeedbackConfig
+from lanpo.train.config import FeedbackConfig, InterConfig
 from lanpo.train.loop import train
 from tests.mel.conftest import MelScript
 from tests.train.conftest import tiny_config
@@ -153,7 +153,9 @@ def test_validated_lessons_serve_as_inter_feedback_and_rejected_ones_never(
     cfg = _config(
         tmp_path,
         steps=3,
-        feedback=FeedbackConfig(mode="inter", p_t=1.0, k=2, candidates=4, gamma=0.5, scorer="test", sources=["meta"]),
+        feedback=FeedbackConfig(
+            mode="inter", p_t=1.0, k=2, candidates=4, inter=InterConfig(gamma=0.5, scorer="test", kinds=["meta"])
+        ),
     )
     result = train(cfg, engine=db, progress=False)
     used = _rows(

@@ -13,6 +13,7 @@ from lanpo.train.config import (
     DataConfig,
     FeedbackConfig,
     GRPOConfig,
+    InterConfig,
     LoraConfig,
     ModelConfig,
     RolloutConfig,
@@ -48,7 +49,9 @@ def tiny_config(tmp_path: Path, **overrides: object) -> TrainConfig:
         "data": DataConfig(dataset="toy"),
         "rollout": RolloutConfig(n=2, max_new_tokens=24),
         "grpo": GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0),
-        "feedback": FeedbackConfig(mode="both", p_t=1.0, k=2, candidates=4, gamma=0.5, scorer="test"),
+        "feedback": FeedbackConfig(
+            mode="both", p_t=1.0, k=2, candidates=4, inter=InterConfig(gamma=0.5, scorer="test")
+        ),
         # A random model never writes the lesson's three headers: its summaries are admitted as they are, so the
         # pool fills and inter contexts get drawn (tests/train/test_summary_admission.py covers the default).
         "summarizer": SummarizerConfig(

@@ -78,7 +78,7 @@ def test_paper_recipe_shapes_at_world_size_8(db_env: str, db: Engine, tmp_path: 
         "rollout.max_prompt_tokens": "400",
         "grpo.micro_batch_size": "128",  # memory only: fewer, larger forwards of the tiny model (8 ranks, 2 cores)
         "summarizer.max_new_tokens": "3",
-        "feedback.scorer": '"test"',
+        "feedback.inter.scorer": '"test"',
         "sft.enabled": "false",  # the recipe's SFT reads teacher pairs from a file this test has not made
         "eval.every": "0",  # its validation set (AIME 2024) is not imported here
     }

@@ -44,6 +44,8 @@ mode = "both"
 p_t = 1.0
 k = 2
 candidates = 4
+
+[feedback.inter]
 gamma = 0.0
 
 [summarizer]

@@ -213,15 +213,15 @@ def test_no_item_fits_gives_the_zero_shot_prompt() -> None:
     seed=st.integers(0, 2**20),
     limit=st.integers(150, 4000),
     question_words=st.integers(1, 300),
-    raw=st.booleans(),
+    shows_response=st.booleans(),
 )
 def test_the_prompt_fits_the_cap_for_any_lengths(
-    name: str, mode: str, lengths: list[int], seed: int, limit: int, question_words: int, raw: bool
+    name: str, mode: str, lengths: list[int], seed: int, limit: int, question_words: int, shows_response: bool
 ) -> None:
     tokenizer = TOKENIZERS[name]()
     question = words(seed, question_words)
     found = items_of(mode, [words(seed + 1 + i, n) for i, n in enumerate(lengths)])
-    fit = fit_prompt(tokenizer, mode, question, found, limit, raw=raw)
+    fit = fit_prompt(tokenizer, mode, question, found, limit, shows_response=shows_response)
     zero_shot = apply_chat(tokenizer, prompts.actor_messages(question))
     if not fit.items:
         assert fit.text == zero_shot and fit.truncated == 0
@@ -233,7 +233,8 @@ def test_the_prompt_fits_the_cap_for_any_lengths(
     # char-level counts add up exactly: an item is dropped just when keeping it would cut one below the minimum
     if name == "char" and len(fit.items) < len(found):
         more = found[: len(fit.items) + 1]
-        blank = prompts.build_messages(mode, question, [prompts.with_context_text(mode, f, "") for f in more], raw)
+        empty = [prompts.with_context_text(mode, f, "") for f in more]
+        blank = prompts.build_messages(mode, question, empty, shows_response)
         lengths = [len(prompts.context_text(mode, f).strip()) for f in more]
         caps = water_fill(lengths, limit - count(tokenizer, apply_chat(tokenizer, blank)))
         assert any(cap < min(MIN_ITEM_TOKENS, length) for cap, length in zip(caps, lengths, strict=True))

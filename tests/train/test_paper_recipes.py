@@ -144,8 +144,8 @@ def test_paper_recipe_equals_the_papers_tables(name: str) -> None:
     if name == "lanpo-intra":
         assert cfg.feedback.p_t == PAPER["p_t_intra"]
     elif name != "grpo-baseline":
-        assert (cfg.feedback.p_t, cfg.feedback.gamma) == (PAPER["p_t"], PAPER["gamma"])
-        assert cfg.feedback.scorer == f"Qwen/Qwen2.5-Math-7B-Instruct|{PROMPT_VERSION}"  # the judge's scores
+        assert (cfg.feedback.p_t, cfg.feedback.inter.gamma) == (PAPER["p_t"], PAPER["gamma"])
+        assert cfg.feedback.inter.scorer == f"Qwen/Qwen2.5-Math-7B-Instruct|{PROMPT_VERSION}"  # the judge's scores
         assert cfg.summarizer.enabled
 
 
@@ -222,8 +222,8 @@ def test_lora_variants_and_table2_recipes_depart_only_where_they_say() -> None:
     inter = recipe("lanpo-inter")
     nofilter, raw, grpo = (recipe(n) for n in ("table2/lanpo-inter-nofilter", "table2/lanpo-inter-raw",
                                               "table2/grpo-retrieval"))  # fmt: skip
-    assert nofilter.feedback.gamma == 0.0 and nofilter.grpo == inter.grpo and nofilter.rollout == inter.rollout
-    assert raw.feedback.inter_source == "raw" and raw.feedback.gamma == inter.feedback.gamma
+    assert nofilter.feedback.inter.gamma == 0.0 and nofilter.grpo == inter.grpo and nofilter.rollout == inter.rollout
+    assert raw.feedback.inter.shows == "response" and raw.feedback.inter.gamma == inter.feedback.inter.gamma
     assert grpo.feedback.mode == "none" and grpo.summarizer.enabled and grpo.summarizer.always
     assert grpo.grpo == recipe("grpo-baseline").grpo
 
@@ -347,8 +347,8 @@ def test_recipe_runs_one_step_on_a_tiny_model(
 
     tiny = _tiny(tmp_path)
     cfg = recipe(name, tiny, world=1)
-    if cfg.feedback.mode in ("inter", "both") and cfg.feedback.gamma > 0:
-        cfg.feedback.scorer = "test"  # the toy problems' scores; the recipe names the paper's judge
+    if cfg.feedback.mode in ("inter", "both") and cfg.feedback.inter.gamma > 0:
+        cfg.feedback.inter.scorer = "test"  # the toy problems' scores; the recipe names the paper's judge
     result = train(cfg, engine=db, progress=False)
     assert result.steps == [1]
     assert result.metrics[0]["reward/mean"] >= 0.0
@@ -375,8 +375,8 @@ def test_table2_inter_ablations_draw_in_training(
         ],
         world=1,
     )  # fmt: skip
-    if cfg.feedback.gamma > 0:
-        cfg.feedback.scorer = "test"
+    if cfg.feedback.inter.gamma > 0:
+        cfg.feedback.inter.scorer = "test"
     train(cfg, engine=db, progress=False)
     with db.connect() as conn:
         groups = conn.execute(

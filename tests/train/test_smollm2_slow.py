@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 from lanpo.train.config import (
     DataConfig,
     FeedbackConfig,
+    InterConfig,
     ModelConfig,
     RolloutConfig,
     SFTConfig,
@@ -42,7 +43,7 @@ def test_sft_then_grpo_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch:
         rollout=RolloutConfig(n=2, max_new_tokens=32),
         summarizer=SummarizerConfig(max_new_tokens=32, max_new_per_step=1, max_total_per_step=1),
         sft=SFTConfig(enabled=True, max_steps=2, batch_size=2, n_problems=4, max_length=256, learning_rate=1e-3),
-        feedback=FeedbackConfig(mode="both", p_t=1.0, k=2, candidates=4, allow_empty_inter=True),
+        feedback=FeedbackConfig(mode="both", p_t=1.0, k=2, candidates=4, inter=InterConfig(allow_empty=True)),
         eval=ValidationConfig(every=2, n=2, k=2, max_new_tokens=16),
     )
     result = train(cfg, engine=db, progress=False)

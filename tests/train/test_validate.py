@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 from lanpo.db.engine import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.errors import ConfigError
-from lanpo.train.config import DataConfig, FeedbackConfig, TrainConfig, ValidationConfig
+from lanpo.train.config import DataConfig, FeedbackConfig, InterConfig, TrainConfig, ValidationConfig
 from lanpo.train.feedback import MISSED
 from lanpo.train.loop import train
 from lanpo.train.validate import prepare_validation, validation_metrics
@@ -133,8 +133,7 @@ def test_inter_without_relevance_fails_at_start_unless_allowed(db: Engine, tmp_p
         train(cfg, engine=db, progress=False)
     assert "lanpo relevance build --dataset toy" in (err.value.hint or "")
     assert _rows(db, "SELECT count(*) FROM runs") == [(0,)]  # refused before anything was written
-    allowed = tiny_config(
-        tmp_path, steps=1, feedback=FeedbackConfig(mode="both", p_t=1.0, k=2, candidates=4, allow_empty_inter=True)
-    )
+    feedback = FeedbackConfig(mode="both", p_t=1.0, k=2, candidates=4, inter=InterConfig(allow_empty=True))
+    allowed = tiny_config(tmp_path, steps=1, feedback=feedback)
     metrics = train(allowed, engine=db, progress=False).metrics[0]
     assert metrics["feedback/served/inter"] == 0

@@ -70,19 +70,26 @@ def inter_contexts(
     scorer: str | None,
     pool_id: int,
     kinds: Sequence[str] | None = None,
-    raw: bool = False,
+    shows_response: bool = False,
 ) -> dict[int, list[InterItem]]:
     """problem id -> up to k lessons of pool `pool_id` (of `kinds` only, when given) from OTHER problems with
     relevance >= gamma (relevance-ranked, weighted draw). `scorer = None` draws with no relevance filter at all (the
-    whole pool, recency-ranked: gamma = 0 in training, Table 2). `raw`: items carry the source rollout's response
-    instead of the summary (Table 2, naive retrieval).
+    whole pool, recency-ranked: gamma = 0 in training, Table 2). `shows_response`: items carry the source rollout's
+    response instead of the summary (feedback.inter.shows = response: Table 2, naive retrieval).
 
     `scorer` must have scores in the store: when nothing is drawn at all, an unknown scorer is an InputError
     naming the scorers there (checked only then, so a training step that draws pays nothing for it).
     """
     if scorer is None:
         draws = sampling.sample_inter_unfiltered(
-            session, problem_ids, k=k, candidates=candidates, seed=seed, pool_id=pool_id, kinds=kinds, raw=raw
+            session,
+            problem_ids,
+            k=k,
+            candidates=candidates,
+            seed=seed,
+            pool_id=pool_id,
+            kinds=kinds,
+            shows_response=shows_response,
         )
     else:
         draws = sampling.sample_inter(
@@ -95,7 +102,7 @@ def inter_contexts(
             scorer=scorer,
             pool_id=pool_id,
             kinds=kinds,
-            raw=raw,
+            shows_response=shows_response,
         )
     if scorer is not None and not any(draws.values()):
         require_scorer(session, scorer)

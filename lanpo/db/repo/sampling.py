@@ -101,11 +101,11 @@ def sample_inter(
     scorer: str,
     pool_id: int,
     kinds: Sequence[str] | None = None,
-    raw: bool = False,
+    shows_response: bool = False,
 ) -> dict[int, list[Draw]]:
     """problem id -> up to k current versions of active experiences of pool `pool_id` (of `kinds` only, when given:
-    summary | meta), from OTHER problems with relevance >= gamma. `raw`: the text is the source rollout's response,
-    not the summary (naive retrieval)."""
+    summary | meta), from OTHER problems with relevance >= gamma. `shows_response`: the text is the source
+    rollout's response, not the summary (naive retrieval)."""
     ids = _check(problem_ids, k, candidates, seed)
     if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be a number in [0, 1], got {gamma!r}")
@@ -124,7 +124,7 @@ def sample_inter(
             "scorer": scorer,
             "pool_id": pool_id,
             "kinds": None if kinds is None else list(kinds),
-            "raw": bool(raw),
+            "shows_response": bool(shows_response),
         },
     )
     return _group(rows, ids, with_score=True)
@@ -138,7 +138,7 @@ def sample_inter_unfiltered(
     seed: int,
     pool_id: int,
     kinds: Sequence[str] | None = None,
-    raw: bool = False,
+    shows_response: bool = False,
 ) -> dict[int, list[Draw]]:
     """problem id -> up to k current versions of active experiences of pool `pool_id` (of `kinds` only, when given)
     from OTHER problems, with no relevance filter: the whole pool is the candidate set, ranked by recency (gamma = 0,
@@ -155,7 +155,7 @@ def sample_inter_unfiltered(
             "seed": seed,
             "pool_id": pool_id,
             "kinds": None if kinds is None else list(kinds),
-            "raw": bool(raw),
+            "shows_response": bool(shows_response),
         },
     )
     return _group(rows, ids, with_score=True)
