@@ -9,20 +9,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
-from lanpo.config import DTYPE_NAMES, Renamed, StoreConfig, help_field, lanpo_home, load_toml
+from lanpo.config import DTYPE_NAMES, StoreConfig, help_field, lanpo_home, load_toml
 from lanpo.config import check as _check
 from lanpo.errors import ConfigError
 from lanpo.mel.config import MELConfig
 from lanpo.prompts import FEEDBACK_MODES
 from lanpo.report.live import check_report_to
-from lanpo.retrieval import GAMMA
 from lanpo.rollout.config import VLLMConfig
+from lanpo.train.feedback_config import (  # noqa: F401 (re-exported: the feedback tables are TrainConfig's too)
+    FEEDBACK_SETTINGS,
+    INTER_KINDS,
+    INTER_SHOWS,
+    FeedbackConfig,
+    InterConfig,
+    SummarizerConfig,
+)
 
-FEEDBACK_SETTINGS = ("none", "intra", "inter", "both")  # feedback.mode; the prompt modes are lanpo.prompts.MODES
-INTER_KINDS = ("summary", "meta")  # feedback.inter.kinds: experience kinds inter contexts draw from
-INTER_SHOWS = ("lesson", "response")  # feedback.inter.shows: what an inter item shows of the experience drawn
 METHODS = ("auto", "grpo", "lanpo", "mel")
 AGGREGATIONS = ("token-mean", "seq-mean")
 LR_SCHEDULES = ("cosine", "constant")  # after the warmup (lanpo.train.update.warmup_schedule)
@@ -200,112 +203,6 @@ class GRPOConfig:
             "it holds a negative-advantage token's loss once its ratio passes dual_clip; at <= 1 it would hold them "
             "on-policy (ratio 1) and take their gradient away. verl asserts clip_ratio_c > 1 and defaults to 3.0",
         )
-
-
-@dataclass
-class InterConfig:
-    """Inter-sample feedback: which experiences of other problems a context draws, and what each item shows."""
-
-    kinds: list[str] = field(
-        default_factory=lambda: ["summary"],
-        metadata={"help": "experience kinds inter contexts draw from: summary (LANPO's) | meta (MEL's lessons)"},
-    )
-    shows: str = help_field(
-        "lesson",
-        "what an item shows -- lesson (the distilled lesson, paper) | response (the source rollout's own response, "
-        "unsummarised: Table 2, naive retrieval)",
-    )
-    gamma: float = help_field(
-        GAMMA,
-        "minimum relevance of a lesson's source problem (paper: 0.9); 0: no relevance filter at all -- every "
-        "active lesson of another problem is a candidate, ranked by recency (Table 2, w/o filtering)",
-    )
-    scorer: str | None = help_field(
-        None, "the relevance scorer whose scores to read (None: the only one in relevance_scores)"
-    )
-    allow_empty: bool = help_field(
-        False, "start inter / both even when relevance_scores holds no score (every inter prompt goes zero-shot)"
-    )
-
-    def __post_init__(self) -> None:
-        distinct = len(set(self.kinds)) == len(self.kinds)
-        _check(
-            bool(self.kinds) and distinct and set(self.kinds) <= set(INTER_KINDS),
-            f"feedback.inter.kinds must list distinct kinds of {', '.join(INTER_KINDS)}, got {self.kinds}",
-            'e.g. kinds = ["summary"] (LANPO\'s lessons), or ["summary", "meta"] with MEL\'s',
-        )
-        _check(
-            self.shows in INTER_SHOWS,
-            f"feedback.inter.shows must be one of {', '.join(INTER_SHOWS)}, got {self.shows!r}",
-            "lesson shows the distilled lesson (the paper); response the rollout it came from (Table 2)",
-        )
-        _check(0.0 <= self.gamma <= 1.0, f"feedback.inter.gamma must be in [0, 1], got {self.gamma}")
-
-    @property
-    def shows_response(self) -> bool:
-        """Items show the source rollout's own response, not its lesson (Table 2, naive retrieval)."""
-        return self.shows == "response"
-
-
-@dataclass
-class FeedbackConfig:
-    """Language feedback: which contexts are drawn from the store, how often, and how many."""
-
-    # the flat keys before [feedback.inter] (read as its keys, with a warning; lanpo.config.Renamed)
-    RENAMED: ClassVar[dict[str, Renamed]] = {
-        "sources": Renamed("inter.kinds"),
-        "inter_source": Renamed("inter.shows", {"summary": "lesson", "raw": "response"}),
-        "gamma": Renamed("inter.gamma"),
-        "scorer": Renamed("inter.scorer"),
-        "allow_empty_inter": Renamed("inter.allow_empty"),
-    }
-
-    mode: str = help_field("both", "none (plain GRPO) | intra | inter | both (pick per problem)")
-    p_t: float = help_field(0.5, "probability that a problem gets a feedback context (paper: 0.5; intra best 0.75)")
-    k: int = help_field(2, "items in a context (earlier attempts or lessons)")
-    candidates: int = help_field(8, "top-ranked candidates kept before the weighted draw w_i = 1/(i+1)")
-    inter: InterConfig = field(
-        default_factory=InterConfig, metadata={"help": "inter-sample feedback: what is drawn and shown"}
-    )
-
-    def __post_init__(self) -> None:
-        _check(
-            self.mode in FEEDBACK_SETTINGS,
-            f"feedback.mode must be one of {', '.join(FEEDBACK_SETTINGS)}, got {self.mode!r}",
-        )
-        _check(0.0 <= self.p_t <= 1.0, f"feedback.p_t must be in [0, 1], got {self.p_t}")
-        _check(self.k >= 1, f"feedback.k must be >= 1, got {self.k}")
-        _check(self.candidates >= self.k, f"feedback.candidates ({self.candidates}) must be >= feedback.k ({self.k})")
-
-
-@dataclass
-class SummarizerConfig:
-    """Distilling successful rollouts into experiences for the inter-sample pool."""
-
-    enabled: bool = help_field(True, "summarise successful rollouts into new experiences")
-    model: str = help_field("policy", "'policy' (the model being trained) or another model folder / hub id")
-    max_new_tokens: int = help_field(2048, "summary length limit (paper: 2048; CPU demos set far less)")
-    min_reward: float = help_field(1.0, "a rollout is 'successful' at reward >= this")
-    max_new_per_step: int = help_field(8, "new experiences per problem per step (paper: 8)")
-    max_total_per_step: int = help_field(0, "summaries per step over all problems (0: no limit; CPU demos cap it)")
-    temperature: float = help_field(0.7, "summary sampling temperature")
-    always: bool = help_field(
-        False,
-        "summarise even when training draws no inter lesson (feedback.mode none / intra): fills the pool for "
-        "test-time retrieval (Table 2, GRPO + test-time retrieval)",
-    )
-    require_format: bool = help_field(
-        True,
-        "admit a summary to the pool only when it is a lesson: the headers ## Flow, ## Principles, ## Pitfalls, each "
-        "with words of its own under it (lanpo.prompts.has_summary_format); false admits any 20+ characters",
-    )
-
-    def __post_init__(self) -> None:
-        _check(self.max_new_tokens >= 1, f"summarizer.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        _check(self.max_new_per_step >= 1, f"summarizer.max_new_per_step must be >= 1, got {self.max_new_per_step}")
-        _check(self.temperature > 0, f"summarizer.temperature must be > 0, got {self.temperature}")
-        total = self.max_total_per_step
-        _check(total >= 0, f"summarizer.max_total_per_step must be >= 0, got {total}")
 
 
 @dataclass
