@@ -73,6 +73,7 @@ def test_paper_recipe_shapes_at_world_size_8(db_env: str, db: Engine, tmp_path: 
         "output_dir": f'"{tmp_path / "ckpt"}"',
         "model.name": '"tiny-random"',
         "model.threads": "1",
+        "rollout.backend": '"hf"',  # the recipe samples with vLLM, one engine per GPU; these ranks are CPU processes
         "data.dataset": '"paper"',
         "rollout.max_new_tokens": "3",
         "rollout.max_prompt_tokens": "400",

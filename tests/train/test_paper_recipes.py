@@ -8,6 +8,8 @@ mini-batch is counted in prompts by the paper (as verl's ppo_mini_batch_size is)
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import math
 from pathlib import Path
@@ -217,7 +219,9 @@ def test_lora_variants_and_table2_recipes_depart_only_where_they_say() -> None:
         paper, lora = recipe(name), recipe(f"{name}-lora")
         assert (lora.lora.r, lora.grpo.learning_rate, lora.run_name) == (64, 1e-5, f"{name}-lora")
         assert lora.lora.enabled
-        assert lora.feedback == paper.feedback and lora.rollout == paper.rollout and lora.steps == paper.steps
+        assert lora.feedback == paper.feedback and lora.steps == paper.steps
+        assert lora.rollout.vllm.max_lora_rank == 64  # the engine's LoRA slots for r 64: the rollout's one change
+        assert lora.rollout == replace(paper.rollout, vllm=replace(paper.rollout.vllm, max_lora_rank=64))
         assert lora.feedback.mode == mode
     inter = recipe("lanpo-inter")
     nofilter, raw, grpo = (recipe(n) for n in ("table2/lanpo-inter-nofilter", "table2/lanpo-inter-raw",
@@ -266,6 +270,7 @@ def _tiny(tmp_path: Path) -> list[str]:
     return [
         "model.name='tiny-random'",
         "model.threads=1",
+        "rollout.backend='hf'",  # the recipes sample with vLLM, which loads a model folder; the tiny model has none
         "steps=1",
         "batch_size=2",
         "rollout.n=2",
@@ -367,8 +372,8 @@ def test_table2_inter_ablations_draw_in_training(
     cfg = recipe(
         name,
         [
-            "model.name='tiny-random'", "model.threads=1", "steps=2", "batch_size=2", "rollout.n=2",
-            "grpo.minibatch_size=4", "rollout.max_new_tokens=8", "summarizer.max_new_tokens=32",
+            "model.name='tiny-random'", "model.threads=1", "rollout.backend='hf'", "steps=2", "batch_size=2",
+            "rollout.n=2", "grpo.minibatch_size=4", "rollout.max_new_tokens=8", "summarizer.max_new_tokens=32",
             "summarizer.min_reward=0.0", "summarizer.require_format=false",  # a random model writes no lesson
             "feedback.p_t=1.0", "data.dataset='toy'", "sft.enabled=false", "eval.every=0",
             f"output_dir='{tmp_path / 'run'}'",
