@@ -100,6 +100,37 @@ def test_two_train_steps_with_the_vllm_backend(
     assert val == 2
 
 
+ATTEMPT_VERSIONS = sa.text(
+    "SELECT g.step, a.served_adapter_sha256 AS served, pv.adapter_sha256 AS own, pv.served_sha256 AS tied, "
+    "pv.step AS pv FROM attempts a JOIN rollout_groups g ON g.id = a.group_id "
+    "JOIN policy_versions pv ON pv.id = g.policy_version_id WHERE g.run_id = :r"
+)  # every attempt of a run beside the policy version that sampled it
+
+
+def _sums_run(db: Engine, name: str, tmp_path: Path, **parts: Any) -> TrainConfig:
+    """A 1-step run on 8 sums, 2 prompts x 4 rollouts of 16 tokens on the vLLM engine, no feedback; `parts`
+    replace TrainConfig's fields (model, lora, rollout, grpo, steps)."""
+    with transaction(db) as session:
+        upsert_problems(session, name, [ProblemIn(str(i), f"What is {i} + {2 * i}?", str(3 * i)) for i in range(1, 9)])
+    defaults: dict[str, Any] = {
+        "rollout": RolloutConfig(backend="vllm", n=4, max_new_tokens=16, max_prompt_tokens=256),
+        "grpo": GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, tis_cap=2.0),
+    }
+    return TrainConfig(
+        run_name=name, steps=1, batch_size=2, output_dir=str(tmp_path / "run"), data=DataConfig(dataset=name),
+        feedback=FeedbackConfig(mode="none"), sft=SFTConfig(enabled=False), eval=ValidationConfig(every=0),
+        **{**defaults, **parts},
+    )  # fmt: skip
+
+
+def _one_hash_per_version(rows: list[Any]) -> None:
+    """Two steps of 2 x 4 attempts, each sampled by the version before; new served weights exactly when the update
+    moved the policy (a step whose groups all share one reward moves nothing), never NULL."""
+    assert len(rows) == 2 * 2 * 4 and {r.step - r.pv for r in rows} == {1}
+    assert None not in {r.served for r in rows}
+    assert len({r.served for r in rows}) == len({r.own for r in rows}) == len({(r.own, r.served) for r in rows})
+
+
 def test_full_fine_tuning_trains_on_the_engine_and_resumes_on_the_committed_weights(
     db: Engine, smollm2_dir: Path, adapters: list[SavedAdapter], tmp_path: Path
 ) -> None:
@@ -109,45 +140,24 @@ def test_full_fine_tuning_trains_on_the_engine_and_resumes_on_the_committed_weig
     weights (not the start's): the step after the resume is sampled by step 1's checkpoint."""
     from lanpo.train.loop import train
 
-    with transaction(db) as session:
-        upsert_problems(
-            session, "sums-full", [ProblemIn(str(i), f"What is {i} + {2 * i}?", str(3 * i)) for i in range(1, 9)]
-        )
-    cfg = TrainConfig(
-        run_name="vllm-full-ft",
-        steps=1,
-        batch_size=2,
-        output_dir=str(tmp_path / "run"),
+    cfg = _sums_run(
+        db, "vllm-full-ft", tmp_path, lora=LoraConfig(enabled=False),
         model=ModelConfig(name=str(smollm2_dir), threads=1, init_adapter=str(adapters[1].path)),
-        lora=LoraConfig(enabled=False),
-        data=DataConfig(dataset="sums-full"),
-        rollout=RolloutConfig(backend="vllm", n=4, max_new_tokens=16, max_prompt_tokens=256),
         grpo=GRPOConfig(learning_rate=1e-5, warmup_ratio=0.0, tis_cap=2.0),
-        feedback=FeedbackConfig(mode="none"),
-        sft=SFTConfig(enabled=False),
-        eval=ValidationConfig(every=0),
-    )
+    )  # fmt: skip
     first = train(cfg, engine=db, progress=False)
     assert first.steps == [1]
     resumed = train(replace(cfg, steps=2), engine=db, progress=False, resume=True)
     assert resumed.steps == [2] and resumed.run_id == first.run_id
 
     with db.connect() as conn:
-        rows = conn.execute(
-            sa.text(
-                "SELECT g.step, a.served_adapter_sha256 AS served, pv.adapter_sha256 AS expected, pv.step AS pv "
-                "FROM attempts a JOIN rollout_groups g ON g.id = a.group_id "
-                "JOIN policy_versions pv ON pv.id = g.policy_version_id WHERE g.run_id = :r"
-            ),
-            {"r": first.run_id},
-        ).all()
+        rows = conn.execute(ATTEMPT_VERSIONS, {"r": first.run_id}).all()
         sync = conn.scalars(
             sa.text("SELECT value FROM run_metrics WHERE run_id = :r AND name = 'time/sync' ORDER BY step"),
             {"r": first.run_id},
         ).all()
-    assert len(rows) == 2 * 2 * 4 and {r.step - r.pv for r in rows} == {1}
-    assert all(r.served is not None and r.served == r.expected for r in rows), rows
-    assert len({r.served for r in rows}) == 2  # the start's weights, then step 1's: the update moved them
+    _one_hash_per_version(rows)
+    assert all(r.served == r.own and r.tied is None for r in rows), rows  # the checkpoint's own hash
     assert len(sync) == 2 and all(s > 0 for s in sync)
 
 
@@ -159,47 +169,23 @@ def test_merged_lora_serves_the_folded_weights_tied_to_the_adapters_version(
     version (`policy_versions.served_sha256`), and the engine's log-probs sit near the trainer's PEFT model's."""
     from lanpo.train.loop import train
 
-    with transaction(db) as session:
-        upsert_problems(
-            session, "sums-merged", [ProblemIn(str(i), f"What is {i} + {2 * i}?", str(3 * i)) for i in range(1, 9)]
-        )
-    cfg = TrainConfig(
-        run_name="vllm-merged",
-        steps=2,
-        batch_size=2,
-        output_dir=str(tmp_path / "run"),
-        model=ModelConfig(name=str(smollm2_dir), threads=1),
+    cfg = _sums_run(
+        db, "vllm-merged", tmp_path, steps=2, model=ModelConfig(name=str(smollm2_dir), threads=1),
         lora=LoraConfig(r=16, alpha=32),
-        data=DataConfig(dataset="sums-merged"),
         rollout=RolloutConfig(
             backend="vllm", n=4, max_new_tokens=16, max_prompt_tokens=256, vllm=VLLMConfig(lora_sync="merged")
         ),
-        grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, tis_cap=2.0),
-        feedback=FeedbackConfig(mode="none"),
-        sft=SFTConfig(enabled=False),
-        eval=ValidationConfig(every=0),
-    )
+    )  # fmt: skip
     result = train(cfg, engine=db, progress=False)
     assert result.steps == [1, 2]
     with db.connect() as conn:
-        rows = conn.execute(
-            sa.text(
-                "SELECT g.step, a.served_adapter_sha256 AS served, pv.adapter_sha256 AS own, "
-                "pv.served_sha256 AS tied, pv.step AS pv FROM attempts a JOIN rollout_groups g ON g.id = a.group_id "
-                "JOIN policy_versions pv ON pv.id = g.policy_version_id WHERE g.run_id = :r"
-            ),
-            {"r": result.run_id},
-        ).all()
+        rows = conn.execute(ATTEMPT_VERSIONS, {"r": result.run_id}).all()
         diff = conn.scalar(
             sa.text("SELECT max(value) FROM run_metrics WHERE run_id = :r AND name = 'engine/logp_abs_diff'"),
             {"r": result.run_id},
         )
-    assert len(rows) == 2 * 2 * 4 and {r.step - r.pv for r in rows} == {1}
+    _one_hash_per_version(rows)
     assert all(r.served == r.tied and r.tied != r.own for r in rows), rows
-    # one merged hash per adapter: new merged weights exactly when the update moved the adapter (a step whose
-    # groups all share one reward moves nothing)
-    assert len({r.served for r in rows}) == len({r.own for r in rows})
-    assert len({(r.own, r.served) for r in rows}) == len({r.own for r in rows})
     assert diff is not None and diff < 0.2, diff
 
 
