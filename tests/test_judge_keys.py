@@ -50,7 +50,7 @@ def test_the_old_key_loads_as_the_new_one(
     (line,) = _deprecations(caplog)
     assert old in line and new in line and "\n" not in line
     today = from_mapping(cls, {**REQUIRED[cls], **_nested(new, value)})
-    assert before == today and getattr(getattr(today, table), "judge") == value
+    assert before == today and getattr(today, table).judge == value
     assert today != from_mapping(cls, REQUIRED[cls])  # the value was not lost on the way
     assert "scorer" not in to_mapping(getattr(today, table))  # stored (runs.config, an identity) by the new name
 
