@@ -150,8 +150,8 @@ def main() -> None:
         _, t_fill = timed(lambda: fill_pool(db, args.pool, args.seed))
         print(f"(pool of {args.pool} filled in {t_fill:.1f}s)")
         settings = {"stage1": "bm25", "top_k": args.top_k, "gamma": 0.0, "m": 3}
-        stage1 = engine(args.batch, db=db, retrieval=RetrievalSettings(scorer="none", **settings))
-        rerank = engine(args.batch, db=db, retrieval=RetrievalSettings(scorer="policy", **settings))
+        stage1 = engine(args.batch, db=db, retrieval=RetrievalSettings(judge="none", **settings))
+        rerank = engine(args.batch, db=db, retrieval=RetrievalSettings(judge="policy", **settings))
         stage1.retrieve(qs[:1])  # builds the BM25 index over the pool once (cached by pool state)
         runs["retrieval"] = lambda: rerank.solve(qs, "retrieval")
     # Round-robin repeats, best time kept: other processes on the cores only ever add time.

@@ -279,7 +279,7 @@ def _answer_held_out(
         db=engine,
         sampling=SamplingSettings(max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0),
         retrieval=RetrievalSettings(
-            stage1="bm25", top_k=8, gamma=cfg.feedback.inter.gamma, m=2, scorer="policy", pool=cfg.pool_name()
+            stage1="bm25", top_k=8, gamma=cfg.feedback.inter.gamma, m=2, judge="policy", pool=cfg.pool_name()
         ),
         notify=lambda message: echo(f"      note: {message}"),
     )

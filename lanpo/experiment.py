@@ -26,11 +26,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy.engine import Engine
 
 from lanpo.config import (
+    Renamed,
     from_mapping,
     help_field,
     lanpo_home,
@@ -61,7 +62,10 @@ DEFAULT_ARMS = {
 class RelevanceStep:
     """Problem-to-problem relevance for the inter arms, built once for the dataset (`lanpo relevance build`)."""
 
-    scorer: str = help_field("smollm2", "the judge model (its scores feed every inter arm)")
+    # `judge` was `scorer` (issue 24: `scorer` names only the stored "<model>|<prompt version>"); lanpo.config.Renamed
+    RENAMED: ClassVar[dict[str, Renamed]] = {"scorer": Renamed("judge")}
+
+    judge: str = help_field("smollm2", "the judge model (its scores feed every inter arm)")
     top_k: int = help_field(8, "stage-1 candidates judged per problem")
     stage1: str = help_field("hybrid", "stage-1 search: bm25 | vector | hybrid")
 
@@ -460,7 +464,7 @@ def shared_relevance(exp: ExperimentConfig, base: TrainConfig, engine: Engine, e
     built = build_relevance(
         engine,
         base.data.dataset,
-        rel.scorer,
+        rel.judge,
         top_k=rel.top_k,
         params=SearchParams(stage1=rel.stage1),
         embed=rel.stage1 != "bm25",

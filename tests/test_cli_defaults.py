@@ -30,7 +30,7 @@ CASES = [
     (relevance.command.commands["build"], "top_k", RetrievalSettings, "top_k"),
     (relevance.command.commands["build"], "ef_search", SearchParams, "ef_search"),
     (relevance.command.commands["status"], "gamma", InterConfig, "gamma"),
-    *[(infer.command, f, RetrievalSettings, f) for f in ("stage1", "top_k", "gamma", "m", "scorer")],
+    *[(infer.command, f, RetrievalSettings, f) for f in ("stage1", "top_k", "gamma", "m", "judge")],
     (infer.command, "pool_name", RetrievalSettings, "pool"),
     *[(infer.command, f, SamplingSettings, f) for f in ("max_new_tokens", "temperature", "top_p", "seed")],
     *[(infer.command, f, EvalConfig, f) for f in ("model", "batch_size", "backend", "dtype", "device", "run_name")],

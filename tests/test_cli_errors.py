@@ -232,7 +232,8 @@ CASES: list[Case] = [
         (("infer", "--mode", "zero-shot", "--input", "{missing}", "--out", "{tmp}/a.jsonl"), "does not exist"),
         ((*INFER[:-1], "{missing}/a.jsonl"), "does not exist"),
         ((*INFER, "--stage1", "nosuch"), "'nosuch' is not one of"),
-        ((*INFER, "--mode", "retrieval", "--scorer", "{missing}"), "does not exist"),
+        ((*INFER, "--mode", "retrieval", "--judge", "{missing}"), "does not exist"),
+        ((*INFER, "--mode", "retrieval", "--scorer", "{missing}"), "does not exist"),  # the old spelling
         ((*INFER, "--backend", "nosuch"), "'nosuch' is not one of 'hf', 'vllm'"),
         ((*INFER, "--dtype", "nosuch"), "'nosuch' is not one of 'auto'"),
         ((*INFER, "--device", "nosuch"), "unknown torch device 'nosuch'"),

@@ -55,7 +55,7 @@ MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_M
     "pool_name",
     help="retrieval: the experience pool to read (default: the only pool in the store).",
 )
-@field_option(RetrievalSettings, "scorer")
+@field_option(RetrievalSettings, "judge", old="--scorer")
 @field_option(SamplingSettings, "max_new_tokens", type=Int(1))
 @field_option(SamplingSettings, "temperature", type=Float(min=0))
 @field_option(SamplingSettings, "top_p", type=Float(0, 1, min_open=True))
@@ -92,7 +92,7 @@ def command(
     gamma: float,
     m: int,
     pool_name: str | None,
-    scorer: str,
+    judge: str,
     max_new_tokens: int,
     temperature: float,
     top_p: float,
@@ -132,7 +132,7 @@ def command(
     mode = normalise_mode(mode)
     questions = read_questions(input_path)
     output_file(out_path, "--out")
-    retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, scorer=scorer, pool=pool_name)
+    retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, judge=judge, pool=pool_name)
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
     vllm = from_mapping(VLLMConfig, apply_overrides({}, list(vllm_settings)), prefix="vllm.")
     db = connect() if (mode == "retrieval" or not no_store) else None

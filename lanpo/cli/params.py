@@ -35,13 +35,19 @@ class Float(click.FloatRange):
 SEED = Int(-(2**63), BIGINT_MAX)  # a signed 64-bit seed, what the SQL hash and torch accept
 
 
-def field_option(cls: type, name: str, *decls: str, help: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+def field_option(
+    cls: type, name: str, *decls: str, help: str | None = None, old: str | None = None, **kwargs: Any
+) -> Callable[[F], F]:
     """A click option whose default and help are dataclass `cls`'s field `name`, so that the two cannot drift.
 
-    `decls` default to `--<name with dashes>`; `help` replaces the field's help where the CLI says it otherwise.
+    `decls` default to `--<name with dashes>`; `help` replaces the field's help where the CLI says it otherwise;
+    `old` is the flag's old spelling (`--scorer`), still accepted and named as such in the help.
     """
     default = field_default(cls, name)
     text = help if help is not None else _sentence(field_help(cls, name))
+    if old is not None:
+        decls = (*decls, old) if decls else (f"--{name.replace('_', '-')}", old, name)  # the parameter keeps `name`
+        text = f"{text.removesuffix('.')} ({old}: the old spelling)."
     kwargs.setdefault("show_default", default is not None)
     return click.option(*(decls or (f"--{name.replace('_', '-')}",)), default=default, help=text, **kwargs)
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from lanpo.config import DTYPE_NAMES, help_field
+from lanpo.config import DTYPE_NAMES, Renamed, help_field
 from lanpo.errors import ConfigError
 from lanpo.retrieval import GAMMA, STAGE1
 from lanpo.rollout.config import VLLMConfig
@@ -38,13 +39,16 @@ def normalise_mode(text: str) -> str:
 class RetrievalSettings:
     """Test-time retrieval: stage 1 over the current pool -> LLM rerank -> gamma filter -> top m."""
 
+    # `judge` was `scorer` (issue 24: `scorer` names only the stored "<model>|<prompt version>"); lanpo.config.Renamed
+    RENAMED: ClassVar[dict[str, Renamed]] = {"scorer": Renamed("judge")}
+
     stage1: str = help_field("bm25", "stage-1 search: bm25 | vector (pgvector HNSW) | hybrid (RRF of both)")
     top_k: int = help_field(16, "stage-1 candidates passed to the LLM rerank")
     gamma: float = help_field(
         GAMMA, f"minimum relevance r(p, c) an experience needs (paper: {GAMMA}); 0: every stage-1 candidate, reranked"
     )
     m: int = help_field(3, "experiences put into the prompt, best first (at most)")
-    scorer: str = help_field(
+    judge: str = help_field(
         "policy", "relevance judge: `policy` (the answering model itself), `none` (stage 1 only), or a model"
     )
     pool: str | None = help_field(None, "experience pool to retrieve from (None: the only pool in the store)")
@@ -78,9 +82,9 @@ class RetrievalSettings:
                 f"retrieval.m ({self.m}) cannot exceed retrieval.top_k ({self.top_k})",
                 hint="raise top_k or lower m: the prompt's experiences come from the top_k candidates",
             )
-        if not self.scorer.strip():
+        if not self.judge.strip():
             raise ConfigError(
-                "retrieval.scorer must be `policy`, `none` or a model name",
+                "retrieval.judge must be `policy`, `none` or a model name",
                 hint="policy: the answering model judges relevance; none: stage 1 only",
             )
 

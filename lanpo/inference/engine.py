@@ -127,8 +127,8 @@ class Engine:
 
         if isinstance(model, str):
             check_model_ref(model)
-        if self.retrieval.scorer not in ("policy", "none"):
-            check_model_ref(self.retrieval.scorer, "retrieval scorer")
+        if self.retrieval.judge not in ("policy", "none"):
+            check_model_ref(self.retrieval.judge, "retrieval judge")
         check_device(device)
         if backend == "vllm" and isinstance(model, str):  # an in-memory model is refused below, vLLM or not
             from lanpo.rollout.vllm import import_vllm
@@ -179,8 +179,8 @@ class Engine:
         return f"{self.model_id}{start}{suffix}"
 
     def rater(self) -> Any:
-        """The loaded relevance judge for retrieval (built on first use); None when `retrieval.scorer = "none"`."""
-        judge = self.retrieval.scorer
+        """The loaded relevance judge for retrieval (built on first use); None when `retrieval.judge = "none"`."""
+        judge = self.retrieval.judge
         if judge == "none":
             return None
         if self._rater is None:

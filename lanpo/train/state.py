@@ -103,7 +103,7 @@ def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> No
             raise ConfigError(
                 f"feedback.mode = {cfg.feedback.mode} draws inter-sample lessons by relevance, and relevance_scores "
                 "holds no score yet: every inter prompt would go zero-shot",
-                hint=f"lanpo relevance build --dataset {cfg.data.dataset} --scorer MODEL (then set "
+                hint=f"lanpo relevance build --dataset {cfg.data.dataset} --judge MODEL (then set "
                 "feedback.inter.scorer), or set feedback.inter.allow_empty = true",
             )
     if not resume and runs_repo.find_run(session, cfg.run_name) is not None:

@@ -49,7 +49,7 @@ def make_engine(tiny: tuple[Any, Any], db: SAEngine) -> Callable[..., Engine]:
         notes: list[str] = []
         model, tokenizer = tiny
         kwargs.setdefault("sampling", SamplingSettings(max_new_tokens=8, temperature=1.0, seed=0))
-        kwargs.setdefault("retrieval", RetrievalSettings(stage1="bm25", top_k=4, gamma=0.0, m=2, scorer="none"))
+        kwargs.setdefault("retrieval", RetrievalSettings(stage1="bm25", top_k=4, gamma=0.0, m=2, judge="none"))
         engine = Engine(model, tokenizer=tokenizer, db=db, batch_size=3, notify=notes.append, **kwargs)
         engine.notes = notes  # type: ignore[attr-defined]
         return engine

@@ -85,7 +85,7 @@ def test_retrieval_uses_pool_and_records_experiences(make_engine: Callable[..., 
 def test_retrieval_excludes_the_questions_own_problem(
     make_engine: Callable[..., Engine], pool: dict[str, Any]
 ) -> None:
-    engine = make_engine(retrieval=RetrievalSettings(stage1="bm25", top_k=8, gamma=0.0, m=8, scorer="none"))
+    engine = make_engine(retrieval=RetrievalSettings(stage1="bm25", top_k=8, gamma=0.0, m=8, judge="none"))
     own = pool["problem_ids"][0]
     text = "addition multiplication fractions percentages"
     (s,) = engine.solve([Question("0", text, "1", problem_id=own)], "retrieval", 1)
@@ -93,12 +93,12 @@ def test_retrieval_excludes_the_questions_own_problem(
 
 
 def test_retrieval_with_llm_rerank_and_gamma(make_engine: Callable[..., Engine], pool: dict[str, Any]) -> None:
-    keep_all = make_engine(retrieval=RetrievalSettings(stage1="bm25", top_k=4, gamma=0.0, m=2, scorer="policy"))
+    keep_all = make_engine(retrieval=RetrievalSettings(stage1="bm25", top_k=4, gamma=0.0, m=2, judge="policy"))
     (s,) = keep_all.solve(["addition and multiplication of 2 and 3"], "retrieval", 1)
     assert len(s.experiences) == 2
     assert all(e.relevance is not None and 0 <= e.relevance <= 1 for e in s.experiences)
     assert s.experiences[0].relevance >= s.experiences[1].relevance  # best first
-    none_pass = make_engine(retrieval=RetrievalSettings(stage1="bm25", top_k=4, gamma=1.0, m=2, scorer="policy"))
+    none_pass = make_engine(retrieval=RetrievalSettings(stage1="bm25", top_k=4, gamma=1.0, m=2, judge="policy"))
     (s,) = none_pass.solve(["addition and multiplication of 2 and 3"], "retrieval", 1)
     assert s.experiences == [] and "gamma=1.0" in (s.fallback or "")
     assert s.samples[0].final.prompt_version == prompts.ACTOR_VERSION
@@ -170,7 +170,7 @@ def test_prompts_never_carry_gold_reward_or_relevance(
     """Self-correct and retrieval prompts (every turn) hold no gold answer, reward or relevance score."""
     if not question.strip():
         question = "What is 1+1?"
-    engine = make_engine(retrieval=RetrievalSettings(stage1="bm25", top_k=4, gamma=0.0, m=2, scorer="policy"))
+    engine = make_engine(retrieval=RetrievalSettings(stage1="bm25", top_k=4, gamma=0.0, m=2, judge="policy"))
     q = Question("q", question + " addition and multiplication", gold)
     for mode in ("self_correct", "retrieval"):
         (s,) = engine.solve([q], mode, 2)

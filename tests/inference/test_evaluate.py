@@ -42,7 +42,7 @@ def config(tmp_path: Path, **kw: Any) -> EvalConfig:
         "batch_size": 2,
         "datasets": [{"name": "gsm", "file": "gsm.jsonl"}, {"name": "train", "limit": 3}],
         "modes": ["zero_shot", "retrieval", "self_correct"],
-        "retrieval": {"stage1": "bm25", "top_k": 4, "gamma": 0.0, "m": 2, "scorer": "none"},
+        "retrieval": {"stage1": "bm25", "top_k": 4, "gamma": 0.0, "m": 2, "judge": "none"},
     }
     data.update(kw)
     return from_mapping(EvalConfig, data)
@@ -52,7 +52,7 @@ def test_table_equals_recount_and_truth(
     tmp_path: Path, db: SAEngine, make_engine: Callable[..., Engine], pool: dict[str, Any], session: Session
 ) -> None:
     eval_file(tmp_path, range(5))
-    engine = make_engine(retrieval=RetrievalSettings(stage1="bm25", top_k=4, gamma=0.0, m=2, scorer="none"))
+    engine = make_engine(retrieval=RetrievalSettings(stage1="bm25", top_k=4, gamma=0.0, m=2, judge="none"))
     engine.backend = ScriptedBackend(engine.tokenizer)
     printed: list[str] = []
     result = run_eval(

@@ -77,7 +77,7 @@ arms = ["grpo", "lanpo-both"]
 output_dir = "{out}"
 
 [relevance]
-scorer = "{judge}"
+judge = "{judge}"
 top_k = 2
 stage1 = "bm25"
 """

@@ -183,7 +183,7 @@ def test_eval_paper_equals_the_papers_evaluation() -> None:
     )
     assert [d.name for d in cfg.datasets] == [n.lower() for n in PAPER["eval_datasets"]]
     assert cfg.retrieval.stage1 == "bm25" and cfg.retrieval.gamma == PAPER["gamma"]
-    assert cfg.retrieval.scorer.startswith("Qwen/Qwen2.5-Math-7B")
+    assert cfg.retrieval.judge.startswith("Qwen/Qwen2.5-Math-7B")
     assert cfg.modes == ["zero_shot", "retrieval", "self_correct"]
 
 
@@ -314,7 +314,7 @@ def test_the_paper_evals_run_on_checkpoints_laid_out_as_the_recipes_write_them(
             folder = Path(checkpoint_of(name)).expanduser()
             shutil.copytree(written, folder)
             ensure_pool(session, recipe(name).run_name, recipe(name).store)  # empty: retrieval answers zero-shot
-    tiny = ["backend='hf'", "retrieval.scorer='none'", "k_samples=1", "sampling.max_new_tokens=4", "batch_size=4"]
+    tiny = ["backend='hf'", "retrieval.judge='none'", "k_samples=1", "sampling.max_new_tokens=4", "batch_size=4"]
     paper = run_cli(
         "eval", "--config", CONFIGS / "eval-paper.toml", "--no-progress",
         "--set", f"model='{Path(checkpoint_of('lanpo-both')).expanduser()}'", "--set", "retrieval.pool='lanpo-both'",

@@ -1,4 +1,4 @@
-"""`lanpo infer --backend vllm --mode retrieval --scorer policy`: one engine answers and judges, no HF model loads.
+"""`lanpo infer --backend vllm --mode retrieval --judge policy`: one engine answers and judges, no HF model loads.
 
 The CLI's engine runs in float32 here, so its judge can be held to the HF judge with the same adapter exactly
 (1e-4): the vLLM scorer computes the same r(p, c); the bf16 difference is bounded in test_judge.py.
@@ -63,7 +63,7 @@ def test_infer_retrieval_answers_and_judges_on_one_engine(
     )
     out = tmp_path / "answers.jsonl"
     r = run_cli(
-        *("infer", "--model", smollm2_dir, "--adapter", adapter.path, "--mode", "retrieval", "--scorer", "policy"),
+        *("infer", "--model", smollm2_dir, "--adapter", adapter.path, "--mode", "retrieval", "--judge", "policy"),
         *("--input", questions, "--out", out, "--samples", "2", "--max-new-tokens", "16", "--gamma", "0"),
         *("--stage1", "bm25", "--top-k", "3", "--m", "2", "--backend", "vllm"),
         *("--vllm", "max_model_len=2048", "--vllm", "max_lora_rank=16", "--dtype", "float32"),
