@@ -8,10 +8,9 @@ mini-batch is counted in prompts by the paper (as verl's ppo_mini_batch_size is)
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
