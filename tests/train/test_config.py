@@ -106,3 +106,19 @@ def test_full_fine_tuning_config() -> None:
     # MEL's NLL term under FSDP (full fine-tuning on several ranks) pads the ranks' forwards to the same count
     # (tests/mel/test_update_nll.py), so the MEL paper's 8-GPU full fine-tuning loads
     assert not load_config(CONFIGS / "mel-qwen3-4b.toml", world=8).lora.enabled
+
+
+def test_lora_sync_is_chosen_per_device_and_merged_needs_the_vllm_backend() -> None:
+    """auto: merged on CPU (vLLM's CPU LoRA kernels lose most of its speed), adapter on CUDA; merged with the hf
+    backend, which generates with the trained model itself, is refused with what to do."""
+    from lanpo.rollout.config import VLLMConfig
+
+    assert (VLLMConfig().lora_sync_on("cpu"), VLLMConfig().lora_sync_on("cuda")) == ("merged", "adapter")
+    assert VLLMConfig(lora_sync="adapter").lora_sync_on("cpu") == "adapter"
+    vllm = load_config(CONFIGS / "demo-cpu.toml", ["rollout.backend='vllm'", "rollout.vllm.lora_sync='merged'"])
+    assert vllm.rollout.vllm.lora_sync == "merged"
+    with pytest.raises(ConfigError, match=r"lora_sync = 'merged' with rollout.backend = hf") as info:
+        load_config(CONFIGS / "demo-cpu.toml", ["rollout.backend='hf'", "rollout.vllm.lora_sync='merged'"])
+    assert info.value.hint == "set rollout.backend = vllm, or leave rollout.vllm.lora_sync at auto"
+    with pytest.raises(ConfigError, match="lora_sync must be one of auto, adapter, merged"):
+        load_config(CONFIGS / "demo-cpu.toml", ["rollout.vllm.lora_sync='folded'"])

@@ -60,7 +60,11 @@ def test_two_train_steps_with_the_vllm_backend(
         lora=LoraConfig(r=16, alpha=32),
         data=DataConfig(dataset="sums"),
         rollout=RolloutConfig(
-            backend="vllm", n=4, max_new_tokens=24, max_prompt_tokens=512, vllm=VLLMConfig(max_lora_rank=16)
+            backend="vllm",
+            n=4,
+            max_new_tokens=24,
+            max_prompt_tokens=512,
+            vllm=VLLMConfig(max_lora_rank=16, lora_sync="adapter"),  # the adapter path (auto merges on CPU)
         ),
         grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, tis_cap=2.0),
         feedback=FeedbackConfig(mode="intra", p_t=1.0, k=1, candidates=2),
