@@ -7,6 +7,7 @@ pool; it may be left out when the store holds only one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 from collections.abc import Callable, Sequence
@@ -81,7 +82,29 @@ def stats_cmd(dataset: str | None, pool_name: str | None) -> None:
         click.echo(f"pool size per problem: min {min(sizes)}, median {median(sizes):g}, max {max(sizes)}")
 
 
+@dataclasses.dataclass(frozen=True)
+class Draw:
+    """What `pool sample` and `pool context` draw from: the problems, the mode and the trainer's draw settings."""
+
+    refs: tuple[str, ...]
+    mode: str
+    k: int
+    seed: int
+    candidates: int
+    gamma: float
+    scorer: str | None
+    pool_name: str | None
+    run_id: int | None
+
+
 def _mode_options(f: Callable[..., None]) -> Callable[..., None]:
+    """The draw's options on a command, handed to it bundled as its first argument, a `Draw`."""
+    names = [field.name for field in dataclasses.fields(Draw)]
+
+    @functools.wraps(f)
+    def bundled(**kwargs: object) -> None:
+        f(Draw(**{name: kwargs.pop(name) for name in names}), **kwargs)  # type: ignore[arg-type]
+
     for option in reversed(
         [
             click.option("--problem", "refs", multiple=True, required=True, help=PROBLEM_HELP),
@@ -104,58 +127,37 @@ def _mode_options(f: Callable[..., None]) -> Callable[..., None]:
             click.option("--run", "run_id", default=None, type=int, help="intra: only attempts of this run id."),
         ]
     ):
-        f = option(f)
-    return f
+        bundled = option(bundled)
+    return bundled
 
 
 Items = dict[int, list[contexts.IntraItem]] | dict[int, list[contexts.InterItem]]
 
 
-def _draw(
-    session: Session,
-    refs: tuple[str, ...],
-    mode: str,
-    k: int,
-    seed: int,
-    candidates: int,
-    gamma: float,
-    scorer: str | None,
-    pool_name: str | None,
-    run_id: int | None,
-) -> tuple[list[int], Items]:
-    ids = problems.resolve_refs(session, list(refs))
-    if mode == "intra":
-        return ids, contexts.intra_contexts(session, ids, k=k, candidates=candidates, seed=seed, run_id=run_id)
-    pool = pools.resolve_pool(session, pool_name)
-    if not scorer:
+def _draw(session: Session, draw: Draw) -> tuple[list[int], Items]:
+    ids = problems.resolve_refs(session, list(draw.refs))
+    k, candidates, seed = draw.k, draw.candidates, draw.seed
+    if draw.mode == "intra":
+        return ids, contexts.intra_contexts(session, ids, k=k, candidates=candidates, seed=seed, run_id=draw.run_id)
+    pool = pools.resolve_pool(session, draw.pool_name)
+    if not draw.scorer:
         known = contexts.scorers(session)
         raise InputError(
             "--mode inter needs --scorer",
             hint=f"scorers in the store: {', '.join(known)}" if known else "compute relevance first (lanpo relevance)",
         )
     return ids, contexts.inter_contexts(
-        session, ids, k=k, candidates=candidates, seed=seed, gamma=gamma, scorer=scorer, pool_id=pool.id
+        session, ids, k=k, candidates=candidates, seed=seed, gamma=draw.gamma, scorer=draw.scorer, pool_id=pool.id
     )
 
 
 @command.command("sample")
 @_mode_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per problem instead of a table.")
-def sample_cmd(
-    refs: tuple[str, ...],
-    mode: str,
-    k: int,
-    seed: int,
-    candidates: int,
-    gamma: float,
-    scorer: str | None,
-    pool_name: str | None,
-    run_id: int | None,
-    as_json: bool,
-) -> None:
+def sample_cmd(draw: Draw, as_json: bool) -> None:
     """Draw K feedback items per problem, exactly as the trainer would (weighted, without replacement)."""
     with transaction(connect()) as session:
-        ids, drawn = _draw(session, refs, mode, k, seed, candidates, gamma, scorer, pool_name, run_id)
+        ids, drawn = _draw(session, draw)
     for pid in ids:
         items = drawn.get(pid, [])
         if as_json:
@@ -181,21 +183,10 @@ def _short(text: str, width: int = 80) -> str:
 @command.command("context")
 @_mode_options
 @click.option("--messages", is_flag=True, help="Print the whole chat prompt (lanpo.prompts), not only the context.")
-def context_cmd(
-    refs: tuple[str, ...],
-    mode: str,
-    k: int,
-    seed: int,
-    candidates: int,
-    gamma: float,
-    scorer: str | None,
-    pool_name: str | None,
-    run_id: int | None,
-    messages: bool,
-) -> None:
+def context_cmd(draw: Draw, messages: bool) -> None:
     """Print the exact context text that would go into the prompt of each problem."""
     with transaction(connect()) as session:
-        ids, drawn = _draw(session, refs, mode, k, seed, candidates, gamma, scorer, pool_name, run_id)
+        ids, drawn = _draw(session, draw)
         rows = {p.id: p for p in problems.problems_by_ids(session, ids)}
     for n, pid in enumerate(ids):
         if len(ids) > 1:
@@ -204,12 +195,13 @@ def context_cmd(
         if messages:
             from lanpo.prompts import build_messages
 
-            for message in build_messages(mode, rows[pid].question, items):
+            for message in build_messages(draw.mode, rows[pid].question, items):
                 click.echo(f"--- {message['role']} ---\n{message['content']}")
         elif items:
-            click.echo(render(mode, items))
+            click.echo(render(draw.mode, items))
         else:
-            click.echo(f"(no {mode} context for problem {pid}: {_no_candidates(mode, run_id, gamma, scorer)})")
+            why = _no_candidates(draw.mode, draw.run_id, draw.gamma, draw.scorer)
+            click.echo(f"(no {draw.mode} context for problem {pid}: {why})")
 
 
 def _no_candidates(mode: str, run_id: int | None, gamma: float, scorer: str | None) -> str:
