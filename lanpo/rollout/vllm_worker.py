@@ -20,9 +20,11 @@ never re-runs its `process_weights_after_loading`, which on CPU builds the head'
 (`dispatch_cpu_unquantized_gemm`). Issue 25 measured the session engine of the vLLM lane (LoRA slots, adapters
 served before the reload) answering after a reload with the start's head: 3 of 5 greedy sequences as a fresh
 engine started from the same weights, mean |Δ log-prob| 0.061; re-running the head's
-`process_weights_after_loading` made them bit-identical. `bench/weight_sync.py` found vLLM's own reload exact on
-an engine that had served no adapter, with and without LoRA slots (5 of 5, |Δ| 0), so the stale head takes more
-than the tie alone; the re-pack costs one kernel build and leaves an exact engine exact, so every reload runs it.
+`process_weights_after_loading` made them bit-identical. It did not reproduce in a later session:
+`bench/weight_sync.py` found vLLM's own reload exact (5 of 5, |Δ| 0, with and without LoRA slots), and the lane's
+exact test passed with the re-pack switched off (run alone, after an adapter was set). The re-pack costs one
+kernel build and leaves an exact engine exact, so every reload runs it, as a guard; the exact test is what
+catches a stale head.
 On CUDA an unquantized head's `process_weights_after_loading` builds nothing (it reads `.weight`): a no-op there.
 """
 
