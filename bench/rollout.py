@@ -9,9 +9,10 @@ Rows, each timed `--repeats` times, interleaved (one run of every row per round)
   hf fp32 + LoRA     PEFT LoRA r16 on q/k/v/o (random B), unmerged, as the trainer generates  (--lora)
   vllm               the engine (its default dtype: bf16), base model
   vllm + LoRA        the same engine serving the same adapter through a LoRA request          (--lora)
-  vllm merged LoRA   a second engine, without LoRA slots, serving the adapter folded into the base weights
+  vllm merged LoRA   the same engine serving the adapter folded into the base weights, as a base-model request
                      (`rollout.vllm.lora_sync = "merged"`); the sync that puts them there (`merged_state` +
                      `load_weights`, in memory) is timed on its own, once per round                (--lora)
+                     One engine: on two cores a second, idle engine's processes take CPU from the one decoding.
 
 The reference is `hf fp32`; the ratio column is tokens/s over the reference's. Engine load and adapter load times
 are printed too. The figures depend on what else runs: run it alone, and compare only interleaved runs.
@@ -117,27 +118,24 @@ def main() -> None:
         from lanpo.models import merged_state
 
         lora_model = rows["hf fp32 + LoRA"].model
-        merged = VLLMBackend(
-            folder,
-            tokenizer,
-            VLLMConfig(memory_fraction=args.memory_fraction, max_model_len=max_len),
-            enable_lora=False,
-        )
         syncs: list[float] = []
+        rows["vllm merged LoRA"] = engine
 
-        def sync_merged() -> None:
+    def prepare(name: str) -> None:
+        """The engine's weights and adapter for row `name`, set up outside the row's timing."""
+        if rows[name] is not engine:
+            return
+        if name == "vllm merged LoRA":
             started = time.perf_counter()
-            merged.load_weights(merged_state(lora_model))
+            engine.load_weights(merged_state(lora_model))  # as the trainer syncs after every update
             syncs.append(time.perf_counter() - started)
-
-        sync_merged()
-        rows["vllm merged LoRA"] = merged
+            return
+        if engine.weights_sha256 is not None:
+            engine.load_weights(None)  # the start's weights back (this drops the adapters)
+        engine.set_adapter(scratch / "adapter" if name.endswith("+ LoRA") else None)
 
     def run(name: str, prompts: list[str], n: int, params: SamplingParams) -> None:
-        backend = rows[name]
-        if backend is engine:
-            engine.set_adapter(scratch / "adapter" if name.endswith("LoRA") else None)
-        groups = backend.generate(prompts, n, params)
+        groups = rows[name].generate(prompts, n, params)
         assert sum(len(c.token_ids) for g in groups for c in g) == len(prompts) * n * params.max_new_tokens
 
     if args.lora:
@@ -147,12 +145,12 @@ def main() -> None:
         params = SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=0, min_new_tokens=tokens)
         warm = SamplingParams(max_new_tokens=4, temperature=1.0, seed=0, min_new_tokens=4)
         for name in rows:
+            prepare(name)
             run(name, prompts[:1], 1, warm)
         rounds = Rounds(list(rows), args.repeats, warmup=0, rotate=False)  # warmed up just above
         for round_, order in rounds:
             for name in order:
-                if name == "vllm merged LoRA":
-                    sync_merged()  # as the trainer does after every update, timed apart from the generation
+                prepare(name)
                 _, took = rounds.time(round_, name, partial(run, name, prompts, n, params))
                 print(f"  {name}: {took:.1f} s", flush=True)
         total = n_prompts * n * tokens
@@ -163,7 +161,6 @@ def main() -> None:
     if args.lora:
         print(f"\nmerged sync (merged_state + load_weights, in memory): median {statistics.median(syncs):.2f} s "
               f"over {len(syncs)} (min {min(syncs):.2f}, max {max(syncs):.2f})")  # fmt: skip
-        merged.close()
     engine.close()
     shutil.rmtree(scratch, ignore_errors=True)
 
