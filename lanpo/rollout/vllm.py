@@ -301,6 +301,12 @@ class VLLMBackend:
                 self._send(state)
             else:
                 snapshot = weights_snapshot(weights, self._snapshots)
+                if checkpoint_shapes(snapshot) != self.checkpoint_shapes():  # refused before vLLM reads a byte
+                    raise ConfigError(
+                        f"the weights in {weights} are not those of {self.model}, which the engine serves "
+                        "(other tensor names or shapes)",
+                        hint="load a checkpoint of the model the engine was started with",
+                    )
                 sha = model_dir_sha256(snapshot)
                 self._rpc("lanpo_reload", weights_path=str(snapshot))
         except BaseException:
@@ -327,10 +333,12 @@ class VLLMBackend:
         try:
             return self.llm.collective_rpc(method, kwargs=kwargs)[0]
         except Exception as exc:
+            staged = method in ("lanpo_stage", "lanpo_dtype", "lanpo_abort")  # nothing reached the model yet
             raise LanpoError(
                 f"vLLM could not load the weights ({method}): {type(exc).__name__}: {exc}",
-                hint="the weights must be those of the model the engine was started with (same names and shapes); "
-                "the engine still serves the weights it had before",
+                hint="the engine still serves the weights it had before"
+                if staged
+                else "the reload may have stopped part-way: load the weights again before generating",
             ) from exc
 
     def checkpoint_shapes(self) -> dict[str, tuple[int, ...]]:

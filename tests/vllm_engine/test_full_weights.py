@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from lanpo.errors import ConfigError, LanpoError
-from lanpo.models import model_dir_sha256
+from lanpo.models import model_dir_sha256, tiny_causal_lm
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.vllm_worker import pack
 from tests.vllm_engine.helpers import ENGINE, QUESTIONS, SavedAdapter, chat, needs_vllm
@@ -137,7 +137,7 @@ def test_a_transfer_that_fails_half_way_leaves_the_previous_weights_served_whole
 
 
 def test_weights_of_another_model_are_refused_before_anything_is_sent(
-    backend: Any, hf_smollm2: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+    backend: Any, hf_smollm2: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     sent: list[str] = []
     real = backend._rpc
@@ -149,6 +149,10 @@ def test_weights_of_another_model_are_refused_before_anything_is_sent(
     wider = {**state, "model.norm.weight": torch.ones(state["model.norm.weight"].numel() + 1)}
     with pytest.raises(ConfigError, match=r"other shapes: model.norm.weight \(577,\)"):
         backend.load_weights(wider)
+    other = tmp_path / "tiny"  # a checkpoint folder of another model: refused from its headers
+    tiny_causal_lm()[0].save_pretrained(other)
+    with pytest.raises(ConfigError, match="other tensor names or shapes"):
+        backend.load_weights(other)
     assert sent == []
 
     # the worker checks too: a bucket the driver's check did not see is refused there, and nothing stays staged
