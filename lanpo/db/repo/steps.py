@@ -19,10 +19,14 @@ from lanpo.errors import InputError
 log = logging.getLogger(__name__)
 
 
+def _check_sha256(value: str | None, what: str) -> None:
+    if not re.fullmatch(r"[0-9a-f]{64}", value or ""):
+        raise InputError(f"{what} must be 64 lowercase hex digits, got {value!r}")
+
+
 def add_policy_version(session: Session, run_id: int, step: int, adapter_sha256: str) -> int:
     """Record which adapter produced rows at `step`; returns its id (the same id if already recorded)."""
-    if not re.fullmatch(r"[0-9a-f]{64}", adapter_sha256 or ""):
-        raise InputError(f"adapter_sha256 must be 64 lowercase hex digits, got {adapter_sha256!r}")
+    _check_sha256(adapter_sha256, "adapter_sha256")
     checks.int_or_none(step, "step", minimum=0)
     row = session.execute(
         sqlfiles.load("queries/policy_version_upsert"),
@@ -42,8 +46,7 @@ def set_served(session: Session, policy_version_id: int, served_sha256: str | No
     merged weights are recomputed on resume, and on another machine their rounding may differ."""
     if served_sha256 is None:
         return
-    if not re.fullmatch(r"[0-9a-f]{64}", served_sha256):
-        raise InputError(f"served_sha256 must be 64 lowercase hex digits, got {served_sha256!r}")
+    _check_sha256(served_sha256, "served_sha256")
     stored = session.scalar(
         sqlfiles.load("queries/policy_version_served"), {"id": policy_version_id, "served": served_sha256}
     )
