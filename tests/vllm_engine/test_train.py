@@ -117,11 +117,12 @@ def _sums_run(db: Engine, name: str, tmp_path: Path, **parts: Any) -> TrainConfi
     with transaction(db) as session:
         upsert_problems(session, name, [ProblemIn(str(i), f"What is {i} + {2 * i}?", str(3 * i)) for i in range(1, 9)])
     defaults: dict[str, Any] = {
+        "steps": 1,
         "rollout": RolloutConfig(backend="vllm", n=4, max_new_tokens=16, max_prompt_tokens=256),
         "grpo": GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, tis_cap=2.0),
     }
     return TrainConfig(
-        run_name=name, steps=1, batch_size=2, output_dir=str(tmp_path / "run"), data=DataConfig(dataset=name),
+        run_name=name, batch_size=2, output_dir=str(tmp_path / "run"), data=DataConfig(dataset=name),
         feedback=FeedbackConfig(mode="none"), sft=SFTConfig(enabled=False), eval=ValidationConfig(every=0),
         **{**defaults, **parts},
     )  # fmt: skip
