@@ -44,7 +44,7 @@ def test_an_unknown_run_id_is_refused_not_an_empty_draw(session: Session) -> Non
     make_attempts(session, pid, 2)
     with pytest.raises(InputError, match="no run with id 999") as err:
         contexts.intra_contexts(session, [pid], k=2, candidates=4, seed=0, run_id=999)
-    assert "SELECT id, name, kind, status FROM runs" in (err.value.hint or "")
+    assert "lanpo runs" in (err.value.hint or "")
     with pytest.raises(InputError, match="out of range"):
         runs.require_run(session, INT64_MAX + 1)
     run = runs.create_run(session, "r", "train")

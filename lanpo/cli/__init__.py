@@ -34,6 +34,7 @@ COMMAND_MODULES = {
     "experiment": "lanpo.cli.experiment",
     "sft": "lanpo.cli.sft",
     "report": "lanpo.cli.report",
+    "runs": "lanpo.cli.runs",
 }
 
 

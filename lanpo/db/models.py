@@ -71,6 +71,9 @@ class Run(Base):
     arm: Mapped[str | None] = mapped_column(sa.Text)  # the experiment arm it runs (e.g. grpo, lanpo-both)
     started_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
     finished_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True))
+    # the process that holds the run ("<host>:<pid>") and its last sign of life (lanpo.db.heartbeat)
+    owner: Mapped[str | None] = mapped_column(sa.Text)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True))
 
 
 class Experiment(Base):

@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import os
 import shutil
 import tempfile
 import time
@@ -71,6 +72,7 @@ from lanpo.models import (
 )
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.rollout.config import VLLMConfig
+from lanpo.rollout.vllm_worker import OWNER_ENV, owner_tag
 from lanpo.rollout.weights import checked_state, checkpoint_shapes, weights_snapshot
 
 log = logging.getLogger(__name__)
@@ -174,6 +176,8 @@ class VLLMBackend:
             "logprobs_mode": LOGPROBS_MODE,
             "worker_extension_cls": WORKER_EXTENSION,
         }
+        # the engine's processes inherit it and end when this one dies (vllm_worker); later children must not
+        os.environ[OWNER_ENV] = owner_tag()
         started = time.perf_counter()
         try:
             llm = self._vllm.LLM(model=self.model, tokenizer=self.model, **kwargs)
@@ -182,6 +186,8 @@ class VLLMBackend:
                 f"vLLM could not start its engine for {self.model} on {device}: {type(exc).__name__}: {exc}",
                 START_HINT,
             ) from exc
+        finally:
+            os.environ.pop(OWNER_ENV, None)
         self.load_seconds = time.perf_counter() - started
         log.info("vLLM engine for %s on %s loaded in %.1f s (%s)", self.model, device, self.load_seconds, kwargs)
         return llm

@@ -26,13 +26,72 @@ exact test passed with the re-pack switched off (run alone, after an adapter was
 kernel build and leaves an exact engine exact, so every reload runs it, as a guard; the exact test is what
 catches a stale head.
 On CUDA an unquantized head's `process_weights_after_loading` builds nothing (it reads `.weight`): a no-op there.
+
+Importing this module in the worker also starts `_watch_owner`: vLLM's EngineCore has no way to notice that the
+process that started it died without shutting it down (SIGKILL, the OOM killer), and stays up, holding its share of
+memory, for ever. The worker watches that process (`OWNER_ENV`, set by `VLLMBackend` before the engine starts) and,
+once it is gone, ends the EngineCore above it and itself.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 import warnings
+from contextlib import suppress
 
 import torch
+
+OWNER_ENV = "LANPO_ENGINE_OWNER"  # "<pid>:<start time>" of the process that started the engine (spawn inherits it)
+WATCH_S = 1.0  # how often the worker looks at the owner
+
+
+def _start_time(pid: int) -> str | None:
+    """Process `pid`'s start time (clock ticks since boot, /proc/<pid>/stat field 22), so that a reused pid is not
+    taken for the owner; None when the process is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def owner_tag(pid: int | None = None) -> str:
+    """The `OWNER_ENV` value naming process `pid` (default: this one)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}:{_start_time(pid)}"
+
+
+def _owner_gone(owner: str) -> bool:
+    pid, _, start = owner.partition(":")
+    return _start_time(int(pid)) != start
+
+
+def _watch_owner() -> None:
+    owner = os.environ.get(OWNER_ENV)
+    if not owner or not os.path.exists("/proc/self/stat"):
+        return
+    pid = int(owner.partition(":")[0])
+    if pid == os.getpid():
+        return  # an engine in the owner's own process (TRL's colocate mode): nothing outlives it
+    parent = os.getppid()
+    core = parent if parent != pid else None  # a worker under the EngineCore process (else this is the core)
+
+    def watch() -> None:
+        while not _owner_gone(owner):
+            time.sleep(WATCH_S)
+        if core is not None:
+            with suppress(ProcessLookupError):
+                os.kill(core, signal.SIGKILL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="lanpo-owner-watch", daemon=True).start()
+
+
+_watch_owner()
 
 # One tensor on the wire: (checkpoint name, dtype name, shape, raw bytes). vLLM's RPC encodes a bare tensor by
 # reference to side buffers that only a typed decoder resolves, and collective_rpc's arguments are untyped.

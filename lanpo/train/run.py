@@ -80,6 +80,8 @@ def open_run(session: Session, cfg: TrainConfig, model_name: str, resume: bool) 
             f"a run named {cfg.run_name!r} already exists",
             hint="pass --resume to continue it, or set run_name (e.g. `--set run_name=NEW`) for a new run",
         )
+    if run.status == "running":  # its process died (SIGKILL, a lost machine) -- or is still training it
+        runs_repo.require_lost(session, run, "resumed")
     pool = pools_repo.ensure_pool(session, cfg.pool_name(), cfg.store)
     if run.pool_id != pool.id:
         raise ConfigError(

@@ -289,3 +289,36 @@ def test_sigterm_shuts_the_engine_down_and_marks_the_run_failed(
     assert not alive, f"left running: {[(p.pid, p.name()) for p in alive]}"
     with db.connect() as conn:
         assert conn.execute(sa.text("SELECT status FROM runs WHERE name = 'vllm-sigterm'")).scalar() == "failed"
+
+
+def test_a_sigkilled_trainer_leaves_no_engine_behind_and_its_run_reads_dead(
+    db_env: str, db: Engine, smollm2_dir: Path, adapters: list[SavedAdapter], tmp_path: Path
+) -> None:
+    """SIGKILL (the OOM killer, a lost job) runs no cleanup at all: vLLM's EngineCore would outlive the trainer for
+    ever. The worker watches the process that started the engine (`lanpo.rollout.vllm_worker`) and ends the engine's
+    processes when it is gone; the run, which no one could mark, reads `dead` by its heartbeat."""
+    import os
+    import signal
+
+    import psutil
+
+    from lanpo.db.repo import runs as runs_repo
+    from tests.train.trainer_process import launch, wait_for_pause
+
+    with transaction(db) as session:
+        upsert_problems(session, "sums-kill", [ProblemIn(str(i), f"What is {i} + {i}?", str(2 * i)) for i in range(4)])
+    config = tmp_path / "recipe.toml"
+    recipe = SIGTERM_RECIPE.replace("vllm-sigterm", "vllm-sigkill").replace("sums-term", "sums-kill")
+    config.write_text(recipe.format(out=tmp_path / "run", model=smollm2_dir, adapter=adapters[1].path))
+    proc = launch(config, "generate:2")
+    wait_for_pause(proc, "generate:2", timeout=600)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert sum(c.name().startswith("VLLM::") for c in children) >= 2, [c.name() for c in children]  # core, worker
+
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"left running: {[(p.pid, p.name()) for p in alive]}"
+    with transaction(db) as session:
+        [row] = runs_repo.list_runs(session, ["vllm-sigkill"])
+    assert row.status == "running" and row.liveness().state == "dead" and row.last_step == 1

@@ -6,19 +6,22 @@ Policy versions and committed steps, the trainer's crash-recovery anchor, live i
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
+from lanpo.db.heartbeat import STALE_AFTER_S, Liveness, liveness, owner_tag
 from lanpo.db.models import RUN_KINDS, RUN_STATUSES, Run
 from lanpo.db.repo import checks
 from lanpo.errors import InputError
 
-LIST_RUNS = 'list runs: lanpo sql "SELECT id, name, kind, status FROM runs ORDER BY id"'
+LIST_RUNS = "list runs: lanpo runs"
 
 
 def create_run(
@@ -108,12 +111,16 @@ def reopen_run(session: Session, run_id: int) -> None:
 
 @contextmanager
 def run_lifecycle(engine: Engine, run_id: int | None) -> Iterator[None]:
-    """The work of run `run_id` (None: nothing is recorded): it is marked failed if the body raises (Ctrl-C too),
-    finished if it returns. Each mark is its own transaction, so a failure inside the body cannot undo it."""
+    """The work of run `run_id` (None: nothing is recorded): this process holds the run and beats while the body
+    runs (`lanpo.db.heartbeat`); it is marked failed if the body raises (Ctrl-C too), finished if it returns. Each
+    mark is its own transaction, so a failure inside the body cannot undo it. (A SIGKILL leaves the run `running`
+    with a heartbeat that stops: `lanpo runs` shows it stale.)"""
     from lanpo.db.engine import transaction
+    from lanpo.db.heartbeat import Heartbeat
 
     try:
-        yield
+        with Heartbeat(engine, run_id) if run_id is not None else nullcontext():
+            yield
     except BaseException:
         if run_id is not None:
             with transaction(engine) as session:
@@ -122,6 +129,43 @@ def run_lifecycle(engine: Engine, run_id: int | None) -> Iterator[None]:
     if run_id is not None:
         with transaction(engine) as session:
             finish_run(session, run_id, "finished")
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run as `lanpo runs` lists it: what it is, how far it got, and what its heartbeat says."""
+
+    id: int
+    name: str
+    kind: str
+    status: str
+    model: str | None
+    owner: str | None
+    last_step: int | None
+    started_at: datetime
+    finished_at: datetime | None
+    heartbeat_age_s: float | None  # seconds since its last beat, by the database's clock
+
+    def liveness(self, stale_after_s: float = STALE_AFTER_S) -> Liveness:
+        return liveness(self.status, self.owner, self.heartbeat_age_s, stale_after_s)
+
+
+def list_runs(session: Session, names: Sequence[str] = ()) -> list[RunRow]:
+    """Every run (or those named), oldest first, with its last committed step and heartbeat age."""
+    rows = session.execute(sqlfiles.load("queries/runs_list"), {"names": list(names) or None}).all()
+    return [RunRow(**row._mapping) for row in rows]
+
+
+def require_lost(session: Session, run: Run, action: str) -> None:
+    """InputError unless running run `run` lost its process (stale or dead): `action` would race a live owner."""
+    [row] = list_runs(session, [run.name])
+    state = row.liveness()
+    if state.state == "alive" and row.owner != owner_tag():  # (this process may take back what it held)
+        raise InputError(
+            f"run {run.name!r} is still running: {state.why}",
+            hint=f"stop that process first; a run whose process died can be {action} once its heartbeat is "
+            f"{STALE_AFTER_S:.0f} s old, or at once on the machine it ran on",
+        )
 
 
 def has_metric_prefix(session: Session, run_id: int, step: int, prefix: str) -> bool:

@@ -1,0 +1,103 @@
+"""`lanpo runs`: every run, its status as its heartbeat tells it; `lanpo runs fail` for runs whose process died.
+
+A process killed outright (SIGKILL, a lost machine, the OOM killer) cannot mark its run failed: the run stays
+`running` and its heartbeat stops (`lanpo.db.heartbeat`). Here such a run reads `stale` (silent past the bound) or
+`dead` (its pid is gone on this machine), with the command that marks it failed. `lanpo train --resume` takes such a
+run over without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import click
+
+from lanpo.cli.params import Float
+from lanpo.db.engine import connect, transaction
+from lanpo.db.heartbeat import STALE_AFTER_S
+from lanpo.db.repo import runs as runs_repo
+from lanpo.errors import InputError
+
+STALE_OPTION = click.option(
+    "--stale-after",
+    "stale_after",
+    default=STALE_AFTER_S,
+    show_default=True,
+    type=Float(1),
+    help="Seconds without a heartbeat after which a running run counts as lost.",
+)
+
+
+@click.group("runs", invoke_without_command=True)
+@click.option("--kind", default=None, help="Only runs of this kind (train, sft, eval, infer).")
+@click.option("--running", "only_running", is_flag=True, help="Only runs still marked running (alive, stale or dead).")
+@STALE_OPTION
+@click.pass_context
+def command(ctx: click.Context, kind: str | None, only_running: bool, stale_after: float) -> None:
+    """Every run: kind, status (a running run's as its heartbeat tells it), last committed step, model, owner.
+
+    A run whose process died reads `stale` or `dead`; `lanpo runs fail NAME` marks it failed (`lanpo train
+    --resume` continues it without that)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with transaction(connect()) as session:
+        rows = runs_repo.list_runs(session)
+    rows = [r for r in rows if (kind is None or r.kind == kind) and (not only_running or r.status == "running")]
+    if not rows:
+        click.echo("no runs" + (" matching" if kind or only_running else " yet (lanpo train starts one)"))
+        return
+    width = max(4, *(len(r.name) for r in rows))
+    click.echo(f"{'id':>5}  {'name':<{width}}  {'kind':<6} {'status':<8} {'step':>5}  {'started':<16}  heartbeat")
+    lost = []
+    for r in rows:
+        state = r.liveness(stale_after)
+        status = r.status if state.state == "done" else state.state if state.lost else "running"
+        beat = "-" if state.state == "done" else state.why
+        step = "-" if r.last_step is None else str(r.last_step)
+        started = r.started_at.strftime("%Y-%m-%d %H:%M")
+        click.echo(f"{r.id:>5}  {r.name:<{width}}  {r.kind:<6} {status:<8} {step:>5}  {started:<16}  {beat}")
+        if state.lost:
+            lost.append(r.name)
+    if lost:
+        names = " ".join(_quoted(n) for n in lost)
+        click.echo(f"\n{len(lost)} run(s) lost their process: `lanpo runs fail {names}` marks them failed", err=True)
+
+
+@command.command("fail")
+@click.argument("names", nargs=-1)
+@click.option("--stale", "all_lost", is_flag=True, help="Every running run that lost its process.")
+@STALE_OPTION
+def fail_cmd(names: Sequence[str], all_lost: bool, stale_after: float) -> None:
+    """Mark runs NAMES (or, with --stale, every lost one) failed. Refused for a run whose process is alive."""
+    if not names and not all_lost:
+        raise InputError("name the runs to mark failed, or pass --stale", hint="lanpo runs lists them")
+    with transaction(connect()) as session:
+        rows = runs_repo.list_runs(session, names) if names else runs_repo.list_runs(session)
+        missing = sorted(set(names) - {r.name for r in rows})
+        if missing:
+            raise InputError(f"no run named {missing[0]!r}", hint=runs_repo.LIST_RUNS)
+        chosen = []
+        for r in rows:
+            state = r.liveness(stale_after)
+            if state.state == "done":
+                if names:
+                    raise InputError(f"run {r.name!r} already {r.status}", hint="only a running run can be marked")
+                continue
+            if not state.lost:
+                if names:
+                    raise InputError(
+                        f"run {r.name!r} is alive: {state.why}",
+                        hint=f"stop its process first, or wait until it has been silent {stale_after:.0f} s",
+                    )
+                continue
+            chosen.append((r, state))
+        for r, _ in chosen:  # all or nothing: one transaction
+            runs_repo.finish_run(session, r.id, "failed")
+    for r, state in chosen:
+        click.echo(f"run {r.name!r} marked failed ({state.why}; last committed step {r.last_step or '-'})")
+    if not chosen:
+        click.echo("no run lost its process")
+
+
+def _quoted(name: str) -> str:
+    return name if name.replace("-", "").replace("_", "").replace(".", "").isalnum() else repr(name)
