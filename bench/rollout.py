@@ -5,9 +5,9 @@ Both sides go through lanpo's backends (`HFBackend`, `VLLMBackend`) with the sam
 Rows, each timed `--repeats` times, interleaved (one run of every row per round), medians reported:
 
   hf fp32            the trainer's rollout path today (fp32 on CPU)
-  hf bf16            the same model cast to bf16 (the CPU has AVX512-BF16: is it worth it?)
+  hf bf16            the same model cast to bf16 (worth it only where the CPU has native bf16: the CPU line says)
   hf fp32 + LoRA     PEFT LoRA r16 on q/k/v/o (random B), unmerged, as the trainer generates  (--lora)
-  vllm               the engine (its default dtype: bf16), base model
+  vllm               the engine (rollout.vllm.dtype auto: bf16, fp32 on a CPU without native bf16), base model
   vllm + LoRA        the same engine serving the same adapter through a LoRA request          (--lora)
   vllm merged LoRA   the same engine serving the adapter folded into the base weights, as a base-model request
                      (`rollout.vllm.lora_sync = "merged"`); the sync that puts them there (`merged_state` +
@@ -83,12 +83,18 @@ def main() -> None:
     parser.add_argument("--lora", action="store_true", help="add the LoRA rows (hf fp32 + LoRA, vllm + LoRA)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads for HF (0: every core)")
     parser.add_argument("--memory-fraction", type=float, default=None, help="vllm memory_fraction (None: auto)")
+    parser.add_argument("--hf-bf16", action="store_true", help="the hf bf16 row even on a CPU without native bf16")
+    parser.add_argument(
+        "--vllm-dtype",
+        default="auto",
+        help="the engine's dtype (rollout.vllm.dtype): auto (lanpo's choice for this CPU), bfloat16, float32",
+    )
     args = parser.parse_args()
     shapes = [parse_shape(s) for s in args.shape] or [(4, 4, 128)]
 
     import torch
 
-    from lanpo.models import apply_chat, load_causal_lm, prepare_smollm2
+    from lanpo.models import apply_chat, cpu_name, load_causal_lm, native_bf16, prepare_smollm2
     from lanpo.rollout import SamplingParams
     from lanpo.rollout.config import VLLMConfig
     from lanpo.rollout.hf import HFBackend
@@ -97,14 +103,19 @@ def main() -> None:
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
     folder = prepare_smollm2()
     fp32, tokenizer = load_causal_lm(folder, device="cpu", dtype="float32")
-    bf16, _ = load_causal_lm(folder, device="cpu", dtype="bfloat16")
-    rows: dict[str, Any] = {"hf fp32": HFBackend(fp32, tokenizer), "hf bf16": HFBackend(bf16, tokenizer)}
+    rows: dict[str, Any] = {"hf fp32": HFBackend(fp32, tokenizer)}
+    if native_bf16("cpu") or args.hf_bf16:
+        rows["hf bf16"] = HFBackend(load_causal_lm(folder, device="cpu", dtype="bfloat16")[0], tokenizer)
+    else:
+        print("hf bf16: left out, this CPU has no native bf16 (its bf16 matmuls fall back to a slow GEMM; --hf-bf16)")
     scratch = Path(tempfile.mkdtemp(prefix="bench-rollout-"))
     if args.lora:
         rows["hf fp32 + LoRA"] = HFBackend(random_adapter(folder, scratch / "adapter"), tokenizer)
 
     max_len = max(t for _, _, t in shapes) + 256
-    engine = VLLMBackend(folder, tokenizer, VLLMConfig(memory_fraction=args.memory_fraction, max_model_len=max_len))
+    vllm_config = VLLMConfig(memory_fraction=args.memory_fraction, max_model_len=max_len, dtype=args.vllm_dtype)
+    engine = VLLMBackend(folder, tokenizer, vllm_config)
+    print(f"CPU: {cpu_name()}")
     print(f"vLLM engine loaded in {engine.load_seconds:.1f} s ({engine.config})")
     rows["vllm"] = engine
     adapter_seconds = None

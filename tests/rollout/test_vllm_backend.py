@@ -20,7 +20,7 @@ from lanpo.config import load_toml
 from lanpo.errors import ConfigError, LanpoError
 from lanpo.inference.config import EvalConfig
 from lanpo.inference.engine import Engine
-from lanpo.models import LoraSpec, attach_lora, tiny_causal_lm
+from lanpo.models import LoraSpec, attach_lora, native_bf16, tiny_causal_lm
 from lanpo.rollout import SamplingParams, make_backend
 from lanpo.rollout.config import VLLMConfig
 from lanpo.rollout.vllm import import_vllm
@@ -32,7 +32,10 @@ def test_auto_settings_resolve_per_device() -> None:
     assert cpu["gpu_memory_utilization"] == 0.15 and cpu["enforce_eager"] is True and cpu["max_model_len"] == 8192
     assert cpu["enable_lora"] and cpu["max_loras"] == cpu["max_cpu_loras"] == 1 and cpu["max_lora_rank"] == 16
     assert cpu["enable_chunked_prefill"] is False and cpu["max_num_batched_tokens"] == 8192  # seeded prefills whole
+    assert cpu["dtype"] == ("auto" if native_bf16("cpu") else "float32")  # bf16 decodes slower without native bf16
+    assert VLLMConfig(dtype="bfloat16").engine_kwargs("cpu")["dtype"] == "bfloat16"  # asked for: kept
     cuda = VLLMConfig().engine_kwargs("cuda")
+    assert cuda["dtype"] == "auto"
     assert cuda["gpu_memory_utilization"] == 0.45 and cuda["enforce_eager"] is False
     assert cuda["max_model_len"] is None and "enable_chunked_prefill" not in cuda
     explicit = VLLMConfig(memory_fraction=0.3, max_model_len=4096, enforce_eager=False, dtype="float32", seed=7)
