@@ -15,6 +15,7 @@ import click
 from lanpo.cli.params import Float
 from lanpo.db.engine import connect, transaction
 from lanpo.db.heartbeat import STALE_AFTER_S
+from lanpo.db.models import RUN_KINDS
 from lanpo.db.repo import runs as runs_repo
 from lanpo.errors import InputError
 
@@ -29,12 +30,12 @@ STALE_OPTION = click.option(
 
 
 @click.group("runs", invoke_without_command=True)
-@click.option("--kind", default=None, help="Only runs of this kind (train, sft, eval, infer).")
+@click.option("--kind", default=None, type=click.Choice(RUN_KINDS), help="Only runs of this kind.")
 @click.option("--running", "only_running", is_flag=True, help="Only runs still marked running (alive, stale or dead).")
 @STALE_OPTION
 @click.pass_context
 def command(ctx: click.Context, kind: str | None, only_running: bool, stale_after: float) -> None:
-    """Every run: kind, status (a running run's as its heartbeat tells it), last committed step, model, owner.
+    """Every run: kind, status (a running run's as its heartbeat tells it), last committed step, start, heartbeat.
 
     A run whose process died reads `stale` or `dead`; `lanpo runs fail NAME` marks it failed (`lanpo train
     --resume` continues it without that)."""
