@@ -72,7 +72,7 @@ from lanpo.models import (
 )
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.rollout.config import VLLMConfig
-from lanpo.rollout.vllm_worker import OWNER_ENV, owner_tag
+from lanpo.rollout.vllm_worker import OWNER_ENV, engine_owner
 from lanpo.rollout.weights import checked_state, checkpoint_shapes, weights_snapshot
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ class VLLMBackend:
             "worker_extension_cls": WORKER_EXTENSION,
         }
         # the engine's processes inherit it and end when this one dies (vllm_worker); later children must not
-        os.environ[OWNER_ENV] = owner_tag()
+        os.environ[OWNER_ENV] = engine_owner()
         started = time.perf_counter()
         try:
             llm = self._vllm.LLM(model=self.model, tokenizer=self.model, **kwargs)

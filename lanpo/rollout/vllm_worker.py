@@ -59,7 +59,7 @@ def _start_time(pid: int) -> str | None:
     return None if fields[0] == "Z" else fields[19]
 
 
-def owner_tag(pid: int | None = None) -> str:
+def engine_owner(pid: int | None = None) -> str:
     """The `OWNER_ENV` value naming process `pid` (default: this one)."""
     pid = os.getpid() if pid is None else pid
     return f"{pid}:{_start_time(pid)}"
