@@ -35,6 +35,7 @@ COMMAND_MODULES = {
     "sft": "lanpo.cli.sft",
     "report": "lanpo.cli.report",
     "runs": "lanpo.cli.runs",
+    "worker": "lanpo.cli.worker",
 }
 
 

@@ -28,7 +28,16 @@ from lanpo.train.step_line import step_line
 )
 @click.option("--resume", is_flag=True, help="Continue the run named by run_name after its last committed step.")
 @click.option("--no-progress", is_flag=True, help="No progress bar; print one line per step instead.")
-def command(config_path: str, overrides: tuple[str, ...], resume: bool, no_progress: bool) -> None:
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Start N local rollout workers (`lanpo worker`) and train asynchronously (workers.count; "
+    "workers.max_staleness bounds how stale a trained group may be).",
+)
+def command(
+    config_path: str, overrides: tuple[str, ...], resume: bool, no_progress: bool, workers: int | None
+) -> None:
     """Train with GRPO + language feedback (LANPO) or meta-experiences (MEL, method = "mel") from the store.
 
     \b
@@ -40,6 +49,8 @@ def command(config_path: str, overrides: tuple[str, ...], resume: bool, no_progr
     from lanpo.train.config import load_config
     from lanpo.train.loop import train
 
+    if workers is not None:
+        overrides = (*overrides, f"workers.count={workers}")
     cfg = load_config(config_path, list(overrides))
     engine = connect()
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from pgvector.sqlalchemy import Vector
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from lanpo.config import EVICTION_POLICIES, default_embedding_dim
@@ -416,4 +416,54 @@ class MetaNllUse(Base):
     target: Mapped[str] = mapped_column(sa.Text)
     attempt_id: Mapped[int | None] = mapped_column(sa.ForeignKey("attempts.id", ondelete="CASCADE"))
     tokens: Mapped[int] = mapped_column(sa.Integer)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+
+
+ROLLOUT_WORK_STATUSES = ("queued", "claimed", "done", "used", "dropped")
+
+
+class RolloutWork(Base):
+    """A step a trainer queued for rollout workers (migration 0012, `lanpo.db.repo.queue`)."""
+
+    __tablename__ = "rollout_work"
+    __table_args__ = (
+        sa.CheckConstraint(_in("status", ROLLOUT_WORK_STATUSES), name="status_valid"),
+        sa.CheckConstraint("step >= 1 AND attempt >= 0 AND claims >= 0", name="counts_valid"),
+        sa.UniqueConstraint("run_id", "step", "attempt"),
+        sa.Index(
+            "ix_rollout_work_open",
+            "run_id",
+            "step",
+            "attempt",
+            postgresql_where=sa.text("status IN ('queued', 'claimed')"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(sa.Integer)
+    attempt: Mapped[int] = mapped_column(sa.Integer, server_default="0")
+    status: Mapped[str] = mapped_column(sa.Text, server_default="queued")
+    prompts: Mapped[dict[str, Any]] = mapped_column(JSONB)  # the step's prompts and contexts, drawn when queued
+    min_policy_step: Mapped[int] = mapped_column(sa.Integer)  # a worker serves at least this committed step
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+    claimed_by: Mapped[str | None] = mapped_column(sa.Text)
+    claim_token: Mapped[str | None] = mapped_column(UUID(as_uuid=False))
+    claimed_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True))
+    lease_until: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True))
+    claims: Mapped[int] = mapped_column(sa.Integer, server_default="0")  # takes; above 1 the claim was redone
+    finished_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True))
+
+
+class RolloutResult(Base):
+    """A finished step's groups, written once per work row (its key is the row's)."""
+
+    __tablename__ = "rollout_results"
+
+    work_id: Mapped[int] = mapped_column(sa.ForeignKey("rollout_work.id", ondelete="CASCADE"), primary_key=True)
+    policy_step: Mapped[int] = mapped_column(sa.Integer)  # the committed step whose weights generated it
+    served_sha256: Mapped[str | None] = mapped_column(sa.Text)
+    worker: Mapped[str] = mapped_column(sa.Text)
+    groups: Mapped[list[Any]] = mapped_column(JSONB)
+    seconds: Mapped[dict[str, float]] = mapped_column(JSONB)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())

@@ -100,9 +100,12 @@ def feedback_prompts(
     problem_ids: Sequence[int],
     tokenizer: Any,
     dist: Dist,
+    version_step: int | None = None,
 ) -> StepPrompts:
     """This rank's share of the step's prompts, each with the context the store gives it (`scorer`: the stored
-    relevance identity inter draws by; `problem_ids`: the training set the batch is drawn from)."""
+    relevance identity inter draws by; `problem_ids`: the training set the batch is drawn from). The prompts'
+    policy version is `version_step`'s (default: the step before, which generates them synchronously; a step
+    queued ahead for a worker names the newest committed one, and the worker's result says which served it)."""
     fb = cfg.feedback
     all_pids = batch_problem_ids(problem_ids, cfg.batch_size, cfg.seed, step)  # (G_all,)
     all_modes = choose_modes(all_pids, fb.mode, fb.p_t, cfg.seed, step)
@@ -122,7 +125,8 @@ def feedback_prompts(
                 run.pool.id, fb.inter.kinds, shows_response=fb.inter.shows_response,
             )  # fmt: skip
         pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, run.pool.id) == 0
-        policy_version_id = steps_repo.policy_version_id(session, run.run_id, step - 1)
+        version = step - 1 if version_step is None else version_step
+        policy_version_id = steps_repo.policy_version_id(session, run.run_id, version)
     shows_response = fb.inter.shows_response
     out = StepPrompts([], [], [], asked, [], [], [], policy_version_id, shows_response=shows_response, k=fb.k)
     for pid, mode in zip(pids, asked, strict=True):

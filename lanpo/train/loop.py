@@ -36,7 +36,7 @@ policy holds its full weights on every rank while the ranks generate (`policy.ge
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,27 +46,29 @@ from sqlalchemy.engine import Engine
 
 from lanpo.config import to_mapping
 from lanpo.db.engine import connect, transaction
+from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.report.live import MetricsLogger
-from lanpo.rewards import Graded, grade
 from lanpo.rl.advantages import group_advantages
-from lanpo.rollout import Completion, SamplingParams
+from lanpo.rollout import Completion
 from lanpo.train import checkpoint as ckpt
 from lanpo.train import record
 from lanpo.train.batch import RolloutBatch, build_batch
-from lanpo.train.config import RolloutConfig, TrainConfig
+from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist, gather_step
-from lanpo.train.feedback import StepPrompts, feedback_prompts
+from lanpo.train.feedback import feedback_prompts
 from lanpo.train.mel import MetaStep, meta_experiences
 from lanpo.train.mel_record import record_meta
-from lanpo.train.parts import Sampler, StepStore
+from lanpo.train.parts import StepStore
 from lanpo.train.policy import Policy
+from lanpo.train.produce import Produced, produce
 from lanpo.train.record import GroupRecord, RolloutRecord
+from lanpo.train.rollout_queue import LocalWorkers
 from lanpo.train.rollouts import behavior_logprobs
 from lanpo.train.schedule import mix_seed
 from lanpo.train.state import Trainer, setup
-from lanpo.train.summarize import Candidate, Summary, choose_candidates, summarise
+from lanpo.train.summarize import Summary
 from lanpo.train.timing import Phases
 from lanpo.train.update import update_policy
 from lanpo.train.validate import due, validate, validated
@@ -102,6 +104,7 @@ def train(
         config.report_to if main else [], config.run_name, trainer.checkpoint_root, to_mapping(config)
     )
     bar = _progress(progress and main, start, config.steps)
+    workers = _start_workers(trainer, engine) if main else None
     try:
         with runs_repo.run_lifecycle(engine, trainer.run_id if main else None), live:
             # the start (or, resumed, the last committed step) is validated first, when due and not done yet
@@ -124,8 +127,20 @@ def train(
     finally:
         if bar is not None:
             bar.close()
+        if workers is not None:
+            workers.close()
         trainer.backend.close()  # a vLLM engine runs in processes of its own
     return result
+
+
+def _start_workers(t: Trainer, engine: Engine) -> LocalWorkers | None:
+    """`workers.count` local `lanpo worker` processes on this run's queue, against this trainer's database."""
+    if t.queue is None or t.cfg.workers.count == 0:
+        return None
+    w = t.cfg.workers
+    url = engine.url.render_as_string(hide_password=False)
+    t.queue.workers = LocalWorkers(w.count, t.cfg.run_name, url, w.threads, w.lease_s, t.checkpoint_root / "workers")
+    return t.queue.workers
 
 
 def _validate_if_due(t: Trainer, step: int) -> dict[int, dict[str, float]]:
@@ -141,49 +156,22 @@ def _validate_if_due(t: Trainer, step: int) -> dict[int, dict[str, float]]:
     return {step: validate(t.cfg, t.validation, step, t.policy, t.sampler, t.run)}
 
 
-def _generate(
-    cfg: RolloutConfig, seed: int, sampler: Sampler, step: int, prompts: StepPrompts
-) -> list[list[Completion]]:
-    """n completions per prompt, in prompt order. Each prompt gets its mode's length limit (`RolloutConfig.budget`):
-    one call per distinct limit, so a recipe with one limit for every mode makes one call, as it always has."""
-    budgets = [cfg.budget(mode) for mode in prompts.modes]
-    groups: list[list[Completion]] = [[] for _ in budgets]
-    for budget in sorted(set(budgets)):
-        which = [g for g, b in enumerate(budgets) if b == budget]
-        parts: tuple[int | str, ...] = (seed, "generate", step, sampler.dist.rank)
-        if budget != cfg.max_new_tokens:  # the zero-shot call keeps the seed a one-call step has always had
-            parts += (budget,)
-        params = SamplingParams(
-            max_new_tokens=budget, temperature=cfg.temperature, top_p=cfg.top_p, seed=mix_seed(*parts)
-        )
-        texts = [prompts.texts[g] for g in which]
-        for g, group in zip(which, sampler.backend.generate(texts, cfg.n, params), strict=True):
-            groups[g] = group
-    return groups
-
-
 def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     """One LANPO step; returns its metrics (rank 0 also writes them to run_metrics in the step's transaction)."""
     cfg, n, device = t.cfg, t.cfg.rollout.n, t.device
     phase = Phases(t.policy, step)
 
-    # ------------------------------------------------------------------ 1. problems and feedback contexts
-    with phase("context"):
-        prompts = feedback_prompts(cfg, step, t.run, t.scorer, t.problem_ids, t.tokenizer, t.dist)  # G prompts
-
-    # ------------------------------------------------------------------ 2. n rollouts per prompt
-    with phase("generate"):
-        groups = _generate(cfg.rollout, cfg.seed, t.sampler, step, prompts)  # G lists of n completions
-        rollouts = [c for group in groups for c in group]  # (G*n,) flat, group by group
-
-    # ------------------------------------------------------------------ 3. rewards
-    with phase("reward"):
-        graded = grade([c.text for c in rollouts], _per_rollout(prompts.answers, n), _per_rollout(prompts.modes, n))
-        rewards = torch.tensor([g.reward for g in graded], dtype=torch.float32)  # (G*n,)
-
-    # ------------------------------------------------------------------ 4. summaries of successful rollouts
-    with phase("summarize"):
-        summaries = _summaries(cfg, t.summarizer, step, prompts, rollouts, graded)  # rollout -> summary
+    # ------------------------------------------------------------------ 1-4. the producer half
+    # problems and feedback contexts -> n rollouts per prompt -> rewards -> summaries of successful rollouts:
+    # in this process, or (`workers`) by a rollout worker through the store, at most max_staleness updates behind
+    if t.queue is not None:
+        got = t.queue.take(step, phase)
+    else:
+        with phase("context"):
+            prompts = feedback_prompts(cfg, step, t.run, t.scorer, t.problem_ids, t.tokenizer, t.dist)  # G prompts
+        got = produce(cfg, t.sampler, t.summarizer, step, prompts, phase)
+    prompts, groups, rollouts, graded = got.prompts, got.groups, got.rollouts, got.graded
+    rewards = torch.tensor([g.reward for g in graded], dtype=torch.float32)  # (G*n,)
 
     # ------------------------------------------------------------------ 4b. meta-experiences (method = mel)
     with phase("mel"):
@@ -202,15 +190,16 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     phase.took(ref_logp=stats.seconds_ref, update=stats.seconds_update)
     with phase("sync"):
         t.backend.sync()  # the engine serves the updated policy from the next generation on
-    metrics = {**stats.as_metrics(), **prompts.feedback_metrics(n), "lr": float(t.scheduler.get_last_lr()[0])}
+    metrics = {**stats.as_metrics(), **prompts.feedback_metrics(n), **got.metrics}  # got: async/* from the queue
+    metrics["lr"] = float(t.scheduler.get_last_lr()[0])
 
     # ------------------------------------------------------------------ 7. checkpoint (before the DB commit)
     with phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes
         saved = ckpt.save_checkpoint(t.checkpoint_root, step, t.policy, t.optimizer, t.scheduler, t.start, t.dist)
 
     # ------------------------------------------------------------------ 8. record: every rank's rows, one commit
-    local = _group_records(prompts, groups, graded, summaries, meta)  # (G,) groups of n rollouts
-    return _commit_step(t.store, t.policy, t.dist, step, phase, prompts.policy_version_id, local, saved, metrics)
+    local = _group_records(got, meta)  # (G,) groups of n rollouts
+    return _commit_step(t.store, t.policy, t.dist, step, phase, got, local, saved, metrics)
 
 
 def _commit_step(
@@ -219,7 +208,7 @@ def _commit_step(
     dist: Dist,
     step: int,
     phase: Phases,
-    policy_version_id: int,
+    got: Produced,
     local: list[GroupRecord],
     saved: tuple[Path, str] | None,
     metrics: dict[str, float],
@@ -231,7 +220,7 @@ def _commit_step(
     if gathered is not None and saved is not None:
         phase.timer.seconds = gathered.seconds  # the slowest rank's time per phase: the step waits for it
         metrics.update(record.rollout_metrics(gathered.rows))
-        _write_step(store, step, phase, policy_version_id, gathered.rows, saved, metrics)
+        _write_step(store, step, phase, got, gathered.rows, saved, metrics)
     dist.barrier()
     if gathered is not None and saved is not None:
         ckpt.prune_checkpoints(store.checkpoint_root, store.keep_checkpoints, protect=step)
@@ -242,15 +231,15 @@ def _write_step(
     store: StepStore,
     step: int,
     phase: Phases,
-    policy_version_id: int,
+    got: Produced,
     rows: list[GroupRecord],
     saved: tuple[Path, str],
     metrics: dict[str, float],
 ) -> None:
-    """Rank 0's one transaction: rows, MEL rows, metrics, policy version; `commit_step` last (the step exists
-    once this commits). Adds what the writes report to `metrics`."""
+    """Rank 0's one transaction: rows, MEL rows, metrics, policy version, the queued work it used (`workers`);
+    `commit_step` last (the step exists once this commits). Adds what the writes report to `metrics`."""
     path, sha = saved
-    run = store.run
+    run, policy_version_id = store.run, got.prompts.policy_version_id
     with transaction(run.engine) as session:
         with phase("db_write"):
             written = record.write_step_rows(
@@ -265,6 +254,8 @@ def _write_step(
         runs_repo.record_metrics(session, run.run_id, step, metrics)
         pv = steps_repo.add_policy_version(session, run.run_id, step, sha)
         steps_repo.set_served(session, pv, store.served_sha256)  # merged LoRA: what the engine serves for it
+        if got.work_id is not None:  # trained on: a resume after a crash before this commit takes it again
+            queue_repo.mark(session, got.work_id, "used")
         steps_repo.commit_step(session, run.run_id, step, pv, str(path))  # LAST: the step exists once this commits
 
 
@@ -280,50 +271,10 @@ def _rollout_batch(
     return batch, behavior_logprobs(rollouts, batch.completion_ids.shape[1], device)
 
 
-def _per_rollout(values: Sequence[Any], n: int) -> list[Any]:
-    """One value per prompt -> one per rollout, group by group: (G,) -> (G*n,)."""
-    return [value for value in values for _ in range(n)]
-
-
-def _summaries(
-    cfg: TrainConfig,
-    summarizer: Sampler | None,
-    step: int,
-    prompts: StepPrompts,
-    rollouts: list[Completion],
-    graded: list[Graded],
-) -> dict[int, Summary]:
-    """Summaries of this rank's successful rollouts, checked for admission (flat rollout index -> summary);
-    `summarizer`: what writes them on this rank, None when summaries are off."""
-    if summarizer is None:
-        return {}
-    s_cfg, n, dist = cfg.summarizer, cfg.rollout.n, summarizer.dist
-    chosen = choose_candidates(
-        [
-            Candidate(i, prompts.problem_ids[i // n], prompts.questions[i // n], c.text, g.reward)
-            for i, (c, g) in enumerate(zip(rollouts, graded, strict=True))
-            if g.reward >= s_cfg.min_reward
-        ],
-        per_problem=s_cfg.max_new_per_step,
-        total=-(-s_cfg.max_total_per_step // dist.world) if s_cfg.max_total_per_step else 0,
-    )
-    seed = mix_seed(cfg.seed, "summarize", step, dist.rank)
-    checked = summarise(
-        summarizer.backend, summarizer.tokenizer, chosen,
-        s_cfg.max_new_tokens, s_cfg.temperature, seed, s_cfg.require_format,
-    )  # fmt: skip
-    return {c.index: s for c, s in zip(chosen, checked, strict=True)}
-
-
-def _group_records(
-    prompts: StepPrompts,
-    groups: list[list[Completion]],
-    graded: list[Graded],
-    summaries: dict[int, Summary],
-    meta: MetaStep,
-) -> list[GroupRecord]:
+def _group_records(got: Produced, meta: MetaStep) -> list[GroupRecord]:
     """What the store keeps of this rank's step: one record per prompt with its n graded rollouts."""
-    n = len(groups[0]) if groups else 0
+    prompts, graded = got.prompts, got.graded
+    n = len(got.groups[0]) if got.groups else 0
     return [
         GroupRecord(
             problem_id=prompts.problem_ids[g],
@@ -341,13 +292,13 @@ def _group_records(
                     completion_tokens=len(c.token_ids),
                     truncated=c.finish_reason == "length",
                     served_adapter_sha256=c.served_adapter_sha256,
-                    **_summary_fields(summaries.get(g * n + j)),
+                    **_summary_fields(got.summaries.get(g * n + j)),
                 )
                 for j, c in enumerate(completions)
             ],
             meta=meta.by_group.get(g, []),
         )
-        for g, completions in enumerate(groups)
+        for g, completions in enumerate(got.groups)
     ]
 
 

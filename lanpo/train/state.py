@@ -42,6 +42,7 @@ from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist, init_from_env
 from lanpo.train.parts import RunRef, Sampler, StepStore
 from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
+from lanpo.train.rollout_queue import RolloutQueue
 from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
 from lanpo.train.run import RunStart, ensure_dataset, open_run, resolve_scorer
 from lanpo.train.update import minibatches_per_epoch, warmup_schedule
@@ -74,6 +75,7 @@ class Trainer:
     dist: Dist
     start: dict[str, Any]  # what RL started from: the model and the start adapter merged into it (START_RECORD)
     validation: ValidationSet | None  # the held-out problems `eval` validates on (None: eval.every = 0)
+    queue: RolloutQueue | None = None  # `workers`: the step's rollouts come from workers through the store
 
     @property
     def run(self) -> RunRef:
@@ -185,13 +187,11 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
         with transaction(engine) as session:
             pv_id = steps_repo.policy_version_id(session, start.run_id, first - 1)
             steps_repo.set_served(session, pv_id, backend.served_sha256)
-    summarizer = None
-    if cfg.summarizer.enabled and (cfg.feedback.mode in ("inter", "both") or cfg.summarizer.always):
-        if cfg.summarizer.model == "policy":
-            summarizer = Sampler(backend, tokenizer, dist)  # the same engine, serving the policy before the update
-        else:  # another model: transformers generate beside the engine
-            s_model, s_tok = load_base(replace(cfg.model, name=cfg.summarizer.model, init_adapter=None), cfg.seed)
-            summarizer = Sampler(make_backend("hf", s_model, s_tok), s_tok, dist)
+    summarizer = build_summarizer(cfg, backend, tokenizer, dist)
+    queue = None
+    if cfg.workers.enabled:
+        run = RunRef(engine, start.run_id, start.pool)
+        queue = RolloutQueue(cfg, run, shared["scorer"], shared["ids"], tokenizer)
     trainer = Trainer(
         cfg=cfg,
         engine=engine,
@@ -210,8 +210,20 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
         dist=dist,
         start=start_record,
         validation=shared["validation"],
+        queue=queue,
     )
     return trainer, first
+
+
+def build_summarizer(cfg: TrainConfig, backend: PolicyEngine, tokenizer: Any, dist: Dist) -> Sampler | None:
+    """What writes the lessons: the policy's own engine, another model beside it, or nothing (summaries off)."""
+    if not (cfg.summarizer.enabled and (cfg.feedback.mode in ("inter", "both") or cfg.summarizer.always)):
+        return None
+    if cfg.summarizer.model == "policy":
+        return Sampler(backend, tokenizer, dist)  # the same engine, serving the policy before the update
+    # another model: transformers generate beside the engine
+    s_model, s_tok = load_base(replace(cfg.model, name=cfg.summarizer.model, init_adapter=None), cfg.seed)
+    return Sampler(make_backend("hf", s_model, s_tok), s_tok, dist)
 
 
 def load_start(

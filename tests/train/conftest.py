@@ -25,6 +25,11 @@ from lanpo.train.config import (
 @pytest.fixture
 def toy_problems(db: Engine) -> list[int]:
     """Six arithmetic problems in dataset `toy`, all relevant to each other under scorer `test`."""
+    return insert_toy_problems(db)
+
+
+def insert_toy_problems(db: Engine) -> list[int]:
+    """`toy_problems`' rows, for a test that empties the store and fills it again."""
     rows = [ProblemIn(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=str(2 * i + 1)) for i in range(6)]
     with transaction(db) as session:
         upsert_problems(session, "toy", rows)

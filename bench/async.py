@@ -1,0 +1,102 @@
+"""Benchmark: asynchronous GRPO (a trainer and one rollout worker, one core each) against the synchronous trainer on
+both cores, interleaved; rollouts trained per minute.
+
+Both sides run the CPU learning recipe's GRPO arm (train/configs/learn-cpu.toml with method = grpo, feedback.mode =
+none: SmolLM2-135M + LoRA r16, 8 prompts x 8 rollouts of at most 64 tokens a step, four minibatches), validation
+off, as `lanpo train` processes on one embedded Postgres:
+- sync: `model.threads = 2`: generation, then the update, on both cores;
+- async: `lanpo train --workers 1`, `model.threads = 1`, `workers.threads = 1`, `workers.max_staleness = 1` (the
+  worker generates step s + 1 while the trainer trains step s), `grpo.tis_cap = 2`.
+A round runs one of each (the order turns every round); each run takes `--steps` steps, and its throughput is
+64 rollouts a step over the wall seconds of its steps after the first (`time/step` in run_metrics: the first step
+of the async run also waits for the worker to load its model). The SFT start is left out (`sft.enabled = false`):
+both sides start from the same base model, so their rollouts are alike in length, and the bench takes minutes.
+
+    python bench/async.py                        # 2 rounds of 4 steps each side
+    python bench/async.py --rounds 1 --steps 3
+
+Its last line reads `async/sync: throughput X.XXx (...)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "train" / "configs" / "learn-cpu.toml"
+COMMON = ["method=grpo", "feedback.mode=none", "sft.enabled=false", "eval.every=0", "summarizer.enabled=false"]
+SIDES = {
+    "sync": ["model.threads=2"],
+    "async": ["model.threads=1", "workers.count=1", "workers.threads=1", "workers.max_staleness=1", "grpo.tis_cap=2"],
+}
+
+
+def run_side(side: str, round_: int, steps: int, model: str, env: dict[str, str]) -> tuple[float, float]:
+    """One `lanpo train` run; returns (rollouts trained per minute after the first step, the command's seconds)."""
+    name = f"bench-{side}-{round_}"
+    sets = [*COMMON, *SIDES[side], f"steps={steps}", f"run_name={name}", f"model.name={model}"]
+    cmd = [sys.executable, "-m", "lanpo", "train", "--config", str(RECIPE), "--no-progress"]
+    for s in sets:
+        cmd += ["--set", s]
+    started = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - started
+    import sqlalchemy as sa
+
+    from lanpo.db.engine import connect
+
+    with connect().connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT m.step, m.value FROM run_metrics m JOIN runs r ON r.id = m.run_id "
+                "WHERE r.name = :n AND m.name = 'time/step' ORDER BY m.step"
+            ),
+            {"n": name},
+        ).all()
+    seconds = [float(r.value) for r in rows][1:]
+    return 64 * len(seconds) / sum(seconds) * 60, wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=4, help="steps per run (>= 2: the first is not counted)")
+    args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be >= 2: the first step of each run is not counted")
+    from lanpo.models import cpu_name, prepare_smollm2
+
+    model = str(prepare_smollm2())
+    home = tempfile.mkdtemp(prefix="lanpo-bench-async-")
+    env = {**os.environ, "LANPO_HOME": home, "PYTHONUNBUFFERED": "1"}
+    os.environ["LANPO_HOME"] = home
+    subprocess.run([sys.executable, "-m", "lanpo", "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL)
+    print(f"CPU: {cpu_name()}; {args.rounds} round(s) x {args.steps} steps per side; LANPO_HOME {home}")
+    got: dict[str, list[float]] = {side: [] for side in SIDES}
+    try:
+        for round_ in range(args.rounds):
+            order = list(SIDES) if round_ % 2 == 0 else list(reversed(SIDES))
+            for side in order:
+                rate, wall = run_side(side, round_, args.steps, model, env)
+                got[side].append(rate)
+                print(f"round {round_ + 1} {side:5}: {rate:6.1f} rollouts/min ({wall:.0f} s in all)", flush=True)
+    finally:
+        subprocess.run([sys.executable, "-m", "lanpo", "db", "stop"], env=env, stdout=subprocess.DEVNULL)
+    sync, asyn = statistics.median(got["sync"]), statistics.median(got["async"])
+    print("| side | rollouts trained / min (median) |")
+    print("|---|---|")
+    print(f"| sync (2 threads) | {sync:.1f} |")
+    print(f"| async (trainer 1 + worker 1 thread, staleness 1) | {asyn:.1f} |")
+    print(f"async/sync: throughput {asyn / sync:.2f}x (async {asyn:.1f}, sync {sync:.1f} rollouts/min, "
+          f"medians of {args.rounds} round(s) x {args.steps - 1} steps)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

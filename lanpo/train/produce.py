@@ -1,0 +1,177 @@
+"""The producer half of a step: its prompts -> n rollouts each -> rewards -> summaries of the successful ones.
+
+The synchronous trainer runs it in its own process (`lanpo.train.loop.grpo_step`); a rollout worker
+(`lanpo.train.worker`) runs the very same function on prompts it claimed from the store, and hands back what it
+made through `rollout_results` as JSON (`groups_to_json` / `produced_from_json`). The trainer's consumer half
+(advantages -> loss -> record) cannot tell the two apart: that is what the `workers.max_staleness = 0` equivalence
+test checks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from lanpo.db.repo.contexts import InterItem, IntraItem
+from lanpo.rewards import Graded, grade
+from lanpo.rollout import Completion, SamplingParams
+from lanpo.train.config import RolloutConfig, TrainConfig
+from lanpo.train.feedback import StepPrompts
+from lanpo.train.parts import Sampler
+from lanpo.train.schedule import mix_seed
+from lanpo.train.summarize import Candidate, Summary, choose_candidates, summarise
+from lanpo.train.timing import Phases
+
+
+@dataclass
+class Produced:
+    """A step's rollouts as the consumer half takes them: G groups of n graded completions and their summaries;
+    from a worker, also which policy step generated them and the queue's accounting."""
+
+    prompts: StepPrompts
+    groups: list[list[Completion]]  # (G,) lists of n completions, in prompt order
+    graded: list[Graded]  # (G*n,) flat, group by group
+    summaries: dict[int, Summary]  # flat rollout index -> its summary (only the summarised ones)
+    metrics: dict[str, float] = field(default_factory=dict)  # async/*: staleness, dropped, redone, waits
+    work_id: int | None = None  # the rollout_work row it came from (None: generated in this process)
+
+    @property
+    def rollouts(self) -> list[Completion]:
+        return [c for group in self.groups for c in group]
+
+
+def produce(cfg: TrainConfig, sampler: Sampler, summarizer: Sampler | None, step: int, prompts: StepPrompts,
+            phase: Phases) -> Produced:  # fmt: skip
+    """Generate, grade and summarise step `step`'s prompts with the policy `sampler` serves."""
+    with phase("generate"):
+        groups = generate(cfg.rollout, cfg.seed, sampler, step, prompts)  # G lists of n completions
+    rollouts = [c for group in groups for c in group]  # (G*n,) flat, group by group
+    with phase("reward"):
+        graded = grade([c.text for c in rollouts], _per_rollout(prompts.answers, cfg.rollout.n),
+                       _per_rollout(prompts.modes, cfg.rollout.n))  # fmt: skip
+    with phase("summarize"):
+        summaries = summaries_of(cfg, summarizer, step, prompts, rollouts, graded)  # rollout -> summary
+    return Produced(prompts, groups, graded, summaries)
+
+
+def generate(
+    cfg: RolloutConfig, seed: int, sampler: Sampler, step: int, prompts: StepPrompts
+) -> list[list[Completion]]:
+    """n completions per prompt, in prompt order. Each prompt gets its mode's length limit (`RolloutConfig.budget`):
+    one call per distinct limit, so a recipe with one limit for every mode makes one call, as it always has."""
+    budgets = [cfg.budget(mode) for mode in prompts.modes]
+    groups: list[list[Completion]] = [[] for _ in budgets]
+    for budget in sorted(set(budgets)):
+        which = [g for g, b in enumerate(budgets) if b == budget]
+        parts: tuple[int | str, ...] = (seed, "generate", step, sampler.dist.rank)
+        if budget != cfg.max_new_tokens:  # the zero-shot call keeps the seed a one-call step has always had
+            parts += (budget,)
+        params = SamplingParams(
+            max_new_tokens=budget, temperature=cfg.temperature, top_p=cfg.top_p, seed=mix_seed(*parts)
+        )
+        texts = [prompts.texts[g] for g in which]
+        for g, group in zip(which, sampler.backend.generate(texts, cfg.n, params), strict=True):
+            groups[g] = group
+    return groups
+
+
+def summaries_of(
+    cfg: TrainConfig,
+    summarizer: Sampler | None,
+    step: int,
+    prompts: StepPrompts,
+    rollouts: list[Completion],
+    graded: list[Graded],
+) -> dict[int, Summary]:
+    """Summaries of this rank's successful rollouts, checked for admission (flat rollout index -> summary);
+    `summarizer`: what writes them on this rank, None when summaries are off."""
+    if summarizer is None:
+        return {}
+    s_cfg, n, dist = cfg.summarizer, cfg.rollout.n, summarizer.dist
+    chosen = choose_candidates(
+        [
+            Candidate(i, prompts.problem_ids[i // n], prompts.questions[i // n], c.text, g.reward)
+            for i, (c, g) in enumerate(zip(rollouts, graded, strict=True))
+            if g.reward >= s_cfg.min_reward
+        ],
+        per_problem=s_cfg.max_new_per_step,
+        total=-(-s_cfg.max_total_per_step // dist.world) if s_cfg.max_total_per_step else 0,
+    )
+    seed = mix_seed(cfg.seed, "summarize", step, dist.rank)
+    checked = summarise(
+        summarizer.backend, summarizer.tokenizer, chosen,
+        s_cfg.max_new_tokens, s_cfg.temperature, seed, s_cfg.require_format,
+    )  # fmt: skip
+    return {c.index: s for c, s in zip(chosen, checked, strict=True)}
+
+
+def _per_rollout(values: list[Any], n: int) -> list[Any]:
+    """One value per prompt -> one per rollout, group by group: (G,) -> (G*n,)."""
+    return [value for value in values for _ in range(n)]
+
+
+# --------------------------------------------------------------------------- through the store, as JSON
+
+_ITEMS = {"intra": IntraItem, "inter": InterItem}
+
+
+def prompts_to_json(prompts: StepPrompts) -> dict[str, Any]:
+    """A step's prompts as the queue keeps them (`rollout_work.prompts`). Gold answers stay out: a worker reads
+    them from `problems` to grade, and nothing a prompt is built from carries them."""
+    out = asdict(prompts)
+    del out["answers"]
+    out["missed"] = dict(prompts.missed)
+    out["items"] = [
+        [{"kind": "intra" if isinstance(item, IntraItem) else "inter", **asdict(item)} for item in items]
+        for items in prompts.items
+    ]
+    return out
+
+
+def prompts_from_json(data: dict[str, Any], answers: list[str | None]) -> StepPrompts:
+    """`prompts_to_json`'s inverse, with the gold answers of its problems (in prompt order)."""
+    fields = dict(data)
+    fields["missed"] = Counter(fields["missed"])
+    fields["items"] = [
+        [_ITEMS[item["kind"]](**{k: v for k, v in item.items() if k != "kind"}) for item in items]
+        for items in fields["items"]
+    ]
+    return StepPrompts(answers=answers, **fields)
+
+
+def groups_to_json(produced: Produced) -> list[dict[str, Any]]:
+    """What a worker hands back (`rollout_results.groups`): per group, its completions, grades and summaries."""
+    n = len(produced.groups[0]) if produced.groups else 0
+    out = []
+    for g, group in enumerate(produced.groups):
+        rows = []
+        for j, c in enumerate(group):
+            graded, summary = produced.graded[g * n + j], produced.summaries.get(g * n + j)
+            rows.append({
+                "completion": asdict(c),
+                "graded": asdict(graded),
+                "summary": None if summary is None else asdict(summary),
+            })  # fmt: skip
+        out.append({"rollouts": rows})
+    return out
+
+
+def produced_from_json(prompts: StepPrompts, groups: list[dict[str, Any]]) -> Produced:
+    """`groups_to_json`'s inverse, for the prompts they were generated from."""
+    completions: list[list[Completion]] = []
+    graded: list[Graded] = []
+    summaries: dict[int, Summary] = {}
+    for group in groups:
+        completions.append([])
+        for row in group["rollouts"]:
+            c = dict(row["completion"])
+            for key in ("token_ids", "prompt_token_ids"):
+                c[key] = tuple(c[key])
+            if c["logprobs"] is not None:
+                c["logprobs"] = tuple(c["logprobs"])
+            if row["summary"] is not None:
+                summaries[len(graded)] = Summary(**row["summary"])
+            completions[-1].append(Completion(**c))
+            graded.append(Graded(**row["graded"]))
+    return Produced(prompts, completions, graded, summaries)

@@ -1,0 +1,278 @@
+"""A rollout worker: its own engine, the run's queue in the store, and the producer half of every step it claims.
+
+    check the run -> load the run's start and policy -> loop: claim -> serve the newest committed policy (at
+    least the claim's) -> generate -> grade -> summarise -> finish (its groups, written once)
+
+What a worker needs is the database URL and the run's folder (`output_dir`): the run's config, its problems and
+the queue are in the store; the published policy versions are the committed checkpoints, named in `run_steps`
+and checked by hash against `policy_versions`. On another machine the run's folder must be mounted at the same
+path (a shared file system): a LoRA adapter is a few MB and could live in the store, full weights could not, and
+one channel serves both.
+
+A worker refuses, with one error line and before it claims anything, a run that does not exist, has finished or
+trains synchronously, a model other than the run's, a database it cannot reach, and weights it cannot load or
+whose hash is not the published one. While it holds a claim a daemon thread renews the lease every third of
+`lease_s`; a worker that dies stops renewing, and the claim is redone by the next worker after `lease_s`. SIGTERM
+(`lanpo.cli` raises it in the main thread) and Ctrl-C give the claim back at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from sqlalchemy.engine import Engine
+
+from lanpo.config import from_mapping, quiet_renames
+from lanpo.db.engine import transaction
+from lanpo.db.heartbeat import owner_tag
+from lanpo.db.repo import queue as queue_repo
+from lanpo.db.repo import runs as runs_repo
+from lanpo.errors import ConfigError, InputError, LanpoError
+from lanpo.models import check_model_ref, set_threads
+from lanpo.rollout import Completion
+from lanpo.train import checkpoint as ckpt
+from lanpo.train.batch import build_batch, completion_logprobs
+from lanpo.train.config import TrainConfig
+from lanpo.train.dist import Dist
+from lanpo.train.parts import Sampler
+from lanpo.train.policy import Policy, build_policy, load_base
+from lanpo.train.produce import Produced, groups_to_json, produce, prompts_from_json
+from lanpo.train.rollout_queue import _answers
+from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
+from lanpo.train.timing import Phases
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5  # between claims while the queue is empty
+
+
+@dataclass
+class WorkerResult:
+    claims: int = 0  # claims finished (their groups written)
+    lost: int = 0  # claims whose lease ran out before they finished (their groups not kept)
+    versions: list[int] = field(default_factory=list)  # the policy steps it loaded, in order
+
+
+def run_worker(engine: Engine, run_name: str, threads: int = 1, lease_s: float | None = None,
+               model: str | None = None, max_claims: int = 0) -> WorkerResult:  # fmt: skip
+    """Serve run `run_name`'s queue until the run ends (or `max_claims` claims are finished)."""
+    run_id, cfg = _check_run(engine, run_name, model)
+    lease = lease_s or cfg.workers.lease_s
+    set_threads(threads)
+    worker = _Worker(engine, run_id, cfg, lease)
+    result = WorkerResult()
+    try:
+        while max_claims == 0 or result.claims < max_claims:
+            claim = worker.claim()
+            if claim is None:
+                if not _running(engine, run_id):
+                    log.info("run %s is no longer running: the worker stops", run_name)
+                    break
+                time.sleep(POLL_S)
+                continue
+            if worker.serve(claim):
+                result.claims += 1
+            else:
+                result.lost += 1
+    finally:  # SIGTERM raises in the main thread (`lanpo.cli`): the claim in hand was given back
+        worker.close()
+    result.versions = worker.versions
+    return result
+
+
+def _running(engine: Engine, run_id: int) -> bool:
+    with transaction(engine) as session:
+        return runs_repo.require_run(session, run_id).status == "running"
+
+
+def _check_run(engine: Engine, run_name: str, model: str | None) -> tuple[int, TrainConfig]:
+    """The run's id and config, or the one reason this worker cannot serve it."""
+    with transaction(engine) as session:
+        run = runs_repo.find_run(session, run_name)
+        if run is None:
+            raise InputError(f"no run named {run_name!r}", hint=runs_repo.LIST_RUNS)
+        if run.kind != "train":
+            raise InputError(f"run {run_name!r} is a {run.kind} run: workers serve training runs")
+        if run.status != "running":
+            raise InputError(
+                f"run {run_name!r} has {run.status}: there is nothing to generate for it",
+                hint="resume it first (lanpo train --resume), then start the worker",
+            )
+        with quiet_renames():
+            cfg = from_mapping(TrainConfig, dict(run.config or {}))
+    if not cfg.workers.enabled:
+        raise ConfigError(
+            f"run {run_name!r} trains synchronously: its trainer takes no rollouts from workers",
+            hint="start the run with workers.external = true (or lanpo train --workers N)",
+        )
+    if model is not None and model != cfg.model.name:
+        raise ConfigError(
+            f"this worker was asked to serve {model!r}, but run {run_name!r} trains {cfg.model.name!r}",
+            hint="leave --model out: a worker loads the run's own model",
+        )
+    check_model_ref(cfg.model.name, "the run's model.name")
+    start = cfg.checkpoint_root() / "start.json"
+    if not start.is_file():
+        raise InputError(
+            f"the run's folder {cfg.checkpoint_root()} is not readable here (no {start.name})",
+            hint="mount the run's output_dir at the same path on this machine (a shared file system)",
+        )
+    return run.id, cfg
+
+
+class _Worker:
+    """The engine, the policy it serves, and one claim at a time."""
+
+    def __init__(self, engine: Engine, run_id: int, cfg: TrainConfig, lease_s: float) -> None:
+        from lanpo.train.run import RunStart
+        from lanpo.train.state import build_summarizer, load_start
+
+        self.engine, self.run_id, self.cfg, self.lease_s = engine, run_id, cfg, lease_s
+        self.name = f"worker {owner_tag()}"
+        self.versions: list[int] = []
+        root = cfg.checkpoint_root()
+        with transaction(engine) as session:
+            published = queue_repo.newest_policy(session, run_id)
+        if published is None:
+            raise InputError(f"run {run_id} has committed no step yet", hint="start the worker after the trainer")
+        base, tokenizer = load_base(cfg.model, cfg.seed)
+        resumed = RunStart(run_id, None, published.step, published.checkpoint, published.adapter_sha256)  # type: ignore[arg-type]
+        base, record = load_start(cfg, engine, resumed, base, tokenizer, root, Dist())
+        weights = start_folder(cfg, base, tokenizer, root, record, Dist()) if cfg.rollout.backend == "vllm" else None
+        self.policy: Policy = build_policy(base, tokenizer, cfg.lora, cfg.seed)
+        self.policy.model.eval()
+        self.tokenizer = tokenizer
+        self.step = -1  # the policy step it serves (none yet)
+        self._load(published)
+        self.backend: PolicyEngine = open_engine(cfg, self.policy.model, tokenizer, weights)
+        self.summarizer = build_summarizer(cfg, self.backend, tokenizer, Dist())
+
+    @property
+    def sampler(self) -> Sampler:
+        return Sampler(self.backend, self.tokenizer, Dist())
+
+    def claim(self) -> queue_repo.Claim | None:
+        with transaction(self.engine) as session:
+            return queue_repo.claim(session, self.run_id, self.name, self.lease_s)
+
+    def serve(self, claim: queue_repo.Claim) -> bool:
+        """Produce the claimed step and hand it back; False when the claim was lost before it finished."""
+        seconds: dict[str, float] = {}
+        keeper = _LeaseKeeper(self.engine, claim, self.lease_s)
+        try:
+            with keeper:
+                started = time.perf_counter()
+                self._serve_newest(claim.min_policy_step)
+                seconds["load_policy"] = time.perf_counter() - started
+                got = self._produce(claim)
+                seconds.update(got.metrics)
+        except BaseException:
+            with transaction(self.engine) as session:
+                queue_repo.requeue(session, claim)  # nothing half-done stays claimed
+            raise
+        with transaction(self.engine) as session:
+            kept = queue_repo.finish(
+                session, claim, self.name, self.step, self.backend.served_sha256, groups_to_json(got), seconds
+            )
+        if not kept:
+            log.warning("claim of step %d was lost (its lease ran out): its groups are not kept", claim.step)
+        return kept
+
+    def _produce(self, claim: queue_repo.Claim) -> Produced:
+        with transaction(self.engine) as session:
+            prompts = prompts_from_json(claim.prompts, _answers(session, claim.prompts["problem_ids"]))
+        phase = Phases(self.policy, claim.step)
+        got = produce(self.cfg, self.sampler, self.summarizer, claim.step, prompts, phase)
+        if self.cfg.workers.max_staleness > 0:  # the update weights stale groups by their generating policy
+            got.groups = self._with_logprobs(got.groups)
+        got.metrics = dict(phase.timer.seconds)
+        return got
+
+    def _serve_newest(self, at_least: int) -> None:
+        """Serve the newest committed policy; it is at least `at_least` (the trainer committed it before queuing)."""
+        with transaction(self.engine) as session:
+            published = queue_repo.newest_policy(session, self.run_id)
+        if published is None or published.step < at_least:
+            raise LanpoError(
+                f"the claim needs policy step {at_least}, and the store's newest is "
+                f"{None if published is None else published.step}",
+                hint="a trainer rolled back past queued work; the claim is given back",
+            )
+        if published.step != self.step:
+            self._load(published)
+            self.backend.sync()
+
+    def _load(self, published: queue_repo.PublishedPolicy) -> None:
+        """Load a committed step's weights into the policy, checked against the hash the store publishes."""
+        root = self.cfg.checkpoint_root()
+        path = Path(published.checkpoint) if published.checkpoint else ckpt.step_dir(root, published.step)
+        weights = path / ckpt.WEIGHTS_DIR[self.policy.kind]
+        if not weights.exists():
+            raise InputError(
+                f"the published policy of step {published.step} is not readable here ({weights})",
+                hint="mount the run's output_dir at the same path on this machine (a shared file system)",
+            )
+        self.policy.load(weights)
+        sha = self.policy.replica_sha256()
+        if sha and sha != published.adapter_sha256:
+            raise InputError(
+                f"the weights in {weights} hash to {sha[:12]}, but step {published.step} published "
+                f"{published.adapter_sha256[:12]}",
+                hint="the run folder changed after the step committed; do not serve it",
+            )
+        self.step = published.step
+        self.versions.append(published.step)
+        log.info("serving policy step %d (%s)", published.step, published.adapter_sha256[:12])
+
+    def _with_logprobs(self, groups: list[list[Completion]]) -> list[list[Completion]]:
+        """The generating policy's log-prob of every sampled token (softmax(logits / temperature), as the trainer
+        computes its own), for engines that report none (hf)."""
+        flat = [c for group in groups for c in group]
+        if not flat or all(c.logprobs is not None for c in flat):
+            return groups
+        device = next(self.policy.model.parameters()).device
+        batch = build_batch([c.prompt_token_ids for c in flat], [c.token_ids for c in flat],
+                            self.tokenizer.pad_token_id, device)  # fmt: skip
+        with torch.no_grad():
+            logp, _ = completion_logprobs(self.policy.model, batch, temperature=self.cfg.rollout.temperature)
+        it = iter(replace(c, logprobs=tuple(logp[b, : len(c.token_ids)].tolist())) for b, c in enumerate(flat))
+        return [[next(it) for _ in group] for group in groups]
+
+    def close(self) -> None:
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+
+
+class _LeaseKeeper:
+    """While the body runs, renew the claim's lease every third of `lease_s` from a daemon thread."""
+
+    def __init__(self, engine: Engine, claim: queue_repo.Claim, lease_s: float) -> None:
+        self.engine, self.claim, self.lease_s = engine, claim, lease_s
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"lanpo-lease-{claim.id}", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                with transaction(self.engine) as session:
+                    if not queue_repo.renew(session, self.claim, self.lease_s):
+                        self.lost = True
+                        return
+            except Exception as exc:  # the next renewal retries; the lease covers two missed ones
+                log.warning("renewing the lease of claim %s failed: %s", self.claim.id, exc)
+
+    def __enter__(self) -> _LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

@@ -1,0 +1,208 @@
+"""Asynchronous GRPO through the store: a trainer and `lanpo worker` processes on one queue, with real signals.
+
+- At `workers.max_staleness = 0` with one worker, a run is the synchronous run: same rollouts, same metrics.
+- A worker SIGKILLed in the middle of a claim loses nothing: the claim is redone by another worker, every step is
+  trained once, on one result.
+- A worker that cannot serve a run says why in one line and claims nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from lanpo.db.engine import ENV_URL
+from lanpo.train.config import GRPOConfig, WorkersConfig
+from lanpo.train.loop import TrainResult, train
+from lanpo.train.pause import PAUSE_ENV
+from tests.conftest import truncate_all
+from tests.train.conftest import insert_toy_problems, tiny_config
+
+TIMING = ("time/", "async/")  # seconds differ run to run; async/* exist only in the asynchronous run
+
+
+def _rows(db: Engine, sql: str, **params: Any) -> list[Any]:
+    with db.connect() as conn:
+        return list(conn.execute(sa.text(sql), params))
+
+
+def _responses(db: Engine, run_id: int) -> list[tuple[int, int, str, str]]:
+    return [
+        tuple(r)
+        for r in _rows(
+            db,
+            "SELECT g.step, g.problem_id, g.prompt, a.response FROM rollout_groups g "
+            "JOIN attempts a ON a.group_id = g.id WHERE g.run_id = :r ORDER BY g.step, g.id, a.id",
+            r=run_id,
+        )
+    ]
+
+
+def _worker(url: str, run_name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "lanpo", "worker", "--run", run_name, *args],
+        env={**os.environ, ENV_URL: url, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_one_worker_at_staleness_0_is_the_synchronous_run(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
+    hashes = "SELECT step, adapter_sha256 FROM policy_versions WHERE run_id = :r ORDER BY step"
+    # the synchronous run first, on a store it alone wrote; then the store is emptied (ids restart), so the
+    # asynchronous run draws its contexts from a pool that is, id for id, the one the synchronous run drew from
+    sync = train(tiny_config(tmp_path / "sync", run_name="tiny"), engine=db, progress=False)
+    sync_rows, sync_hashes = _responses(db, sync.run_id), _rows(db, hashes, r=sync.run_id)
+    truncate_all(db)
+    assert insert_toy_problems(db) == toy_problems
+    cfg = tiny_config(tmp_path / "async", run_name="tiny", workers=WorkersConfig(count=1, lease_s=30))
+    split = train(cfg, engine=db, progress=False)
+    assert split.steps == sync.steps == [1, 2, 3]
+    assert _responses(db, split.run_id) == sync_rows  # every prompt, context and response
+    for step, (a, s) in enumerate(zip(split.metrics, sync.metrics, strict=True), start=1):
+        same = {k: v for k, v in s.items() if not k.startswith(TIMING)}
+        assert {k: v for k, v in a.items() if not k.startswith(TIMING)} == same, f"step {step}"
+        assert a["async/staleness"] == 0 and a["async/dropped"] == 0 and a["async/redone"] == 0
+    assert _rows(db, hashes, r=split.run_id) == sync_hashes  # the same weights, step by step
+    # every queued step was generated once, by the policy of the step before, and used by the commit of its step
+    work = _rows(
+        db,
+        "SELECT w.step, w.status, w.claims, r.policy_step FROM rollout_work w JOIN rollout_results r "
+        "ON r.work_id = w.id WHERE w.run_id = :r ORDER BY w.step",
+        r=split.run_id,
+    )
+    assert [tuple(w) for w in work] == [(s, "used", 1, s - 1) for s in (1, 2, 3)]
+    assert (split.checkpoint_dir / "workers" / "worker-0.log").is_file()
+
+
+def _train_in_thread(cfg: Any, db: Engine) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            out["result"] = train(cfg, engine=db, progress=False)
+        except BaseException as exc:  # reported by the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_a_worker_killed_in_its_claim_loses_nothing_and_the_claim_is_redone(
+    db: Engine, db_env: str, toy_problems: list[int], tmp_path: Path
+) -> None:
+    cfg = tiny_config(
+        tmp_path, run_name="killed", steps=3,
+        workers=WorkersConfig(external=True, max_staleness=1, lease_s=3),
+        grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, tis_cap=2.0),
+    )  # fmt: skip
+    thread, out = _train_in_thread(cfg, db)
+    _wait_for(lambda: _rows(db, "SELECT 1 FROM rollout_work WHERE step = 2"), 120, "steps 1 and 2 to be queued")
+    # worker A stops inside its claim of step 2, before it generates (the pause hook), and is SIGKILLed there
+    first = _worker(db_env, "killed", "--max-claims", "1")  # step 1: done, then it exits
+    assert first.wait(120) == 0, first.stderr.read() if first.stderr else ""
+    victim = _worker(db_env, "killed", env={PAUSE_ENV: "generate:2"})
+    assert victim.stderr is not None
+    for line in victim.stderr:
+        if "lanpo-paused generate:2" in line:
+            break
+    held = _rows(db, "SELECT status, claimed_by FROM rollout_work WHERE step = 2")
+    assert held[0].status == "claimed" and str(victim.pid) in held[0].claimed_by
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    # worker B redoes it once the lease runs out, and serves the rest of the run
+    rescuer = _worker(db_env, "killed")
+    thread.join(300)
+    assert not thread.is_alive() and "error" not in out, out.get("error")
+    result: TrainResult = out["result"]
+    assert rescuer.wait(60) == 0, rescuer.stderr.read() if rescuer.stderr else ""
+    assert result.steps == [1, 2, 3]
+    work = _rows(
+        db,
+        "SELECT w.step, w.status, w.claims, w.claimed_by FROM rollout_work w WHERE w.run_id = :r ORDER BY w.step",
+        r=result.run_id,
+    )
+    assert [(w.step, w.status) for w in work] == [(1, "used"), (2, "used"), (3, "used")]  # one result each
+    assert work[1].claims == 2 and str(rescuer.pid) in work[1].claimed_by  # taken again, by the rescuer
+    assert result.metrics[1]["async/redone"] == 1 and result.metrics[0]["async/redone"] == 0
+    assert max(m["async/staleness"] for m in result.metrics) <= 1
+    groups = _rows(db, "SELECT step, count(*) AS n FROM rollout_groups WHERE run_id = :r GROUP BY step ORDER BY step",
+                   r=result.run_id)  # fmt: skip
+    assert [(g.step, g.n) for g in groups] == [(1, 3), (2, 3), (3, 3)]  # nothing lost, nothing doubled
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "expect"),
+    [
+        ("none", [], "no run named 'ghost'"),
+        ("finished", [], "has finished"),
+        ("sync", [], "trains synchronously"),
+        ("running", ["--model", "someone-else"], "trains 'tiny-random'"),
+    ],
+)
+def test_a_worker_that_cannot_serve_the_run_refuses_and_claims_nothing(
+    db: Engine, toy_problems: list[int], tmp_path: Path, run_cli: Any, setup: str, args: list[str], expect: str
+) -> None:
+    name = "ghost"
+    cfg = tiny_config(tmp_path, run_name=name, steps=1, workers=WorkersConfig(external=setup != "sync"))
+    if setup == "finished":  # an asynchronous run its worker served to the end
+        _finish_with_a_worker(cfg, db)
+    elif setup != "none":  # a running run (as a trainer holding it would show it), synchronous or not
+        with db.begin() as conn:
+            conn.execute(sa.text("INSERT INTO runs (name, kind, config, model) VALUES (:n, 'train', "
+                                 "CAST(:c AS jsonb), 'tiny-random')"),
+                         {"n": name, "c": _config_json(cfg)})  # fmt: skip
+    before = _rows(db, "SELECT coalesce(sum(claims), 0) AS c FROM rollout_work")[0].c
+    got = run_cli("worker", "--run", name, *args)
+    assert got.code == 2 and expect in got.err and got.err.startswith("error:"), got.err
+    assert "Traceback" not in got.err
+    assert _rows(db, "SELECT coalesce(sum(claims), 0) AS c FROM rollout_work")[0].c == before
+
+
+def _config_json(cfg: Any) -> str:
+    import json
+
+    from lanpo.config import to_mapping
+
+    return json.dumps(to_mapping(cfg))
+
+
+def _finish_with_a_worker(cfg: Any, db: Engine) -> None:
+    from lanpo.train.worker import run_worker
+
+    thread, out = _train_in_thread(cfg, db)
+    _wait_for(lambda: _rows(db, "SELECT 1 FROM rollout_work"), 120, "the step to be queued")
+    run_worker(db, cfg.run_name, max_claims=1)
+    thread.join(120)
+    assert "result" in out, out.get("error")
+
+
+def test_staleness_needs_tis(tmp_path: Path) -> None:
+    from lanpo.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="grpo.tis_cap"):
+        tiny_config(tmp_path, workers=WorkersConfig(count=1, max_staleness=1))
+    with pytest.raises(ConfigError, match="no worker serves"):
+        tiny_config(tmp_path, workers=WorkersConfig(max_staleness=1))
+    assert replace(WorkersConfig(count=2)).enabled
