@@ -7,13 +7,14 @@ off, as `lanpo train` processes on one embedded Postgres:
 - sync: `model.threads = 2`: generation, then the update, on both cores;
 - async: `lanpo train --workers 1`, `model.threads = 1`, `workers.threads = 1`, `workers.max_staleness = 1` (the
   worker generates step s + 1 while the trainer trains step s), `grpo.tis_cap = 2`.
-A round runs one of each (the order turns every round); each run takes `--steps` steps, and its throughput is
-64 rollouts a step over the wall seconds of its steps after the first (`time/step` in run_metrics: the first step
-of the async run also waits for the worker to load its model). The SFT start is left out (`sft.enabled = false`):
-both sides start from the same base model, so their rollouts are alike in length, and the bench takes minutes.
+Both start from the recipe's SFT warm start, trained once up front (`lanpo sft`, a few minutes; `--adapter` reuses
+one), so that groups have reward spread and the update trains (from the base model every reward is 0, and every
+step would skip its update). A round runs one of each (the order turns every round); each run takes `--steps`
+steps, and its throughput is 64 rollouts a step over the wall seconds of its steps after the first (`time/step`
+in run_metrics: the first step of the async run also waits for the worker to load its model).
 
-    python bench/async.py                        # 2 rounds of 4 steps each side
-    python bench/async.py --rounds 1 --steps 3
+    python bench/async.py                        # 2 rounds of 3 steps each side
+    python bench/async.py --rounds 1 --steps 2 --adapter ~/.lanpo/runs/learn-cpu/sft/adapter
 
 Its last line reads `async/sync: throughput X.XXx (...)`.
 """
@@ -31,22 +32,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "train" / "configs" / "learn-cpu.toml"
-COMMON = ["method=grpo", "feedback.mode=none", "sft.enabled=false", "eval.every=0", "summarizer.enabled=false"]
+COMMON = ["method=grpo", "feedback.mode=none", "feedback.p_t=0.0", "sft.enabled=false", "eval.every=0",
+          "summarizer.enabled=false"]  # fmt: skip
 SIDES = {
     "sync": ["model.threads=2"],
     "async": ["model.threads=1", "workers.count=1", "workers.threads=1", "workers.max_staleness=1", "grpo.tis_cap=2"],
 }
 
 
-def run_side(side: str, round_: int, steps: int, model: str, env: dict[str, str]) -> tuple[float, float]:
+def run_side(side: str, round_: int, steps: int, model: str, adapter: str, env: dict[str, str]) -> tuple[float, float]:
     """One `lanpo train` run; returns (rollouts trained per minute after the first step, the command's seconds)."""
     name = f"bench-{side}-{round_}"
-    sets = [*COMMON, *SIDES[side], f"steps={steps}", f"run_name={name}", f"model.name={model}"]
+    sets = [*COMMON, *SIDES[side], f"steps={steps}", f"run_name={name}", f"model.name={model}",
+            f"model.init_adapter={adapter}"]  # fmt: skip
     cmd = [sys.executable, "-m", "lanpo", "train", "--config", str(RECIPE), "--no-progress"]
     for s in sets:
         cmd += ["--set", s]
     started = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
     wall = time.perf_counter() - started
     import sqlalchemy as sa
 
@@ -67,7 +70,8 @@ def run_side(side: str, round_: int, steps: int, model: str, env: dict[str, str]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=4, help="steps per run (>= 2: the first is not counted)")
+    parser.add_argument("--steps", type=int, default=3, help="steps per run (>= 2: the first is not counted)")
+    parser.add_argument("--adapter", default=None, help="an SFT adapter folder to start from (default: train one)")
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be >= 2: the first step of each run is not counted")
@@ -77,14 +81,24 @@ def main() -> None:
     home = tempfile.mkdtemp(prefix="lanpo-bench-async-")
     env = {**os.environ, "LANPO_HOME": home, "PYTHONUNBUFFERED": "1"}
     os.environ["LANPO_HOME"] = home
-    subprocess.run([sys.executable, "-m", "lanpo", "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "lanpo", "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT
+    )
     print(f"CPU: {cpu_name()}; {args.rounds} round(s) x {args.steps} steps per side; LANPO_HOME {home}")
+    adapter = args.adapter
+    if adapter is None:
+        adapter = str(Path(home) / "sft" / "adapter")
+        sft = [sys.executable, "-m", "lanpo", "sft", "--config", str(RECIPE), "--set", f"model.name={model}",
+               "--out", str(Path(home) / "sft"), "--no-db"]  # fmt: skip
+        started = time.perf_counter()
+        subprocess.run(sft, env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        print(f"SFT start: {adapter} ({time.perf_counter() - started:.0f} s)", flush=True)
     got: dict[str, list[float]] = {side: [] for side in SIDES}
     try:
         for round_ in range(args.rounds):
             order = list(SIDES) if round_ % 2 == 0 else list(reversed(SIDES))
             for side in order:
-                rate, wall = run_side(side, round_, args.steps, model, env)
+                rate, wall = run_side(side, round_, args.steps, model, adapter, env)
                 got[side].append(rate)
                 print(f"round {round_ + 1} {side:5}: {rate:6.1f} rollouts/min ({wall:.0f} s in all)", flush=True)
     finally:

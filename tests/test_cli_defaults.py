@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 import pytest
 
-from lanpo.cli import infer, pool, relevance, retrieve
+from lanpo.cli import infer, pool, relevance, retrieve, worker
 from lanpo.config import field_default
 from lanpo.inference.config import EvalConfig, RetrievalSettings, SamplingSettings
 from lanpo.retrieval.search import SearchParams
-from lanpo.train.config import FeedbackConfig, InterConfig
+from lanpo.train.config import FeedbackConfig, InterConfig, WorkersConfig
 
 
 def option(command: click.Command, name: str) -> click.Parameter:
@@ -18,6 +18,7 @@ def option(command: click.Command, name: str) -> click.Parameter:
 
 CASES = [
     (pool.command.commands["sample"], "k", FeedbackConfig, "k"),
+    (worker.command, "threads", WorkersConfig, "threads"),
     (pool.command.commands["sample"], "candidates", FeedbackConfig, "candidates"),
     (pool.command.commands["sample"], "gamma", InterConfig, "gamma"),
     (pool.command.commands["context"], "k", FeedbackConfig, "k"),

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import click
 
+from lanpo.cli.params import field_option
+from lanpo.train.config import WorkersConfig
+
 
 @click.command("worker")
 @click.option("--run", "run_name", required=True, help="The training run to serve (see `lanpo runs`).")
-@click.option("--threads", type=click.IntRange(min=0), default=1, show_default=True,
+@field_option(WorkersConfig, "threads", type=click.IntRange(min=0),
               help="CPU threads of this worker's engine (0: every core).")  # fmt: skip
 @click.option("--lease-s", type=click.FloatRange(min=3), default=None,
               help="Seconds a claim lives unrenewed before another worker redoes it [default: the run's "

@@ -27,6 +27,11 @@ Where this departs from textbook GRPO (and why):
   rollouts give contrastive pairs whose diagnosed lessons are validated by replay; the validated ones add an NLL
   term to the update, J = J_GRPO + lambda * J_NLL, and join the pool as experiences of kind `meta`.
 
+Asynchronous GRPO (`[workers]`): the producer half (contexts -> rollouts -> rewards -> summaries,
+`lanpo.train.produce`) runs in `lanpo worker` processes that take the step's prompts from the store and hand its
+groups back; the step takes them (`lanpo.train.rollout_queue`), at most `workers.max_staleness` updates stale, and
+runs the consumer half unchanged. Stale groups carry their generating policy's log-probs for `grpo.tis_cap`.
+
 Crash safety: the checkpoint of step s is written (tmp dir + rename) before step s's transaction commits, and
 `commit_step` is the transaction's last statement. Resume loads the last committed step's checkpoint.
 Under torchrun each rank runs this same step on its share of the prompts (`lanpo.train.dist`); a sharded (FSDP)

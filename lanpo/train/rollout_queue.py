@@ -124,7 +124,9 @@ class LocalWorkers:
 
     def __init__(self, count: int, run_name: str, url: str, threads: int, lease_s: float, log_dir: Path) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, ENV_URL: url}
+        from lanpo.train.worker import OWNER_ENV
+
+        env = {**os.environ, ENV_URL: url, OWNER_ENV: str(os.getpid())}
         self.logs = [log_dir / f"worker-{i}.log" for i in range(count)]
         self.procs: list[subprocess.Popen[bytes]] = []
         for path in self.logs:

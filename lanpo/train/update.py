@@ -210,9 +210,13 @@ def _measure_only(
     autocast: torch.dtype | None = None,
     temperature: float = 1.0,
 ) -> dict[str, float]:
-    """KL and entropy of a batch nothing was learned from (every group skipped): no gradient, no step."""
+    """KL and entropy of a batch nothing was learned from (every group skipped): no gradient, no step. Also
+    returns the seconds of its reference pass (`ref`) and of its policy pass (`policy`): a step that learns
+    nothing still spends them."""
     kl_sum = entropy_sum = tokens = 0.0
+    started = time.perf_counter()
     ref = policy.reference_logprobs(batch, micro, share_prompts, autocast, temperature)  # (B, T)
+    seconds_ref = time.perf_counter() - started
     with torch.no_grad():
         for start in range(0, batch.size, micro):
             sub = batch.select(slice(start, start + micro))
@@ -221,7 +225,12 @@ def _measure_only(
             kl_sum += float((kl_k3(logp, ref[start : start + micro]) * mask).sum())
             entropy_sum += float((entropy * mask).sum())  # type: ignore[operator]
             tokens += float(mask.sum())
-    return {"kl": kl_sum / max(tokens, 1.0), "entropy": entropy_sum / max(tokens, 1.0)}
+    return {
+        "kl": kl_sum / max(tokens, 1.0),
+        "entropy": entropy_sum / max(tokens, 1.0),
+        "ref": seconds_ref,
+        "policy": time.perf_counter() - started - seconds_ref,
+    }
 
 
 def update_policy(
@@ -425,6 +434,7 @@ def _nothing_to_learn(
     for _ in range(cfg.ppo_epochs * n_minibatches):
         _skip_update(optimizer, scheduler)
     return UpdateStats(
-        0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, None, zero_spread, 0.0, 0.0,
+        0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, None, zero_spread,
+        measured["ref"], measured["policy"],  # seconds_ref, seconds_update: the measuring passes
         dual_clip_frac=None if cfg.dual_clip is None else 0.0,
     )  # fmt: skip

@@ -19,6 +19,7 @@ whose hash is not the published one. While it holds a claim a daemon thread rene
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -30,7 +31,7 @@ from sqlalchemy.engine import Engine
 
 from lanpo.config import from_mapping, quiet_renames
 from lanpo.db.engine import transaction
-from lanpo.db.heartbeat import owner_tag
+from lanpo.db.heartbeat import owner_tag, pid_alive
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.errors import ConfigError, InputError, LanpoError
@@ -50,6 +51,7 @@ from lanpo.train.timing import Phases
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5  # between claims while the queue is empty
+OWNER_ENV = "LANPO_WORKER_OWNER"  # set by a trainer for its local workers: its pid; they end when it is gone
 
 
 @dataclass
@@ -67,8 +69,12 @@ def run_worker(engine: Engine, run_name: str, threads: int = 1, lease_s: float |
     set_threads(threads)
     worker = _Worker(engine, run_id, cfg, lease)
     result = WorkerResult()
+    owner = int(os.environ.get(OWNER_ENV, "0"))
     try:
         while max_claims == 0 or result.claims < max_claims:
+            if owner and not pid_alive(owner):  # a local worker does not outlive the trainer that started it
+                log.warning("the trainer that started this worker (pid %d) is gone: the worker stops", owner)
+                break
             claim = worker.claim()
             if claim is None:
                 if not _running(engine, run_id):

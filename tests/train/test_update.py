@@ -156,7 +156,9 @@ def test_skip_zero_spread_updates_only_on_signal() -> None:
     before = [p.detach().clone() for p in params]
     policy = LoraPolicy(model)
     stats = update_policy(policy, optimizer, scheduler, batch, torch.zeros(8), cfg, seed=0)
-    assert stats.zero_spread == 1.0 and stats.seconds_update == 0.0 and stats.kl == stats.kl  # a number, not NaN
+    assert stats.zero_spread == 1.0 and stats.kl == stats.kl  # a number, not NaN
+    # the measuring passes it still runs are timed (a step that learns nothing is not a free step)
+    assert stats.seconds_ref > 0 and stats.seconds_update > 0
     assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
     assert scheduler.last_epoch == 1
     stats = update_policy(policy, optimizer, scheduler, batch, torch.tensor([1.0, -1.0] + [0.0] * 6), cfg, seed=0)

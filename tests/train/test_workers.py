@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from lanpo.train.loop import TrainResult, train
 from lanpo.train.pause import PAUSE_ENV
 from tests.conftest import truncate_all
 from tests.train.conftest import insert_toy_problems, tiny_config
+from tests.train.test_resume import RECIPE
 
 TIMING = ("time/", "async/")  # seconds differ run to run; async/* exist only in the asynchronous run
 
@@ -198,11 +198,61 @@ def _finish_with_a_worker(cfg: Any, db: Engine) -> None:
     assert "result" in out, out.get("error")
 
 
-def test_staleness_needs_tis(tmp_path: Path) -> None:
+def test_what_workers_refuse_at_load(tmp_path: Path) -> None:
     from lanpo.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="grpo.tis_cap"):
+    with pytest.raises(ConfigError, match=r"grpo\.tis_cap"):
         tiny_config(tmp_path, workers=WorkersConfig(count=1, max_staleness=1))
     with pytest.raises(ConfigError, match="no worker serves"):
         tiny_config(tmp_path, workers=WorkersConfig(max_staleness=1))
-    assert replace(WorkersConfig(count=2)).enabled
+    assert WorkersConfig(external=True).enabled and WorkersConfig(count=2).enabled and not WorkersConfig().enabled
+    with pytest.raises(ConfigError, match="single-process trainer"):
+        tiny_config(tmp_path, batch_size=4, workers=WorkersConfig(count=1)).check_world(2)
+    with pytest.raises(ConfigError, match="method = mel"):
+        tiny_config(tmp_path, method="mel", workers=WorkersConfig(count=1))
+
+
+# the resume tests' recipe (tiny model, 4 steps, 3 problems x 2 rollouts, both kinds of feedback), asynchronous
+ASYNC_RECIPE = (
+    RECIPE.replace("learning_rate = 1e-3\n", "learning_rate = 1e-3\ntis_cap = 2.0\n")
+    + """
+[workers]
+count = 1
+max_staleness = 1
+lease_s = 3
+"""
+)
+
+
+def test_a_killed_trainer_resumes_on_the_groups_made_meanwhile_and_its_workers_end_with_it(
+    db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path
+) -> None:
+    from lanpo.db.heartbeat import pid_alive
+    from tests.train.trainer_process import kill_when_paused, launch
+
+    config = tmp_path / "recipe.toml"
+    config.write_text(ASYNC_RECIPE.format(out=tmp_path / "ckpt"))
+    # killed inside step 2's transaction: its groups were trained on, not committed; step 3's are queued ahead
+    kill_when_paused(launch(config, "db_write:2"), "db_write:2")
+    assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(0,), (1,)]
+    work = _rows(db, "SELECT step, status, claimed_by FROM rollout_work ORDER BY step")
+    assert [(w.step, w.status) for w in work][:2] == [(1, "used"), (2, "done")]
+    worker_pid = int(work[0].claimed_by.rsplit(":", 1)[1])
+    _wait_for(lambda: not pid_alive(worker_pid), 30, "the dead trainer's worker to end")  # no orphan serves on
+
+    proc = launch(config, None, resume=True)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(s,) for s in range(5)]
+    used = _rows(
+        db,
+        "SELECT w.step, count(*) AS n, max(w.claims) AS claims FROM rollout_work w WHERE w.status = 'used' "
+        "GROUP BY w.step ORDER BY w.step",
+    )
+    assert [(u.step, u.n) for u in used] == [(s, 1) for s in range(1, 5)]  # every step trained on one result
+    assert used[1].claims == 1  # step 2's groups, made before the crash, were trained again: not regenerated
+    stale = _rows(db, "SELECT m.step, m.value FROM run_metrics m WHERE m.name = 'async/staleness' ORDER BY m.step")
+    assert [s.step for s in stale] == [1, 2, 3, 4] and max(s.value for s in stale) <= 1
+    assert _rows(db, "SELECT step, count(*) FROM run_attempts GROUP BY step ORDER BY step") == [
+        (s, 3 * 2) for s in range(1, 5)
+    ]
