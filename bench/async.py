@@ -15,6 +15,7 @@ in run_metrics: the first step of the async run also waits for the worker to loa
 
     python bench/async.py                        # 2 rounds of 3 steps each side
     python bench/async.py --rounds 1 --steps 2 --adapter ~/.lanpo/runs/learn-cpu/sft/adapter
+    python bench/async.py --model tiny-random --no-sft --rounds 1 --steps 2 --set batch_size=2   # the smoke test
 
 Its last line reads `async/sync: throughput X.XXx (...)`.
 """
@@ -40,11 +41,14 @@ SIDES = {
 }
 
 
-def run_side(side: str, round_: int, steps: int, model: str, adapter: str, env: dict[str, str]) -> tuple[float, float]:
+def run_side(
+    side: str, round_: int, args: argparse.Namespace, model: str, adapter: str | None, env: dict[str, str]
+) -> tuple[float, float]:
     """One `lanpo train` run; returns (rollouts trained per minute after the first step, the command's seconds)."""
     name = f"bench-{side}-{round_}"
-    sets = [*COMMON, *SIDES[side], f"steps={steps}", f"run_name={name}", f"model.name={model}",
-            f"model.init_adapter={adapter}"]  # fmt: skip
+    sets = [*COMMON, *SIDES[side], f"steps={args.steps}", f"run_name={name}", f"model.name={model}", *args.set]
+    if adapter is not None:
+        sets.append(f"model.init_adapter={adapter}")
     cmd = [sys.executable, "-m", "lanpo", "train", "--config", str(RECIPE), "--no-progress"]
     for s in sets:
         cmd += ["--set", s]
@@ -63,8 +67,11 @@ def run_side(side: str, round_: int, steps: int, model: str, adapter: str, env: 
             ),
             {"n": name},
         ).all()
+        # rollouts a step: batch_size x rollout.n, as the run recorded them
+        per_step = conn.execute(sa.text("SELECT config FROM runs WHERE name = :n"), {"n": name}).scalar_one()
+    rollouts = per_step["batch_size"] * per_step["rollout"]["n"]
     seconds = [float(r.value) for r in rows][1:]
-    return 64 * len(seconds) / sum(seconds) * 60, wall
+    return rollouts * len(seconds) / sum(seconds) * 60, wall
 
 
 def main() -> None:
@@ -72,12 +79,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3, help="steps per run (>= 2: the first is not counted)")
     parser.add_argument("--adapter", default=None, help="an SFT adapter folder to start from (default: train one)")
+    parser.add_argument("--no-sft", action="store_true", help="start from the base model (the smoke test)")
+    parser.add_argument("--model", default=None, help="model folder or name (default: the offline SmolLM2)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override (both sides)")
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be >= 2: the first step of each run is not counted")
     from lanpo.models import cpu_name, prepare_smollm2
 
-    model = str(prepare_smollm2())
+    model = args.model or str(prepare_smollm2())
     home = tempfile.mkdtemp(prefix="lanpo-bench-async-")
     env = {**os.environ, "LANPO_HOME": home, "PYTHONUNBUFFERED": "1"}
     os.environ["LANPO_HOME"] = home
@@ -86,10 +96,10 @@ def main() -> None:
     )
     print(f"CPU: {cpu_name()}; {args.rounds} round(s) x {args.steps} steps per side; LANPO_HOME {home}")
     adapter = args.adapter
-    if adapter is None:
+    if adapter is None and not args.no_sft:
         adapter = str(Path(home) / "sft" / "adapter")
         sft = [sys.executable, "-m", "lanpo", "sft", "--config", str(RECIPE), "--set", f"model.name={model}",
-               "--out", str(Path(home) / "sft"), "--no-db"]  # fmt: skip
+               "--set", "model.threads=2", "--out", str(Path(home) / "sft"), "--no-db"]  # fmt: skip
         started = time.perf_counter()
         subprocess.run(sft, env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
         print(f"SFT start: {adapter} ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -98,7 +108,7 @@ def main() -> None:
         for round_ in range(args.rounds):
             order = list(SIDES) if round_ % 2 == 0 else list(reversed(SIDES))
             for side in order:
-                rate, wall = run_side(side, round_, args.steps, model, adapter, env)
+                rate, wall = run_side(side, round_, args, model, adapter, env)
                 got[side].append(rate)
                 print(f"round {round_ + 1} {side:5}: {rate:6.1f} rollouts/min ({wall:.0f} s in all)", flush=True)
     finally:

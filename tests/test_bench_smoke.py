@@ -50,6 +50,11 @@ BENCHES: dict[str, tuple[str, str]] = {
         r"(?m)^step +[\d.]+ +[\d.]+ +[\d.]+x",
     ),
     "pool_ops": ("--scale small --steps 1", r"target: whole step <= 1.5x in-memory -> wall [\d.]+x"),
+    "async": (
+        "--model tiny-random --no-sft --rounds 1 --steps 2 --set batch_size=2 --set rollout.n=2 "
+        "--set rollout.max_new_tokens=4 --set grpo.minibatch_size=4 --set data.n=8",
+        r"async/sync: throughput [\d.]+x",
+    ),
 }
 VLLM_BENCHES: dict[str, tuple[str, str]] = {
     "rollout": ("--shape 1x1x4 --repeats 1 --threads 1 --lora", r"\| vllm merged LoRA \| [\d.]+ \| \d+ \| [\d.]+× \|"),
