@@ -112,7 +112,7 @@ class LanpoSide:
         from lanpo.config import from_mapping, load_toml
         from lanpo.db.repo import runs as runs_repo
         from lanpo.rollout import SamplingParams
-        from lanpo.train import loop
+        from lanpo.train import loop, produce
         from lanpo.train.config import TrainConfig
         from lanpo.train.state import setup
 
@@ -154,7 +154,7 @@ class LanpoSide:
         def equal_lengths(**kwargs: Any) -> SamplingParams:
             return SamplingParams(**kwargs, min_new_tokens=kwargs["max_new_tokens"])
 
-        loop.SamplingParams = equal_lengths  # type: ignore[assignment,misc]
+        produce.SamplingParams = equal_lengths  # type: ignore[assignment,misc]  (the producer half samples)
         self.prompt_texts: list[list[str]] = []
         feedback_prompts = loop.feedback_prompts
 

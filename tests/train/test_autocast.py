@@ -166,7 +166,7 @@ def test_kl_is_zero_at_step_1_under_autocast_lora(
     (where a bf16 matmul is ~80x slower than fp32) the trainer says so, and only there."""
     from lanpo.models import native_bf16
 
-    monkeypatch.setattr("lanpo.train.loop.grade", _alternating_rewards)  # spread in every group: the weights move
+    monkeypatch.setattr("lanpo.train.produce.grade", _alternating_rewards)  # spread in every group: the weights move
     seen = _record_autocast(monkeypatch)
     cfg = _sft_config(tmp_path, steps=2, grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, autocast="bf16"))
     with caplog.at_level("WARNING", logger="lanpo.train.state"):
@@ -184,7 +184,7 @@ def test_kl_is_zero_at_step_1_under_autocast_full(
     db: Engine, toy_problems: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """tests/train/test_full_ft.py's full fine-tuning run from the merged SFT start, under bf16 autocast."""
-    monkeypatch.setattr("lanpo.train.loop.grade", _alternating_rewards)
+    monkeypatch.setattr("lanpo.train.produce.grade", _alternating_rewards)
     seen = _record_autocast(monkeypatch)
     cfg = _full_config(tmp_path, grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, autocast="bf16"))
     first, second = train(cfg, engine=db, progress=False).metrics

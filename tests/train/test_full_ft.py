@@ -158,7 +158,7 @@ def _full_config(tmp_path: Path, **overrides: Any) -> Any:
 def test_a_full_run_starts_from_the_merged_sft_start_and_checkpoints_whole_models(
     db: Engine, toy_problems: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("lanpo.train.loop.grade", _alternating_rewards)
+    monkeypatch.setattr("lanpo.train.produce.grade", _alternating_rewards)
     result = train(_full_config(tmp_path), engine=db, progress=False)
     first, second = result.metrics
     assert abs(first["kl"]) <= kl_rounding_bound()  # the reference is the merged SFT start = the policy before step 1
@@ -201,7 +201,7 @@ def test_inference_loads_a_full_fine_tuning_checkpoint(
     from lanpo.inference.engine import Engine as Answerer
     from lanpo.train.state import setup
 
-    monkeypatch.setattr("lanpo.train.loop.grade", _alternating_rewards)
+    monkeypatch.setattr("lanpo.train.produce.grade", _alternating_rewards)
     cfg = _full_config(tmp_path, sft=SFTConfig(enabled=False), steps=1)
     train(cfg, engine=db, progress=False)
     trainer, first = setup(cfg, db, resume=True)  # the trained policy, resumed from the database's last step

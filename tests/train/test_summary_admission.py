@@ -154,7 +154,7 @@ def test_training_admits_only_lessons_and_records_the_metrics(
     replies = _Replies([GOOD, TEMPLATE_ECHOES[0]])
     real = summarize.summarise
     monkeypatch.setattr(
-        "lanpo.train.loop.summarise", lambda backend, tokenizer, *args: real(replies, tokenizer, *args)
+        "lanpo.train.produce.summarise", lambda backend, tokenizer, *args: real(replies, tokenizer, *args)
     )
     summarizer = SummarizerConfig(min_reward=0.0, max_new_tokens=8, max_new_per_step=2, require_format=require_format)
     cfg = tiny_config(tmp_path, steps=2, summarizer=summarizer)
