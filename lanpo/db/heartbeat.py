@@ -25,7 +25,11 @@ from types import TracebackType
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from lanpo.procs import pid_alive
+
 log = logging.getLogger(__name__)
+
+__all__ = ["Beating", "Heartbeat", "Liveness", "liveness", "owner_tag", "pid_alive"]
 
 HEARTBEAT_S = 10.0  # seconds between beats
 STALE_AFTER_S = 60.0  # a running run silent this long lost its process (six missed beats)
@@ -35,21 +39,6 @@ BEAT = sa.text("UPDATE runs SET heartbeat_at = now(), owner = :owner WHERE id = 
 def owner_tag() -> str:
     """This process as a run's owner: "<host>:<pid>"."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` exists on this machine (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True  # no /proc here: os.kill said it exists
 
 
 @dataclass(frozen=True)
@@ -90,36 +79,32 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-class Heartbeat:
-    """`with Heartbeat(engine, run_id):` the body's process holds run `run_id` and beats while the body runs.
+class Beating:
+    """`with beating:` the body runs while a daemon thread calls `beat()` every `every` seconds. A beat that fails
+    (the database restarting, say) is logged once and retried at the next one: losing a beat must not stop the work
+    it reports on. A beat that returns False ends the beating (what it kept alive is gone)."""
 
-    The first beat is written before the body starts (the run is taken before any work); the next ones by a daemon
-    thread every `every` seconds. A beat that fails (the database restarting, say) is logged once and retried at the
-    next one: losing a beat must not stop the training it reports on."""
-
-    def __init__(self, engine: Engine, run_id: int, every: float = HEARTBEAT_S) -> None:
-        self.engine, self.run_id, self.every = engine, run_id, every
-        self.owner = owner_tag()
+    def __init__(self, every: float, name: str, what: str) -> None:
+        self.every, self.what = every, what
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"lanpo-heartbeat-{run_id}", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._warned = False
 
-    def beat(self) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(BEAT, {"owner": self.owner, "run_id": self.run_id})
+    def beat(self) -> bool | None:
+        raise NotImplementedError
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
             try:
-                self.beat()
+                if self.beat() is False:
+                    return
                 self._warned = False
             except Exception as exc:
                 if not self._warned:
-                    log.warning("heartbeat of run %s failed (retrying every %.0f s): %s", self.run_id, self.every, exc)
+                    log.warning("%s failed (retrying every %.0f s): %s", self.what, self.every, exc)
                     self._warned = True
 
-    def __enter__(self) -> Heartbeat:
-        self.beat()
+    def __enter__(self) -> Beating:
         self._thread.start()
         return self
 
@@ -128,3 +113,24 @@ class Heartbeat:
     ) -> None:
         self._stop.set()
         self._thread.join(timeout=self.every + 5)
+
+
+class Heartbeat(Beating):
+    """`with Heartbeat(engine, run_id):` the body's process holds run `run_id` and beats while the body runs.
+
+    The first beat is written before the body starts (the run is taken before any work); the next ones by a daemon
+    thread every `every` seconds (`Beating`)."""
+
+    def __init__(self, engine: Engine, run_id: int, every: float = HEARTBEAT_S) -> None:
+        super().__init__(every, f"lanpo-heartbeat-{run_id}", f"heartbeat of run {run_id}")
+        self.engine, self.run_id = engine, run_id
+        self.owner = owner_tag()
+
+    def beat(self) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(BEAT, {"owner": self.owner, "run_id": self.run_id})
+
+    def __enter__(self) -> Heartbeat:
+        self.beat()
+        super().__enter__()
+        return self

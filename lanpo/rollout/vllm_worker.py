@@ -44,30 +44,15 @@ from contextlib import suppress
 
 import torch
 
+from lanpo.procs import process_tag, tag_gone
+
 OWNER_ENV = "LANPO_ENGINE_OWNER"  # "<pid>:<start time>" of the process that started the engine (spawn inherits it)
 WATCH_S = 1.0  # how often the worker looks at the owner
 
 
-def _start_time(pid: int) -> str | None:
-    """Process `pid`'s start time (clock ticks since boot, /proc/<pid>/stat field 22), so that a reused pid is not
-    taken for the owner; None when the process is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]
-
-
 def engine_owner(pid: int | None = None) -> str:
     """The `OWNER_ENV` value naming process `pid` (default: this one)."""
-    pid = os.getpid() if pid is None else pid
-    return f"{pid}:{_start_time(pid)}"
-
-
-def _owner_gone(owner: str) -> bool:
-    pid, _, start = owner.partition(":")
-    return _start_time(int(pid)) != start
+    return process_tag(pid)
 
 
 def _watch_owner() -> None:
@@ -81,7 +66,7 @@ def _watch_owner() -> None:
     core = parent if parent != pid else None  # a worker under the EngineCore process (else this is the core)
 
     def watch() -> None:
-        while not _owner_gone(owner):
+        while not tag_gone(owner):
             time.sleep(WATCH_S)
         if core is not None:
             with suppress(ProcessLookupError):

@@ -13,6 +13,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sqlalchemy.orm import Session
+
+from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo.contexts import InterItem, IntraItem
 from lanpo.rewards import Graded, grade
 from lanpo.rollout import Completion, SamplingParams
@@ -138,6 +141,11 @@ def prompts_from_json(data: dict[str, Any], answers: list[str | None]) -> StepPr
         for items in fields["items"]
     ]
     return StepPrompts(answers=answers, **fields)
+
+
+def prompts_from_store(session: Session, data: dict[str, Any]) -> StepPrompts:
+    """`prompts_from_json` with the gold answers of its problems read from the store."""
+    return prompts_from_json(data, [p.answer for p in problems_repo.problems_by_ids(session, data["problem_ids"])])
 
 
 def groups_to_json(produced: Produced) -> list[dict[str, Any]]:

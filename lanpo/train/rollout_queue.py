@@ -27,20 +27,21 @@ from pathlib import Path
 from typing import Any
 
 from lanpo.db.engine import ENV_URL, transaction
-from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import LanpoError
+from lanpo.procs import process_tag
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist
 from lanpo.train.feedback import feedback_prompts
 from lanpo.train.parts import RunRef
-from lanpo.train.produce import Produced, produced_from_json, prompts_from_json, prompts_to_json
+from lanpo.train.produce import Produced, produced_from_json, prompts_from_store, prompts_to_json
 from lanpo.train.timing import Phases
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2  # between looks at the queue while the trainer waits
+OWNER_ENV = "LANPO_WORKER_OWNER"  # a local worker's trainer (`lanpo.procs.process_tag`): the worker ends with it
 REPORT_EVERY_S = 60.0  # a waiting trainer says what the queue holds this often
 
 
@@ -71,7 +72,7 @@ class RolloutQueue:
                 queue_repo.mark(session, done.id, "dropped")
                 queue_repo.enqueue(session, self.run.run_id, step, done.prompts, step - 1)
         with transaction(self.run.engine) as session:
-            prompts = prompts_from_json(done.prompts, _answers(session, done.prompts["problem_ids"]))
+            prompts = prompts_from_store(session, done.prompts)
             prompts.policy_version_id = steps_repo.policy_version_id(session, self.run.run_id, done.policy_step)
         got = produced_from_json(prompts, done.groups)
         got.work_id = done.id
@@ -114,19 +115,12 @@ class RolloutQueue:
             time.sleep(POLL_S)
 
 
-def _answers(session: Any, problem_ids: list[int]) -> list[str | None]:
-    rows = {p.id: p for p in problems_repo.problems_by_ids(session, sorted(set(problem_ids)))}
-    return [rows[p].answer for p in problem_ids]
-
-
 class LocalWorkers:
     """`count` `lanpo worker` processes for run `run_name`, on this machine, against the trainer's database."""
 
     def __init__(self, count: int, run_name: str, url: str, threads: int, lease_s: float, log_dir: Path) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
-        from lanpo.train.worker import OWNER_ENV
-
-        env = {**os.environ, ENV_URL: url, OWNER_ENV: str(os.getpid())}
+        env = {**os.environ, ENV_URL: url, OWNER_ENV: process_tag()}
         self.logs = [log_dir / f"worker-{i}.log" for i in range(count)]
         self.procs: list[subprocess.Popen[bytes]] = []
         for path in self.logs:

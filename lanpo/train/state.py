@@ -237,16 +237,7 @@ def load_start(
     """
     record_path = root / START_RECORD
     if start.last_step is not None:
-        recorded = json.loads(record_path.read_text()) if record_path.is_file() else {"adapter": None}
-        if not recorded.get("adapter"):
-            return base, recorded
-        merged, sha = merge_adapter(base, recorded["adapter"])
-        if sha != recorded.get("adapter_sha256"):
-            raise InputError(
-                f"the start adapter {recorded['adapter']} changed since this run started from it",
-                hint="restore it, or start a new run_name",
-            )
-        return merged, recorded
+        return recorded_start(base, root)
     folder, sha = cfg.model.init_adapter, None
     if folder is None and cfg.sft.enabled:
         from lanpo.train.sft import run_sft
@@ -270,6 +261,22 @@ def load_start(
         root.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(record, indent=1) + "\n")
     return base, record
+
+
+def recorded_start(base: Any, root: Path) -> tuple[Any, dict[str, Any]]:
+    """The start a run in `root` recorded (`START_RECORD`): `base` with its start adapter merged, checked by hash
+    (what a resumed trainer and a rollout worker build)."""
+    record_path = root / START_RECORD
+    recorded = json.loads(record_path.read_text()) if record_path.is_file() else {"adapter": None}
+    if not recorded.get("adapter"):
+        return base, recorded
+    merged, sha = merge_adapter(base, recorded["adapter"])
+    if sha != recorded.get("adapter_sha256"):
+        raise InputError(
+            f"the start adapter {recorded['adapter']} changed since this run started from it",
+            hint="restore it, or start a new run_name",
+        )
+    return merged, recorded
 
 
 def _resume_from(

@@ -20,22 +20,21 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 from sqlalchemy.engine import Engine
 
 from lanpo.config import from_mapping, quiet_renames
 from lanpo.db.engine import transaction
-from lanpo.db.heartbeat import owner_tag, pid_alive
+from lanpo.db.heartbeat import Beating, owner_tag
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.errors import ConfigError, InputError, LanpoError
 from lanpo.models import check_model_ref, set_threads
+from lanpo.procs import tag_gone
 from lanpo.rollout import Completion
 from lanpo.train import checkpoint as ckpt
 from lanpo.train.batch import build_batch, completion_logprobs
@@ -43,15 +42,14 @@ from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist
 from lanpo.train.parts import Sampler
 from lanpo.train.policy import Policy, build_policy, load_base
-from lanpo.train.produce import Produced, groups_to_json, produce, prompts_from_json
-from lanpo.train.rollout_queue import _answers
+from lanpo.train.produce import Produced, groups_to_json, produce, prompts_from_store
+from lanpo.train.rollout_queue import OWNER_ENV
 from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
 from lanpo.train.timing import Phases
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5  # between claims while the queue is empty
-OWNER_ENV = "LANPO_WORKER_OWNER"  # set by a trainer for its local workers: its pid; they end when it is gone
 
 
 @dataclass
@@ -69,11 +67,11 @@ def run_worker(engine: Engine, run_name: str, threads: int = 1, lease_s: float |
     set_threads(threads)
     worker = _Worker(engine, run_id, cfg, lease)
     result = WorkerResult()
-    owner = int(os.environ.get(OWNER_ENV, "0"))
+    owner = os.environ.get(OWNER_ENV)  # set for a local worker: the trainer that started it
     try:
         while max_claims == 0 or result.claims < max_claims:
-            if owner and not pid_alive(owner):  # a local worker does not outlive the trainer that started it
-                log.warning("the trainer that started this worker (pid %d) is gone: the worker stops", owner)
+            if owner and tag_gone(owner):  # a local worker does not outlive the trainer that started it
+                log.warning("the trainer that started this worker (%s) is gone: the worker stops", owner)
                 break
             claim = worker.claim()
             if claim is None:
@@ -136,8 +134,7 @@ class _Worker:
     """The engine, the policy it serves, and one claim at a time."""
 
     def __init__(self, engine: Engine, run_id: int, cfg: TrainConfig, lease_s: float) -> None:
-        from lanpo.train.run import RunStart
-        from lanpo.train.state import build_summarizer, load_start
+        from lanpo.train.state import build_summarizer, recorded_start
 
         self.engine, self.run_id, self.cfg, self.lease_s = engine, run_id, cfg, lease_s
         self.name = f"worker {owner_tag()}"
@@ -148,8 +145,7 @@ class _Worker:
         if published is None:
             raise InputError(f"run {run_id} has committed no step yet", hint="start the worker after the trainer")
         base, tokenizer = load_base(cfg.model, cfg.seed)
-        resumed = RunStart(run_id, None, published.step, published.checkpoint, published.adapter_sha256)  # type: ignore[arg-type]
-        base, record = load_start(cfg, engine, resumed, base, tokenizer, root, Dist())
+        base, record = recorded_start(base, root)  # the start the trainer recorded, its adapter merged
         weights = start_folder(cfg, base, tokenizer, root, record, Dist()) if cfg.rollout.backend == "vllm" else None
         self.policy: Policy = build_policy(base, tokenizer, cfg.lora, cfg.seed)
         self.policy.model.eval()
@@ -176,8 +172,8 @@ class _Worker:
                 started = time.perf_counter()
                 self._serve_newest(claim.min_policy_step)
                 seconds["load_policy"] = time.perf_counter() - started
-                got = self._produce(claim)
-                seconds.update(got.metrics)
+                got, took = self._produce(claim)
+                seconds.update(took)
         except BaseException:
             with transaction(self.engine) as session:
                 queue_repo.requeue(session, claim)  # nothing half-done stays claimed
@@ -190,15 +186,15 @@ class _Worker:
             log.warning("claim of step %d was lost (its lease ran out): its groups are not kept", claim.step)
         return kept
 
-    def _produce(self, claim: queue_repo.Claim) -> Produced:
+    def _produce(self, claim: queue_repo.Claim) -> tuple[Produced, dict[str, float]]:
+        """The claimed step's groups, and the seconds of its phases."""
         with transaction(self.engine) as session:
-            prompts = prompts_from_json(claim.prompts, _answers(session, claim.prompts["problem_ids"]))
+            prompts = prompts_from_store(session, claim.prompts)
         phase = Phases(self.policy, claim.step)
         got = produce(self.cfg, self.sampler, self.summarizer, claim.step, prompts, phase)
         if self.cfg.workers.max_staleness > 0:  # the update weights stale groups by their generating policy
             got.groups = self._with_logprobs(got.groups)
-        got.metrics = dict(phase.timer.seconds)
-        return got
+        return got, phase.timer.seconds
 
     def _serve_newest(self, at_least: int) -> None:
         """Serve the newest committed policy; it is at least `at_least` (the trainer committed it before queuing)."""
@@ -256,29 +252,13 @@ class _Worker:
             backend.close()
 
 
-class _LeaseKeeper:
-    """While the body runs, renew the claim's lease every third of `lease_s` from a daemon thread."""
+class _LeaseKeeper(Beating):
+    """While the body runs, renew the claim's lease every third of `lease_s` (`Beating`); a lost claim ends it."""
 
     def __init__(self, engine: Engine, claim: queue_repo.Claim, lease_s: float) -> None:
+        super().__init__(lease_s / 3, f"lanpo-lease-{claim.id}", f"renewing the lease of claim {claim.id}")
         self.engine, self.claim, self.lease_s = engine, claim, lease_s
-        self.lost = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"lanpo-lease-{claim.id}", daemon=True)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.lease_s / 3):
-            try:
-                with transaction(self.engine) as session:
-                    if not queue_repo.renew(session, self.claim, self.lease_s):
-                        self.lost = True
-                        return
-            except Exception as exc:  # the next renewal retries; the lease covers two missed ones
-                log.warning("renewing the lease of claim %s failed: %s", self.claim.id, exc)
-
-    def __enter__(self) -> _LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+    def beat(self) -> bool:
+        with transaction(self.engine) as session:
+            return queue_repo.renew(session, self.claim, self.lease_s)
