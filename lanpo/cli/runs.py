@@ -3,7 +3,8 @@
 A process killed outright (SIGKILL, a lost machine, the OOM killer) cannot mark its run failed: the run stays
 `running` and its heartbeat stops (`lanpo.db.heartbeat`). Here such a run reads `stale` (silent past the bound) or
 `dead` (its pid is gone on this machine), with the command that marks it failed. `lanpo train --resume` takes such a
-run over without it.
+run over without it. `lanpo runs workers` shows the rollout workers of asynchronous runs (`[workers]`), as the
+queue sees them: a worker's liveness is its claim's lease.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from lanpo.cli.params import Float
 from lanpo.db.engine import connect, transaction
 from lanpo.db.heartbeat import STALE_AFTER_S
 from lanpo.db.models import RUN_KINDS
+from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.errors import InputError
 
@@ -98,6 +100,33 @@ def fail_cmd(names: Sequence[str], all_lost: bool, stale_after: float) -> None:
         click.echo(f"run {r.name!r} marked failed ({state.why}; last committed step {r.last_step or '-'})")
     if not chosen:
         click.echo("no run lost its process")
+
+
+@command.command("workers")
+@click.argument("names", nargs=-1)
+def workers_cmd(names: Sequence[str]) -> None:
+    """The rollout workers of runs NAMES (default: every run): the step each holds, the seconds left on its lease
+    (a lease that ran out reads `lapsed`: the next claim redoes that step), the steps it finished, and how long ago
+    its last one was. A worker appears once it has claimed a step."""
+    with transaction(connect()) as session:
+        if names:
+            missing = sorted(set(names) - {r.name for r in runs_repo.list_runs(session, names)})
+            if missing:
+                raise InputError(f"no run named {missing[0]!r}", hint=runs_repo.LIST_RUNS)
+        rows = queue_repo.workers(session, list(names) or None)
+    if not rows:
+        click.echo(
+            "no rollout workers" + (" for these runs" if names else " yet") + " (lanpo worker --run NAME starts one)"
+        )
+        return
+    run_w = max(3, *(len(r.run) for r in rows))
+    worker_w = max(6, *(len(r.worker) for r in rows))
+    click.echo(f"{'run':<{run_w}}  {'worker':<{worker_w}}  {'holds':>5}  {'lease':>8}  {'finished':>8}  last finished")
+    for r in rows:
+        holds = "-" if r.holding is None else str(r.holding)
+        lease = "-" if r.lease_left_s is None else "lapsed" if r.lease_left_s < 0 else f"{r.lease_left_s:.0f}s"
+        last = "-" if r.last_finished_age_s is None else f"{r.last_finished_age_s:.0f}s ago"
+        click.echo(f"{r.run:<{run_w}}  {r.worker:<{worker_w}}  {holds:>5}  {lease:>8}  {r.finished:>8}  {last}")
 
 
 def _quoted(name: str) -> str:

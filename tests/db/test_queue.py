@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
@@ -89,3 +90,27 @@ def test_a_dropped_step_is_queued_again_as_its_next_attempt(db: Engine, run_id: 
         assert queue_repo.enqueue(session, run_id, 1, done.prompts, 1) is not None
         again = queue_repo.claim(session, run_id, "a", lease_s=60)
     assert again is not None and again.attempt == 1 and again.min_policy_step == 1 and again.claims == 1
+
+
+def test_runs_workers_shows_what_each_worker_holds_and_finished(db: Engine, run_id: int, run_cli: Callable) -> None:
+    _enqueue(db, run_id, range(1, 4))
+    with transaction(db) as session:
+        one = queue_repo.claim(session, run_id, "worker a", lease_s=60)
+        assert one is not None and queue_repo.finish(session, one, "worker a", 0, None, [], {})
+        assert queue_repo.claim(session, run_id, "worker a", lease_s=60) is not None  # holds step 2
+        assert queue_repo.claim(session, run_id, "worker b", lease_s=0.2) is not None  # step 3, soon lapsed
+    time.sleep(0.4)
+    with transaction(db) as session:
+        a, b = queue_repo.workers(session)
+        assert queue_repo.workers(session, ["no such run"]) == []
+    assert (a.run, a.worker, a.holding, a.finished) == ("queued", "worker a", 2, 1)
+    assert a.lease_left_s is not None and 50 < a.lease_left_s <= 60 and a.last_finished_age_s is not None
+    assert (b.worker, b.holding, b.finished, b.last_finished_age_s) == ("worker b", 3, 0, None)
+    assert b.lease_left_s is not None and b.lease_left_s < 0  # lapsed: the next claim redoes step 3
+
+    out = run_cli("runs", "workers", "queued").out.splitlines()
+    assert out[0].split() == ["run", "worker", "holds", "lease", "finished", "last", "finished"]
+    assert out[1].split()[:5] == ["queued", "worker", "a", "2", out[1].split()[4]] and out[1].split()[5] == "1"
+    assert out[2].split()[:6] == ["queued", "worker", "b", "3", "lapsed", "0"]
+    missing = run_cli("runs", "workers", "nope")
+    assert missing.code == 2 and "no run named 'nope'" in missing.err and "hint:" in missing.err

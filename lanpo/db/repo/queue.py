@@ -140,6 +140,26 @@ def state(session: Session, run_id: int, step: int) -> QueueState:
 
 
 @dataclass(frozen=True)
+class WorkerState:
+    """One worker of a run as the queue sees it (`lanpo runs workers`)."""
+
+    run: str
+    worker: str
+    holding: int | None  # the step it holds a claim on (None: idle, or gone)
+    lease_left_s: float | None  # negative: the lease ran out, and the next claim redoes the step
+    finished: int
+    last_finished_age_s: float | None
+
+
+def workers(session: Session, names: list[str] | None = None) -> list[WorkerState]:
+    """Every worker that holds a claim or finished a step, of every run or of the runs named, oldest run first."""
+    rows = session.execute(sqlfiles.load("queries/rollout_workers"), {"names": names})
+    return [
+        WorkerState(r.run, r.worker, r.holding, r.lease_left_s, int(r.finished), r.last_finished_age_s) for r in rows
+    ]
+
+
+@dataclass(frozen=True)
 class PublishedPolicy:
     """The newest committed step of a run: the version workers serve, where its weights are, and their hash."""
 
