@@ -75,7 +75,10 @@ def main() -> None:
 
     n = cfg.rollout.n
     print(f"{args.run}: {cfg.steps} steps recorded, replaying {args.steps}; {n} rollouts a group")
-    print("| step | rollouts | ‖Δ‖ fp32 | ‖Δ‖ bf16 | bf16 / fp32 | cos(Δ fp32, Δ bf16) | KL fp32 | KL bf16 | clip fp32 | clip bf16 | s fp32 | s bf16 |")
+    print(
+        "| step | rollouts | ‖Δ‖ fp32 | ‖Δ‖ bf16 | bf16 / fp32 | cos(Δ fp32, Δ bf16) | KL fp32 | KL bf16 "
+        "| clip fp32 | clip bf16 | s fp32 | s bf16 |"
+    )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for step in range(1, args.steps + 1):
         got = [r for r in rows if r.step == step]
