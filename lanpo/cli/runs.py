@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import click
+from sqlalchemy.orm import Session
 
 from lanpo.cli.params import Float
 from lanpo.db.engine import connect, transaction
@@ -75,10 +76,7 @@ def fail_cmd(names: Sequence[str], all_lost: bool, stale_after: float) -> None:
     if not names and not all_lost:
         raise InputError("name the runs to mark failed, or pass --stale", hint="lanpo runs lists them")
     with transaction(connect()) as session:
-        rows = runs_repo.list_runs(session, names) if names else runs_repo.list_runs(session)
-        missing = sorted(set(names) - {r.name for r in rows})
-        if missing:
-            raise InputError(f"no run named {missing[0]!r}", hint=runs_repo.LIST_RUNS)
+        rows = _named_runs(session, names) if names else runs_repo.list_runs(session)
         chosen = []
         for r in rows:
             state = r.liveness(stale_after)
@@ -110,9 +108,7 @@ def workers_cmd(names: Sequence[str]) -> None:
     its last one was. A worker appears once it has claimed a step."""
     with transaction(connect()) as session:
         if names:
-            missing = sorted(set(names) - {r.name for r in runs_repo.list_runs(session, names)})
-            if missing:
-                raise InputError(f"no run named {missing[0]!r}", hint=runs_repo.LIST_RUNS)
+            _named_runs(session, names)
         rows = queue_repo.workers(session, list(names) or None)
     if not rows:
         click.echo(
@@ -127,6 +123,15 @@ def workers_cmd(names: Sequence[str]) -> None:
         lease = "-" if r.lease_left_s is None else "lapsed" if r.lease_left_s < 0 else f"{r.lease_left_s:.0f}s"
         last = "-" if r.last_finished_age_s is None else f"{r.last_finished_age_s:.0f}s ago"
         click.echo(f"{r.run:<{run_w}}  {r.worker:<{worker_w}}  {holds:>5}  {lease:>8}  {r.finished:>8}  {last}")
+
+
+def _named_runs(session: Session, names: Sequence[str]) -> list[runs_repo.RunRow]:
+    """The runs `names` names; InputError for the first name no run has."""
+    rows = runs_repo.list_runs(session, names)
+    missing = sorted(set(names) - {r.name for r in rows})
+    if missing:
+        raise InputError(f"no run named {missing[0]!r}", hint=runs_repo.LIST_RUNS)
+    return rows
 
 
 def _quoted(name: str) -> str:

@@ -110,7 +110,9 @@ def test_runs_workers_shows_what_each_worker_holds_and_finished(db: Engine, run_
 
     out = run_cli("runs", "workers", "queued").out.splitlines()
     assert out[0].split() == ["run", "worker", "holds", "lease", "finished", "last", "finished"]
-    assert out[1].split()[:5] == ["queued", "worker", "a", "2", out[1].split()[4]] and out[1].split()[5] == "1"
+    held = out[1].split()
+    assert held[:4] == ["queued", "worker", "a", "2"] and held[5] == "1" and held[6].endswith("s")
+    assert held[4].endswith("s") and 50 < int(held[4][:-1]) <= 60  # the lease's seconds left
     assert out[2].split()[:6] == ["queued", "worker", "b", "3", "lapsed", "0"]
     missing = run_cli("runs", "workers", "nope")
     assert missing.code == 2 and "no run named 'nope'" in missing.err and "hint:" in missing.err
