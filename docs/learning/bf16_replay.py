@@ -30,8 +30,8 @@ from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist
 from lanpo.train.policy import build_policy, load_base
 from lanpo.train.schedule import mix_seed
-from lanpo.train.state import updates_per_step
-from lanpo.train.update import update_policy, warmup_schedule
+from lanpo.train.state import optimizer_and_schedule
+from lanpo.train.update import update_policy
 
 ROWS = """
 SELECT g.step, g.id AS group_id, g.prompt, a.response, a.reward, a.completion_tokens
@@ -63,12 +63,7 @@ def main() -> None:
         base, tokenizer = load_base(cfg.model, cfg.seed)
         base, _ = merge_adapter(base, cfg.model.init_adapter)
         policy = build_policy(base, tokenizer, cfg.lora, cfg.seed, Dist())  # the same fresh adapter (seeded)
-        optimizer = torch.optim.AdamW(
-            policy.trainable_parameters(), lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay
-        )
-        scheduler = warmup_schedule(
-            optimizer, cfg.steps * updates_per_step(cfg), cfg.grpo.warmup_ratio, cfg.grpo.lr_schedule
-        )
+        optimizer, scheduler = optimizer_and_schedule(cfg, policy)
         copies[name] = (policy, optimizer, scheduler, replace(cfg.grpo, autocast=autocast))
     start = _flat(copies["fp32"][0])
     assert torch.equal(start, _flat(copies["bf16"][0])), "the two copies must start from the same adapter"

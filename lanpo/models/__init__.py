@@ -16,6 +16,7 @@ The reference policy is the same model with the adapter disabled: no second copy
 
 from lanpo.models.device import (
     DTYPES,
+    bf16_pays,
     check_device,
     cpu_name,
     default_device,
@@ -74,6 +75,7 @@ __all__ = [
     "adapter_state",
     "apply_chat",
     "attach_lora",
+    "bf16_pays",
     "cache_kwarg",
     "check_adapter_dir",
     "check_device",

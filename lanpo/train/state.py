@@ -27,17 +27,18 @@ from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import ConfigError, InputError
 from lanpo.models import (
     adapter_sha256,
+    bf16_pays,
     check_adapter_dir,
     check_device,
     check_model_ref,
     cpu_name,
     merge_adapter,
-    native_bf16,
     set_threads,
 )
 from lanpo.paths import input_file, output_dir
 from lanpo.rollout import make_backend
 from lanpo.train import checkpoint as ckpt
+from lanpo.train.batch import autocast_dtype
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist, init_from_env
 from lanpo.train.parts import RunRef, Sampler, StepStore
@@ -102,6 +103,16 @@ def updates_per_step(cfg: TrainConfig) -> int:
     return cfg.grpo.ppo_epochs * minibatches_per_epoch(cfg.batch_size * cfg.rollout.n, cfg.grpo)
 
 
+def optimizer_and_schedule(cfg: TrainConfig, policy: Policy) -> tuple[torch.optim.Optimizer, Any]:
+    """The policy's AdamW over its trainable parameters and its learning-rate schedule over the whole run: the
+    warmup, then cosine or constant, counted in optimizer steps (`updates_per_step` a training step)."""
+    optimizer = torch.optim.AdamW(
+        policy.trainable_parameters(), lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay
+    )
+    total = cfg.steps * updates_per_step(cfg)
+    return optimizer, warmup_schedule(optimizer, total, cfg.grpo.warmup_ratio, cfg.grpo.lr_schedule)
+
+
 def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> None:
     """What the store and the disk would refuse, checked before the policy loads (which takes minutes on a CPU)."""
     if not cfg.data.task and cfg.data.dataset not in problems_repo.known_datasets(session):
@@ -140,12 +151,15 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
             check_before_loading(session, cfg, resume)
     set_threads(cfg.model.threads)
     base, tokenizer = load_base(cfg.model, cfg.seed)
-    if cfg.grpo.autocast == "bf16" and not native_bf16(next(base.parameters()).device):
+    device = next(base.parameters()).device
+    if cfg.grpo.autocast == "bf16" and not bf16_pays(device):
         log.warning(
-            "grpo.autocast = bf16 on %s: without native bf16 a bf16 matmul runs far slower than fp32 "
-            "(80x measured on an AVX2 CPU); set grpo.autocast = off",
-            cpu_name(),
+            "grpo.autocast = bf16 on %s: a bf16 matmul measured no faster than fp32 here (80x slower on an AVX2 "
+            "CPU); set grpo.autocast = off or auto",
+            cpu_name() if device.type == "cpu" else device,
         )
+    elif cfg.grpo.autocast == "auto":
+        log.info("grpo.autocast = auto: %s on %s", "bf16" if autocast_dtype("auto") else "off (fp32)", device)
     root = cfg.checkpoint_root()
 
     shared: dict[str, Any] = {}
@@ -165,12 +179,7 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
         start_folder(cfg, base, tokenizer, root, start_record, dist) if cfg.rollout.backend == "vllm" else None
     )
     policy = build_policy(base, tokenizer, cfg.lora, cfg.seed, dist)  # a new adapter on the start, or all of it
-    optimizer = torch.optim.AdamW(
-        policy.trainable_parameters(), lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay
-    )
-    scheduler = warmup_schedule(
-        optimizer, cfg.steps * updates_per_step(cfg), cfg.grpo.warmup_ratio, cfg.grpo.lr_schedule
-    )
+    optimizer, scheduler = optimizer_and_schedule(cfg, policy)
     if start.last_step is not None:  # every rank: the committed checkpoint's weights, optimizer and schedule
         _resume_from(cfg, start, policy, optimizer, scheduler, root)
     first = 1 if start.last_step is None else start.last_step + 1

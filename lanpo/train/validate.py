@@ -62,6 +62,13 @@ def prepare_validation(session: Session, cfg: TrainConfig) -> ValidationSet | No
             )
         _generate(session, cfg, dataset, training)
     rows = problems_repo.problems_of_dataset(session, dataset)[: cfg.eval.n]
+    if len(rows) < cfg.eval.n and not cfg.eval.dataset and cfg.data.task:
+        # lanpo generated this set, for a smaller eval.n: validating on fewer problems than asked would be silent
+        raise ConfigError(
+            f"the validation dataset {dataset!r} holds {len(rows)} problems, generated for a smaller eval.n; "
+            f"eval.n asks for {cfg.eval.n}",
+            hint=f"set eval.n = {len(rows)}, or eval.dataset to a new name (lanpo generates it with eval.n problems)",
+        )
     shared = sum(1 for r in rows if r.question in training)
     if shared:
         raise ConfigError(

@@ -15,7 +15,7 @@ import torch
 from sqlalchemy.engine import Engine
 
 from lanpo.errors import ConfigError
-from lanpo.models import tiny_causal_lm
+from lanpo.models import default_device, tiny_causal_lm
 from lanpo.rl.advantages import group_advantages
 from lanpo.train import batch as batch_module
 from lanpo.train.batch import autocast_dtype, build_batch, chunked_logprobs, completion_logprobs
@@ -58,11 +58,36 @@ class LogitDtypes:
         model.get_output_embeddings().register_forward_hook(lambda _m, _a, out: self.seen.append(out.dtype))
 
 
-def test_autocast_maps_the_setting_and_the_config_refuses_other_values() -> None:
+def test_autocast_maps_the_setting_and_the_config_refuses_other_values(monkeypatch: pytest.MonkeyPatch) -> None:
     assert autocast_dtype("off") is None and autocast_dtype("bf16") is BF16
     assert GRPOConfig().autocast == "off"
-    with pytest.raises(ConfigError, match=r"grpo\.autocast must be off or bf16, got 'fp8'"):
+    with pytest.raises(ConfigError, match=r"grpo\.autocast must be off, bf16 or auto, got 'fp8'"):
         GRPOConfig(autocast="fp8")
+    asked: list[torch.device] = []
+    for pays, want in ((True, BF16), (False, None)):
+        monkeypatch.setattr("lanpo.train.batch.bf16_pays", lambda device, pays=pays: asked.append(device) or pays)
+        assert autocast_dtype("auto") is want
+    assert asked == [default_device()] * 2  # measured on the device the trainer uses
+
+
+def test_bf16_pays_is_measured_and_never_without_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe times the product itself: oneDNN's flag alone read True on a Xeon where bf16 ran 0.7x fp32."""
+    from lanpo.models import device as dev
+
+    dev.bf16_pays.cache_clear()
+    monkeypatch.setattr(dev, "native_bf16", lambda device: False)
+    assert dev.bf16_pays("cpu") is False  # no timing at all: a reference GEMM is up to 80x slower
+    dev.bf16_pays.cache_clear()
+    monkeypatch.setattr(dev, "native_bf16", lambda device: True)
+    calls: list[tuple[int, ...]] = []
+    real_randn = torch.randn
+    monkeypatch.setattr(dev.torch, "randn", lambda *shape: calls.append(shape) or real_randn(*shape))
+    measured = dev.bf16_pays("cpu")
+    assert calls == [(1024, 576), (576, 1536)] and isinstance(measured, bool)
+    assert dev.bf16_pays("cpu") is measured and len(calls) == 2  # once per process
+    dev.bf16_pays.cache_clear()
+    assert dev.bf16_pays("meta") is False
+    dev.bf16_pays.cache_clear()
 
 
 @pytest.mark.parametrize("share", [True, False], ids=["shared-prompts", "rows-whole"])
@@ -118,10 +143,11 @@ def test_the_lora_gradient_under_autocast_points_where_fp32s_does() -> None:
     assert abs(loss16 - loss32) < 1e-2
 
 
-@pytest.mark.parametrize("setting", ["off", "bf16"])
-def test_every_forward_of_an_update_follows_the_setting(setting: str) -> None:
+@pytest.mark.parametrize("setting", ["off", "bf16", "auto"])
+def test_every_forward_of_an_update_follows_the_setting(setting: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The reference, old log-probs (two PPO epochs), the update, MEL's NLL forwards, and the measure-only pass
-    of a batch without spread."""
+    of a batch without spread. auto, where bf16 pays, is bf16."""
+    monkeypatch.setattr("lanpo.train.batch.bf16_pays", lambda device: True)
     model, _ = w.policy()
     prompts, completions, advantages = w.global_rollouts()
     batch = build_batch(prompts, completions, 0, torch.device("cpu"))
@@ -131,7 +157,7 @@ def test_every_forward_of_an_update_follows_the_setting(setting: str) -> None:
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate)
     heads = LogitDtypes(model)
     stats = update_policy(policy, optimizer, warmup_schedule(optimizer, 4, 0.0), batch, advantages, cfg, 0, nll=nll)
-    want = BF16 if setting == "bf16" else torch.float32
+    want = torch.float32 if setting == "off" else BF16
     # ref 4 micro-batches, old log-probs 4, two epochs of 4 GRPO + NLL micro-batches; shared prompts: 2 forwards each
     assert len(heads.seen) >= 16 and set(heads.seen) == {want}
     assert stats.nll is not None and stats.grad_norm > 0
@@ -163,16 +189,17 @@ def test_kl_is_zero_at_step_1_under_autocast_lora(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """tests/train/test_start.py's SFT warm start, its forwards under bf16 autocast; on a CPU without native bf16
-    (where a bf16 matmul is ~80x slower than fp32) the trainer says so, and only there."""
-    from lanpo.models import native_bf16
+    (where a bf16 matmul is ~80x slower than fp32) or where it measures no faster, the trainer says so, and only
+    there."""
+    from lanpo.models import bf16_pays
 
     monkeypatch.setattr("lanpo.train.produce.grade", _alternating_rewards)  # spread in every group: the weights move
     seen = _record_autocast(monkeypatch)
     cfg = _sft_config(tmp_path, steps=2, grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, autocast="bf16"))
     with caplog.at_level("WARNING", logger="lanpo.train.state"):
         first, second = train(cfg, engine=db, progress=False).metrics
-    warned = [r.getMessage() for r in caplog.records if "without native bf16" in r.getMessage()]
-    assert len(warned) == (0 if native_bf16("cpu") else 1), warned
+    warned = [r.getMessage() for r in caplog.records if "measured no faster than fp32" in r.getMessage()]
+    assert len(warned) == (0 if bf16_pays("cpu") else 1), warned
     assert seen and set(seen) == {BF16}  # grpo.autocast reached the trainer's forwards
     # reference = the SFT model = the policy before its first update, same autocast; exactly, by construction:
     # the same weights in the same memory, and the adapter's B = 0 adds exactly 0

@@ -92,6 +92,16 @@ def test_generated_validation_leaves_out_training_questions(db: Engine) -> None:
         prepare_validation(session, leaky)
     with pytest.raises(ConfigError, match="validation must be held out"):
         TrainConfig(data=cfg.data, eval=ValidationConfig(every=1, dataset="sums"))
+    # the generated set, asked later for more problems than it was generated with: refused, not silently fewer
+    larger = TrainConfig(data=cfg.data, eval=ValidationConfig(every=1, n=30))
+    refused = r"'sums-val' holds 20 problems, generated for a smaller eval\.n"
+    with pytest.raises(ConfigError, match=refused), transaction(db) as session:
+        prepare_validation(session, larger)
+    # an imported set is read as "the first n": a set smaller than eval.n is used whole
+    short = TrainConfig(data=cfg.data, eval=ValidationConfig(every=1, n=30, dataset="imported"))
+    with transaction(db) as session:
+        upsert_problems(session, "imported", [ProblemIn("y", "What is 123456 + 1?", "123457")])
+        assert len(prepare_validation(session, short).problem_ids) == 1  # type: ignore[union-attr]
 
 
 def test_validation_metrics_by_hand() -> None:
