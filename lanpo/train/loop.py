@@ -59,7 +59,7 @@ from lanpo.rl.advantages import group_advantages
 from lanpo.rollout import Completion
 from lanpo.train import checkpoint as ckpt
 from lanpo.train import record
-from lanpo.train.batch import RolloutBatch, build_batch
+from lanpo.train.batch import RolloutBatch, autocast_dtype, build_batch
 from lanpo.train.config import TrainConfig
 from lanpo.train.dist import Dist, gather_step
 from lanpo.train.feedback import feedback_prompts
@@ -197,6 +197,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         t.backend.sync()  # the engine serves the updated policy from the next generation on
     metrics = {**stats.as_metrics(), **prompts.feedback_metrics(n), **got.metrics}  # got: async/* from the queue
     metrics["lr"] = float(t.scheduler.get_last_lr()[0])
+    metrics["autocast/bf16"] = float(autocast_dtype(cfg.grpo.autocast) is torch.bfloat16)  # what "auto" chose
 
     # ------------------------------------------------------------------ 7. checkpoint (before the DB commit)
     with phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes

@@ -201,6 +201,7 @@ def test_kl_is_zero_at_step_1_under_autocast_lora(
     warned = [r.getMessage() for r in caplog.records if "measured no faster than fp32" in r.getMessage()]
     assert len(warned) == (0 if bf16_pays("cpu") else 1), warned
     assert seen and set(seen) == {BF16}  # grpo.autocast reached the trainer's forwards
+    assert first["autocast/bf16"] == second["autocast/bf16"] == 1.0  # and the run's metrics say so
     # reference = the SFT model = the policy before its first update, same autocast; exactly, by construction:
     # the same weights in the same memory, and the adapter's B = 0 adds exactly 0
     assert first["kl"] == 0.0
