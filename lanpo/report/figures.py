@@ -276,14 +276,15 @@ CATALOGUE: tuple[FigureSpec, ...] = (
     FigureSpec(
         "optimizer",
         "Loss and optimiser",
-        "loss, gradient norm, learning rate, zero-spread share",
+        "loss, gradient norm, learning rate, zero-spread share, and whether the update ran under bf16 autocast",
         _fixed(
             single("loss", "loss"),
             single("grad norm", "grad_norm"),
             single("learning rate", "lr"),
             single("rollouts with zero advantage", "groups/zero_spread", "share"),
+            single("update under bf16 autocast (grpo.autocast)", "autocast/bf16", "1 = bf16, 0 = fp32"),
         ),
-        "loss, grad_norm, lr, groups/zero_spread",
+        "loss, grad_norm, lr, groups/zero_spread, autocast/bf16",
     ),
     FigureSpec(
         "feedback",
