@@ -7,10 +7,11 @@ policy is that start, so the KL at step 1 is exactly 0 for both kinds:
 - `LoraPolicy` (`lora.enabled`, the default): a fresh adapter on the start (B = 0); the reference is the same
   model with the adapter disabled, no second copy. Under torchrun DDP all-reduces the adapter's gradients.
 - `FullPolicy` (`lora.enabled = false`, as the paper trains): every weight trains; the reference is a frozen copy
-  of the start's weights. Alone, the copy lives on the CPU and visits the policy's device for its forward pass
-  only; under torchrun the policy and the copy are both sharded with FSDP2 (`lanpo.train.fsdp`), the copy's
-  shards on the CPU when the policy is on a GPU. A checkpoint holds the full weights (`save_pretrained`, with
-  the tokenizer): a complete model folder that `lanpo infer --model` loads.
+  of the start's weights. Both are fp32 whatever `model.dtype` loaded (bf16 weights would not move at lr 1e-6;
+  the forwards take bf16 from `grpo.autocast`). Alone, the copy lives on the CPU and visits the policy's device
+  for its forward pass only; under torchrun the policy and the copy are both sharded with FSDP2
+  (`lanpo.train.fsdp`), the copy's shards on the CPU when the policy is on a GPU. A checkpoint holds the full
+  weights (`save_pretrained`, with the tokenizer): a complete model folder that `lanpo infer --model` loads.
 
 The update, the loop and the checkpoint see only `Policy`; nothing else branches on the kind.
 
@@ -21,6 +22,7 @@ the machinery); anything else goes through `lanpo.models.load_causal_lm`.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -47,6 +49,8 @@ from lanpo.train import fsdp
 from lanpo.train.batch import RolloutBatch, chunked_logprobs
 from lanpo.train.config import LoraConfig, ModelConfig
 from lanpo.train.dist import Dist
+
+log = logging.getLogger(__name__)
 
 TINY = "tiny-random"
 
@@ -164,6 +168,14 @@ class FullPolicy:
         self.collective_forwards = self.dist.enabled  # sharded below: FSDP gathers each unit for its forward
         self.tokenizer = tokenizer  # saved with the weights, so that a checkpoint is a complete model folder
         self.device = next(model.parameters()).device
+        loaded = next(model.parameters()).dtype
+        # fp32 master weights, as verl's actor ("we have to create model in fp32. Otherwise, the optimizer is in
+        # bf16, which is incorrect"): AdamW's step at the paper's lr 1e-6 is below half a bf16 ulp of nearly every
+        # weight, so bf16 weights (model.dtype auto on a GPU) would not move at all. The forwards still run in
+        # bf16 under grpo.autocast; the upcast is exact, so the policy computes as the loaded start did.
+        if loaded != torch.float32:
+            log.info("full fine-tuning: the %s start upcast to float32 master weights", str(loaded)[6:])
+            model.float()
         reference = copy.deepcopy(model).requires_grad_(False).eval()  # before any step: exactly the start
         self.model = self.trained = model.requires_grad_(True)
         self._offloaded = False

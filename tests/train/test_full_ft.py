@@ -137,6 +137,42 @@ def test_the_reference_is_the_start_bit_for_bit() -> None:
     assert not torch.allclose(chunked_logprobs(moved, batch, 5), logp, atol=1e-3)  # the check can tell models apart
 
 
+def _moved_share(policy_model: Any, trained: Any, lr: float) -> float:
+    """The share of `trained`'s weights that one GRPO update at `lr` (bf16 autocast) moves."""
+    prompts, completions, advantages = w.global_rollouts()
+    batch = build_batch(prompts, completions, 0, torch.device("cpu"))
+    before = {n: p.detach().float().clone() for n, p in policy_model.named_parameters()}
+    optimizer = torch.optim.AdamW(trained.trainable_parameters(), lr=lr, weight_decay=0.0)
+    cfg = replace(CFG, learning_rate=lr, autocast="bf16")
+    update_policy(trained, optimizer, warmup_schedule(optimizer, 10, 0.0), batch, advantages, cfg, seed=0)
+    moved = sum(int((p.detach().float() != before[n]).sum()) for n, p in policy_model.named_parameters())
+    return moved / sum(p.numel() for p in policy_model.parameters())
+
+
+class _Bf16Weights(FullPolicy):
+    """The policy as it was before master weights: it trains the bf16 weights it was given (the reference)."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        super().__init__(model, tokenizer)
+        self.model.to(torch.bfloat16)
+
+
+def test_full_fine_tuning_of_bf16_weights_trains_fp32_master_weights_at_the_papers_lr() -> None:
+    """A start loaded in bf16 (model.dtype auto on a GPU) trains fp32 weights, as verl's actor does: at the
+    paper's lr 1e-6 an AdamW step is below half a bf16 ulp of nearly every weight, so bf16 weights stay put. The
+    upcast is exact: the policy computes as the loaded start did, and the reference is that start."""
+    model, tokenizer = tiny_causal_lm(seed=0)
+    loaded = {n: p.detach().to(torch.bfloat16).clone() for n, p in model.named_parameters()}
+    policy = FullPolicy(model.to(torch.bfloat16), tokenizer)
+    assert {p.dtype for p in policy.model.parameters()} == {torch.float32}
+    for name, p in [*policy.model.named_parameters(), *policy.reference.named_parameters()]:
+        assert torch.equal(p.detach(), loaded[name].float()), name
+    assert _moved_share(policy.model, policy, 1e-6) > 0.99
+    bf16 = _Bf16Weights(*tiny_causal_lm(seed=0))
+    assert {p.dtype for p in bf16.model.parameters()} == {torch.bfloat16}
+    assert _moved_share(bf16.model, bf16, 1e-6) < 0.1  # the check can tell: bf16 weights hardly move
+
+
 def _alternating_rewards(completions: list[str], answers: list, modes: list) -> list[Graded]:
     """A reward with spread in every group (the tiny random model never answers right), so the weights move."""
     return [Graded(float(i % 2), bool(i % 2), False) for i in range(len(completions))]
