@@ -116,7 +116,9 @@ def main() -> int:
         policy = LoraPolicy(model)
         variant_cfg = replace(cfg, autocast="bf16" if variant == "autocast bf16" else "off")  # as the trainer runs
         started = time.perf_counter()
-        ref = policy.reference_logprobs(batch, batch.size, cfg.share_prompts, autocast_dtype(variant_cfg.autocast))
+        ref = policy.reference_logprobs(
+            batch, batch.size, cfg.share_prompts, autocast_dtype(variant_cfg.autocast, batch.input_ids.device)
+        )
         loss, _, _ = micro_batch_loss(model, batch, advantages, None, ref, None, variant_cfg)
         loss.backward()
         seconds = time.perf_counter() - started

@@ -94,11 +94,12 @@ def build_batch(
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16}  # grpo.autocast
 
 
-def autocast_dtype(setting: str) -> torch.dtype | None:
+def autocast_dtype(setting: str, device: torch.device | None = None) -> torch.dtype | None:
     """`grpo.autocast` ("off" | "bf16" | "auto") as the dtype the forwards autocast to (None: none, plain fp32);
-    "auto" is bf16 where a bf16 matmul measures faster than fp32 on the training device (`bf16_pays`)."""
+    "auto" is bf16 where a bf16 matmul measures faster than fp32 on `device`, where the forwards run (`bf16_pays`;
+    default: the device the trainer would pick)."""
     if setting == "auto":
-        return torch.bfloat16 if bf16_pays(default_device()) else None
+        return torch.bfloat16 if bf16_pays(device or default_device()) else None
     return AUTOCAST_DTYPES[setting]
 
 

@@ -197,7 +197,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         t.backend.sync()  # the engine serves the updated policy from the next generation on
     metrics = {**stats.as_metrics(), **prompts.feedback_metrics(n), **got.metrics}  # got: async/* from the queue
     metrics["lr"] = float(t.scheduler.get_last_lr()[0])
-    metrics["autocast/bf16"] = float(autocast_dtype(cfg.grpo.autocast) is torch.bfloat16)  # what "auto" chose
+    metrics["autocast/bf16"] = float(autocast_dtype(cfg.grpo.autocast, device) is torch.bfloat16)  # "auto"'s choice
 
     # ------------------------------------------------------------------ 7. checkpoint (before the DB commit)
     with phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes

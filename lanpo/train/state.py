@@ -159,7 +159,7 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
             cpu_name() if device.type == "cpu" else device,
         )
     elif cfg.grpo.autocast == "auto":
-        log.info("grpo.autocast = auto: %s on %s", "bf16" if autocast_dtype("auto") else "off (fp32)", device)
+        log.info("grpo.autocast = auto: %s on %s", "bf16" if autocast_dtype("auto", device) else "off (fp32)", device)
     root = cfg.checkpoint_root()
 
     shared: dict[str, Any] = {}

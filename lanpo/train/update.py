@@ -136,7 +136,7 @@ def micro_batch_loss(
     old_logp None: on-policy, the ratio is 1 and the forward's own detached log-probs stand in for it. The
     log-probs are of softmax(logits / temperature), as old_logp, ref_logp and behavior_logp must be.
     """
-    autocast = autocast_dtype(cfg.autocast)
+    autocast = autocast_dtype(cfg.autocast, sub.input_ids.device)
     logp, entropy = completion_logprobs(model, sub, True, cfg.share_prompts, autocast, temperature)  # (m, T)
     old = logp.detach() if old_logp is None else old_logp
     loss, stats = policy_loss(
@@ -256,7 +256,7 @@ def update_policy(
     temperature) (1: the logits as they are, bit for bit what the update computed before the argument existed).
     """
     dist = dist or Dist()
-    autocast = autocast_dtype(cfg.autocast)  # None: the forwards in the weights' dtype
+    autocast = autocast_dtype(cfg.autocast, batch.input_ids.device)  # None: the forwards in the weights' dtype
     zero_spread = float(dist.all_reduce_sum((advantages == 0).float().mean().reshape(1)).item() / dist.world)
     n_minibatches = minibatches_per_epoch(batch.size * dist.world, cfg)
     if cfg.skip_zero_spread:
@@ -326,7 +326,7 @@ class _Update:
     nll_total: float = 0.0
 
     def __post_init__(self) -> None:
-        self.autocast = autocast_dtype(self.cfg.autocast)
+        self.autocast = autocast_dtype(self.cfg.autocast, self.batch.input_ids.device)
         self.params = self.policy.trainable_parameters()
 
     @property
@@ -429,7 +429,7 @@ def _nothing_to_learn(
 ) -> UpdateStats:
     """Every group skipped: the batch's KL and entropy measured, and the schedule stepped as often as an update
     would have (each step moving nothing)."""
-    autocast = autocast_dtype(cfg.autocast)
+    autocast = autocast_dtype(cfg.autocast, batch.input_ids.device)
     measured = _measure_only(policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast, temperature)
     for _ in range(cfg.ppo_epochs * n_minibatches):
         _skip_update(optimizer, scheduler)

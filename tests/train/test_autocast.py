@@ -67,7 +67,9 @@ def test_autocast_maps_the_setting_and_the_config_refuses_other_values(monkeypat
     for pays, want in ((True, BF16), (False, None)):
         monkeypatch.setattr("lanpo.train.batch.bf16_pays", lambda device, pays=pays: asked.append(device) or pays)
         assert autocast_dtype("auto") is want
-    assert asked == [default_device()] * 2  # measured on the device the trainer uses
+        assert autocast_dtype("auto", torch.device("meta")) is want
+    # measured on the device the forwards run on; without one, on the device the trainer would pick
+    assert asked == [default_device(), torch.device("meta")] * 2
 
 
 def test_bf16_pays_is_measured_and_never_without_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
