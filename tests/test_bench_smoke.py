@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 240  # a bench that hangs fails instead of holding the lane
@@ -49,6 +50,7 @@ BENCHES: dict[str, tuple[str, str]] = {
         "--steps 1 --prompts 1 --n 2 --max-new-tokens 4 --threads 1 --model tiny-random",
         r"(?m)^step +[\d.]+ +[\d.]+ +[\d.]+x",
     ),
+    "gpu_check": ("--device cpu --small --dtype bfloat16", r"gpu check: 4 of 4 ok"),  # bf16 weights, as on a GPU
     "pool_ops": ("--scale small --steps 1", r"target: whole step <= 1.5x in-memory -> wall [\d.]+x"),
     "async": (
         "--model tiny-random --no-sft --rounds 1 --steps 2 --set batch_size=2 --set rollout.n=2 "
@@ -75,6 +77,23 @@ def run_bench(name: str, args: str, tmp_path: Path, timeout: int = TIMEOUT_S) ->
     )
     assert out.returncode == 0, f"bench/{name}.py exited {out.returncode}:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
     return out.stdout
+
+
+def test_the_gpu_check_wrapper_runs_its_rows_and_refuses_a_missing_gpu(tmp_path: Path) -> None:
+    """bench/gpu_check.sh as the device runs it (no wheels carried here: the venv has the store's packages)."""
+    env = {k: v for k, v in os.environ.items() if k != "LANPO_DATABASE_URL"}
+    env.update(PYTHON=sys.executable, GPU_CHECK_WHEELS=str(tmp_path / "none"), OUT=str(tmp_path), OMP_NUM_THREADS="1")
+    script = str(ROOT / "bench" / "gpu_check.sh")
+    run = subprocess.run(
+        ["bash", script, "--device", "cpu", "--small", "--only", "FSDP2, world 1", "--only", "sync to engine"],
+        capture_output=True, text=True, timeout=TIMEOUT_S, env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "| sync to engine | ok |" in run.stdout
+    assert "gpu check: 2 of 2 ok" in (tmp_path / "gpu_check.log").read_text()  # the log lands in $OUT
+    if not torch.cuda.is_available():
+        refused = subprocess.run(["bash", script], capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+        assert refused.returncode == 2 and "error: no CUDA device here" in refused.stdout + refused.stderr
 
 
 def test_every_bench_is_smoked() -> None:

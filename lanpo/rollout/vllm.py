@@ -357,24 +357,15 @@ class VLLMBackend:
         """Stage `state` in the worker bucket by bucket, then load it there in one go (or drop it on a failure)."""
         import torch
 
-        from lanpo.rollout.vllm_worker import pack
+        from lanpo.rollout.vllm_worker import buckets
 
         if self._dtype is None:
             self._dtype = getattr(torch, self._rpc("lanpo_dtype").removeprefix("torch."))
-        limit = self.config.sync_bucket_mb * 2**20
         expected: dict[str, list[int]] | None = {k: list(v) for k, v in self.checkpoint_shapes().items()}
-        bucket: list[Any] = []
-        size = 0
         try:
-            for name, tensor in state.items():
-                t = tensor.detach().to("cpu", self._dtype).contiguous()
-                bucket.append(pack(name, t))
-                size += t.numel() * t.element_size()
-                if size >= limit:
-                    self._rpc("lanpo_stage", bucket=bucket, expected=expected)
-                    bucket, size, expected = [], 0, None
-            if bucket or expected is not None:
+            for bucket in buckets(state, self._dtype, self.config.sync_bucket_mb * 2**20):
                 self._rpc("lanpo_stage", bucket=bucket, expected=expected)
+                expected = None  # the first bucket starts the transfer
             self.sync_repacked = self._rpc("lanpo_commit")
         except BaseException:
             try:

@@ -40,6 +40,7 @@ import signal
 import threading
 import time
 import warnings
+from collections.abc import Iterator, Mapping
 from contextlib import suppress
 
 import torch
@@ -87,6 +88,24 @@ def pack(name: str, tensor: torch.Tensor) -> Packed:
     """`tensor` (on the CPU, contiguous) as it travels into the worker."""
     raw = tensor.reshape(-1).view(torch.uint8).numpy().tobytes()
     return name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape), raw
+
+
+def buckets(state: Mapping[str, torch.Tensor], dtype: torch.dtype, limit_bytes: int) -> Iterator[list[Packed]]:
+    """`state` cast to `dtype` on the CPU and `pack`ed, in buckets of about `limit_bytes`: a bucket closes once it
+    holds at least that many bytes, so it holds less than `limit_bytes` plus its last tensor. At least one bucket,
+    so that even an empty transfer starts one. What `VLLMBackend` sends to `LanpoWorker.lanpo_stage`, one call a
+    bucket."""
+    bucket: list[Packed] = []
+    size, sent = 0, False
+    for name, tensor in state.items():
+        t = tensor.detach().to("cpu", dtype).contiguous()
+        bucket.append(pack(name, t))
+        size += t.numel() * t.element_size()
+        if size >= limit_bytes:
+            yield bucket
+            bucket, size, sent = [], 0, True
+    if bucket or not sent:
+        yield bucket
 
 
 def unpack(item: Packed) -> tuple[str, torch.Tensor]:

@@ -12,7 +12,8 @@
 - Every collective gives up after $LANPO_DIST_TIMEOUT seconds (default 3600), so a rank that died or stalls (in
   SFT's broadcast, say) fails the job instead of leaving the others blocked for ever.
 
-A single process (no WORLD_SIZE) skips all of this.
+A single process (no WORLD_SIZE) skips all of this. `Dist(joined=True)` in a one-rank process group runs it at world
+size 1 (bench/gpu_check.py: FSDP2 on one GPU).
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ class Dist:
     rank: int = 0
     world: int = 1
     local_rank: int = 0
+    joined: bool = False  # in a process group even alone: world 1 runs the collective paths (FSDP2, DDP) too
 
     @property
     def enabled(self) -> bool:
-        return self.world > 1
+        return self.world > 1 or self.joined
 
     @property
     def is_main(self) -> bool:

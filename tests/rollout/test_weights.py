@@ -12,7 +12,7 @@ import torch
 
 from lanpo.errors import ConfigError, InputError
 from lanpo.models import model_dir_sha256, state_sha256, tiny_causal_lm
-from lanpo.rollout.vllm_worker import pack, unpack
+from lanpo.rollout.vllm_worker import LanpoWorker, buckets, pack, unpack
 from lanpo.rollout.weights import checked_state, checkpoint_shapes, weights_snapshot
 
 
@@ -71,3 +71,49 @@ def test_a_snapshot_links_a_checkpoints_files_and_refuses_a_folder_without_weigh
     with pytest.raises(InputError, match="no model weights"):
         weights_snapshot(tmp_path / "empty", root)
     assert [p.name for p in root.iterdir()] == [snap.name]  # the failed one left nothing behind
+
+
+def _sizes(bucket: list) -> list[int]:
+    return [len(raw) for _name, _dtype, _shape, raw in bucket]
+
+
+def test_buckets_are_bounded_in_order_and_bit_for_bit_in_the_engines_dtype() -> None:
+    """A bucket closes at the first tensor that takes it to the limit, so every bucket but the last holds at least
+    `limit` bytes and less than `limit` before its last tensor (a tensor above the limit closes its bucket)."""
+    generator = torch.Generator().manual_seed(0)
+    sizes = [3, 700, 40, 40, 40, 5000, 1, 260, 260]  # elements; bf16: 2 bytes each
+    state = {f"w{i}": torch.randn(n, generator=generator) for i, n in enumerate(sizes)}
+    limit = 1000
+    sent = list(buckets(state, torch.bfloat16, limit))
+    assert [unpack(item)[0] for bucket in sent for item in bucket] == list(state)  # every name, in order, once
+    for bucket in sent[:-1]:
+        assert sum(_sizes(bucket)) >= limit and sum(_sizes(bucket)[:-1]) < limit
+    assert sum(_sizes(sent[-1])) > 0 and sum(_sizes(sent[-1])[:-1]) < limit
+    assert [[item[0] for item in b] for b in sent] == [["w0", "w1"], ["w2", "w3", "w4", "w5"], ["w6", "w7", "w8"]]
+    for bucket in sent:
+        for item in bucket:
+            name, tensor = unpack(item)
+            assert tensor.dtype is torch.bfloat16 and torch.equal(tensor, state[name].to(torch.bfloat16))
+    assert list(buckets({}, torch.bfloat16, limit)) == [[]]  # an empty transfer still starts one
+
+
+def test_the_worker_loads_nothing_until_every_weight_arrived() -> None:
+    """`LanpoWorker` (vLLM's worker half, used here without vLLM: nothing reaches a model) stages buckets, refuses
+    a name or shape the model does not have by dropping the whole transfer, and refuses to commit a transfer with a
+    bucket missing."""
+    state = {"a": torch.ones(4), "b": torch.zeros(2, 3), "c": torch.full((5,), 2.0)}
+    expected = {k: list(v.shape) for k, v in state.items()}
+    sent = list(buckets(state, torch.bfloat16, 8))
+    assert len(sent) == 3
+    worker = LanpoWorker()
+    with pytest.raises(RuntimeError, match="without a transfer"):
+        worker.lanpo_stage(sent[1])
+    assert worker.lanpo_stage(sent[0], expected=expected) == 1
+    assert worker.lanpo_stage(sent[1]) == 2
+    with pytest.raises(ValueError, match=r"1 weights never arrived, e\.g\. \['c'\]: nothing was loaded"):
+        worker.lanpo_commit()
+    worker.lanpo_stage(sent[0], expected=expected)
+    with pytest.raises(ValueError, match=r"weight b of shape \(3, 2\) is not the model's"):
+        worker.lanpo_stage([pack("b", torch.zeros(3, 2))])
+    with pytest.raises(RuntimeError, match="without a transfer"):  # the refused transfer was dropped whole
+        worker.lanpo_stage(sent[2])

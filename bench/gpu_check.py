@@ -1,0 +1,467 @@
+"""GPU check (issue 25, section 6): the trainer's CUDA paths on one GPU, with torch, transformers and peft only (no
+vLLM, no hub), on the real store, and a table of what each did. `bench/gpu_check.sh` runs it on a lent device.
+
+The model is random with SmolLM2-135M's width and depth (hidden 576, 30 layers, tied head, ~32k-token vocabulary:
+`lanpo.models.tiny_causal_lm(large_vocab=True)`), written to a model folder first, so every row loads it as a user's
+model folder loads (`model.dtype = auto`: bf16 on a GPU). Rows:
+
+  hf step, LoRA        `lanpo.train.loop.train`, 3 GRPO steps on the HF backend with intra + inter feedback drawn
+                       from the store (embedded Postgres, or $LANPO_DATABASE_URL), grpo.autocast auto. Passes when
+                       every step committed, every attempt names the weights that served it, the policy ran on the
+                       device, and (on a GPU) the update ran under bf16 autocast.
+  full fine-tuning     the same run with lora.enabled = false at the paper's lr 1e-6. Passes when the last
+                       checkpoint holds fp32 weights and more than 90% of the start's weights moved (bf16 weights
+                       would not move at that lr: lanpo.train.policy.FullPolicy).
+  FSDP2, world 1       one update of the full policy sharded with FSDP2 (`fully_shard`, one unit per decoder layer)
+                       over a one-rank process group (NCCL on a GPU, gloo on the CPU), against the same update
+                       unsharded. Passes when their gradient norms agree within 1%, more than 90% of the weights
+                       moved, and the two land closer to each other than a tenth of the way they moved (an Adam
+                       step is about lr * sign(gradient), so a gradient near 0 may flip: no bit-for-bit bar).
+  sync to engine       what `VLLMBackend.load_weights` does before vLLM, for full weights (gathered from the FSDP
+                       shards) and merged LoRA: checked against the model folder's names and shapes, hashed, cast to
+                       bf16 and bucketed (`vllm.sync_bucket_mb`); every bucket staged in `LanpoWorker` (the code
+                       vLLM's worker runs) and read back. Passes when what was staged equals the bf16 cast bit for
+                       bit and a transfer with its last bucket lost is refused.
+
+    bash bench/gpu_check.sh                         # on a lent GPU (.whl carried; bench/gpu_wheels.sh fills it)
+    python bench/gpu_check.py --device cpu --small --dtype bfloat16  # the same rows, small, on the CPU (smoke)
+
+The last line reads `gpu check: N of 4 ok (...)`; the exit code is 1 when a row failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+SMOLLM2_SHAPE = {"hidden": 576, "layers": 30, "large_vocab": True}
+SMALL_SHAPE = {"hidden": 32, "layers": 2, "large_vocab": False}
+
+
+@dataclass
+class Row:
+    check: str
+    ok: bool = False
+    seconds: float = 0.0
+    figures: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass
+class Env:
+    device: torch.device
+    model_dir: Path
+    work: Path
+    engine: Any
+    small: bool
+    dtype: str  # model.dtype: auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float32
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def peak_mib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_row(name: str, env: Env, body: Callable[[Env, Row], None]) -> Row:
+    """`body` fills the row's figures and sets `ok`; an exception fails the row with its last line."""
+    row = Row(name)
+    if env.gpu:
+        torch.cuda.reset_peak_memory_stats(env.device)
+    started = time.perf_counter()
+    try:
+        body(env, row)
+    except Exception as exc:  # a failed row is reported, and the next row still runs
+        row.ok, row.error = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        traceback.print_exc()
+    row.seconds = time.perf_counter() - started
+    row.figures["peak MiB" if env.gpu else "peak RSS MiB"] = f"{peak_mib(env.device):.0f}"
+    print(f"[{name}] {'ok' if row.ok else 'FAILED ' + row.error} in {row.seconds:.1f} s", flush=True)
+    return row
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def write_model(out: Path, small: bool) -> Path:
+    """The random model and its tokenizer as a model folder: bf16 safetensors, as SmolLM2's own, so that loading
+    in bf16 (a GPU's `model.dtype = auto`) or fp32 is exact and "moved" compares like with like; tied head."""
+    from lanpo.models import tiny_causal_lm
+
+    model, tokenizer = tiny_causal_lm(seed=0, max_positions=4096, **(SMALL_SHAPE if small else SMOLLM2_SHAPE))
+    model.to(torch.bfloat16).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def open_store(work: Path) -> Any:
+    """The store, migrated: $LANPO_DATABASE_URL, else an embedded Postgres under `work`."""
+    if not os.environ.get("LANPO_DATABASE_URL", "").strip():
+        os.environ["LANPO_HOME"] = str(work / "home")
+    from lanpo.db import migrate
+    from lanpo.db.engine import make_engine
+
+    engine = make_engine()
+    migrate.upgrade(engine)
+    return engine
+
+
+def add_problems(engine: Any, dataset: str) -> None:
+    """Nine arithmetic problems, each relevant to every other under scorer `gpu-check`."""
+    from lanpo.db.engine import transaction
+    from lanpo.db.repo.problems import ProblemIn, upsert_problems
+
+    rows = [
+        ProblemIn(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=str(2 * i + 1)) for i in range(12)
+    ]
+    with transaction(engine) as session:
+        upsert_problems(session, dataset, rows)
+        session.connection().exec_driver_sql(
+            "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) "
+            "SELECT a.id, b.id, 'gpu-check', 0.95 FROM problems a JOIN problems b "
+            "ON a.id <> b.id AND a.dataset = b.dataset WHERE a.dataset = %s ON CONFLICT DO NOTHING",
+            (dataset,),
+        )
+
+
+def train_config(env: Env, name: str, **overrides: Any) -> Any:
+    from lanpo.train.config import (
+        DataConfig,
+        FeedbackConfig,
+        GRPOConfig,
+        InterConfig,
+        LoraConfig,
+        ModelConfig,
+        RolloutConfig,
+        SummarizerConfig,
+        TrainConfig,
+    )
+
+    tokens = 16 if env.small else 128
+    values: dict[str, Any] = {
+        "run_name": name,
+        "steps": 3,
+        "batch_size": 4,
+        "seed": 0,
+        "output_dir": str(env.work / name),
+        "model": ModelConfig(name=str(env.model_dir), device=str(env.device), dtype=env.dtype),
+        "lora": LoraConfig(r=16, alpha=32),
+        "data": DataConfig(dataset="gpu-check"),
+        "rollout": RolloutConfig(n=4, max_new_tokens=tokens),
+        "grpo": GRPOConfig(learning_rate=1e-4, warmup_ratio=0.0, autocast="auto", minibatch_size=16),
+        "feedback": FeedbackConfig(
+            mode="both", p_t=1.0, k=2, candidates=4, inter=InterConfig(gamma=0.5, scorer="gpu-check")
+        ),
+        # a random model never writes the lesson's headers: admit its summaries as they are, so inter has a pool
+        "summarizer": SummarizerConfig(
+            min_reward=0.0, max_new_tokens=tokens // 2, max_new_per_step=2, temperature=1.0, require_format=False
+        ),
+    }
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def median_of(metrics: list[dict[str, float]], name: str) -> float:
+    values = [m[name] for m in metrics[1:] or metrics if name in m]  # step 1 warms the kernels up
+    return statistics.median(values) if values else float("nan")
+
+
+def attempts_with_hash(engine: Any, run_id: int) -> tuple[int, int]:
+    import sqlalchemy as sa
+
+    with engine.connect() as conn:
+        total, named = conn.execute(
+            sa.text(
+                "SELECT count(*), count(a.served_adapter_sha256) FROM attempts a "
+                "JOIN rollout_groups g ON g.id = a.group_id WHERE g.run_id = :run"
+            ),
+            {"run": run_id},
+        ).one()
+    return int(total), int(named)
+
+
+def step_figures(row: Row, metrics: list[dict[str, float]]) -> None:
+    row.figures["s/step"] = f"{median_of(metrics, 'time/step'):.2f}"
+    generated = median_of(metrics, "tokens/completion") / median_of(metrics, "time/generate")
+    row.figures["gen tok/s"] = f"{generated:.0f}"
+    row.figures["update s"] = f"{median_of(metrics, 'time/update'):.2f}"
+    row.figures["bf16"] = f"{median_of(metrics, 'autocast/bf16'):.0f}"
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def alternating_grade(completions: list[str], answers: list, modes: list) -> list[Any]:
+    """The rows' reward: 1 for every other rollout. A random model never answers right, so the real grader gives
+    every group zero spread and the update would skip it; this gives every group spread, so the weights move."""
+    from lanpo.rewards import Graded
+
+    return [Graded(float(i % 2), bool(i % 2), False) for i in range(len(completions))]
+
+
+def hf_step(env: Env, row: Row) -> None:
+    from lanpo.train.loop import train
+
+    result = train(train_config(env, "gpu-lora"), engine=env.engine, progress=False)
+    step_figures(row, result.metrics)
+    total, named = attempts_with_hash(env.engine, result.run_id)
+    row.figures["attempts hashed"] = f"{named}/{total}"
+    bf16_ok = not env.gpu or all(m.get("autocast/bf16") == 1.0 for m in result.metrics)
+    row.figures["grad norm"] = f"{median_of(result.metrics, 'grad_norm'):.2g}"
+    moved = all(m.get("grad_norm", 0.0) > 0 for m in result.metrics)
+    row.ok = result.steps == [1, 2, 3] and total > 0 and named == total and bf16_ok and moved
+
+
+def full_ft(env: Env, row: Row) -> None:
+    from lanpo.models import read_model_state
+    from lanpo.train.config import GRPOConfig, LoraConfig
+    from lanpo.train.loop import train
+
+    cfg = train_config(
+        env,
+        "gpu-full",
+        steps=2,
+        lora=LoraConfig(enabled=False),
+        grpo=GRPOConfig(learning_rate=1e-6, warmup_ratio=0.0, autocast="auto", minibatch_size=16),
+    )
+    result = train(cfg, engine=env.engine, progress=False)
+    step_figures(row, result.metrics)
+    from lanpo.train.checkpoint import MODEL_DIR, step_dir
+
+    last = step_dir(Path(result.checkpoint_dir), result.steps[-1]) / MODEL_DIR
+    start, trained = read_model_state(env.model_dir), read_model_state(last)  # bf16 start, fp32 trained
+    moved = sum(int((trained[n].float() != t.float()).sum()) for n, t in start.items())
+    share = moved / sum(t.numel() for t in start.values())
+    row.figures["weights moved"] = f"{100 * share:.1f}%"
+    row.figures["ckpt dtype"] = str(next(iter(trained.values())).dtype).removeprefix("torch.")
+    row.ok = result.steps == [1, 2] and share > 0.9 and all(t.dtype == torch.float32 for t in trained.values())
+
+
+def _synthetic_update(env: Env, policy: Any, dist: Any) -> Any:
+    """One GRPO update of `policy` on fixed random rollouts, 8 prompts x 2 of 64 + 64 tokens (8 + 8 small): its
+    stats."""
+    from lanpo.train.batch import build_batch
+    from lanpo.train.config import GRPOConfig
+    from lanpo.train.update import update_policy, warmup_schedule
+
+    length = 8 if env.small else 64
+    generator = torch.Generator().manual_seed(2)
+    vocab = policy.model.config.vocab_size
+    prompts = [torch.randint(5, vocab, (length,), generator=generator).tolist() for _ in range(8) for _ in range(2)]
+    completions = [torch.randint(5, vocab, (length,), generator=generator).tolist() for _ in range(16)]
+    advantages = torch.randn(8, 2, generator=generator)
+    advantages = (advantages - advantages.mean(dim=1, keepdim=True)).flatten().to(env.device)
+    batch = build_batch(prompts, completions, 0, env.device)
+    cfg = GRPOConfig(learning_rate=1e-5, warmup_ratio=0.0, autocast="auto", share_prompts=False, minibatch_size=16)
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate)
+    schedule = warmup_schedule(optimizer, 4, 0.0)
+    return update_policy(policy, optimizer, schedule, batch, advantages, cfg, seed=0, dist=dist)
+
+
+def _load_full(env: Env, dist: Any) -> Any:
+    from lanpo.models import load_causal_lm
+    from lanpo.train.policy import FullPolicy
+
+    model, tokenizer = load_causal_lm(env.model_dir, dtype=env.dtype, device=env.device)
+    return FullPolicy(model, tokenizer, dist)
+
+
+class Shared:
+    """What the FSDP row leaves to the sync row: the sharded policy, still in its process group."""
+
+    sharded: Any = None
+
+
+def fsdp_ws1(env: Env, row: Row) -> None:
+    import torch.distributed as torch_dist
+
+    from lanpo.models import read_model_state
+    from lanpo.train import fsdp
+    from lanpo.train.dist import Dist
+
+    start = {n: t.float() for n, t in read_model_state(env.model_dir).items()}
+    plain = _load_full(env, Dist())
+    plain_stats = _synthetic_update(env, plain, Dist())
+    want = {n: p.detach().to("cpu", torch.float32) for n, p in plain.model.state_dict().items() if n in start}
+    del plain
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    backend = "nccl" if env.gpu else "gloo"
+    torch_dist.init_process_group(backend, init_method=f"file://{env.work / 'pg'}", rank=0, world_size=1)
+    dist = Dist(joined=True)
+    sharded = _load_full(env, dist)
+    started = time.perf_counter()
+    stats = _synthetic_update(env, sharded, dist)
+    row.figures["update s"] = f"{time.perf_counter() - started:.2f}"
+    got = fsdp.full_state(sharded.model)
+    # Adam's first step moves a weight by about lr * sign(gradient): compare the gradient's norm, the share of
+    # weights moved, and how far the sharded update lands from the unsharded one against how far both moved
+    moved = sum(int((got[n] != t).sum()) for n, t in start.items()) / sum(t.numel() for t in start.values())
+    apart = sum(float((got[n].float() - w).square().sum()) for n, w in want.items()) ** 0.5
+    travelled = sum(float((w - start[n]).square().sum()) for n, w in want.items()) ** 0.5
+    norm_gap = abs(stats.grad_norm - plain_stats.grad_norm) / plain_stats.grad_norm
+    row.figures["units"] = str(sum(1 for m in sharded.model.modules() if type(m).__name__.startswith("FSDP")))
+    row.figures["grad norm gap"] = f"{norm_gap:.1e}"
+    row.figures["moved"] = f"{100 * moved:.1f}%"
+    row.figures["apart/moved"] = f"{apart / travelled:.1e}"
+    row.figures["backend"] = backend
+    Shared.sharded = sharded
+    row.ok = fsdp.is_sharded(sharded.model) and set(want) == set(start) and norm_gap <= 1e-2 and moved > 0.9
+    row.ok = row.ok and apart <= 0.1 * travelled
+
+
+def _stage(
+    state: dict[str, torch.Tensor], env: Env, expected: dict[str, tuple[int, ...]], row: Row, kind: str
+) -> bool:
+    """`state` through the driver's half of a sync into a `LanpoWorker`; the staged tensors back."""
+    from lanpo.models import state_sha256
+    from lanpo.rollout.config import VLLMConfig
+    from lanpo.rollout.vllm_worker import LanpoWorker, buckets
+    from lanpo.rollout.weights import checked_state
+
+    started = time.perf_counter()
+    checked = checked_state(state, expected, env.model_dir)
+    sha = state_sha256(checked)
+    hashed = time.perf_counter()
+    worker = LanpoWorker()
+    limit = (1 if env.small else VLLMConfig().sync_bucket_mb) * 2**20
+    sent = list(buckets(checked, torch.bfloat16, limit))
+    first: dict[str, list[int]] | None = {k: list(v) for k, v in expected.items()}
+    for bucket in sent:
+        worker.lanpo_stage(bucket, expected=first)
+        first = None
+    staged = dict(worker._lanpo_staged)
+    done = time.perf_counter()
+    size = sum(t.numel() * t.element_size() for t in staged.values()) / 2**20
+    row.figures[f"{kind} MiB"] = f"{size:.0f}"
+    row.figures[f"{kind} buckets"] = str(len(sent))
+    row.figures[f"{kind} check+hash s"] = f"{hashed - started:.2f}"
+    row.figures[f"{kind} cast+stage s"] = f"{done - hashed:.2f}"
+    exact = set(staged) == set(checked) and all(
+        torch.equal(staged[n], t.detach().to("cpu", torch.bfloat16)) for n, t in checked.items()
+    )
+    # the last bucket lost on the way: commit refuses before anything reaches a model (none is attached here)
+    worker.lanpo_abort()
+    first = {k: list(v) for k, v in expected.items()}
+    for bucket in sent[:-1] if len(sent) > 1 else [sent[0][:-1]]:
+        worker.lanpo_stage(bucket, expected=first)
+        first = None
+    try:
+        worker.lanpo_commit()
+        refused = False
+    except ValueError as exc:
+        refused = "never arrived" in str(exc)
+    return exact and refused and len(sha) == 64
+
+
+def sync_to_engine(env: Env, row: Row) -> None:
+    from lanpo.models import merged_state
+    from lanpo.rollout.weights import checkpoint_shapes
+    from lanpo.train import fsdp
+    from lanpo.train.config import LoraConfig
+    from lanpo.train.policy import load_base, with_fresh_adapter
+
+    expected = checkpoint_shapes(env.model_dir)
+    ok = True
+    if Shared.sharded is not None:
+        started = time.perf_counter()
+        state = fsdp.full_state_everywhere(Shared.sharded.model)
+        row.figures["full gather s"] = f"{time.perf_counter() - started:.2f}"
+        ok = _stage(state, env, expected, row, "full") and ok
+        del state
+    else:
+        ok, row.error = False, "full weights not synced: the FSDP row left no sharded policy (failed or not run)"
+    from lanpo.train.config import ModelConfig
+
+    base, _ = load_base(ModelConfig(name=str(env.model_dir), device=str(env.device), dtype=env.dtype))
+    model = with_fresh_adapter(base, LoraConfig(r=16, alpha=32), seed=0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.01)  # a trained adapter: the merge must fold something in
+    started = time.perf_counter()
+    merged = merged_state(model)
+    row.figures["merge s"] = f"{time.perf_counter() - started:.2f}"
+    ok = _stage(merged, env, expected, row, "merged") and ok
+    row.ok = ok
+
+
+ROWS: dict[str, Callable[[Env, Row], None]] = {
+    "hf step, LoRA": hf_step,
+    "full fine-tuning": full_ft,
+    "FSDP2, world 1": fsdp_ws1,
+    "sync to engine": sync_to_engine,
+}
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| check | result | seconds | figures |", "| --- | --- | ---: | --- |"]
+    for r in rows:
+        figures = ", ".join(f"{k} {v}" for k, v in r.figures.items())
+        result = "ok" if r.ok else f"FAILED: {r.error or 'a check did not hold'}"
+        lines.append(f"| {r.check} | {result} | {r.seconds:.1f} | {figures} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", help="cuda | cuda:N | cpu (default: cuda)")
+    parser.add_argument("--small", action="store_true", help="a 2-layer model and 16-token rollouts (CPU smoke)")
+    parser.add_argument(
+        "--dtype", default="auto", help="model.dtype (default auto: bf16 on a GPU; bfloat16 tries that on the CPU)"
+    )
+    parser.add_argument("--only", action="append", choices=sorted(ROWS), help="run this row (repeatable)")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("error: no CUDA device here\nhint: run it on a lent GPU, or pass --device cpu --small", file=sys.stderr)
+        return 2
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        print(f"device: {torch.cuda.get_device_name(device)}, torch {torch.__version__}", flush=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="lanpo-gpu-check-") as tmp:
+        work = Path(tmp)
+        model_dir = write_model(work / "model", args.small)
+        import lanpo.train.produce
+
+        lanpo.train.produce.grade = alternating_grade  # type: ignore[assignment]
+        engine = open_store(work)
+        add_problems(engine, "gpu-check")
+        env = Env(device, model_dir, work, engine, args.small, args.dtype)
+        print(f"set-up (model folder, store) in {time.perf_counter() - started:.1f} s", flush=True)
+        rows = [run_row(name, env, body) for name, body in ROWS.items() if not args.only or name in args.only]
+        engine.dispose()
+        import torch.distributed as torch_dist
+
+        if torch_dist.is_initialized():
+            torch_dist.destroy_process_group()
+    print()
+    print(table(rows))
+    passed = sum(r.ok for r in rows)
+    print(f"gpu check: {passed} of {len(rows)} ok ({args.device}, {time.perf_counter() - started:.0f} s in all)")
+    return 0 if passed == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
