@@ -19,7 +19,7 @@ model folder loads (`model.dtype = auto`: bf16 on a GPU). Rows:
                        step is about lr * sign(gradient), so a gradient near 0 may flip: no bit-for-bit bar).
   sync to engine       what `VLLMBackend.load_weights` does before vLLM, for full weights (gathered from the FSDP
                        shards) and merged LoRA: checked against the model folder's names and shapes, hashed, cast to
-                       bf16 and bucketed (`vllm.sync_bucket_mb`); every bucket staged in `LanpoWorker` (the code
+                       bf16 and bucketed (64 MiB, 16 KiB small); every bucket staged in `LanpoWorker` (the code
                        vLLM's worker runs) and read back. Passes when what was staged equals the bf16 cast bit for
                        bit and a transfer with its last bucket lost is refused.
 
@@ -335,7 +335,6 @@ def _stage(
 ) -> bool:
     """`state` through the driver's half of a sync into a `LanpoWorker`; the staged tensors back."""
     from lanpo.models import state_sha256
-    from lanpo.rollout.config import VLLMConfig
     from lanpo.rollout.vllm_worker import LanpoWorker, buckets
     from lanpo.rollout.weights import checked_state
 
@@ -344,7 +343,7 @@ def _stage(
     sha = state_sha256(checked)
     hashed = time.perf_counter()
     worker = LanpoWorker()
-    limit = (1 if env.small else VLLMConfig().sync_bucket_mb) * 2**20
+    limit = 2**14 if env.small else 2**26  # 16 KiB / 64 MiB (vllm.sync_bucket_mb = 64): several buckets either way
     sent = list(buckets(checked, torch.bfloat16, limit))
     first: dict[str, list[int]] | None = {k: list(v) for k, v in expected.items()}
     for bucket in sent:
@@ -353,7 +352,7 @@ def _stage(
     staged = dict(worker._lanpo_staged)
     done = time.perf_counter()
     size = sum(t.numel() * t.element_size() for t in staged.values()) / 2**20
-    row.figures[f"{kind} MiB"] = f"{size:.0f}"
+    row.figures[f"{kind} MiB"] = f"{size:.1f}"
     row.figures[f"{kind} buckets"] = str(len(sent))
     row.figures[f"{kind} check+hash s"] = f"{hashed - started:.2f}"
     row.figures[f"{kind} cast+stage s"] = f"{done - hashed:.2f}"
