@@ -146,17 +146,7 @@ def add_problems(engine: Any, dataset: str) -> None:
 
 
 def train_config(env: Env, name: str, **overrides: Any) -> Any:
-    from lanpo.train.config import (
-        DataConfig,
-        FeedbackConfig,
-        GRPOConfig,
-        InterConfig,
-        LoraConfig,
-        ModelConfig,
-        RolloutConfig,
-        SummarizerConfig,
-        TrainConfig,
-    )
+    from lanpo.train import config as c
 
     tokens = 16 if env.small else 128
     values: dict[str, Any] = {
@@ -165,21 +155,21 @@ def train_config(env: Env, name: str, **overrides: Any) -> Any:
         "batch_size": 4,
         "seed": 0,
         "output_dir": str(env.work / name),
-        "model": ModelConfig(name=str(env.model_dir), device=str(env.device), dtype=env.dtype),
-        "lora": LoraConfig(r=16, alpha=32),
-        "data": DataConfig(dataset="gpu-check"),
-        "rollout": RolloutConfig(n=4, max_new_tokens=tokens),
-        "grpo": GRPOConfig(learning_rate=1e-4, warmup_ratio=0.0, autocast="auto", minibatch_size=16),
-        "feedback": FeedbackConfig(
-            mode="both", p_t=1.0, k=2, candidates=4, inter=InterConfig(gamma=0.5, scorer="gpu-check")
+        "model": c.ModelConfig(name=str(env.model_dir), device=str(env.device), dtype=env.dtype),
+        "lora": c.LoraConfig(r=16, alpha=32),
+        "data": c.DataConfig(dataset="gpu-check"),
+        "rollout": c.RolloutConfig(n=4, max_new_tokens=tokens),
+        "grpo": c.GRPOConfig(learning_rate=1e-4, warmup_ratio=0.0, autocast="auto", minibatch_size=16),
+        "feedback": c.FeedbackConfig(
+            mode="both", p_t=1.0, k=2, candidates=4, inter=c.InterConfig(gamma=0.5, scorer="gpu-check")
         ),
         # a random model never writes the lesson's headers: admit its summaries as they are, so inter has a pool
-        "summarizer": SummarizerConfig(
+        "summarizer": c.SummarizerConfig(
             min_reward=0.0, max_new_tokens=tokens // 2, max_new_per_step=2, temperature=1.0, require_format=False
         ),
     }
     values.update(overrides)
-    return TrainConfig(**values)
+    return c.TrainConfig(**values)
 
 
 def median_of(metrics: list[dict[str, float]], name: str) -> float:
