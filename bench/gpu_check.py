@@ -421,11 +421,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", action="append", choices=sorted(ROWS), help="run this row (repeatable)")
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        print(f"error: --device {args.device!r} is not a device\nhint: cuda, cuda:N or cpu", file=sys.stderr)
+        return 2
+    if device.type not in ("cuda", "cpu"):
+        print(
+            f"error: --device {args.device!r}: this check runs on cuda or cpu\nhint: cuda, cuda:N or cpu",
+            file=sys.stderr,
+        )
+        return 2
     if device.type == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device here\nhint: run it on a lent GPU, or pass --device cpu --small", file=sys.stderr)
         return 2
     if device.type == "cuda":
+        if device.index is None:  # NCCL wants the process's device set; "cuda" is the current one
+            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
         print(f"device: {torch.cuda.get_device_name(device)}, torch {torch.__version__}", flush=True)
     started = time.perf_counter()
