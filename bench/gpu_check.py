@@ -320,6 +320,14 @@ def fsdp_ws1(env: Env, row: Row) -> None:
     row.ok = row.ok and apart <= 0.1 * travelled
 
 
+def _send(worker: Any, sent: list[Any], expected: dict[str, tuple[int, ...]]) -> None:
+    """Stage `sent` in `worker` as `VLLMBackend._send` does: the first bucket carries the expected shapes."""
+    first: dict[str, list[int]] | None = {k: list(v) for k, v in expected.items()}
+    for bucket in sent:
+        worker.lanpo_stage(bucket, expected=first)
+        first = None
+
+
 def _stage(
     state: dict[str, torch.Tensor], env: Env, expected: dict[str, tuple[int, ...]], row: Row, kind: str
 ) -> bool:
@@ -335,10 +343,7 @@ def _stage(
     worker = LanpoWorker()
     limit = 2**14 if env.small else 2**26  # 16 KiB / 64 MiB (vllm.sync_bucket_mb = 64): several buckets either way
     sent = list(buckets(checked, torch.bfloat16, limit))
-    first: dict[str, list[int]] | None = {k: list(v) for k, v in expected.items()}
-    for bucket in sent:
-        worker.lanpo_stage(bucket, expected=first)
-        first = None
+    _send(worker, sent, expected)
     staged = dict(worker._lanpo_staged)
     done = time.perf_counter()
     size = sum(t.numel() * t.element_size() for t in staged.values()) / 2**20
@@ -351,10 +356,7 @@ def _stage(
     )
     # the last bucket lost on the way: commit refuses before anything reaches a model (none is attached here)
     worker.lanpo_abort()
-    first = {k: list(v) for k, v in expected.items()}
-    for bucket in sent[:-1] if len(sent) > 1 else [sent[0][:-1]]:
-        worker.lanpo_stage(bucket, expected=first)
-        first = None
+    _send(worker, sent[:-1] if len(sent) > 1 else [sent[0][:-1]], expected)
     try:
         worker.lanpo_commit()
         refused = False
@@ -367,7 +369,7 @@ def sync_to_engine(env: Env, row: Row) -> None:
     from lanpo.models import merged_state
     from lanpo.rollout.weights import checkpoint_shapes
     from lanpo.train import fsdp
-    from lanpo.train.config import LoraConfig
+    from lanpo.train.config import LoraConfig, ModelConfig
     from lanpo.train.policy import load_base, with_fresh_adapter
 
     expected = checkpoint_shapes(env.model_dir)
@@ -380,8 +382,6 @@ def sync_to_engine(env: Env, row: Row) -> None:
         del state
     else:
         ok, row.error = False, "full weights not synced: the FSDP row left no sharded policy (failed or not run)"
-    from lanpo.train.config import ModelConfig
-
     base, _ = load_base(ModelConfig(name=str(env.model_dir), device=str(env.device), dtype=env.dtype))
     model = with_fresh_adapter(base, LoraConfig(r=16, alpha=32), seed=0)
     with torch.no_grad():
