@@ -170,9 +170,10 @@ class FullPolicy:
         first = next(model.parameters())
         self.device, loaded = first.device, first.dtype
         # fp32 master weights, as verl's actor ("we have to create model in fp32. Otherwise, the optimizer is in
-        # bf16, which is incorrect"): AdamW's step at the paper's lr 1e-6 is below half a bf16 ulp of nearly every
-        # weight, so bf16 weights (model.dtype auto on a GPU) would not move at all. The forwards still run in
-        # bf16 under grpo.autocast; the upcast is exact, so the policy computes as the loaded start did.
+        # bf16, which is incorrect"): AdamW's step at the paper's lr 1e-6 (LANPO appendix 9.2, Table 6: "Actor
+        # Learning Rate 1e-6") is below half a bf16 ulp of nearly every weight, so bf16 weights (model.dtype auto
+        # on a GPU) would not move at all. The forwards still run in bf16 under grpo.autocast; the upcast is
+        # exact, so the policy computes as the loaded start did.
         if loaded != torch.float32:
             log.info("full fine-tuning: the %s start upcast to float32 master weights", loaded)
             model.float()

@@ -159,7 +159,8 @@ class _Bf16Weights(FullPolicy):
 
 def test_full_fine_tuning_of_bf16_weights_trains_fp32_master_weights_at_the_papers_lr() -> None:
     """A start loaded in bf16 (model.dtype auto on a GPU) trains fp32 weights, as verl's actor does: at the
-    paper's lr 1e-6 an AdamW step is below half a bf16 ulp of nearly every weight, so bf16 weights stay put. The
+    paper's lr (LANPO appendix 9.2, Table 6: "Actor Learning Rate 1e-6"; MEL section 4: "a learning rate of
+    1×10^-6") an AdamW step is below half a bf16 ulp of nearly every weight, so bf16 weights stay put. The
     upcast is exact: the policy computes as the loaded start did, and the reference is that start."""
     model, tokenizer = tiny_causal_lm(seed=0)
     loaded = {n: p.detach().to(torch.bfloat16).clone() for n, p in model.named_parameters()}
