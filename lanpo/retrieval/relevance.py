@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from tqdm import tqdm
 
+from lanpo.db import stats
 from lanpo.db.repo import problems
 from lanpo.errors import InputError
 from lanpo.retrieval.corpus import BM25Cache
@@ -47,6 +48,7 @@ def store_scores(session: Session, scorer: str, scores: Mapping[Pair, float], ki
     if not scores:
         return
     pairs = list(scores)
+    stats.note_write(session, "relevance_scores")
     session.execute(
         query(f"retrieval_insert_{_KIND[kind]}_scores"),
         {

@@ -7,13 +7,14 @@ violations (a missing problem, run, attempt...) become InputError; the transacti
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
 from sqlalchemy.orm import Session
 
-from lanpo.db import sqlfiles
+from lanpo.db import sqlfiles, stats
 from lanpo.errors import InputError
 
 
@@ -24,13 +25,24 @@ def reserve_ids(session: Session, table: str, n: int) -> list[int]:
     return sorted(session.scalar(sqlfiles.load("queries/reserve_ids"), {"table": table, "n": n}))
 
 
+def _copy_target(text: str) -> str:
+    """The table a `COPY table (...) FROM STDIN` statement writes."""
+    found = re.search(r"^COPY\s+(\w+)", text, re.MULTILINE)
+    if found is None:
+        raise ValueError(f"not a COPY statement: {text[:80]!r}")
+    return found.group(1)
+
+
 def copy_rows(
     session: Session, statement: str, rows: Iterable[Sequence[Any]], types: Sequence[str] | None, what: str
 ) -> None:
-    """Run COPY `sql/<statement>.sql` with `rows` on the session's connection (binary when `types` are given)."""
+    """Run COPY `sql/<statement>.sql` with `rows` on the session's connection (binary when `types` are given).
+    The table is noted for a statistics refresh once the session commits (`lanpo.db.stats`)."""
+    text = sqlfiles.text_of(statement)
+    stats.note_write(session, _copy_target(text))
     conn: psycopg.Connection = session.connection().connection.driver_connection  # type: ignore[assignment]
     try:
-        with conn.cursor() as cur, cur.copy(sqlfiles.text_of(statement)) as copy:
+        with conn.cursor() as cur, cur.copy(text) as copy:
             if types is not None:
                 copy.set_types(list(types))
             for row in rows:

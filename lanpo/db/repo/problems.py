@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from lanpo.db import sqlfiles
+from lanpo.db import sqlfiles, stats
 from lanpo.db.repo import checks
 from lanpo.errors import InputError
 
@@ -109,6 +109,7 @@ def upsert_problems(session: Session, dataset: str, rows: list[ProblemIn], updat
             result.refused.append(row.external_id)
     for statement, batch in (("queries/problems_insert", new), ("queries/problems_update", changed)):
         if batch:
+            stats.note_write(session, "problems")
             session.execute(
                 sqlfiles.load(statement),
                 {
