@@ -8,6 +8,7 @@ arguments of `vllm.LLM` once the device is known. `None` fields are resolved per
 | memory_fraction | 0.15 of its NUMA node's RAM | 0.45 of the GPU: the trained policy needs the rest |
 | enforce_eager | True: torch.compile costs ~50 s at start on 2 cores for ~10% faster decoding | False: CUDA graphs |
 | max_model_len | the model's own limit | the model's own limit |
+| reproducible | True: in-process engine, prefix cache emptied per call (faster here, see below) | False: vLLM's own |
 
 `max_lora_rank` (default 16, lanpo's `lora.r`) sizes the LoRA slots, and on CPU every request pays for them:
 measured on SmolLM2 (4 prompts × n 4 × 128 tokens, 2 cores), base-model decoding ran at 208 tokens/s without
@@ -25,14 +26,29 @@ sequence of `max_model_len` tokens: lower `max_model_len` (prompt + completion, 
 rollout.max_new_tokens`) before raising f.
 
 - SmolLM2-135M on the 2-core development machine: on CPU, M is the memory of the NUMA node as
-  `/sys/devices/system/node/node0/meminfo` reports it (11.5–12.6 GiB there, of 24 GiB), so f = 0.15 reserved
-  1.72 GiB: 1.16 GiB weights + runtime, 0.52 GiB KV = 24,192 tokens (30 · 2 · 3 · 64 · 2 B = 22.5 KiB each).
+  `/sys/devices/system/node/node0/meminfo` reports it (23.5 GiB on the 24 GiB machine of 2026-12-03; 11.5–12.6
+  GiB on earlier ones). In-process (`reproducible`, the CPU default) lanpo sizes the KV cache as f·M less the
+  bf16 weights: 3.53 − 0.25 = 3.28 GiB = 152,880 tokens (30 · 2 · 3 · 64 · 2 B = 22.5 KiB each); the runtime comes
+  on top, as on CUDA. With the engine in its own processes vLLM takes f·M less its worker's whole RSS (0.52 GiB of
+  KV on the earlier machines). `VLLM_CPU_KVCACHE_SPACE` (GiB) overrides either.
   The trainer beside it: 0.54 GB of fp32 weights + 1.84 M LoRA parameters (r16 q/k/v/o) · 16 B = 29 MB.
 - Qwen2.5-7B on an 80 GiB GPU, f = 0.45: 36 GiB = 14.2 GiB bf16 weights + 0.08 GiB LoRA slots (rank 16, every
   linear layer) + ~1.5 GiB runtime + ~20 GiB KV, i.e. ~370k tokens at 56 KiB each: 8 prompts × 16 rollouts of
   3k tokens at once. The trainer keeps 44 GiB: 14.2 GiB weights, 10.1 M LoRA parameters · 16 B = 0.16 GiB,
   and ~29 GiB for activations and the CUDA context.
 - Inference alone (`lanpo infer`, `lanpo eval`) has no trainer beside it: raise f to 0.85 on a GPU.
+
+`reproducible` (docs/reproducibility.md): vLLM promises no repeat by default. Its engine core schedules requests
+as they arrive over a socket, and a prompt served from the prefix cache is prefilled in a shorter pass that
+rounds differently (in bf16 on an AMX Xeon one sampled token flipped, and everything after it). With
+`reproducible`, on a CPU the engine runs in the calling process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, vLLM's way
+to deterministic scheduling) and its prefix cache is emptied before every call, so a seeded call returns what it
+returns on a fresh engine; on a GPU vLLM's batch invariance (`VLLM_BATCH_INVARIANT=1`) is switched on and the cache
+emptied likewise. Measured on SmolLM2 (`python bench/reproducible.py`, 2-core AMX Xeon, fresh processes, prompts
+sharing a 1,000-token prefix): engine start 19.1 s against 41.8 s, and 1.27x / 1.47x the decode tokens/s at
+groups of 8 / 16, since vLLM's own layout reserves a core for its scheduler process; hence True on CPU. On a GPU
+the separate engine process overlaps scheduling with compute and the batch-invariant kernels are slower: vLLM's
+default stays (not measured here: no GPU).
 """
 
 from __future__ import annotations
@@ -78,6 +94,11 @@ class VLLMConfig:
     )
     tensor_parallel_size: int = help_field(1, "GPUs one engine spans (tensor parallelism)")
     seed: int = help_field(0, "engine seed (every request also carries its own seed)")
+    reproducible: bool | None = help_field(
+        None,
+        "a seeded call repeats exactly on the same machine and vLLM (CPU: in-process engine, prefix cache emptied "
+        "per call; GPU: batch invariance). None: True on CPU, False on GPU (docs/reproducibility.md)",
+    )
     lora_sync: str = help_field(
         "auto",
         "how a trained LoRA reaches the engine: adapter (served through vLLM's LoRA kernels) | merged (folded "
@@ -120,6 +141,10 @@ class VLLMConfig:
         """`lora_sync` on `device` ("cpu" or "cuda"), auto resolved."""
         return AUTO_LORA_SYNC.get(device, "adapter") if self.lora_sync == "auto" else self.lora_sync
 
+    def reproducible_on(self, device: str) -> bool:
+        """`reproducible` on `device` ("cpu" or "cuda"), None resolved."""
+        return device == "cpu" if self.reproducible is None else self.reproducible
+
     def engine_dtype(self, device: str) -> str:
         """The dtype the engine is started with: `dtype`, with auto resolved to float32 on a CPU that has no native
         bf16 (AVX2 only: there vllm-cpu decoded SmolLM2 slower in bf16 than in fp32, `bench/rollout.py
@@ -129,6 +154,21 @@ class VLLMConfig:
         from lanpo.models.device import native_bf16
 
         return "auto" if native_bf16("cpu") else "float32"
+
+    def in_process_kv_bytes(self, node_memory: int, weight_params: int) -> int:
+        """The KV cache of a CPU engine in this process, in bytes: `memory_fraction` of the NUMA node's memory less
+        the weights in the engine's dtype. vLLM would instead take the fraction less this process's whole RSS, which
+        in-process holds the caller's own model (a trainer's) or another engine; ConfigError when nothing is left."""
+        fraction = self.memory_fraction or AUTO_MEMORY_FRACTION["cpu"]
+        weights = weight_params * (4 if self.dtype == "float32" else 2)
+        kv = int(fraction * node_memory) - weights
+        _check(
+            kv > 0,
+            f"vllm.memory_fraction = {fraction} of {node_memory / 2**30:.1f} GiB leaves no room for a KV cache beside "
+            f"{weights / 2**30:.2f} GiB of weights",
+            "raise vllm.memory_fraction",
+        )
+        return kv
 
     def engine_kwargs(self, device: str, enable_lora: bool = True) -> dict[str, Any]:
         """The keyword arguments of `vllm.LLM` on `device` ("cpu" or "cuda"), every None resolved."""
@@ -157,6 +197,8 @@ class VLLMConfig:
             kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=budget)
             if self.max_model_len is None:
                 kwargs["max_model_len"] = budget
+            if self.reproducible_on(device):
+                kwargs["distributed_executor_backend"] = "uni"  # the model in this process too, not a worker's
         if self.per_rank:
             _check(not on_cpu, "one vLLM engine per rank needs a GPU per rank", "run torchrun with the hf backend")
             kwargs["distributed_executor_backend"] = "external_launcher"  # this process is the worker, on LOCAL_RANK

@@ -5,6 +5,7 @@ against transformers' `generate` (greedy: the same tokens) and against each row'
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -122,3 +123,17 @@ def test_greedy_gives_n_identical_completions_and_zero_tokens_gives_empty_ones()
     assert all(len({c.token_ids for c in g}) == 1 and len(g) == 3 for g in groups)
     empty = HFBackend(model, tokenizer).generate(PROMPTS[:2], 2, SamplingParams(max_new_tokens=0))
     assert [[c.token_ids for c in g] for g in empty] == [[(), ()], [(), ()]]
+
+
+def test_a_seeded_call_repeats_exactly_and_another_seed_does_not() -> None:
+    """The hf backend's promise (docs/reproducibility.md): a seeded call repeats token for token in the same
+    process, rows leaving at different steps included, whatever ran in between; another seed draws otherwise."""
+    model, tokenizer = stopping_model()
+    backend = HFBackend(model, tokenizer)
+    params = SamplingParams(temperature=1.0, max_new_tokens=24, seed=5)
+    first = [[c.token_ids for c in g] for g in backend.generate(PROMPTS, 4, params)]
+    backend.generate(PROMPTS[:2], 3, SamplingParams(temperature=0.7, max_new_tokens=9, seed=6))  # in between
+    assert [[c.token_ids for c in g] for g in backend.generate(PROMPTS, 4, params)] == first
+    assert len({len(t) for g in first for t in g}) > 1  # rows did leave at different steps
+    other = [[c.token_ids for c in g] for g in backend.generate(PROMPTS, 4, replace(params, seed=6))]
+    assert other != first

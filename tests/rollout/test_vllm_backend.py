@@ -46,6 +46,27 @@ def test_auto_settings_resolve_per_device() -> None:
     assert not kwargs["enable_lora"] and "max_loras" not in kwargs
 
 
+def test_reproducible_resolves_per_device_and_sizes_an_in_process_kv_cache() -> None:
+    """docs/reproducibility.md: on by default on CPU (the engine in this process, measured faster there), off on
+    CUDA; asked for, kept. In-process, the KV cache is the fraction of the node's memory less the weights."""
+    from lanpo.rollout.vllm import reproducible_env
+
+    assert VLLMConfig().reproducible_on("cpu") and not VLLMConfig().reproducible_on("cuda")
+    assert not VLLMConfig(reproducible=False).reproducible_on("cpu") and VLLMConfig(reproducible=True).reproducible_on(
+        "cuda"
+    )
+    assert VLLMConfig().engine_kwargs("cpu")["distributed_executor_backend"] == "uni"
+    assert "distributed_executor_backend" not in VLLMConfig(reproducible=False).engine_kwargs("cpu")
+    assert reproducible_env("cpu", True) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert reproducible_env("cuda", True) == {"VLLM_BATCH_INVARIANT": "1"}
+    assert reproducible_env("cpu", False) == reproducible_env("cuda", False) == {}
+    gib, params = 2**30, 134_515_008  # SmolLM2-135M
+    assert VLLMConfig().in_process_kv_bytes(24 * gib, params) == int(0.15 * 24 * gib) - 2 * params  # bf16
+    assert VLLMConfig(dtype="float32").in_process_kv_bytes(24 * gib, params) == int(0.15 * 24 * gib) - 4 * params
+    with pytest.raises(ConfigError, match="leaves no room for a KV cache"):
+        VLLMConfig(memory_fraction=0.01).in_process_kv_bytes(gib, params)
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [

@@ -24,9 +24,10 @@ os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "900")
 
 
 @pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2-135M-Instruct converted once into a HF folder under a temporary LANPO_HOME."""
-    return prepare_smollm2(tmp_path_factory.mktemp("lanpo-home"))
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a HF folder, converted once into lanpo's model cache ($LANPO_HOME/models) and
+    shared with the main lane's slow tests and with every later session on this machine, as lanpo itself does."""
+    return prepare_smollm2()
 
 
 @pytest.fixture(scope="session")

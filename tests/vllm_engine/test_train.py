@@ -136,6 +136,7 @@ def _one_hash_per_version(rows: list[Any]) -> None:
     assert len({r.served for r in rows}) == len({r.own for r in rows}) == len({(r.own, r.served) for r in rows})
 
 
+@pytest.mark.long("two runs (the first and its resume), each with its own engine, loading full weights every step")
 def test_full_fine_tuning_trains_on_the_engine_and_resumes_on_the_committed_weights(
     db: Engine, smollm2_dir: Path, adapters: list[SavedAdapter], tmp_path: Path
 ) -> None:
@@ -250,6 +251,7 @@ max_prompt_tokens = 256
 
 [rollout.vllm]
 max_lora_rank = 16
+reproducible = false  # the engine core in processes of its own: what a signal must not leave behind
 
 [feedback]
 mode = "none"
@@ -259,6 +261,7 @@ enabled = false
 """
 
 
+@pytest.mark.long("a trainer process whose engine core runs in processes of its own: what the signal must end")
 def test_sigterm_shuts_the_engine_down_and_marks_the_run_failed(
     db_env: str, db: Engine, smollm2_dir: Path, adapters: list[SavedAdapter], tmp_path: Path
 ) -> None:
@@ -291,6 +294,7 @@ def test_sigterm_shuts_the_engine_down_and_marks_the_run_failed(
         assert conn.execute(sa.text("SELECT status FROM runs WHERE name = 'vllm-sigterm'")).scalar() == "failed"
 
 
+@pytest.mark.long("a trainer process whose engine core runs in processes of its own: what must not outlive it")
 def test_a_sigkilled_trainer_leaves_no_engine_behind_and_its_run_reads_dead(
     db_env: str, db: Engine, smollm2_dir: Path, adapters: list[SavedAdapter], tmp_path: Path
 ) -> None:
