@@ -8,6 +8,7 @@ is started in a temporary `LANPO_HOME`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -24,6 +26,12 @@ from sqlalchemy.orm import Session
 from lanpo.db import migrate, server
 from lanpo.db.engine import ENV_URL, make_engine, normalise_url
 from lanpo.db.models import Base
+
+# Every vLLM engine the suite starts (in-process, in its own processes, in a bench or a trainer it spawns) holds a
+# KV cache of 1 GiB, about 46,000 tokens of SmolLM2: far more than any test's batch. Sized by memory_fraction, it
+# would be 0.15 of the machine's memory (3.3 GiB on 24 GiB), which took 5.6 s of every start to allocate. vLLM
+# reads the variable in each engine it starts, after lanpo's own sizing (lanpo.rollout.config).
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
 @dataclass(frozen=True)
@@ -130,3 +138,64 @@ def run_cli(db_env: str, capsys: pytest.CaptureFixture[str]) -> Callable[..., Cl
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per core this process may use, at most 4 (each worker runs its own embedded Postgres,
+    and the multi-rank tests spawn up to 8 processes of their own)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left_behind() -> Iterator[None]:
+    """A test that ends, passed, failed or timed out (pytest-timeout interrupts it), leaves none of the processes it
+    started running: trainers, workers, ranks, vLLM engine cores. The embedded Postgres is a daemon, not a child."""
+    import psutil
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    left = [p for p in me.children(recursive=True) if p.pid not in before]
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(left, timeout=10)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker takes its own share of the cores, so that "all cores" (model.threads = 0,
+    torch's default) means that share, and two workers never oversubscribe the machine; what a worker spawns
+    (its embedded Postgres, trainers, ranks) inherits the share."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cores = sorted(os.sched_getaffinity(0))
+    if worker is None or count < 2 or count > len(cores):
+        return
+    index = int(worker.removeprefix("gw"))
+    share = cores[index::count]
+    os.sched_setaffinity(0, share)
+    os.environ["OMP_NUM_THREADS"] = str(len(share))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slow tests first, so that under xdist no worker is left with one long test at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+LONG_S = 60.0  # a test longer than this on the 2-core CI machine says why, with @pytest.mark.long("why")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and report.duration > LONG_S and "long" not in report.keywords:
+        _unexplained.append((report.nodeid, report.duration))
+
+
+_unexplained: list[tuple[str, float]] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The budget stays visible: tests over LONG_S seconds that give no reason for it are named at the end."""
+    if _unexplained:
+        terminalreporter.section(f"tests over {LONG_S:.0f} s without a long(reason) mark")
+        for nodeid, seconds in sorted(_unexplained, key=lambda t: -t[1]):
+            terminalreporter.write_line(f"{seconds:7.1f} s  {nodeid}")

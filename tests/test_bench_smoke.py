@@ -20,7 +20,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 240  # a bench that hangs fails instead of holding the lane
-VLLM_TIMEOUT_S = 600  # the vLLM benches start two engines (~60-90 s each on two busy cores)
+VLLM_TIMEOUT_S = 600  # the vLLM benches start two engines (~10-45 s each on two cores)
 
 # bench -> (its smallest arguments, a regex for the line with its ratio)
 BENCHES: dict[str, tuple[str, str]] = {
@@ -51,6 +51,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         r"(?m)^step +[\d.]+ +[\d.]+ +[\d.]+x",
     ),
     "gpu_check": ("--device cpu --small --dtype bfloat16", r"gpu check: 4 of 4 ok"),  # bf16 weights, as on a GPU
+    "fresh_stats": (
+        "--steps 2 --rounds 1",
+        r"target: first draw lanpo / analyze <= 1.5x -> inter [\d.]+x, intra [\d.]+x",
+    ),
     "pool_ops": ("--scale small --steps 1", r"target: whole step <= 1.5x in-memory -> wall [\d.]+x"),
     "async": (
         "--model tiny-random --no-sft --rounds 1 --steps 2 --set batch_size=2 --set rollout.n=2 "
@@ -61,6 +65,10 @@ BENCHES: dict[str, tuple[str, str]] = {
 VLLM_BENCHES: dict[str, tuple[str, str]] = {
     "rollout": ("--shape 1x1x4 --repeats 1 --threads 1 --lora", r"\| vllm merged LoRA \| [\d.]+ \| \d+ \| [\d.]+× \|"),
     "weight_sync": ("--rounds 1 --max-new-tokens 4 --threads 1", r"sync lanpo in memory/vLLM reload: [\d.]+x"),
+    "reproducible": (
+        "--shape 2x4x16 --rounds 1 --prompt-tokens 64",
+        r"reproducible on/off: decode time [\d.]+x",
+    ),
 }
 
 

@@ -57,6 +57,7 @@ class GoldFirst:
         return groups
 
 
+@pytest.mark.long("MEL on the real 135M model: SFT, then diagnoses, replays and the NLL term of three real steps")
 def test_mel_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     real = state.open_engine
