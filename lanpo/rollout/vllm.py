@@ -50,19 +50,17 @@ builds the engine, or `reproducible` (the engine in the calling process). A fail
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import logging
 import math
 import multiprocessing
-import os
 import shutil
 import tempfile
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +76,14 @@ from lanpo.models import (
 )
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.rollout.config import VLLMConfig
+from lanpo.rollout.vllm_process import (
+    LIVE_IN_PROCESS,
+    cpu_node_memory,
+    environment,
+    parallel_state_kept,
+    process_state_kept,
+    reproducible_env,
+)
 from lanpo.rollout.vllm_worker import OWNER_ENV, engine_owner
 from lanpo.rollout.weights import checked_state, checkpoint_shapes, weights_snapshot
 
@@ -115,95 +121,6 @@ def import_vllm() -> Any:
             f"vLLM is installed but cannot be imported: {type(exc).__name__}: {exc}", INSTALL_HINT
         ) from exc
     return vllm
-
-
-# Engines whose core runs in this process. They share vLLM's process-wide parallel state (its model-parallel
-# groups), which an in-process EngineCore tears down when it shuts down: the others would then fail their next
-# forward ("pipeline model parallel group is not initialized"). So only the last one to close tears it down.
-_LIVE_IN_PROCESS: set[int] = set()
-
-
-@contextlib.contextmanager
-def _parallel_state_kept(keep: bool) -> Iterator[None]:
-    """While an in-process engine shuts down with others still live, its teardown of vLLM's parallel state
-    (`vllm.v1.engine.core.cleanup_dist_env_and_memory`, vLLM 0.32) is reduced to the garbage collection."""
-    if not keep:
-        yield
-        return
-    from vllm.v1.engine import core
-
-    teardown = core.cleanup_dist_env_and_memory
-    core.cleanup_dist_env_and_memory = lambda *args, **kwargs: (gc.unfreeze(), gc.collect())
-    try:
-        yield
-    finally:
-        core.cleanup_dist_env_and_memory = teardown
-
-
-def _cpu_node_memory() -> int:
-    """Bytes of memory on the NUMA node vLLM's CPU worker binds to (the first CPU this process may use)."""
-    try:
-        from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
-
-        return int(get_memory_node_info(get_allowed_cpu_list()[0].numa_node).total_memory)
-    except (ImportError, AttributeError, IndexError):  # another vLLM layout: the machine's memory
-        import psutil
-
-        return int(psutil.virtual_memory().total)
-
-
-def reproducible_env(device: str, reproducible: bool) -> dict[str, str]:
-    """The variables vLLM reads at engine start for `rollout.vllm.reproducible` on `device`: on CPU the engine core
-    in this process (deterministic scheduling, vLLM's docs: "Reproducibility"), on a GPU batch invariance."""
-    if not reproducible:
-        return {}
-    if device == "cpu":
-        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    return {"VLLM_BATCH_INVARIANT": "1"}
-
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """`values` in os.environ while the engine starts (its processes inherit them), the old values back after. An
-    engine core started in this process freezes vLLM's reading of the environment (`enable_envs_cache`); it is
-    thawed first, so that a later engine reads its own settings."""
-    with contextlib.suppress(ImportError, AttributeError):
-        from vllm import envs
-
-        envs.disable_envs_cache()
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
-
-
-@contextlib.contextmanager
-def _process_state_kept() -> Iterator[None]:
-    """What an engine started in this process changes, put back: it seeds Python's, numpy's and torch's global
-    random states with `vllm.seed` (vLLM warns that it "may affect the random state" of the caller), and vLLM's CPU
-    worker replaces `torch.set_num_threads` with a no-op (it binds OpenMP threads in worker processes, which the
-    in-process engine does not), which would silently pin the trainer to the engine's thread count."""
-    import random
-
-    import numpy as np
-    import torch
-
-    states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
-    set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
-    try:
-        yield
-    finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.random.set_rng_state(states[2])
-        torch.set_num_threads = set_num_threads
-        torch.set_num_threads(threads)
 
 
 @dataclass(frozen=True)
@@ -276,12 +193,12 @@ class VLLMBackend:
         self.reproducible = self.config.reproducible_on(device)
         if device == "cpu" and self.reproducible:
             params = sum(math.prod(shape) for shape in self.checkpoint_shapes().values())
-            kwargs["kv_cache_memory_bytes"] = self.config.in_process_kv_bytes(_cpu_node_memory(), params)
+            kwargs["kv_cache_memory_bytes"] = self.config.in_process_kv_bytes(cpu_node_memory(), params)
         # the engine's processes inherit it and end when this one dies (vllm_worker); later children must not
         env = {OWNER_ENV: engine_owner(), **reproducible_env(device, self.reproducible)}
         started = time.perf_counter()
         try:
-            with _environment(env), _process_state_kept():
+            with environment(env), process_state_kept():
                 llm = self._vllm.LLM(model=self.model, tokenizer=self.model, **kwargs)
         except Exception as exc:
             raise LanpoError(
@@ -291,7 +208,7 @@ class VLLMBackend:
         core = getattr(llm.llm_engine, "engine_core", None)
         self.in_process = type(core).__name__ == "InprocClient"  # no EngineCore process of its own
         if self.in_process:
-            _LIVE_IN_PROCESS.add(id(self))
+            LIVE_IN_PROCESS.add(id(self))
         self.load_seconds = time.perf_counter() - started
         log.info("vLLM engine for %s on %s loaded in %.1f s (%s)", self.model, device, self.load_seconds, kwargs)
         return llm
@@ -301,9 +218,9 @@ class VLLMBackend:
         llm, self.llm = self.llm, None
         if llm is not None:
             shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "shutdown", None)
-            _LIVE_IN_PROCESS.discard(id(self))
+            LIVE_IN_PROCESS.discard(id(self))
             if shutdown is not None:
-                with _parallel_state_kept(self.in_process and bool(_LIVE_IN_PROCESS)):
+                with parallel_state_kept(self.in_process and bool(LIVE_IN_PROCESS)):
                     shutdown()
             if self.in_process:  # its start froze the heap (vLLM's freeze_gc_heap): let its cycles be collected
                 del llm

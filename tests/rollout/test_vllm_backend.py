@@ -49,7 +49,7 @@ def test_auto_settings_resolve_per_device() -> None:
 def test_reproducible_resolves_per_device_and_sizes_an_in_process_kv_cache() -> None:
     """docs/reproducibility.md: on by default on CPU (the engine in this process, measured faster there), off on
     CUDA; asked for, kept. In-process, the KV cache is the fraction of the node's memory less the weights."""
-    from lanpo.rollout.vllm import reproducible_env
+    from lanpo.rollout.vllm_process import reproducible_env
 
     assert VLLMConfig().reproducible_on("cpu") and not VLLMConfig().reproducible_on("cuda")
     assert not VLLMConfig(reproducible=False).reproducible_on("cpu") and VLLMConfig(reproducible=True).reproducible_on(
