@@ -39,11 +39,11 @@ def child(args: argparse.Namespace, kind: str) -> dict[str, float]:
 
     sys.path.insert(0, str(ROOT))
     from lanpo.models import tiny_causal_lm
-    from lanpo.train import checkpoint as ckpt
-    from lanpo.train.batch import build_batch
     from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
+    from lanpo.train.consumer.batch import build_batch
+    from lanpo.train.consumer.update import update_policy, warmup_schedule
+    from lanpo.train.plumbing import checkpoint as ckpt
     from lanpo.train.policy import build_policy, enable_checkpointing, load_base
-    from lanpo.train.update import update_policy, warmup_schedule
 
     torch.set_num_threads(args.threads)
     before = rss_mib()

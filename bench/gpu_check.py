@@ -237,7 +237,7 @@ def full_ft(env: Env, row: Row) -> None:
     )
     result = train(cfg, engine=env.engine, progress=False)
     step_figures(row, result.metrics)
-    from lanpo.train.checkpoint import MODEL_DIR, step_dir
+    from lanpo.train.plumbing.checkpoint import MODEL_DIR, step_dir
 
     last = step_dir(Path(result.checkpoint_dir), result.steps[-1]) / MODEL_DIR
     start, trained = read_model_state(env.model_dir), read_model_state(last)  # bf16 start, fp32 trained
@@ -251,9 +251,9 @@ def full_ft(env: Env, row: Row) -> None:
 def _synthetic_update(env: Env, policy: Any, dist: Any) -> Any:
     """One GRPO update of `policy` on fixed random rollouts, 8 prompts x 2 of 64 + 64 tokens (8 + 8 small): its
     stats."""
-    from lanpo.train.batch import build_batch
     from lanpo.train.config import GRPOConfig
-    from lanpo.train.update import update_policy, warmup_schedule
+    from lanpo.train.consumer.batch import build_batch
+    from lanpo.train.consumer.update import update_policy, warmup_schedule
 
     length = 8 if env.small else 64
     generator = torch.Generator().manual_seed(2)
@@ -287,8 +287,8 @@ def fsdp_ws1(env: Env, row: Row) -> None:
     import torch.distributed as torch_dist
 
     from lanpo.models import read_model_state
-    from lanpo.train import fsdp
-    from lanpo.train.dist import Dist
+    from lanpo.train.plumbing import fsdp
+    from lanpo.train.plumbing.dist import Dist
 
     start = {n: t.float() for n, t in read_model_state(env.model_dir).items()}
     plain = _load_full(env, Dist())
@@ -368,8 +368,8 @@ def _stage(
 def sync_to_engine(env: Env, row: Row) -> None:
     from lanpo.models import merged_state
     from lanpo.rollout.weights import checkpoint_shapes
-    from lanpo.train import fsdp
     from lanpo.train.config import LoraConfig, ModelConfig
+    from lanpo.train.plumbing import fsdp
     from lanpo.train.policy import load_base, with_fresh_adapter
 
     expected = checkpoint_shapes(env.model_dir)
@@ -444,9 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lanpo-gpu-check-") as tmp:
         work = Path(tmp)
         model_dir = write_model(work / "model", args.small)
-        import lanpo.train.produce
+        import lanpo.train.producer.produce
 
-        lanpo.train.produce.grade = alternating_grade  # type: ignore[assignment]
+        lanpo.train.producer.produce.grade = alternating_grade  # type: ignore[assignment]
         engine = open_store(work)
         add_problems(engine, "gpu-check")
         env = Env(device, model_dir, work, engine, args.small, args.dtype)

@@ -1,6 +1,6 @@
 """Inference benchmark on SmolLM2-135M-Instruct (CPU): batching, and what retrieval and self-correction add.
 
-  batching      `Engine.solve` zero-shot with the hf backend, `--batch` questions per `generate` (left padding)
+  batching      `Answerer.solve` zero-shot with the hf backend, `--batch` questions per `generate` (left padding)
                 against one question at a time: problems/s and generated tokens/s, side by side.
   retrieval     a private embedded Postgres with a pool of `--pool` experiences (templated lessons on
                 reasoning-gym train questions of several tasks); per question: stage 1 alone (BM25), stage 1 +
@@ -108,8 +108,8 @@ def main() -> None:
 
     import torch
 
+    from lanpo.inference.answerer import Answerer
     from lanpo.inference.config import RetrievalSettings, SamplingSettings
-    from lanpo.inference.engine import Engine
     from lanpo.inference.io import Question
     from lanpo.models import load_causal_lm
 
@@ -118,8 +118,8 @@ def main() -> None:
     qs = [Question(r["id"], r["question"], r["answer"]) for r in questions(args.n, "test", args.seed)]
     greedy = SamplingSettings(max_new_tokens=args.max_new_tokens, temperature=0.0, seed=args.seed)
 
-    def engine(batch: int, **kw: Any) -> Engine:
-        return Engine(
+    def answerer(batch: int, **kw: Any) -> Answerer:
+        return Answerer(
             model,
             tokenizer=tokenizer,
             model_id=args.model,
@@ -131,12 +131,12 @@ def main() -> None:
 
     table: list[tuple[str, str, str, str]] = []
     n = len(qs)
-    engine(args.batch).solve(qs[:1], "zero_shot")  # warm-up (first-call allocations)
-    runs: dict[str, Callable[[], Any]] = {"zero": lambda: engine(args.batch).solve(qs, "zero_shot")}
+    answerer(args.batch).solve(qs[:1], "zero_shot")  # warm-up (first-call allocations)
+    runs: dict[str, Callable[[], Any]] = {"zero": lambda: answerer(args.batch).solve(qs, "zero_shot")}
     if "batching" in only:
-        runs["one"] = lambda: engine(1).solve(qs, "zero_shot")
+        runs["one"] = lambda: answerer(1).solve(qs, "zero_shot")
     if "self-correct" in only:
-        runs["self_correct"] = lambda: engine(args.batch).solve(qs, "self_correct")
+        runs["self_correct"] = lambda: answerer(args.batch).solve(qs, "self_correct")
     home: Path | None = None
     db: Any = None
     if "retrieval" in only:
@@ -150,8 +150,8 @@ def main() -> None:
         _, t_fill = timed(lambda: fill_pool(db, args.pool, args.seed))
         print(f"(pool of {args.pool} filled in {t_fill:.1f}s)")
         settings = {"stage1": "bm25", "top_k": args.top_k, "gamma": 0.0, "m": 3}
-        stage1 = engine(args.batch, db=db, retrieval=RetrievalSettings(judge="none", **settings))
-        rerank = engine(args.batch, db=db, retrieval=RetrievalSettings(judge="policy", **settings))
+        stage1 = answerer(args.batch, db=db, retrieval=RetrievalSettings(judge="none", **settings))
+        rerank = answerer(args.batch, db=db, retrieval=RetrievalSettings(judge="policy", **settings))
         stage1.retrieve(qs[:1])  # builds the BM25 index over the pool once (cached by pool state)
         runs["retrieval"] = lambda: rerank.solve(qs, "retrieval")
     # Round-robin repeats, best time kept: other processes on the cores only ever add time.

@@ -112,8 +112,9 @@ class LanpoSide:
         from lanpo.config import from_mapping, load_toml
         from lanpo.db.repo import runs as runs_repo
         from lanpo.rollout import SamplingParams
-        from lanpo.train import loop, produce
+        from lanpo.train import loop
         from lanpo.train.config import TrainConfig
+        from lanpo.train.producer import produce
         from lanpo.train.state import setup
 
         base = load_toml(TrainConfig, ROOT / "train/configs/demo-cpu.toml")
@@ -174,8 +175,8 @@ class LanpoSide:
         """The problems lanpo's steps 1..steps draw, step by step, as zero-shot chat prompts with their answers."""
         from lanpo.db.engine import transaction
         from lanpo.db.repo import problems as problems_repo
-        from lanpo.train.feedback import fit_prompt
-        from lanpo.train.schedule import batch_problem_ids
+        from lanpo.train.producer.contexts import fit_prompt
+        from lanpo.train.producer.schedule import batch_problem_ids
 
         cfg, t = self.cfg, self.trainer
         ids = [

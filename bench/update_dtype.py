@@ -56,11 +56,11 @@ def main() -> int:
     from lanpo.rl.advantages import group_advantages
     from lanpo.rollout import SamplingParams
     from lanpo.rollout.hf import HFBackend
-    from lanpo.train.batch import autocast_dtype, build_batch
     from lanpo.train.config import GRPOConfig
-    from lanpo.train.feedback import fit_prompt
+    from lanpo.train.consumer.batch import autocast_dtype, build_batch
+    from lanpo.train.consumer.update import micro_batch_loss
     from lanpo.train.policy import LoraPolicy
-    from lanpo.train.update import micro_batch_loss
+    from lanpo.train.producer.contexts import fit_prompt
 
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
     torch.manual_seed(args.seed)

@@ -2,7 +2,7 @@
 
 Rollouts are kept and distilled into natural-language experiences; a GRPO trainer draws
 intra-sample (own earlier attempts) and inter-sample (relevant lessons from other problems)
-feedback contexts from the store, and a test-time engine answers with or without them.
+feedback contexts from the store, and a test-time answerer answers with or without them.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,8 +1,9 @@
 """Configuration as documentation: one dataclass per component, filled from TOML and CLI overrides.
 
-Every component keeps its own `@dataclass` (with one-line field help in `metadata["help"]` and the
-paper's default). This module holds the shared machinery: building a dataclass from a mapping with
-unknown keys and wrong types rejected by name, loading TOML, and `a.b=value` overrides.
+Every component keeps its own `@dataclass` (with one-line field help in `metadata["help"]` and a default for a
+run on a CPU; the papers' values live in the recipes of `train/configs/`). This module holds the shared machinery:
+building a dataclass from a mapping with unknown keys and wrong types rejected by name, loading TOML, and
+`a.b=value` overrides.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lanpo.errors import ConfigError
+from lanpo.errors import ConfigError, listing
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -288,10 +289,10 @@ def from_mapping(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        known = ", ".join(sorted(fields))
         raise ConfigError(
             f"unknown config key{'s' if len(unknown) > 1 else ''} " + ", ".join(f"{prefix}{k}" for k in unknown),
-            hint=f"keys allowed{' in ' + prefix.rstrip('.') if prefix else ''}: {known}",
+            hint=f"keys allowed{' in ' + prefix.rstrip('.') if prefix else ''}: {listing(sorted(fields), 90)}; "
+            "--keys lists them all",
         )
     kwargs = {name: _coerce(value, hints[name], f"{prefix}{name}") for name, value in data.items()}
     try:

@@ -2,8 +2,10 @@
 
 migrate -> generate and import problems (reasoning-gym) -> problem-to-problem relevance (LLM judge) ->
 SFT warm start + a few GRPO steps with intra/inter feedback from the store -> SQL over the history ->
-held-out problems answered zero-shot and with retrieved lessons, side by side, with both accuracies and one line
-saying whether the store helped. Every stage prints what it did and how long it took.
+held-out problems answered zero-shot and in retrieval mode, side by side, with both accuracies and one line
+saying whether the store helped. At the demo's size the pool stays empty (no summary has the lesson format), so
+retrieval finds no lesson and answers with the zero-shot prompt, and the demo says so. Every stage prints what it
+did and how long it took.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
 
     with stage(4, f"training: SFT warm start, then {cfg.steps} LANPO GRPO steps ({cfg.feedback.mode} feedback)", echo):
         from lanpo.train.loop import train
-        from lanpo.train.step_line import step_line
+        from lanpo.train.plumbing.step_line import step_line
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
             echo(f"      {step_line(step, metrics)}")
@@ -209,7 +211,7 @@ def _held_out_change(validation: dict[int, dict[str, float]], n: int, echo: Call
     if abs(change) <= 2 * se:
         echo(
             "      within noise: a few demo steps do not show learning at this size. The experiment that measures\n"
-            "      it is `lanpo experiment --config train/experiments/grpo-vs-lanpo.toml` (README, 'Does it learn?')"
+            "      it is `lanpo experiment --config train/experiments/grpo-vs-lanpo.toml` (docs/results.md)"
         )
     return {"metric": key, "before": before, "after": after, "noise_2se": 2 * se}
 
@@ -266,14 +268,14 @@ def _answer_held_out(
     the run's pool. Both go into one `infer` run (step 0, one policy version), so `experience_usage` compares them."""
     from lanpo.db.engine import transaction
     from lanpo.db.repo.pools import active_size
+    from lanpo.inference.answerer import Answerer
     from lanpo.inference.config import RetrievalSettings, SamplingSettings
-    from lanpo.inference.engine import Engine
     from lanpo.inference.store import dataset_questions, record_solutions, start_run
 
     adapters = sorted(checkpoint_root.glob("step-*/adapter"))
     with transaction(engine) as session:
         questions = dataset_questions(session, test_dataset)
-    solver = Engine(
+    answerer = Answerer(
         cfg.model.name,
         adapters[-1] if adapters else None,
         db=engine,
@@ -284,10 +286,10 @@ def _answer_held_out(
         notify=lambda message: echo(f"      note: {message}"),
     )
     with transaction(engine) as session:
-        lessons = active_size(session, solver.pool().id)
+        lessons = active_size(session, answerer.pool().id)
     echo(f"      pool {cfg.pool_name()}: {lessons} active lesson(s)")
-    zero_shot = solver.solve(questions, "zero_shot", 1)
-    retrieval = solver.solve(questions, "retrieval", 1)
+    zero_shot = answerer.solve(questions, "zero_shot", 1)
+    retrieval = answerer.solve(questions, "retrieval", 1)
     with transaction(engine) as session:
         run_id, version = start_run(
             session,
@@ -295,8 +297,8 @@ def _answer_held_out(
             "infer",
             {"modes": ["zero_shot", "retrieval"], "dataset": test_dataset},
             cfg.model.name,
-            solver.adapter_sha256,
-            pool_id=solver.pool().id,
+            answerer.adapter_sha256,
+            pool_id=answerer.pool().id,
         )
         record_solutions(session, [*zero_shot, *retrieval], run_id, version)
     for line in side_by_side(zero_shot, retrieval):

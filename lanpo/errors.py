@@ -2,17 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+HINT_LIMIT = 200  # characters: a hint says what to do in a line; a list that grows with the store is cut short
+
+
+def listing(names: Iterable[str], room: int = 100, every: str | None = None) -> str:
+    """`a, b, c` while it fits in `room` characters, then `and N more` (and the command `every` that lists them
+    all): a hint that lists what the store holds stays short however much it holds."""
+    names = list(names)
+    shown: list[str] = []
+    for name in names:
+        if shown and len(", ".join([*shown, name])) > room:
+            break
+        shown.append(name)
+    more = len(names) - len(shown)
+    if not more:
+        return ", ".join(shown)
+    return ", ".join(shown) + f" and {more} more" + (f" (`{every}`)" if every else "")
+
 
 class LanpoError(Exception):
-    """An error the CLI prints without a traceback: `message`, then `hint` (what to do)."""
+    """An error the CLI prints without a traceback: `message`, then `hint` (what to do, one line under
+    HINT_LIMIT characters), then `detail` when the hint points at text to copy verbatim (the SQL an administrator
+    runs), each of its lines indented under the hint."""
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.detail = detail
 
     def __str__(self) -> str:
-        return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+        text = self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+        return text if not self.detail else f"{text}\n{indented(self.detail)}"
+
+
+def indented(detail: str) -> str:
+    """`detail` as printed under a hint: a blank line, then each line indented by four spaces."""
+    return "\n" + "\n".join(f"    {line}" if line else "" for line in detail.splitlines())
 
 
 class ConfigError(LanpoError):

@@ -44,7 +44,8 @@ from lanpo.config import (
 from lanpo.db.engine import transaction
 from lanpo.db.repo import experiments as experiments_repo
 from lanpo.db.repo import runs as runs_repo
-from lanpo.errors import ConfigError, LanpoError
+from lanpo.errors import ConfigError, LanpoError, listing
+from lanpo.feedback_modes import asks_inter
 from lanpo.retrieval import STAGE1
 from lanpo.train.config import TrainConfig
 
@@ -108,7 +109,7 @@ class ExperimentConfig:
         unknown = [a for a in self.arms if a not in self.arm_overrides()]
         if unknown or not self.arms:
             raise ConfigError(
-                f"arms names {unknown or 'nothing'}", hint=f"arms known: {', '.join(self.arm_overrides())}"
+                f"arms names {unknown or 'nothing'}", hint=f"arms known: {listing(self.arm_overrides())}"
             )
 
     def arm_overrides(self) -> dict[str, dict[str, Any]]:
@@ -229,7 +230,7 @@ def run_experiment(
     start = shared_start(exp, base, engine, folder, echo)
     arms = exp.arm_overrides()
     scorer = None
-    if any(arms[a].get("feedback.mode", base.feedback.mode) in ("inter", "both") for a in exp.arms):
+    if any(asks_inter(arms[a].get("feedback.mode", base.feedback.mode)) for a in exp.arms):
         scorer = shared_relevance(exp, base, engine, echo)
     cfgs = []
     for seed in exp.seeds:
@@ -309,7 +310,7 @@ def side_by_side_order(cfgs: list[TrainConfig]) -> list[TrainConfig]:
     carry a context, MEL replays and diagnoses: their steps are longer), so that the short runs fill the end and no
     worker idles while another finishes a long one. Measured at the default (two workers, three seeds, bf16
     autocast): GRPO runs 25-29 minutes, LANPO-both 33-35; in the file's order (GRPO first) the last LANPO-both run
-    trained alone for its final ~18 minutes (README, "The default end to end")."""
+    trained alone for its final ~18 minutes (docs/results.md)."""
 
     def cost(cfg: TrainConfig) -> int:
         return int(cfg.feedback.mode != "none" or cfg.resolved_method() == "mel")
@@ -440,7 +441,7 @@ def shared_start(
             "the arms need a shared start: the recipe enables [sft] or names model.init_adapter",
             hint="set sft.enabled = true in the recipe (or --set model.init_adapter=FOLDER)",
         )
-    from lanpo.train.sft import run_sft
+    from lanpo.train.sft.warm_start import run_sft
 
     started = time.perf_counter()
     cfg = replace(base, run_name=f"{exp.name}-start", output_dir=str(folder), seed=exp.seeds[0])

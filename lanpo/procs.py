@@ -2,8 +2,8 @@
 
 Three watchers read them: a run's heartbeat (`lanpo.db.heartbeat`: is the owner's pid gone?), a vLLM engine's
 worker (`lanpo.rollout.vllm_worker`: end the EngineCore once the process that started it is gone) and a local
-rollout worker (`lanpo.train.worker`: end with the trainer that started it). No torch here: the engine's worker
-imports it at start-up, and so does `lanpo runs`.
+rollout worker (`lanpo.train.producer.worker`: end with the trainer that started it). No torch here: the vLLM engine's
+worker imports it at start-up, and so does `lanpo runs`.
 """
 
 from __future__ import annotations

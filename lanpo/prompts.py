@@ -9,23 +9,23 @@ Leakage rules (tested with hypothesis in tests/test_prompts.py):
   attribute and reads nothing else, so rewards, correctness and the gold answer cannot reach it; its wording
   never judges the earlier attempts (no "correct", "wrong", "reward", "score", "answer key").
 - the inter prompt shows summaries of experiences from *other* problems (the store guarantees that); their
-  relevance score is not shown either, the model judges relevance itself. Its raw variant (Table 2's naive
-  retrieval) shows those experiences' source responses instead of their summaries, still other problems' only.
+  relevance score is not shown either, the model judges relevance itself. Its raw variant (lanpo's own ablation,
+  not a row of Table 2) shows those experiences' source responses instead of their summaries, still other problems'
+  only.
 - self-correction's second turn is the same conversation: the model's first answer as an assistant message, then
   a fixed reflection request as a user message. The request is one constant string that reads nothing of the
   first turn's grade, so a correct and a wrong first answer get the very same request.
-- a context item cut to fit the prompt's token limit (`lanpo.train.feedback.fit_prompt`) shows a head and a tail
-  of its own text with the fixed `OMITTED` marker between them, which names a token count and nothing else
+- a context item cut to fit the prompt's token limit (`lanpo.train.producer.contexts.fit_prompt`) shows a head and a
+  tail of its own text with the fixed `OMITTED` marker between them, which names a token count and nothing else
   (`elided`); no other text is added to or taken from the item.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 Message = dict[str, str]
 
@@ -35,9 +35,6 @@ INTER_VERSION = "inter-v1"
 INTER_RAW_VERSION = "inter-raw-v1"
 REFLECT_VERSION = "reflect-v1"  # the second turn of two-turn self-correction
 SUMMARY_VERSION = "summary-v1"
-
-MODES = ("zero_shot", "intra", "inter")
-FEEDBACK_MODES = ("intra", "inter")
 
 # Fixed headers a feedback-mode response must carry (the +0.1 format bonus checks for them, paper 10.3).
 INTRA_HEADERS = ("## Review", "## Solution")
@@ -104,9 +101,6 @@ SUMMARY_SYSTEM = "You write short, abstract lessons."
 # Stands for the middle of a context item cut to fit the prompt: how many of the item's own tokens are left out.
 OMITTED = "[... {n} tokens omitted ...]"
 
-# The one text field of a context item each feedback prompt reads (`format_intra`, `format_inter`).
-CONTEXT_FIELDS = {"intra": "response", "inter": "summary"}
-
 # Words that would reveal a judgement of an earlier attempt; the reflection template must contain none.
 JUDGEMENT_WORDS = ("correct", "incorrect", "wrong", "right", "reward", "score", "gold", "answer key", "true", "false")
 
@@ -139,20 +133,6 @@ class Lesson:
     summary: str
 
 
-def version_of(mode: str, shows_response: bool = False) -> str:
-    """The template version stored with attempts made in `mode` (zero_shot | intra | inter; validation, `val`,
-    answers with the zero-shot actor prompt; `shows_response`: inter items are unsummarised solutions)."""
-    versions = {
-        "zero_shot": ACTOR_VERSION,
-        "val": ACTOR_VERSION,
-        "intra": INTRA_VERSION,
-        "inter": INTER_RAW_VERSION if shows_response else INTER_VERSION,
-    }
-    if mode not in versions:
-        raise ValueError(f"unknown prompt mode {mode!r}; expected one of {', '.join(MODES)}")
-    return versions[mode]
-
-
 def format_intra(items: Sequence[HasResponse]) -> str:
     """Earlier attempts as numbered blocks: only their `response` text is read."""
     blocks = [f"### Attempt {i + 1}\n{item.response.strip()}" for i, item in enumerate(items)]
@@ -167,28 +147,9 @@ def format_inter(items: Sequence[HasSummary], shows_response: bool = False) -> s
     return "\n\n".join(blocks)
 
 
-def render_context(mode: str, items: Sequence[HasResponse] | Sequence[HasSummary]) -> str:
-    """The exact context block injected into a prompt for `mode` (used by `lanpo pool context`)."""
-    if mode == "intra":
-        return format_intra(items)  # type: ignore[arg-type]
-    if mode == "inter":
-        return format_inter(items)  # type: ignore[arg-type]
-    raise ValueError(f"mode {mode!r} has no context; expected intra or inter")
-
-
 def elided(head: str, omitted: int, tail: str) -> str:
     """A context item's text cut to fit: its `head`, the `OMITTED` marker on a line of its own, its `tail`."""
     return f"{head}\n{OMITTED.format(n=omitted)}\n{tail}"
-
-
-def context_text(mode: str, item: Any) -> str:
-    """The text of `item` the prompt for `mode` shows (intra: `response`, inter: `summary`)."""
-    return str(getattr(item, CONTEXT_FIELDS[mode]))
-
-
-def with_context_text(mode: str, item: Any, text: str) -> Any:
-    """`item` (a dataclass) showing `text` instead: every other field, its ids included, is kept."""
-    return dataclasses.replace(item, **{CONTEXT_FIELDS[mode]: text})
 
 
 def actor_messages(question: str) -> list[Message]:
@@ -219,28 +180,10 @@ def self_correct_messages(question: str, first: HasResponse) -> list[Message]:
     ]
 
 
-def build_messages(
-    mode: str, question: str, items: Sequence[object] = (), shows_response: bool = False
-) -> list[Message]:
-    """Messages for `mode`; a feedback mode with no items falls back to the zero-shot prompt (caller re-labels)."""
-    if mode == "zero_shot" or not items:
-        return actor_messages(question)
-    if mode == "intra":
-        return intra_messages(question, items)  # type: ignore[arg-type]
-    if mode == "inter":
-        return inter_messages(question, items, shows_response)  # type: ignore[arg-type]
-    raise ValueError(f"unknown prompt mode {mode!r}; expected one of {', '.join(MODES)}")
-
-
 def summary_messages(question: str, response: str) -> list[Message]:
     """Summarizer prompt: a successful trajectory -> flow of thought, principles, pitfalls."""
     user = SUMMARY.format(question=question, response=response.strip())
     return [{"role": "system", "content": SUMMARY_SYSTEM}, {"role": "user", "content": user}]
-
-
-def required_headers(mode: str) -> tuple[str, ...]:
-    """Headers a response in `mode` must carry for the format bonus (none for zero_shot)."""
-    return {"intra": INTRA_HEADERS, "inter": INTER_HEADERS, "summary": SUMMARY_HEADERS}.get(mode, ())
 
 
 def has_headers(text: str, headers: Sequence[str]) -> bool:

@@ -6,8 +6,9 @@ rewards wrong answers that merely end on the right digit and teaches nothing abo
 unboxed answer earns 0. A grader that raises or times out gives 0.0 and a logged warning, never a crash.
 
 Format bonus (paper 10.3): +0.1 when a feedback-mode (intra / inter) response carries that mode's headers *and*
-ends in a boxed answer, paid only on top of a correct answer. Both conditions were learnt the hard way on the CPU
-experiment (README, "Does it learn?"), where feedback-prompt rollouts were almost all wrong, so that in their groups
+ends in a boxed answer, paid only on top of a correct answer. The paper pays it for the headers (Table 6, 10.3):
+this is a departure, listed in docs/papers.md. Both conditions were learnt the hard way on the CPU
+experiment (docs/results.md), where feedback-prompt rollouts were almost all wrong, so that in their groups
 the bonus was the only reward spread and the std-normalised advantage turned its 0.1 points into a full unit:
 - paid for headers alone, 28% of inter rollouts won it without a box, and zero-shot answers lost the box (0.74
   boxed on held-out problems vs 0.99 for plain GRPO);
@@ -24,7 +25,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lanpo.prompts import FEEDBACK_MODES, has_headers, required_headers
+from lanpo.feedback_modes import CONTEXT_MODES, required_headers
+from lanpo.prompts import has_headers
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +103,7 @@ def correctness_reward(
 def format_ok(completion: str, mode: str) -> bool:
     """True when a feedback-mode response carries its mode's headers and a boxed answer (zero_shot: always False)."""
     return (
-        mode in FEEDBACK_MODES
+        mode in CONTEXT_MODES
         and has_headers(completion, required_headers(mode))
         and extract_boxed(completion) is not None
     )

@@ -115,9 +115,19 @@ def test_bench_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
     assert re.search(ratio, stdout), f"bench/{name}.py printed no ratio line ({ratio}):\n{stdout[-3000:]}"
 
 
+# reproducible starts a fresh process per side, and the side with the switch off starts vLLM's engine core in a
+# process of its own (about 40 s on 2 cores, docs/reproducibility.md): its smoke is the lane's longest test.
+LONG_VLLM = {
+    "reproducible": "two fresh processes, each starting a vLLM engine (one with its core in a process of its own)"
+}
+
+
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="bench/rollout.py needs vLLM (the vllm lane)")
-@pytest.mark.parametrize("name", sorted(VLLM_BENCHES))
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.long(LONG_VLLM[n])) if n in LONG_VLLM else n for n in sorted(VLLM_BENCHES)],
+)
 def test_vllm_bench_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
     args, ratio = VLLM_BENCHES[name]
     stdout = run_bench(name, args, tmp_path, VLLM_TIMEOUT_S)

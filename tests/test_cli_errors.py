@@ -1,4 +1,4 @@
-"""Bad input on every command: exit status 2, one `error:` line and a `hint:`, no traceback, nothing written.
+"""Bad input on every command: exit status 2, one `error:` line and one short `hint:`, no traceback, nothing written.
 
 `CASES` is the sweep: per command and option, a value that names nothing that exists (`unknown`), one out of
 range (`range`) and one of the wrong kind (`type`). A row is `kind, args, what the error says` (and whether a
@@ -23,6 +23,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from lanpo.db.repo.runs import create_run
+from lanpo.errors import HINT_LIMIT
 from tests.db.store_helpers import make_attempts, make_experiences, make_pool, make_problems, relevance
 
 HUGE = "99999999999999999999"  # beyond int64
@@ -107,7 +108,7 @@ CASES: list[Case] = [
     *rows(
         "unknown",
         (("db", "upgrade", "nosuch"), "cannot upgrade to revision 'nosuch'"),
-        (("db", "downgrade", "nosuch"), "revisions: base, 0001"),
+        (("db", "downgrade", "nosuch"), "`lanpo db history` lists the revisions"),
         (("db", "downgrade", "9999"), "cannot downgrade to revision '9999'"),
     ),
     *rows(
@@ -470,16 +471,19 @@ def snapshot(db: Engine, tmp_path: Path) -> tuple[Any, ...]:
     return (*counts, sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")))
 
 
-def assert_clean_error(result: Any, says: str, hint: bool = True) -> None:
-    """Exit 2, exactly one `error:` line, the expected words, a `hint:` line, no traceback."""
+def assert_clean_error(result: Any, says: str, hint: bool = True, tmp: str | None = None) -> None:
+    """Exit 2, exactly one `error:` line, the expected words, one `hint:` line under HINT_LIMIT characters (a path
+    under the test's folder `tmp` counted as `{tmp}`), no traceback."""
     text = result.out + result.err
     assert result.code == 2, text
     assert "Traceback" not in text, text
     lines = result.err.splitlines()
     assert sum(line.startswith("error: ") for line in lines) == 1, result.err
     assert says in result.err, result.err
-    if hint:
-        assert any(line.startswith("  hint: ") for line in lines), result.err
+    hints = [line.removeprefix("  hint: ") for line in lines if line.startswith("  hint: ")]
+    assert len(hints) == 1 if hint else len(hints) <= 1, result.err
+    for line in hints:
+        assert len(line.replace(tmp, "{tmp}") if tmp else line) < HINT_LIMIT, result.err
 
 
 def case_id(case: Case) -> str:
@@ -501,7 +505,7 @@ def test_bad_input_is_a_clean_error(
 ) -> None:
     before = snapshot(db, tmp_path)
     result = run_cli(*(arg.format(**files) for arg in args))
-    assert_clean_error(result, says.format(**files), hint)
+    assert_clean_error(result, says.format(**files), hint, tmp=str(tmp_path))
     assert snapshot(db, tmp_path) == before, "a failed command wrote something"
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lanpo import prompts
+from lanpo import feedback_modes, prompts
 
 
 @dataclass
@@ -33,18 +33,20 @@ def test_templates_carry_no_judgement_words() -> None:
 
 
 def test_versions_and_modes() -> None:
-    assert prompts.version_of("intra") == prompts.INTRA_VERSION
-    assert prompts.version_of("zero_shot") == prompts.ACTOR_VERSION
+    assert feedback_modes.version_of("intra") == prompts.INTRA_VERSION
+    assert feedback_modes.version_of("zero_shot") == prompts.ACTOR_VERSION
     with pytest.raises(ValueError):
-        prompts.version_of("self_correct_typo")
-    assert prompts.build_messages("intra", "Q?", []) == prompts.actor_messages("Q?")
+        feedback_modes.version_of("self_correct_typo")
+    assert feedback_modes.build_messages("intra", "Q?", []) == prompts.actor_messages("Q?")
 
 
 def test_render_context_numbers_items() -> None:
-    text = prompts.render_context("intra", [Attempt("first try", 0.0, False, "9"), Attempt("second", 1.0, True, "9")])
+    text = feedback_modes.render_context(
+        "intra", [Attempt("first try", 0.0, False, "9"), Attempt("second", 1.0, True, "9")]
+    )
     assert text == "### Attempt 1\nfirst try\n\n### Attempt 2\nsecond"
     with pytest.raises(ValueError):
-        prompts.render_context("zero_shot", [])
+        feedback_modes.render_context("zero_shot", [])
 
 
 def test_headers_must_appear_in_order() -> None:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import click
 
 from lanpo import __version__
-from lanpo.errors import LanpoError
+from lanpo.errors import LanpoError, indented
 
 # Command modules, each exposing `command` (a click.Command or Group). Imported lazily so that
 # `lanpo db status` does not pay for torch.
@@ -103,13 +103,16 @@ def verbosity(argv: list[str]) -> int:
     return count
 
 
-def _fail(message: str, hint: str | None, code: int, verbose: int) -> int:
-    """Print `error:` + `hint:` (after the traceback of the exception being handled, under -vv); return `code`."""
+def _fail(message: str, hint: str | None, code: int, verbose: int, detail: str | None = None) -> int:
+    """Print `error:` + `hint:` (after the traceback of the exception being handled, under -vv), then the text the
+    hint points at (`LanpoError.detail`); return `code`."""
     if verbose >= 2:
         click.echo(traceback.format_exc().rstrip(), err=True)
     click.echo(f"error: {message}", err=True)
     if hint:
         click.echo(f"  hint: {hint}", err=True)  # indented under its error, as str(LanpoError) has it
+    if detail:
+        click.echo(indented(detail), err=True)
     return code
 
 
@@ -124,7 +127,7 @@ def _usage_error(exc: click.UsageError) -> tuple[str, str]:
 
 class Terminated(BaseException):
     """SIGTERM (`kill`, a scheduler stopping the job), raised in the main thread like Ctrl-C's KeyboardInterrupt,
-    so that the same cleanup runs: the run is marked failed, open transactions roll back, engines shut down."""
+    so that the same cleanup runs: the run is marked failed, open transactions roll back, vLLM engines shut down."""
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         with _sigterm_raises():
             status = cli.main(args=args, prog_name="lanpo", standalone_mode=False)
     except LanpoError as exc:
-        return _fail(exc.message, exc.hint, 2, verbose)
+        return _fail(exc.message, exc.hint, 2, verbose, exc.detail)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)
         return 130
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
         known = as_user_error(exc)
         if known is not None:
-            return _fail(known.message, known.hint, 2, verbose)
+            return _fail(known.message, known.hint, 2, verbose, known.detail)
         first_line = next(iter(str(exc).strip().splitlines()), "")
         return _fail(
             f"internal error: {type(exc).__name__}: {first_line}",

@@ -1,4 +1,4 @@
-"""`lanpo db ...`: where the store is, the embedded server's life cycle, migrations, and psql."""
+"""`lanpo db ...`: where the store is, the embedded server's life cycle, migrations and their history, and psql."""
 
 from __future__ import annotations
 
@@ -196,3 +196,18 @@ def downgrade_cmd(revision: str) -> None:
 def current_cmd() -> None:
     """Print the schema revision the database is at."""
     click.echo(db_engine.current_revision(db_engine.make_engine()) or "none")
+
+
+@command.command("history")
+def history_cmd() -> None:
+    """List the schema revisions, oldest first: id and what it does; the head and the database's are marked.
+
+    Any id is a REVISION for `lanpo db upgrade` / `lanpo db downgrade`, as are base, head and relative steps (-1).
+    """
+    current = db_engine.current_revision(db_engine.make_engine())
+    head = migrate.head_revision()
+    for revision, doc in migrate.revisions():
+        marks = [label for label, at in (("head", head), ("current", current)) if revision == at]
+        click.echo(f"{revision}  {doc}" + (f"  ({', '.join(marks)})" if marks else ""))
+    if current is None:
+        click.echo("(the database is at base: empty)")

@@ -33,7 +33,8 @@ def command(
     3. score problem-to-problem relevance with the offline SmolLM2 as judge
     4. SFT warm start, then a few LANPO GRPO steps (reward printed per step)
     5. two SQL queries over the history
-    6. answer held-out problems with retrieved experience
+    6. answer held-out problems zero-shot and in retrieval mode (with the demo's
+       empty pool, retrieval falls back to the zero-shot prompt and says so)
     """
     from lanpo.demo import DemoOptions, recipe_path, run_demo
 

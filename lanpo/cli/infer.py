@@ -23,7 +23,7 @@ from lanpo.retrieval import STAGE1
 if TYPE_CHECKING:
     from sqlalchemy import Engine as Database
 
-    from lanpo.inference.engine import Engine, Solution
+    from lanpo.inference.answerer import Answerer, Solution
     from lanpo.inference.io import Question
 
 MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_MODES)
@@ -123,8 +123,8 @@ def command(
     """
     from lanpo.config import apply_overrides, from_mapping
     from lanpo.db.engine import connect
+    from lanpo.inference.answerer import Answerer
     from lanpo.inference.config import normalise_mode
-    from lanpo.inference.engine import Engine
     from lanpo.inference.io import read_questions
     from lanpo.paths import output_file
     from lanpo.rollout.config import VLLMConfig
@@ -138,11 +138,11 @@ def command(
     db = connect() if (mode == "retrieval" or not no_store) else None
     pool_id = _pool_id(db, pool_name) if mode == "retrieval" else None  # before the model loads, as every check
     run = None if no_store else _StoredRun.checked(db, questions, input_path, dataset, run_name, model, pool_id)
-    engine = Engine(
+    answerer = Answerer(
         model, adapter, backend, dtype=dtype, device=device, sampling=sampling, retrieval=retrieval, db=db,
         batch_size=batch_size, vllm=vllm,
     )  # fmt: skip
-    try:  # the vllm engine runs in its own processes: end them however this ends
+    try:  # the vLLM engine runs in its own processes: end them however this ends
         if run is not None:
             config = {
                 "mode": mode, "input": str(input_path), "samples": samples, "dataset": run.dataset,
@@ -150,11 +150,11 @@ def command(
                 "vllm": vllm.__dict__ if backend == "vllm" else None, "sampling": sampling.__dict__,
                 "retrieval": retrieval.__dict__ if mode == "retrieval" else None,
             }  # fmt: skip
-            questions = run.start(questions, config, engine.adapter_sha256)
-        solutions = _solve(engine, questions, mode, samples, out_path, run)
+            questions = run.start(questions, config, answerer.adapter_sha256)
+        solutions = _solve(answerer, questions, mode, samples, out_path, run)
         click.echo(_summary(solutions, out_path, samples, run), err=True)
     finally:
-        engine.close()
+        answerer.close()
 
 
 def _pool_id(db: Database | None, pool_name: str | None) -> int:
@@ -233,7 +233,7 @@ class _StoredRun:
 
 
 def _solve(
-    engine: Engine, questions: list[Question], mode: str, samples: int, out_path: Path, run: _StoredRun | None
+    answerer: Answerer, questions: list[Question], mode: str, samples: int, out_path: Path, run: _StoredRun | None
 ) -> list[Solution]:
     """Answer `questions` with a progress bar, recording each batch as it comes; the run is marked failed if this
     raises, finished otherwise."""
@@ -250,7 +250,7 @@ def _solve(
 
     try:
         with run.lifecycle() if run is not None else nullcontext():
-            solutions = engine.solve(questions, mode, samples, on_batch=keep)
+            solutions = answerer.solve(questions, mode, samples, on_batch=keep)
             write_jsonl(out_path, (s.to_record() for s in solutions))
     finally:
         bar.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import json
 from collections.abc import Callable, Sequence
 from statistics import median
@@ -16,11 +15,12 @@ from statistics import median
 import click
 from sqlalchemy.orm import Session
 
+from lanpo import feedback_modes
 from lanpo.cli.params import SEED, Float, Int, field_option
 from lanpo.db import sqlfiles
 from lanpo.db.engine import connect, transaction
 from lanpo.db.repo import contexts, pools, problems
-from lanpo.errors import InputError
+from lanpo.errors import InputError, listing
 from lanpo.train.config import FeedbackConfig, InterConfig
 
 PROBLEM_HELP = "Problem: numeric problems.id or dataset:external_id (repeatable)."
@@ -28,15 +28,8 @@ POOL_HELP = "Experience pool (default: the only pool in the store; `lanpo pool l
 
 
 def render(mode: str, items: Sequence[object]) -> str:
-    """The context text of `items`: `lanpo.prompts.render_context` when present, else one raw block per item."""
-    try:
-        prompts = importlib.import_module("lanpo.prompts")
-    except ImportError:
-        prompts = None
-    if prompts is not None and hasattr(prompts, "render_context"):
-        return str(prompts.render_context(mode, items))
-    attr = "response" if mode == "intra" else "summary"
-    return "\n\n".join(f"[{i + 1}] {getattr(item, attr)}" for i, item in enumerate(items))
+    """The context text of `items`, exactly as a prompt in `mode` shows it."""
+    return feedback_modes.render_context(mode, items)
 
 
 @click.group("pool")
@@ -144,7 +137,7 @@ def _draw(session: Session, draw: Draw) -> tuple[list[int], Items]:
         known = contexts.scorers(session)
         raise InputError(
             "--mode inter needs --scorer",
-            hint=f"scorers in the store: {', '.join(known)}" if known else "compute relevance first (lanpo relevance)",
+            hint=f"scorers in the store: {listing(known)}" if known else "compute relevance first (lanpo relevance)",
         )
     return ids, contexts.inter_contexts(
         session, ids, k=k, candidates=candidates, seed=seed, gamma=draw.gamma, scorer=draw.scorer, pool_id=pool.id
@@ -193,7 +186,7 @@ def context_cmd(draw: Draw, messages: bool) -> None:
             click.echo(("\n" if n else "") + f"=== problem {pid} ({rows[pid].dataset}:{rows[pid].external_id}) ===")
         items = drawn.get(pid, [])
         if messages:
-            from lanpo.prompts import build_messages
+            from lanpo.feedback_modes import build_messages
 
             for message in build_messages(draw.mode, rows[pid].question, items):
                 click.echo(f"--- {message['role']} ---\n{message['content']}")

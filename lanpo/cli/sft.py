@@ -63,8 +63,8 @@ def command(
         raise click.UsageError("missing option '--config'", ctx)
     from lanpo.paths import output_file
     from lanpo.train.config import load_config
-    from lanpo.train.sft import run_sft
-    from lanpo.train.sft_data import problems_for_sft, sft_pairs, write_pairs
+    from lanpo.train.sft.pairs import problems_for_sft, sft_pairs, write_pairs
+    from lanpo.train.sft.warm_start import run_sft
 
     cfg = load_config(config_path, list(overrides))
     if write_data:
@@ -142,8 +142,8 @@ def data_cmd(
     from lanpo.models import check_device, check_model_ref
     from lanpo.paths import output_file
     from lanpo.rollout import SamplingParams
-    from lanpo.train import teacher as teachers
-    from lanpo.train.sft_data import write_pairs
+    from lanpo.train.sft import teacher as teachers
+    from lanpo.train.sft.pairs import write_pairs
 
     output_file(out_path, "--out")
     with transaction(connect()) as session:

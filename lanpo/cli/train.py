@@ -7,7 +7,7 @@ import os
 import click
 
 from lanpo.cli.keys import keys_option
-from lanpo.train.step_line import step_line
+from lanpo.train.plumbing.step_line import step_line
 
 
 @click.command("train")

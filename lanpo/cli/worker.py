@@ -11,7 +11,7 @@ from lanpo.train.config import WorkersConfig
 @click.command("worker")
 @click.option("--run", "run_name", required=True, help="The training run to serve (see `lanpo runs`).")
 @field_option(WorkersConfig, "threads", type=click.IntRange(min=0),
-              help="CPU threads of this worker's engine (0: every core).")  # fmt: skip
+              help="CPU threads of this worker's generation backend (0: every core).")  # fmt: skip
 @click.option("--lease-s", type=click.FloatRange(min=3), default=None,
               help="Seconds a claim lives unrenewed before another worker redoes it [default: the run's "
                    "workers.lease_s].")  # fmt: skip
@@ -30,7 +30,7 @@ def command(run_name: str, threads: int, lease_s: float | None, model: str | Non
     --workers N` for local workers), then as many `lanpo worker --run NAME` as you like, on any machine.
     """
     from lanpo.db.engine import connect
-    from lanpo.train.worker import run_worker
+    from lanpo.train.producer.worker import run_worker
 
     result = run_worker(connect(), run_name, threads, lease_s, model, max_claims)
     versions = ", ".join(map(str, result.versions)) or "none"

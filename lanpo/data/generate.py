@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lanpo.errors import InputError
+from lanpo.errors import InputError, listing
 from lanpo.paths import atomic_write
 
 SPLITS = ("train", "test")
@@ -48,7 +48,7 @@ def generate_problems(
     if task not in known:
         raise InputError(
             f"unknown reasoning-gym task {task!r}",
-            hint=f"tasks include: {', '.join(known[:40])}{' ...' if len(known) > 40 else ''}",
+            hint=f"tasks include: {listing(known, 140)}",
         )
     try:
         dataset = reasoning_gym.create_dataset(task, size=n, seed=base, **(options or {}))

@@ -1,4 +1,4 @@
-"""Alembic, driven from lanpo: `lanpo db upgrade | downgrade | current` and the tests use these."""
+"""Alembic, driven from lanpo: `lanpo db upgrade | downgrade | current | history` and the tests use these."""
 
 from __future__ import annotations
 
@@ -37,11 +37,10 @@ def head_revision() -> str:
     return ScriptDirectory.from_config(alembic_config()).get_current_head() or ""
 
 
-def known_revisions() -> list[str]:
-    """`base`, every revision oldest first as `id (what it does)`, and `head`: what upgrade / downgrade accept."""
+def revisions() -> list[tuple[str, str]]:
+    """Every migration oldest first, as (revision id, what it does): what `lanpo db history` prints."""
     script = ScriptDirectory.from_config(alembic_config())
-    revisions = [f"{r.revision} ({r.doc})" if r.doc else r.revision for r in reversed(list(script.walk_revisions()))]
-    return ["base", *revisions, "head"]
+    return [(r.revision, r.doc or "") for r in reversed(list(script.walk_revisions()))]
 
 
 def _migrate(engine: Engine, revision: str, direction: str) -> None:
@@ -62,8 +61,8 @@ def _migrate(engine: Engine, revision: str, direction: str) -> None:
             )
             raise InputError(
                 f"cannot {direction} to revision {revision!r}: {exc}",
-                hint=f"the database is at {current or 'base (empty)'}; revisions: {', '.join(known_revisions())}; "
-                "or a relative step such as -1",
+                hint=f"the database is at {current or 'base (empty)'}; `lanpo db history` lists the revisions; "
+                "or give base, head, or a relative step such as -1",
             ) from exc
 
 

@@ -129,7 +129,7 @@ class PolicyVersion(Base):
     run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
     step: Mapped[int] = mapped_column(sa.Integer)
     adapter_sha256: Mapped[str] = mapped_column(sa.Text)
-    # the engine's weights when not the version's own (LoRA merged into the base); NULL: its own (migration 0010)
+    # the vLLM engine's weights when not the version's own (LoRA merged into the base); NULL: its own (migration 0010)
     served_sha256: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
@@ -217,7 +217,7 @@ class Attempt(Base):
     correct: Mapped[bool | None] = mapped_column(sa.Boolean)
     format_ok: Mapped[bool | None] = mapped_column(sa.Boolean)
     completion_tokens: Mapped[int | None] = mapped_column(sa.Integer)
-    served_adapter_sha256: Mapped[str | None] = mapped_column(sa.Text)  # the adapter the engine served it with
+    served_adapter_sha256: Mapped[str | None] = mapped_column(sa.Text)  # the adapter the backend served it with
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 

@@ -200,17 +200,9 @@ def _missing(stored: StoredReader, params: dict[str, Any], outcome: str = "nothi
     return ReaderUnavailable(
         f"lanpo runs your SQL as the read-only role {stored.role}, which does not exist: the user "
         f"{stored.owner} that ran `lanpo db upgrade` may not create roles; {outcome}",
-        hint=admin_hint(stored, params),
-    )
-
-
-def admin_hint(stored: StoredReader, params: dict[str, Any]) -> str:
-    """The SQL an administrator must run, and how to hand lanpo the login."""
-    sql = "".join(f"    {line}\n" for line in stored.setup_sql.splitlines())
-    return (
-        f'an administrator (a superuser) runs this in database "{stored.database}":\n\n{sql}\n'
-        "  then lanpo logs in as that role with the password above; for a reader made another way, hand lanpo "
-        f"its login:\n    export {ENV_READER_URL}='{libpq_uri(params)}'"
+        hint=f'an administrator (a superuser) runs this in database "{stored.database}", then lanpo logs in as that '
+        "role with the password in it; for a reader made another way, export its login as below",
+        detail=f"{stored.setup_sql}\n\nexport {ENV_READER_URL}='{libpq_uri(params)}'",
     )
 
 
@@ -229,8 +221,7 @@ def check_unprivileged(conn: psycopg.Connection, source: str) -> None:
     if problems:
         raise ReaderUnavailable(
             f"refused: the role {role} ({source}) that would run your SQL {'; '.join(problems)}; nothing was run",
-            hint=f"point {ENV_READER_URL} at a role with SELECT on lanpo's tables only, or unset it "
-            "(see README, 'Query your experience history')",
+            hint=f"point {ENV_READER_URL} at a role with SELECT on lanpo's tables only, or unset it (see docs/sql.md)",
         )
 
 
@@ -242,9 +233,9 @@ def check_persists_nothing(conn: psycopg.Connection, source: str) -> None:
         raise ReaderUnavailable(
             f"refused: the read-only role {conn.info.user} ({source}) may still {'; '.join(problems)}, and a client "
             "that runs its own transactions (psql) would keep what it writes; no login was handed out",
-            hint="an administrator (a superuser) runs this in the database, then tries again:\n\n"
-            + "".join(f"    {s};\n" for s in statements)
-            + '\n  lanpo sql "SELECT ..." works meanwhile (its transaction is read-only and always rolled back)',
+            hint="an administrator (a superuser) runs this in the database, then you try again; "
+            'lanpo sql "SELECT ..." works meanwhile (its transaction is read-only and always rolled back)',
+            detail="\n".join(f"{s};" for s in statements),
         )
 
 
@@ -394,7 +385,8 @@ def renew(owner: Engine) -> StoredReader:
             raise ReaderUnavailable(
                 f"user {me.rolname} may not {'alter' if me.exists else 'create'} the role {me.role_name}; "
                 "nothing was changed",
-                hint="an administrator (a superuser) runs:\n\n" + "".join(f"    {s};\n" for s in left),
+                hint="an administrator (a superuser) runs this in the database, then `lanpo db reader` checks it",
+                detail="\n".join(f"{s};" for s in left),
             )
         conn.execute(
             sa.text("UPDATE lanpo_private.reader_login SET password = :p, setup_sql = :s, created_at = now()"),

@@ -74,13 +74,13 @@ def check_pgvector(facts: ServerFacts, outcome: str = "nothing was migrated") ->
     files = (
         f"the server's files are {facts.available}: run"
         if newer_files
-        else f"install pgvector {needed} or newer on the server ({INSTALL_URL}), then run"
+        else f"install pgvector {needed} or newer on the server ({INSTALL_URL}) and run"
     )
     raise InputError(
         f'pgvector {facts.installed} is installed in database "{facts.database}"; lanpo needs {needed} or newer '
         f"(its filtered HNSW searches use hnsw.iterative_scan, new in 0.8.0); {outcome}",
-        hint=f"{files}, as the extension's owner or a superuser, in that database:\n\n"
-        "    ALTER EXTENSION vector UPDATE;\n\n  then `lanpo db upgrade` again",
+        hint=f"{files} this as its owner or a superuser; then `lanpo db upgrade`",
+        detail="ALTER EXTENSION vector UPDATE;",
     )
 
 
@@ -109,8 +109,8 @@ def ensure_pgvector(conn: sa.Connection) -> None:
         raise InputError(
             f'user {facts.user} may not create the extension vector in database "{facts.database}" '
             f"({str(getattr(exc, 'orig', exc)).strip().splitlines()[0]}); nothing was migrated",
-            hint=f'an administrator (a superuser) runs this in database "{facts.database}":\n\n'
-            "    CREATE EXTENSION vector;\n\n  then `lanpo db upgrade` again",
+            hint=f'an administrator (a superuser) runs this in database "{facts.database}"; then `lanpo db upgrade`',
+            detail="CREATE EXTENSION vector;",
         ) from exc
 
 

@@ -2,8 +2,9 @@
 
 io        JSONL questions in, JSONL solutions out (errors name file and line)
 config    `RetrievalSettings`, `SamplingSettings`, `EvalConfig` (TOML: train/configs/eval-*.toml)
-engine    `Engine(model, adapter, backend).solve(questions, mode, k_samples)`: zero_shot | retrieval | self_correct
+answerer  `Answerer(model, adapter, backend).solve(questions, mode, k_samples)`: zero_shot | retrieval | self_correct
           | self_correct_single
+modes     how each mode builds its prompts from what a `Prompter` (the answerer) gives it
 store     questions as problems, an infer / eval run, every turn as an attempt
 table     mean@k tables shaped like the paper's Table 1, and their recount from the stored attempts
 evaluate  `run_eval(config, db)`: the `lanpo eval` pipeline

@@ -12,12 +12,13 @@ from typing import ClassVar
 
 from lanpo.config import DTYPE_NAMES, Renamed, help_field
 from lanpo.errors import ConfigError
-from lanpo.retrieval import GAMMA, STAGE1
+from lanpo.feedback_modes import GAMMA
+from lanpo.retrieval import STAGE1
 from lanpo.rollout.config import VLLMConfig
 
-# How `lanpo infer` and `lanpo eval` answer (the prompt modes are lanpo.prompts.MODES); the CLI also accepts the
-# dashed spellings. Both self-correction variants are stored as the attempt mode `self_correct`; their second
-# turns' template versions tell them apart (prompts.REFLECT_VERSION for the two-turn chat, prompts.INTRA_VERSION
+# How `lanpo infer` and `lanpo eval` answer (the prompt modes are lanpo.feedback_modes.PROMPT_MODES); the CLI also
+# accepts the dashed spellings. Both self-correction variants are stored as the attempt mode `self_correct`; their
+# second turns' template versions tell them apart (prompts.REFLECT_VERSION for the two-turn chat, prompts.INTRA_VERSION
 # for the single-turn reflection prompt).
 INFERENCE_MODES = ("zero_shot", "retrieval", "self_correct", "self_correct_single")
 STORED_MODE = {"self_correct_single": "self_correct"}  # inference mode -> attempts.mode, where they differ

@@ -34,8 +34,8 @@ from lanpo.db.repo.pools import resolve_pool
 from lanpo.db.repo.runs import record_metrics, require_name_free, run_lifecycle
 from lanpo.errors import InputError
 from lanpo.inference import store
+from lanpo.inference.answerer import Answerer
 from lanpo.inference.config import EvalConfig
-from lanpo.inference.engine import Engine
 from lanpo.inference.io import Question, read_questions
 from lanpo.inference.results import Solution
 from lanpo.inference.table import Table, mean_at_k, pass_markdown, recount
@@ -56,11 +56,12 @@ class EvalResult:
     pass_path: Path | None = None  # pass.md: Pass@1 / Avg@k / Pass@k
 
 
-def build_engine(config: EvalConfig, db: Any) -> Engine:
+def build_answerer(config: EvalConfig, db: Any) -> Answerer:
+    """The answerer `config` describes (its model loaded), reading retrieval's pool from `db`."""
     from lanpo.models import set_threads
 
     set_threads(config.threads)
-    return Engine(
+    return Answerer(
         config.model,
         config.adapter,
         config.backend,
@@ -115,10 +116,7 @@ def run_methods(
     show_progress: bool = True,
 ) -> MethodsResult:
     """Evaluate every `[[methods]]` entry (one eval run each) and write the combined method x mode table."""
-    name = config.run_name or f"eval-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    out_dir = output_dir(
-        Path(config.out_dir).expanduser() if config.out_dir else lanpo_home() / "eval" / name, "out_dir"
-    )
+    name, out_dir = _name_and_out_dir(config)
     subs = {
         m.name: replace(
             config,
@@ -146,11 +144,7 @@ def run_methods(
     for method, result in results.items():
         for (mode, dataset), cell in result.table.cells.items():
             table.cells[(f"{method}/{mode}", dataset)] = cell
-    out_dir.mkdir(parents=True, exist_ok=True)
-    markdown_path, csv_path = out_dir / "table.md", out_dir / "table.csv"
-    for path, text in ((markdown_path, table.to_markdown()), (csv_path, table.to_csv())):
-        with atomic_write(path) as handle:
-            handle.write(text)
+    markdown_path, csv_path = _write(out_dir, {"table.md": table.to_markdown(), "table.csv": table.to_csv()})
     echo(table.to_markdown())
     echo(f"{len(results)} methods x {len(config.modes)} modes; wrote {markdown_path} and {csv_path}")
     return MethodsResult(table, results, markdown_path, csv_path)
@@ -161,15 +155,12 @@ def run_eval(
     db: Any,
     *,
     config_dir: Path | str = ".",
-    engine: Engine | None = None,
+    answerer: Answerer | None = None,
     echo: Callable[[str], None] = print,
     show_progress: bool = True,
 ) -> EvalResult:
     """Run the evaluation, store it, write table.md / table.csv and return the recounted table."""
-    name = config.run_name or f"eval-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    out_dir = output_dir(
-        Path(config.out_dir).expanduser() if config.out_dir else lanpo_home() / "eval" / name, "out_dir"
-    )
+    name, out_dir = _name_and_out_dir(config)
     with transaction(db) as session:  # before the model loads: a taken name fails in a second
         require_name_free(session, name)
         if config.pass_at_1:
@@ -179,31 +170,23 @@ def run_eval(
     if "retrieval" in config.modes:  # before the model loads: an unknown or ambiguous pool fails at once
         with transaction(db) as session:
             pool_id = resolve_pool(session, config.retrieval.pool).id
-    engine = engine or build_engine(config, db)
+    answerer = answerer or build_answerer(config, db)
     with transaction(db) as session:
         run_id, version_id = store.start_run(
-            session, name, "eval", to_mapping(config), config.model, engine.adapter_sha256, pool_id=pool_id
+            session, name, "eval", to_mapping(config), config.model, answerer.adapter_sha256, pool_id=pool_id
         )
     datasets = [d.name for d in config.datasets]
     outcomes: list[tuple[str, str, object, bool]] = []
     metrics: dict[str, float] = {}
     total = sum(len(q) for q in questions.values()) * len(config.modes)
     started = time.perf_counter()
-    bar = tqdm(
-        total=total, unit="problem", desc="eval", file=sys.stderr, disable=not show_progress, dynamic_ncols=True
-    )
-
-    def keep(batch: list[Solution]) -> None:
-        with transaction(db) as session:
-            store.record_solutions(session, batch, run_id, version_id)
-        bar.update(len(batch))
-
+    bar, keep = _recorder(db, run_id, version_id, total, "eval", show_progress)
     try:
         with run_lifecycle(db, run_id):  # the run is marked failed if this raises, finished otherwise
             for mode in config.modes:
                 for dataset in datasets:
                     bar.set_description(f"{mode} {dataset}")
-                    solutions = engine.solve(questions[dataset], mode, config.k_samples, on_batch=keep)
+                    solutions = answerer.solve(questions[dataset], mode, config.k_samples, on_batch=keep)
                     for s in solutions:
                         outcomes.extend(
                             (mode, dataset, s.question.problem_id, bool(x.final.correct)) for x in s.samples
@@ -216,16 +199,15 @@ def run_eval(
                 metrics[f"pass@k/{mode}/{dataset}"] = float(cell.pass_at_k or 0.0)
             greedy = None
             if config.pass_at_1:
-                greedy = _greedy_pass(config, db, engine, questions, name, pool_id, show_progress)
+                greedy = _greedy_pass(config, db, answerer, questions, name, pool_id, show_progress)
                 metrics.update({f"pass@1/{m}/{d}": cell.mean for (m, d), cell in greedy.cells.items()})
-            metrics["problems_per_second"] = total / seconds if seconds > 0 else 0.0
+            rate = metrics["problems_per_second"] = total / seconds if seconds > 0 else 0.0
             with transaction(db) as session:
                 record_metrics(session, run_id, 0, metrics)
                 table = recount(session, run_id, config.modes, datasets, config.k_samples)
     finally:
         bar.close()
-    markdown_path, csv_path, pass_path, passes = _write_tables(out_dir, table, greedy, engine.sampling.temperature)
-    rate = total / seconds if seconds > 0 else 0.0
+    markdown_path, csv_path, pass_path, passes = _write_tables(out_dir, table, greedy, answerer.sampling.temperature)
     echo(table.to_markdown())
     echo(passes)
     echo(
@@ -239,19 +221,34 @@ def _write_tables(
     out_dir: Path, table: Table, greedy: Table | None, temperature: float | None
 ) -> tuple[Path, Path, Path, str]:
     """table.md, table.csv and pass.md under `out_dir`, each written whole; their paths and pass.md's text."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    markdown_path, csv_path, pass_path = out_dir / "table.md", out_dir / "table.csv", out_dir / "pass.md"
     passes = pass_markdown(table, greedy, temperature)
-    for path, text in ((markdown_path, table.to_markdown()), (csv_path, table.to_csv(greedy)), (pass_path, passes)):
-        with atomic_write(path) as handle:
-            handle.write(text)
+    texts = {"table.md": table.to_markdown(), "table.csv": table.to_csv(greedy), "pass.md": passes}
+    markdown_path, csv_path, pass_path = _write(out_dir, texts)
     return markdown_path, csv_path, pass_path, passes
+
+
+def _name_and_out_dir(config: EvalConfig) -> tuple[str, Path]:
+    """The eval run's name (`run_name`, else `eval-<UTC time>`) and the folder its tables go to (checked writable)."""
+    name = config.run_name or f"eval-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    folder = Path(config.out_dir).expanduser() if config.out_dir else lanpo_home() / "eval" / name
+    return name, output_dir(folder, "out_dir")
+
+
+def _write(out_dir: Path, texts: dict[str, str]) -> list[Path]:
+    """Each `file name: text` written whole under `out_dir`; the paths, in order."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for file_name, text in texts.items():
+        with atomic_write(out_dir / file_name) as handle:
+            handle.write(text)
+        paths.append(out_dir / file_name)
+    return paths
 
 
 def _greedy_pass(
     config: EvalConfig,
     db: Any,
-    engine: Engine,
+    answerer: Answerer,
     questions: dict[str, list[Question]],
     name: str,
     pool_id: int | None,
@@ -263,31 +260,37 @@ def _greedy_pass(
     with transaction(db) as session:
         require_name_free(session, greedy_name)
         run_id, version_id = store.start_run(
-            session, greedy_name, "eval", to_mapping(config), config.model, engine.adapter_sha256, pool_id=pool_id
+            session, greedy_name, "eval", to_mapping(config), config.model, answerer.adapter_sha256, pool_id=pool_id
         )
-    sampling = engine.sampling
-    engine.sampling = replace(sampling, temperature=0.0)
+    sampling = answerer.sampling
+    answerer.sampling = replace(sampling, temperature=0.0)
     datasets = list(questions)
-    bar = tqdm(
-        total=sum(len(q) for q in questions.values()) * len(config.modes), unit="problem", desc="greedy",
-        file=sys.stderr, disable=not show_progress, dynamic_ncols=True,
-    )  # fmt: skip
+    total = sum(len(q) for q in questions.values()) * len(config.modes)
+    bar, keep = _recorder(db, run_id, version_id, total, "greedy", show_progress)
+    try:
+        with run_lifecycle(db, run_id):
+            for mode in config.modes:
+                for dataset in datasets:
+                    answerer.solve(questions[dataset], mode, 1, on_batch=keep)
+            with transaction(db) as session:
+                return recount(session, run_id, config.modes, datasets, 1)
+    finally:
+        answerer.sampling = sampling
+        bar.close()
+
+
+def _recorder(
+    db: Any, run_id: int, version_id: int, total: int, desc: str, show_progress: bool
+) -> tuple[tqdm, Callable[[list[Solution]], None]]:
+    """A progress bar over `total` problems and the `on_batch` callback that stores each batch in the run."""
+    bar = tqdm(total=total, unit="problem", desc=desc, file=sys.stderr, disable=not show_progress, dynamic_ncols=True)
 
     def keep(batch: list[Solution]) -> None:
         with transaction(db) as session:
             store.record_solutions(session, batch, run_id, version_id)
         bar.update(len(batch))
 
-    try:
-        with run_lifecycle(db, run_id):
-            for mode in config.modes:
-                for dataset in datasets:
-                    engine.solve(questions[dataset], mode, 1, on_batch=keep)
-            with transaction(db) as session:
-                return recount(session, run_id, config.modes, datasets, 1)
-    finally:
-        engine.sampling = sampling
-        bar.close()
+    return bar, keep
 
 
 def _cell_metrics(mode: str, dataset: str, solutions: list[Solution]) -> dict[str, float]:

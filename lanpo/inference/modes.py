@@ -1,8 +1,8 @@
-"""The answer modes of the inference engine: zero-shot, retrieval-augmented and self-correction (paper 4.3).
+"""The answer modes of the answerer: zero-shot, retrieval-augmented and self-correction (paper 4.3).
 
-Each mode answers one batch of questions through an `Answerer` (the engine: its backend, chat template and
-retrieval) and grades every turn against the gold answer when there is one. The modes themselves are described
-in `lanpo.inference.engine`'s docstring.
+Each mode answers one batch of questions through a `Prompter` (what a mode reads of the answerer: its backend,
+chat template and retrieval) and grades every turn against the gold answer when there is one. The modes
+themselves are described in `lanpo.inference.answerer`'s docstring.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ EMPTY_POOL = "empty pool: the experience store holds no active experience, answe
 NOTHING_RELEVANT = "no experience reached relevance gamma={gamma}: answered zero-shot"
 
 
-class Answerer(Protocol):
-    """What a mode uses of the engine."""
+class Prompter(Protocol):
+    """What a mode uses of the answerer (`lanpo.inference.answerer.Answerer`)."""
 
     backend: GenerationBackend
     retrieval: RetrievalSettings
@@ -41,18 +41,18 @@ class _Earlier:
 
 
 def answer_batch(
-    engine: Answerer, mode: str, chunk: list[Question], k: int, params: SamplingParams, pool_empty: bool
+    answerer: Prompter, mode: str, chunk: list[Question], k: int, params: SamplingParams, pool_empty: bool
 ) -> list[Solution]:
     """One batch of questions answered `k` times in `mode` (a normalised mode name)."""
     if mode == "zero_shot":
-        return zero_shot(engine, chunk, k, params)
+        return zero_shot(answerer, chunk, k, params)
     if mode == "retrieval":
-        return retrieval(engine, chunk, k, params, pool_empty)
-    return self_correct(engine, chunk, k, params, two_turn=mode == "self_correct")
+        return retrieval(answerer, chunk, k, params, pool_empty)
+    return self_correct(answerer, chunk, k, params, two_turn=mode == "self_correct")
 
 
 def generate_turns(
-    engine: Answerer,
+    answerer: Prompter,
     prompts_: list[str],
     n: int,
     params: SamplingParams,
@@ -61,7 +61,7 @@ def generate_turns(
     golds: list[str | None],
 ) -> list[list[Turn]]:
     """`n` graded turns for each prompt."""
-    groups = engine.backend.generate(prompts_, n, params)
+    groups = answerer.backend.generate(prompts_, n, params)
     return [
         [grade_turn(p, c, v, gm, g) for c in group]
         for p, group, v, gm, g in zip(prompts_, groups, versions, grade_modes, golds, strict=True)
@@ -89,10 +89,10 @@ def grade_turn(prompt: str, completion: Completion, version: str, grade_mode: st
     )
 
 
-def zero_shot(engine: Answerer, chunk: list[Question], k: int, params: SamplingParams) -> list[Solution]:
-    texts = [engine.render(prompts.actor_messages(q.question)) for q in chunk]
+def zero_shot(answerer: Prompter, chunk: list[Question], k: int, params: SamplingParams) -> list[Solution]:
+    texts = [answerer.render(prompts.actor_messages(q.question)) for q in chunk]
     groups = generate_turns(
-        engine,
+        answerer,
         texts,
         k,
         params,
@@ -104,22 +104,22 @@ def zero_shot(engine: Answerer, chunk: list[Question], k: int, params: SamplingP
 
 
 def retrieval(
-    engine: Answerer, chunk: list[Question], k: int, params: SamplingParams, pool_empty: bool
+    answerer: Prompter, chunk: list[Question], k: int, params: SamplingParams, pool_empty: bool
 ) -> list[Solution]:
-    used = [[] for _ in chunk] if pool_empty else engine.retrieve(chunk)
+    used = [[] for _ in chunk] if pool_empty else answerer.retrieve(chunk)
     texts, versions, grade_modes, fallbacks = [], [], [], []
     for q, exps in zip(chunk, used, strict=True):
         if exps:
-            texts.append(engine.render(prompts.inter_messages(q.question, exps)))
+            texts.append(answerer.render(prompts.inter_messages(q.question, exps)))
             versions.append(prompts.INTER_VERSION)
             grade_modes.append("inter")
             fallbacks.append(None)
         else:
-            texts.append(engine.render(prompts.actor_messages(q.question)))
+            texts.append(answerer.render(prompts.actor_messages(q.question)))
             versions.append(prompts.ACTOR_VERSION)
             grade_modes.append("zero_shot")
-            fallbacks.append(EMPTY_POOL if pool_empty else NOTHING_RELEVANT.format(gamma=engine.retrieval.gamma))
-    groups = generate_turns(engine, texts, k, params, versions, grade_modes, [q.answer for q in chunk])
+            fallbacks.append(EMPTY_POOL if pool_empty else NOTHING_RELEVANT.format(gamma=answerer.retrieval.gamma))
+    groups = generate_turns(answerer, texts, k, params, versions, grade_modes, [q.answer for q in chunk])
     return [
         Solution(q, "retrieval", [Sample([t]) for t in g], list(exps), fb)
         for q, g, exps, fb in zip(chunk, groups, used, fallbacks, strict=True)
@@ -127,12 +127,12 @@ def retrieval(
 
 
 def self_correct(
-    engine: Answerer, chunk: list[Question], k: int, params: SamplingParams, two_turn: bool
+    answerer: Prompter, chunk: list[Question], k: int, params: SamplingParams, two_turn: bool
 ) -> list[Solution]:
     golds = [q.answer for q in chunk]
     first = generate_turns(
-        engine,
-        [engine.render(prompts.actor_messages(q.question)) for q in chunk],
+        answerer,
+        [answerer.render(prompts.actor_messages(q.question)) for q in chunk],
         k,
         params,
         [prompts.ACTOR_VERSION] * len(chunk),
@@ -149,11 +149,11 @@ def self_correct(
                 messages = prompts.self_correct_messages(q.question, earlier)
             else:
                 messages = prompts.intra_messages(q.question, [earlier])
-            second_prompts.append(engine.render(messages))
+            second_prompts.append(answerer.render(messages))
             second_golds.append(q.answer)
     n = len(second_prompts)
     version = prompts.REFLECT_VERSION if two_turn else prompts.INTRA_VERSION
-    second = generate_turns(engine, second_prompts, 1, params, [version] * n, ["intra"] * n, second_golds)
+    second = generate_turns(answerer, second_prompts, 1, params, [version] * n, ["intra"] * n, second_golds)
     solutions, flat = [], iter(second)
     mode = "self_correct" if two_turn else "self_correct_single"
     for q, group in zip(chunk, first, strict=True):

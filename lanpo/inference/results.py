@@ -1,4 +1,4 @@
-"""What the inference engine returns: turns, samples and solutions, each with the record `lanpo infer` writes."""
+"""What the answerer returns: turns, samples and solutions, each with the record `lanpo infer` writes."""
 
 from __future__ import annotations
 

@@ -84,17 +84,6 @@ def start_run(
     return run.id, version
 
 
-def _attempt(turn: Turn) -> NewAttempt:
-    return NewAttempt(
-        response=turn.response,
-        reward=turn.reward,
-        correct=turn.correct,
-        format_ok=turn.format_ok,
-        completion_tokens=turn.completion_tokens,
-        served_adapter_sha256=turn.served_adapter_sha256,
-    )
-
-
 def _group(
     q: Question, mode: str, turns: list[Turn], step: int, run_id: int, policy_version_id: int | None
 ) -> NewGroup:
@@ -109,7 +98,7 @@ def _group(
         step=step,
         run_id=run_id,
         policy_version_id=policy_version_id,
-        attempts=[_attempt(t) for t in turns],
+        attempts=[NewAttempt.of(t) for t in turns],
     )
 
 

@@ -2,5 +2,5 @@
 into the weights with an NLL term next to the GRPO objective.
 
 Pure pieces live here (which pairs, where a pair bifurcates, the verdict rule, the templates, the config); the
-trainer's phase that runs them on a step is `lanpo.train.mel`, and the store's side `lanpo.db.repo.meta`.
+trainer's phase that runs them on a step is `lanpo.train.mel.experiences`, and the store's side `lanpo.db.repo.meta`.
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from lanpo.errors import InputError
+from lanpo.errors import InputError, listing
 from lanpo.report import cost, plot
 from lanpo.report.figures import CATALOGUE, validation_keys
 from lanpo.report.markdown import Drawn, report_markdown
@@ -88,7 +88,7 @@ def choose_baseline(experiment: str, arms: list[Line], requested: str | None) ->
         if not found:
             raise InputError(
                 f"experiment {experiment!r} has no arm {requested!r}",
-                hint=f"its arms: {', '.join(str(a.arm) for a in arms)}",
+                hint=f"its arms: {listing(str(a.arm) for a in arms)}",
             )
         return found[0]
     named = [a for a in arms if (a.arm or "").lower() == BASELINE_ARM]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lanpo.prompts import MODES
+from lanpo.feedback_modes import PROMPT_MODES
 from lanpo.report.series import RunData, Series, derived, total
 
 TOKENS = "tokens/completion"
@@ -44,7 +44,7 @@ class PerStep:
 def completion_tokens(run: RunData) -> PerStep:
     """Completion tokens of each step's training rollouts: `tokens/completion`, else response_len/mean x rollouts."""
     recorded = _finite(run.metrics.get(TOKENS))
-    mean, rollouts = run.metrics.get(MEAN_LENGTH), total(run, [f"count/{m}" for m in MODES])
+    mean, rollouts = run.metrics.get(MEAN_LENGTH), total(run, [f"count/{m}" for m in PROMPT_MODES])
     fallback = _finite(None if mean is None or rollouts is None else derived(mean, rollouts, "mul"))
     if fallback is not None and recorded is not None:  # the recorded sum wins where there is one
         fallback = _finite(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from lanpo.prompts import FEEDBACK_MODES, MODES
+from lanpo.feedback_modes import CONTEXT_MODES, MODES, PROMPT_MODES
 from lanpo.report.cost import PROMPT_TOKENS, SECONDS_AXIS, TOKENS, TOKENS_AXIS, Axis
 from lanpo.report.series import RunData, Series, derived, total
 
@@ -24,7 +24,6 @@ Getter = Callable[[RunData], Series | None]
 PHASES = ("context", "generate", "reward", "summarize", "prepare", "ref_logp", "update", "gather", "checkpoint")
 PHASES_LAST = ("db_write",)
 NOT_PHASES = ("step", "cpu_step", "pool_share", "validate")  # time/* metrics that are not a phase of the step
-MODE_TITLES = {"zero_shot": "zero-shot", "intra": "intra", "inter": "inter"}
 VAL_MEAN = re.compile(r"^val/(?P<dataset>.+)/mean@(?P<k>\d+)$")
 
 
@@ -70,15 +69,15 @@ def single(title: str, name: str, ylabel: str = "") -> Panel:
 
 def served_share(run: RunData) -> Series | None:
     """Share of the step's rollouts that carried a feedback context (count/<mode> are rollouts actually served)."""
-    served, every = total(run, [f"count/{m}" for m in FEEDBACK_MODES]), total(run, [f"count/{m}" for m in MODES])
+    served, every = total(run, [f"count/{m}" for m in CONTEXT_MODES]), total(run, [f"count/{m}" for m in PROMPT_MODES])
     return None if served is None or every is None else derived(served, every, "div")
 
 
 def asked_share(run: RunData) -> Series | None:
     """Share of the step's prompts that asked for feedback: feedback/asked/* over rollouts / group size."""
     asked, every = (
-        total(run, [f"feedback/asked/{m}" for m in FEEDBACK_MODES]),
-        total(run, [f"count/{m}" for m in MODES]),
+        total(run, [f"feedback/asked/{m}" for m in CONTEXT_MODES]),
+        total(run, [f"count/{m}" for m in PROMPT_MODES]),
     )
     n = run.run.group_size
     if asked is None or every is None or not n:
@@ -147,14 +146,14 @@ def _feedback(runs: Sequence[RunData]) -> list[Panel]:
     share = Panel(
         "feedback share: served vs asked",
         (
-            Curve(served_share, tuple(f"count/{m}" for m in MODES), "served (rollouts)"),
-            Curve(asked_share, tuple(f"feedback/asked/{m}" for m in FEEDBACK_MODES), "asked (prompts)"),
+            Curve(served_share, tuple(f"count/{m}" for m in PROMPT_MODES), "served (rollouts)"),
+            Curve(asked_share, tuple(f"feedback/asked/{m}" for m in CONTEXT_MODES), "asked (prompts)"),
         ),
         "share",
         reference=lambda run: run.run.asked_p_t,
         reference_label="p_t asked for",
     )
-    per_mode = Panel("served per asked, by mode", tuple(served_per_asked(m) for m in FEEDBACK_MODES), "share")
+    per_mode = Panel("served per asked, by mode", tuple(served_per_asked(m) for m in CONTEXT_MODES), "share")
     missed = [
         Curve(metric(n).get, (n,), n.removeprefix("feedback/missed/"))
         for n in names_matching(runs, "feedback/missed/")
@@ -189,7 +188,8 @@ def _each(prefix: str) -> Callable[[Sequence[RunData]], list[Panel]]:
 
 def _by_mode(what: str) -> Callable[[Sequence[RunData]], list[Panel]]:
     return lambda runs: (
-        [single("all modes", f"{what}/mean", what)] + [single(MODE_TITLES[m], f"{what}/{m}", what) for m in MODES]
+        [single("all modes", f"{what}/mean", what)]
+        + [single(MODES[m].title, f"{what}/{m}", what) for m in PROMPT_MODES]
     )
 
 

@@ -16,11 +16,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
-from lanpo.errors import InputError
+from lanpo.errors import InputError, listing
 from lanpo.report.series import RunData, RunInfo, Series
 
 KINDS = ("run", "experiment")
-LISTED = 8  # names a hint lists before "and N more"
+LISTED = 40  # characters of names a hint lists per kind before "and N more"
 
 
 @dataclass(frozen=True)
@@ -65,14 +65,12 @@ def _unknown(session: Session, name: str) -> InputError:
     every = list(dict.fromkeys(r.name for r in rows))  # a name may be a run's and an experiment's
     kind, _, rest = name.partition(":")
     close = difflib.get_close_matches(rest if kind in KINDS and rest else name, every, n=3, cutoff=0.6)
-    listed = []
-    for kind in ("experiment", "run"):
-        these = [r.name for r in rows if r.kind == kind]
-        if these:
-            more = f" and {len(these) - LISTED} more" if len(these) > LISTED else ""
-            listed.append(f"{kind}s: {', '.join(these[:LISTED])}{more}")
-    guess = f"did you mean {' or '.join(close)}? " if close else ""
-    return InputError(f"no run or experiment named {name!r}", hint=guess + "; ".join(listed))
+    experiments, runs = ([r.name for r in rows if r.kind == kind] for kind in ("experiment", "run"))
+    listed_experiments = f"experiments: {listing(experiments, LISTED)}" if experiments else ""
+    listed_runs = f"runs: {listing(runs, LISTED)}" if runs else ""
+    guess = f"did you mean {listing(close, 30)}? " if close else ""
+    hint = f"{guess}{listed_experiments}{'; ' if experiments and runs else ''}{listed_runs}"
+    return InputError(f"no run or experiment named {name!r}", hint=hint)
 
 
 def load_runs(session: Session, targets: Sequence[Target]) -> list[RunInfo]:

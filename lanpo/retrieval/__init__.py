@@ -18,5 +18,4 @@ Modules (import what you need; nothing here imports torch):
 
 STAGE1 = ("bm25", "vector", "hybrid")  # the first-stage searches, by name
 EF_SEARCH_MAX = 1000  # pgvector's upper limit of hnsw.ef_search
-GAMMA = 0.9  # the paper's minimum relevance r(p, c) of a retrieved experience, training and test time alike
 EF_SEARCH = 100  # hnsw.ef_search of a vector search unless told otherwise

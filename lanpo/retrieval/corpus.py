@@ -128,5 +128,5 @@ class BM25Cache:
         return self._get(key, lambda: pool_corpus(session, pool_id))
 
 
-# The process-wide cache library callers (the inference engine) share: pool changes show within 2 s.
+# The process-wide cache library callers (the answerer) share: pool changes show within 2 s.
 DEFAULT_CACHE = BM25Cache(max_staleness_s=2.0)

@@ -19,7 +19,7 @@ Three names, one meaning each, from the CLI to the SQL parameter:
   scorer  the identity its scores are stored under, `relevance_scores.scorer` = `"<model id>|<prompt version>"`
           (`Judge.identity`): change the prompt, bump `PROMPT_VERSION`, and nothing cached is reused.
 `JudgePrompt` builds and tokenises the prompt; `HFJudge` scores it with a HF model, `VLLMJudge` with the vLLM
-engine's next-token log-probs (same identity: the same model and prompt are the same judge, up to the engine's
+engine's next-token log-probs (same identity: the same model and prompt are the same judge, up to the vLLM engine's
 bf16 arithmetic). `RelevanceScorer`, `VLLMRelevanceScorer` and `load_scorer` are the old, deprecated names.
 """
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from lanpo.errors import InputError
-from lanpo.retrieval import EF_SEARCH, GAMMA
+from lanpo.feedback_modes import GAMMA
+from lanpo.retrieval import EF_SEARCH
 from lanpo.retrieval.corpus import DEFAULT_CACHE, BM25Cache
 from lanpo.retrieval.embeddings import Embedder, SentenceTransformerEmbedder
 from lanpo.retrieval.relevance import score_pairs

@@ -1,13 +1,13 @@
 """The relevance judge on the vLLM engine: the same prompt and score as `HFJudge`, from log-probs.
 
 `r(p, c) = softmax(l_yes, l_no)` needs the logits of the yes/no tokens only, and log-probs differ from logits by
-one constant per row (log Z), which cancels in `l_yes - l_no`. So one prefill per pair asks the engine for the
+one constant per row (log Z), which cancels in `l_yes - l_no`. So one prefill per pair asks the vLLM engine for the
 next-token log-probs of exactly those token ids (`SamplingParams(logprob_token_ids=...)`, computed before any
 sampling processor) and feeds them to the same `yes_no_probability`. Pairs of one problem share their prefix in
 vLLM's prefix cache, as they share a KV cache in the HF judge.
 
-The judge is the policy the engine serves when the `VLLMJudge` is built (base model or adapter): its hash is pinned,
-and scoring under another adapter is refused, since the identity would then name the wrong weights.
+The judge is the policy the vLLM engine serves when the `VLLMJudge` is built (base model or adapter): its hash is
+pinned, and scoring under another adapter is refused, since the identity would then name the wrong weights.
 `VLLMRelevanceScorer` is its old, deprecated name.
 """
 
@@ -23,7 +23,7 @@ from lanpo.retrieval.scorer import PROMPT_VERSION, JudgePrompt, yes_no_probabili
 
 
 class VLLMJudge(JudgePrompt):
-    """Scores (problem, feedback) pairs with a `VLLMBackend`'s engine, `batch_size` pairs per engine call."""
+    """Scores (problem, feedback) pairs with a `VLLMBackend`'s vLLM engine, `batch_size` pairs per call."""
 
     def __init__(
         self,

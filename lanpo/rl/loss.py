@@ -15,8 +15,8 @@ Truncated importance sampling (TIS): when the rollouts came from another engine 
 computes logp (the trainer), the sampler's log-probs `behavior_logp` differ a little from `old_logp`. The policy-
 gradient term of each token is then weighted by `min(exp(old_logp - behavior_logp), tis_cap)` (detached), which
 corrects for the mismatch with bounded variance; the KL term is not weighted. All three log-probs must be of the
-same distribution: the trainer's are at the rollout temperature (`lanpo.train.batch.completion_logprobs`), and so
-are vLLM's (`lanpo.rollout.vllm`).
+same distribution: the trainer's are at the rollout temperature (`lanpo.train.consumer.batch.completion_logprobs`), and
+so are vLLM's (`lanpo.rollout.vllm`).
 
 Against verl (the paper trains with it; `verl/trainer/ppo/core_algos.py` at volcengine/verl b178a3c, read, not
 recalled):
@@ -33,7 +33,7 @@ recalled):
   them (ref - logp between about -11 and 2.6: any token of a run whose KL is near the paper's scale) it is bit for
   bit the unclamped k3; beyond them the clamp zeroes the token's KL gradient, in verl and here.
 - Aggregation: "token-mean" is the masked sum over the mini-batch divided by its token count over every rank,
-  the policy and the KL term alike (`lanpo.train.update` weights its micro-batches so): verl's `agg_loss` when
+  the policy and the KL term alike (`lanpo.train.consumer.update` weights its micro-batches so): verl's `agg_loss` when
   it is given the global counts (`global_batch_info`, which `verl/workers/utils/losses.py::ppo_loss` fills).
   Departure: verl's legacy FSDP actor (`dp_actor.py::update_policy`) leaves them empty, so each micro-batch's
   loss is its own token-mean scaled by `1 / gradient_accumulation`, whatever its token count; the two agree when

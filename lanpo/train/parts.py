@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 
 from lanpo.db.repo.pools import PoolRow
 from lanpo.mel.config import MELConfig
-from lanpo.train.dist import Dist
+from lanpo.train.plumbing.dist import Dist
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class RunRef:
 
 @dataclass(frozen=True)
 class Sampler:
-    """What samples text from the policy on this rank: the engine (`lanpo.train.rollouts.PolicyEngine`), its
-    tokenizer, and the rank's place (seeds and shares)."""
+    """What samples text from the policy on this rank: the engine (`lanpo.train.producer.served_policy.ServedPolicy`),
+    its tokenizer, and the rank's place (seeds and shares)."""
 
     backend: Any
     tokenizer: Any
@@ -43,7 +43,7 @@ class StepStore:
     """What a step's commit writes with: where its rows go, the author its lessons are stored under
     (experience_versions.author), the MEL config (None unless method = mel), the checkpoints it prunes, and the
     hash of the weights the engine serves for the version it commits when they are not the version's own (merged
-    LoRA, `PolicyEngine.served_sha256` after the step's sync; else None)."""
+    LoRA, `ServedPolicy.served_sha256` after the step's sync; else None)."""
 
     run: RunRef
     summary_author: str

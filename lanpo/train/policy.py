@@ -10,7 +10,7 @@ policy is that start, so the KL at step 1 is exactly 0 for both kinds:
   of the start's weights. Both are fp32 whatever `model.dtype` loaded (bf16 weights would not move at lr 1e-6;
   the forwards take bf16 from `grpo.autocast`). Alone, the copy lives on the CPU and visits the policy's device
   for its forward pass only; under torchrun the policy and the copy are both sharded with FSDP2
-  (`lanpo.train.fsdp`), the copy's shards on the CPU when the policy is on a GPU. A checkpoint holds the full
+  (`lanpo.train.plumbing.fsdp`), the copy's shards on the CPU when the policy is on a GPU. A checkpoint holds the full
   weights (`save_pretrained`, with the tokenizer): a complete model folder that `lanpo infer --model` loads.
 
 The update, the loop and the checkpoint see only `Policy`; nothing else branches on the kind.
@@ -45,10 +45,10 @@ from lanpo.models import (
     tiny_causal_lm,
     write_start,
 )
-from lanpo.train import fsdp
-from lanpo.train.batch import RolloutBatch, chunked_logprobs
 from lanpo.train.config import LoraConfig, ModelConfig
-from lanpo.train.dist import Dist
+from lanpo.train.consumer.batch import RolloutBatch, chunked_logprobs
+from lanpo.train.plumbing import fsdp
+from lanpo.train.plumbing.dist import Dist
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class Policy(Protocol):
     ) -> torch.Tensor:
         """log p of `batch`'s completion tokens under the reference policy (the start), (B, T), no gradient; its
         forwards under `torch.autocast(autocast)` when one is given, its log-probs those of softmax(logits /
-        temperature), the policy's own temperature (verl too; `lanpo.train.batch.completion_logprobs`)."""
+        temperature), the policy's own temperature (verl too; `lanpo.train.consumer.batch.completion_logprobs`)."""
         ...
 
     def generating(self) -> AbstractContextManager[None]:

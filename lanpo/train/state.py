@@ -25,6 +25,7 @@ from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import ConfigError, InputError
+from lanpo.feedback_modes import asks_inter
 from lanpo.models import (
     adapter_sha256,
     bf16_pays,
@@ -37,16 +38,16 @@ from lanpo.models import (
 )
 from lanpo.paths import input_file, output_dir
 from lanpo.rollout import make_backend
-from lanpo.train import checkpoint as ckpt
-from lanpo.train.batch import autocast_dtype
 from lanpo.train.config import TrainConfig
-from lanpo.train.dist import Dist, init_from_env
+from lanpo.train.consumer.batch import autocast_dtype
+from lanpo.train.consumer.update import minibatches_per_epoch, warmup_schedule
 from lanpo.train.parts import RunRef, Sampler, StepStore
+from lanpo.train.plumbing import checkpoint as ckpt
+from lanpo.train.plumbing.dist import Dist, init_from_env
 from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
-from lanpo.train.rollout_queue import RolloutQueue
-from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
+from lanpo.train.producer.rollout_queue import RolloutQueue
+from lanpo.train.producer.served_policy import ServedPolicy, open_served_policy, start_folder
 from lanpo.train.run import RunStart, ensure_dataset, open_run, resolve_scorer
-from lanpo.train.update import minibatches_per_epoch, warmup_schedule
 from lanpo.train.validate import ValidationSet, prepare_validation
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class Trainer:
     run_id: int
     policy: Policy  # what trains (a LoRA adapter, or every weight) and what the reference is
     tokenizer: Any
-    backend: PolicyEngine  # samples rollouts (and validation, and the policy's summaries); synced after updates
+    backend: ServedPolicy  # samples rollouts (and validation, and the policy's summaries); synced after updates
     optimizer: torch.optim.Optimizer
     scheduler: Any
     problem_ids: list[int]
@@ -118,7 +119,7 @@ def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> No
     if not cfg.data.task and cfg.data.dataset not in problems_repo.known_datasets(session):
         ensure_dataset(session, cfg.data)  # raises: no problems and nothing to generate them from
     inter = cfg.feedback.inter
-    if cfg.feedback.mode in ("inter", "both") and inter.gamma > 0:  # gamma 0 reads no relevance at all
+    if asks_inter(cfg.feedback.mode) and inter.gamma > 0:  # gamma 0 reads no relevance at all
         if inter.scorer:
             contexts_repo.require_scorer(session, inter.scorer)
         elif not inter.allow_empty and not contexts_repo.scorers(session):
@@ -151,27 +152,9 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
             check_before_loading(session, cfg, resume)
     set_threads(cfg.model.threads)
     base, tokenizer = load_base(cfg.model, cfg.seed)
-    device = next(base.parameters()).device
-    if cfg.grpo.autocast == "bf16" and not bf16_pays(device):
-        log.warning(
-            "grpo.autocast = bf16 on %s: a bf16 matmul measured no faster than fp32 here (80x slower on an AVX2 "
-            "CPU); set grpo.autocast = off or auto",
-            cpu_name() if device.type == "cpu" else device,
-        )
-    elif cfg.grpo.autocast == "auto":
-        log.info("grpo.autocast = auto: %s on %s", "bf16" if autocast_dtype("auto", device) else "off (fp32)", device)
+    report_autocast(cfg, next(base.parameters()).device)
     root = cfg.checkpoint_root()
-
-    shared: dict[str, Any] = {}
-    if dist.is_main:
-        with transaction(engine) as session:
-            problem_ids = ensure_dataset(session, cfg.data)
-            validation = prepare_validation(session, cfg)
-            feedback_inter = cfg.feedback.mode in ("inter", "both") and cfg.feedback.inter.gamma > 0
-            scorer = resolve_scorer(session, cfg.feedback.inter.scorer) if feedback_inter else None
-            start = open_run(session, cfg, cfg.model.name, resume)
-        shared = {"start": start, "ids": problem_ids, "scorer": scorer, "validation": validation}
-    shared = dist.broadcast(shared)
+    shared = _open_in_store(cfg, engine, resume, dist)
     start = shared["start"]
     base, start_record = load_start(cfg, engine, start, base, tokenizer, root, dist)
     # vLLM loads the start's weights from a folder: written now, before an adapter is attached to `base`
@@ -191,7 +174,7 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
                 steps_repo.commit_step(session, start.run_id, 0, pv, str(saved[0]))
     dist.barrier()
 
-    backend = open_engine(cfg, policy.model, tokenizer, start_weights, dist)
+    backend = open_served_policy(cfg, policy.model, tokenizer, start_weights, dist)
     if backend.served_sha256 is not None and dist.is_main:  # merged LoRA: tie the engine's weights to the version
         with transaction(engine) as session:
             pv_id = steps_repo.policy_version_id(session, start.run_id, first - 1)
@@ -224,9 +207,36 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
     return trainer, first
 
 
-def build_summarizer(cfg: TrainConfig, backend: PolicyEngine, tokenizer: Any, dist: Dist) -> Sampler | None:
+def report_autocast(cfg: TrainConfig, device: torch.device) -> None:
+    """Say what `grpo.autocast` chose on `device`, and warn where bf16 was asked for but does not pay."""
+    if cfg.grpo.autocast == "bf16" and not bf16_pays(device):
+        log.warning(
+            "grpo.autocast = bf16 on %s: a bf16 matmul measured no faster than fp32 here (80x slower on an AVX2 "
+            "CPU); set grpo.autocast = off or auto",
+            cpu_name() if device.type == "cpu" else device,
+        )
+    elif cfg.grpo.autocast == "auto":
+        log.info("grpo.autocast = auto: %s on %s", "bf16" if autocast_dtype("auto", device) else "off (fp32)", device)
+
+
+def _open_in_store(cfg: TrainConfig, engine: Engine, resume: bool, dist: Dist) -> dict[str, Any]:
+    """The run in the store, read or created by rank 0 and broadcast to every rank: its start (`RunStart`), the
+    training problems' ids, the relevance scorer inter reads (None when it reads none) and the validation set."""
+    shared: dict[str, Any] = {}
+    if dist.is_main:
+        with transaction(engine) as session:
+            problem_ids = ensure_dataset(session, cfg.data)
+            validation = prepare_validation(session, cfg)
+            feedback_inter = asks_inter(cfg.feedback.mode) and cfg.feedback.inter.gamma > 0
+            scorer = resolve_scorer(session, cfg.feedback.inter.scorer) if feedback_inter else None
+            start = open_run(session, cfg, cfg.model.name, resume)
+        shared = {"start": start, "ids": problem_ids, "scorer": scorer, "validation": validation}
+    return dist.broadcast(shared)
+
+
+def build_summarizer(cfg: TrainConfig, backend: ServedPolicy, tokenizer: Any, dist: Dist) -> Sampler | None:
     """What writes the lessons: the policy's own engine, another model beside it, or nothing (summaries off)."""
-    if not (cfg.summarizer.enabled and (cfg.feedback.mode in ("inter", "both") or cfg.summarizer.always)):
+    if not (cfg.summarizer.enabled and (asks_inter(cfg.feedback.mode) or cfg.summarizer.always)):
         return None
     if cfg.summarizer.model == "policy":
         return Sampler(backend, tokenizer, dist)  # the same engine, serving the policy before the update
@@ -249,7 +259,7 @@ def load_start(
         return recorded_start(base, root)
     folder, sha = cfg.model.init_adapter, None
     if folder is None and cfg.sft.enabled:
-        from lanpo.train.sft import run_sft
+        from lanpo.train.sft.warm_start import run_sft
 
         sft_model = with_fresh_adapter(base, cfg.lora, cfg.seed)
         warm = run_sft(

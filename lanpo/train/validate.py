@@ -31,10 +31,10 @@ from lanpo.models import apply_chat
 from lanpo.rewards import extract_boxed, grade
 from lanpo.rollout import SamplingParams
 from lanpo.train.config import TrainConfig
+from lanpo.train.consumer.record import GroupRecord, RolloutRecord, write_groups
 from lanpo.train.parts import RunRef, Sampler
 from lanpo.train.policy import Policy
-from lanpo.train.record import GroupRecord, RolloutRecord, write_groups
-from lanpo.train.schedule import mix_seed
+from lanpo.train.producer.schedule import mix_seed
 
 
 @dataclass(frozen=True)

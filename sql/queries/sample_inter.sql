@@ -9,7 +9,7 @@
 -- read for the k drawn items only.
 -- The same problem is excluded twice over: here (<>) and by the CHECK constraint not_self.
 -- :kinds (text[], NULL: every kind) keeps experiences of those kinds only (feedback.inter.kinds: summary, meta).
--- :shows_response (feedback.inter.shows = "response", Table 2's naive retrieval) returns the source rollout's
+-- :shows_response (feedback.inter.shows = "response", lanpo's raw-response ablation) returns the source rollout's
 -- response instead of the summary: the same draw, unsummarised text (the summary when the source attempt is gone).
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id

@@ -1,6 +1,7 @@
--- Inter-sample draw with NO relevance filter (feedback.inter.gamma = 0, Table 2's "w/o filtering"): per problem,
--- every ACTIVE experience of pool :pool_id from another problem is a candidate, whether or not any relevance score
--- names it; relevance is not consulted at all. Candidates are ranked by recency (newest first), the top
+-- Inter-sample draw with NO relevance filter (feedback.inter.gamma = 0; lanpo's reading of Table 2's "w/o filtering",
+-- which only drops the threshold and would still rank by relevance): per problem, every ACTIVE experience of pool
+-- :pool_id from another problem is a candidate, whether or not any relevance score names it; relevance is not
+-- consulted at all. Candidates are ranked by recency (newest first), the top
 -- :candidates form the pool, rank i gets weight 1/(i+1), and :k are drawn without replacement by the same
 -- Efraimidis-Spirakis keys as sample_inter.sql (keyed by experience id, problem id and seed).
 -- :kinds and :shows_response as in sample_inter.sql (experience kinds kept; the source rollout's response instead of

@@ -1,4 +1,4 @@
-"""Fixtures for the inference tests: a tiny random policy, an engine on it, a scripted backend, a small pool."""
+"""Fixtures for the inference tests: a tiny random policy, an answerer on it, a scripted backend, a small pool."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from lanpo.db.engine import transaction
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.inference.answerer import Answerer
 from lanpo.inference.config import RetrievalSettings, SamplingSettings
-from lanpo.inference.engine import Engine
 from lanpo.models import tiny_causal_lm
 from lanpo.rollout import Completion, SamplingParams
 
@@ -42,17 +42,17 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory, tiny: tuple[Any, Any]) ->
 
 
 @pytest.fixture
-def make_engine(tiny: tuple[Any, Any], db: SAEngine) -> Callable[..., Engine]:
-    """Engine on the tiny model and the test database; notices collected in `engine.notes`."""
+def make_answerer(tiny: tuple[Any, Any], db: SAEngine) -> Callable[..., Answerer]:
+    """An answerer on the tiny model and the test database; notices collected in `answerer.notes`."""
 
-    def make(**kwargs: Any) -> Engine:
+    def make(**kwargs: Any) -> Answerer:
         notes: list[str] = []
         model, tokenizer = tiny
         kwargs.setdefault("sampling", SamplingSettings(max_new_tokens=8, temperature=1.0, seed=0))
         kwargs.setdefault("retrieval", RetrievalSettings(stage1="bm25", top_k=4, gamma=0.0, m=2, judge="none"))
-        engine = Engine(model, tokenizer=tokenizer, db=db, batch_size=3, notify=notes.append, **kwargs)
-        engine.notes = notes  # type: ignore[attr-defined]
-        return engine
+        answerer = Answerer(model, tokenizer=tokenizer, db=db, batch_size=3, notify=notes.append, **kwargs)
+        answerer.notes = notes  # type: ignore[attr-defined]
+        return answerer
 
     return make
 

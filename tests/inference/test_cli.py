@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from lanpo.config import StoreConfig
 from lanpo.db.repo.pools import ensure_pool
-from lanpo.inference.engine import EMPTY_POOL
+from lanpo.inference.answerer import EMPTY_POOL
 
 FAST = ("--max-new-tokens", "6", "--temperature", "1.0", "--batch-size", "2")
 

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from lanpo.config import from_mapping, load_toml
 from lanpo.errors import ConfigError, InputError
+from lanpo.inference.answerer import Answerer
 from lanpo.inference.config import EvalConfig, RetrievalSettings
-from lanpo.inference.engine import Engine
 from lanpo.inference.evaluate import run_eval
 from lanpo.inference.table import recount
 
@@ -49,14 +49,14 @@ def config(tmp_path: Path, **kw: Any) -> EvalConfig:
 
 
 def test_table_equals_recount_and_truth(
-    tmp_path: Path, db: SAEngine, make_engine: Callable[..., Engine], pool: dict[str, Any], session: Session
+    tmp_path: Path, db: SAEngine, make_answerer: Callable[..., Answerer], pool: dict[str, Any], session: Session
 ) -> None:
     eval_file(tmp_path, range(5))
-    engine = make_engine(retrieval=RetrievalSettings(stage1="bm25", top_k=4, gamma=0.0, m=2, judge="none"))
-    engine.backend = ScriptedBackend(engine.tokenizer)
+    answerer = make_answerer(retrieval=RetrievalSettings(stage1="bm25", top_k=4, gamma=0.0, m=2, judge="none"))
+    answerer.backend = ScriptedBackend(answerer.tokenizer)
     printed: list[str] = []
     result = run_eval(
-        config(tmp_path), db, config_dir=tmp_path, engine=engine, echo=printed.append, show_progress=False
+        config(tmp_path), db, config_dir=tmp_path, answerer=answerer, echo=printed.append, show_progress=False
     )
 
     # truth from the script: the same numbers whichever way they are counted
@@ -133,13 +133,13 @@ def test_table_equals_recount_and_truth(
 
 
 def test_eval_on_the_tiny_model_stores_what_it_prints(
-    tmp_path: Path, db: SAEngine, make_engine: Callable[..., Engine], session: Session
+    tmp_path: Path, db: SAEngine, make_answerer: Callable[..., Answerer], session: Session
 ) -> None:
     eval_file(tmp_path, range(3))
     cfg = config(
         tmp_path, datasets=[{"name": "gsm", "file": "gsm.jsonl"}], modes=["zero_shot", "self_correct"], k_samples=2
     )
-    result = run_eval(cfg, db, config_dir=tmp_path, engine=make_engine(), echo=lambda _: None, show_progress=False)
+    result = run_eval(cfg, db, config_dir=tmp_path, answerer=make_answerer(), echo=lambda _: None, show_progress=False)
     assert result.table.cells == result.computed.cells
     assert result.table.cells[("self_correct", "gsm")].samples == 6
     total = session.scalar(sa.text("SELECT count(*) FROM run_attempts WHERE run_id = :r"), {"r": result.run_id})
@@ -154,22 +154,22 @@ def test_failed_eval_marks_the_run_failed(tmp_path: Path, db: SAEngine, tiny: An
     session.commit()
     eval_file(tmp_path, range(2))
     model, tokenizer = tiny
-    engine = Engine(model, tokenizer=tokenizer, db=None)  # retrieval without a database fails mid-run
+    answerer = Answerer(model, tokenizer=tokenizer, db=None)  # retrieval without a database fails mid-run
     cfg = config(tmp_path, datasets=[{"name": "gsm", "file": "gsm.jsonl"}], modes=["retrieval"])
     with pytest.raises(ConfigError, match="needs a database"):
-        run_eval(cfg, db, config_dir=tmp_path, engine=engine, echo=lambda _: None, show_progress=False)
+        run_eval(cfg, db, config_dir=tmp_path, answerer=answerer, echo=lambda _: None, show_progress=False)
     assert session.scalar(sa.text("SELECT status FROM runs WHERE name = 'eval-test'")) == "failed"
 
 
 def test_dataset_without_gold_or_unknown_is_refused(tmp_path: Path, db: SAEngine, tiny: Any) -> None:
     (tmp_path / "gsm.jsonl").write_text('{"id": "1", "question": "What is 1+1?"}\n')
     model, tokenizer = tiny
-    engine = Engine(model, tokenizer=tokenizer)
+    answerer = Answerer(model, tokenizer=tokenizer)
     cfg = config(tmp_path, datasets=[{"name": "gsm", "file": "gsm.jsonl"}])
     with pytest.raises(InputError, match="have no gold answer"):
-        run_eval(cfg, db, config_dir=tmp_path, engine=engine, echo=lambda _: None, show_progress=False)
+        run_eval(cfg, db, config_dir=tmp_path, answerer=answerer, echo=lambda _: None, show_progress=False)
     with pytest.raises(InputError, match="unknown dataset 'nowhere'"):
-        run_eval(config(tmp_path, datasets=[{"name": "nowhere"}]), db, engine=engine, echo=lambda _: None)
+        run_eval(config(tmp_path, datasets=[{"name": "nowhere"}]), db, answerer=answerer, echo=lambda _: None)
 
 
 def test_config_validation_and_shipped_configs() -> None:
@@ -226,12 +226,14 @@ def test_methods_give_table2s_shape(tmp_path: Path, db: SAEngine, pool: dict[str
 def test_threads_pin_the_evaluation(tiny_dir: Path, db: SAEngine) -> None:
     import torch
 
-    from lanpo.inference.evaluate import build_engine
+    from lanpo.inference.evaluate import build_answerer
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)  # so that the check cannot pass by the environment's OMP_NUM_THREADS=1 alone
     try:
-        build_engine(from_mapping(EvalConfig, {"model": str(tiny_dir), "threads": 1, "datasets": [{"name": "a"}]}), db)
+        build_answerer(
+            from_mapping(EvalConfig, {"model": str(tiny_dir), "threads": 1, "datasets": [{"name": "a"}]}), db
+        )
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

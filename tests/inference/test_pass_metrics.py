@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine as SAEngine
 from sqlalchemy.orm import Session
 
-from lanpo.inference.engine import Engine
+from lanpo.inference.answerer import Answerer
 from lanpo.inference.evaluate import run_eval
 from lanpo.inference.table import Cell, Table
 from lanpo.rollout import Completion, SamplingParams
@@ -33,23 +33,23 @@ class RecordingBackend(ScriptedBackend):
 
 
 def test_pass_at_1_avg_and_pass_at_k(
-    tmp_path: Path, db: SAEngine, make_engine: Callable[..., Engine], session: Session
+    tmp_path: Path, db: SAEngine, make_answerer: Callable[..., Answerer], session: Session
 ) -> None:
     eval_file(tmp_path, range(6))  # question q: sample j is right when (q + j) % 3 == 0
-    engine = make_engine()
-    engine.backend = backend = RecordingBackend(engine.tokenizer)
+    answerer = make_answerer()
+    answerer.backend = backend = RecordingBackend(answerer.tokenizer)
     cfg = config(
         tmp_path, datasets=[{"name": "gsm", "file": "gsm.jsonl"}], modes=["zero_shot"], k_samples=3, pass_at_1=True
     )
     printed: list[str] = []
-    result = run_eval(cfg, db, config_dir=tmp_path, engine=engine, echo=printed.append, show_progress=False)
+    result = run_eval(cfg, db, config_dir=tmp_path, answerer=answerer, echo=printed.append, show_progress=False)
 
     cell = result.table.cells[("zero_shot", "gsm")]
     assert cell.mean == pytest.approx(1 / 3) and cell.pass_at_k == 1.0  # Avg@3 and Pass@3: one right sample each
     assert result.computed.cells == result.table.cells  # the same counted in memory and in SQL
     assert result.greedy is not None and result.greedy.k == 1
     assert result.greedy.cells[("zero_shot", "gsm")].mean == pytest.approx(2 / 6)  # greedy: q = 0 and q = 3
-    assert set(backend.temperatures) == {1.0, 0.0} and engine.sampling.temperature == 1.0  # restored
+    assert set(backend.temperatures) == {1.0, 0.0} and answerer.sampling.temperature == 1.0  # restored
     runs = session.execute(
         sa.text(
             "SELECT r.name, r.status, count(a.attempt_id) FROM runs r JOIN run_attempts a ON a.run_id = r.id "

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from lanpo import prompts
-from lanpo.inference.engine import Engine
+from lanpo.inference.answerer import Answerer
 from lanpo.inference.io import Question
 
 from .conftest import ScriptedBackend, question_text
@@ -17,16 +17,16 @@ from .conftest import ScriptedBackend, question_text
 GOLD = "QZX-GOLD-7741"  # distinctive: found in no prompt, or the test fails
 
 
-def scripted(make_engine: Callable[..., Engine]) -> tuple[Engine, ScriptedBackend]:
-    engine = make_engine()
-    backend = ScriptedBackend(engine.tokenizer)
-    engine.backend = backend
-    return engine, backend
+def scripted(make_answerer: Callable[..., Answerer]) -> tuple[Answerer, ScriptedBackend]:
+    answerer = make_answerer()
+    backend = ScriptedBackend(answerer.tokenizer)
+    answerer.backend = backend
+    return answerer, backend
 
 
-def test_turn_two_continues_the_conversation(make_engine: Callable[..., Engine]) -> None:
-    engine, _ = scripted(make_engine)
-    (solution,) = engine.solve([Question("a", question_text(2, 3, 0), "5")], "self-correct", 3)
+def test_turn_two_continues_the_conversation(make_answerer: Callable[..., Answerer]) -> None:
+    answerer, _ = scripted(make_answerer)
+    (solution,) = answerer.solve([Question("a", question_text(2, 3, 0), "5")], "self-correct", 3)
     assert solution.mode == "self_correct"
     for sample in solution.samples:
         first, second = sample.turns
@@ -37,7 +37,7 @@ def test_turn_two_continues_the_conversation(make_engine: Callable[..., Engine])
             {"role": "assistant", "content": first.response.strip()},
             {"role": "user", "content": prompts.REFLECT},
         ]
-        assert second.prompt == engine.render(expected)
+        assert second.prompt == answerer.render(expected)
         assert second.prompt.startswith(first.prompt)  # the same conversation, continued
         answer_at, request_at = second.prompt.index(first.response.strip()), second.prompt.index(prompts.REFLECT)
         assert len(first.prompt) <= answer_at < request_at
@@ -51,12 +51,12 @@ def test_the_reflection_request_judges_nothing() -> None:
 
 
 @pytest.mark.parametrize("mode", ["self_correct", "self_correct_single"])
-def test_no_gold_reward_or_correctness_reaches_turn_two(make_engine: Callable[..., Engine], mode: str) -> None:
+def test_no_gold_reward_or_correctness_reaches_turn_two(make_answerer: Callable[..., Answerer], mode: str) -> None:
     """Attack: a distinctive gold answer is searched in every prompt the model saw; and turn 2's prompts are the
     same whether the first answers were graded right or wrong (so no grade can be in them)."""
     questions = [question_text(a, a + 1, q) for q, a in enumerate((2, 4, 6))]
-    engine, backend = scripted(make_engine)
-    solved = engine.solve([Question(f"q{i}", text, GOLD) for i, text in enumerate(questions)], mode, 3)
+    answerer, backend = scripted(make_answerer)
+    solved = answerer.solve([Question(f"q{i}", text, GOLD) for i, text in enumerate(questions)], mode, 3)
     assert backend.prompts, "the scripted model saw no prompt"
     for prompt in backend.prompts:
         assert GOLD not in prompt
@@ -69,7 +69,7 @@ def test_no_gold_reward_or_correctness_reaches_turn_two(make_engine: Callable[..
             assert str(first.reward) not in sample.turns[1].prompt.replace(first.response, "")
 
     def second_prompts(golds: list[str]) -> list[Any]:
-        e, _ = scripted(make_engine)
+        e, _ = scripted(make_answerer)
         out = e.solve(
             [Question(f"q{i}", t, g) for i, (t, g) in enumerate(zip(questions, golds, strict=True))], mode, 3
         )

@@ -16,7 +16,7 @@ import pytest
 
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.train import state
-from lanpo.train.rollouts import PolicyEngine
+from lanpo.train.producer.served_policy import ServedPolicy
 from tests.train.conftest import toy_problems  # noqa: F401  (the toy dataset fixture)
 
 QUESTION = re.compile(r"What is (\d+) \+ (\d+)\?")
@@ -79,12 +79,12 @@ class MelScript:
 @pytest.fixture
 def scripted(monkeypatch: pytest.MonkeyPatch) -> list[MelScript]:
     """Every backend the trainer makes is a MelScript (the list holds them, in order); the policy's sits under the
-    run's real `PolicyEngine`, so its completions carry the live adapter's hash as the hf backend's would."""
+    run's real `ServedPolicy`, so its completions carry the live adapter's hash as the hf backend's would."""
     made: list[MelScript] = []
-    real_open_engine = state.open_engine
+    real_open_served_policy = state.open_served_policy
 
-    def open_engine(cfg: Any, model: Any, tokenizer: Any, *args: Any) -> PolicyEngine:
-        engine = real_open_engine(cfg, model, tokenizer, *args)
+    def open_served_policy(cfg: Any, model: Any, tokenizer: Any, *args: Any) -> ServedPolicy:
+        engine = real_open_served_policy(cfg, model, tokenizer, *args)
         made.append(MelScript(tokenizer, served=engine.backend.served_adapter_sha256))
         engine.backend = made[-1]
         return engine
@@ -93,6 +93,6 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> list[MelScript]:
         made.append(MelScript(tokenizer))
         return made[-1]
 
-    monkeypatch.setattr(state, "open_engine", open_engine)
+    monkeypatch.setattr(state, "open_served_policy", open_served_policy)
     monkeypatch.setattr(state, "make_backend", make_backend)
     return made

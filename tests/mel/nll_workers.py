@@ -9,11 +9,11 @@ from dataclasses import replace
 import torch
 import torch.distributed as torch_dist
 
-from lanpo.train import fsdp
-from lanpo.train.batch import build_batch
-from lanpo.train.dist import Dist
+from lanpo.train.consumer.batch import build_batch
+from lanpo.train.consumer.update import NLLTerm, update_policy, warmup_schedule
+from lanpo.train.plumbing import fsdp
+from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import LoraPolicy
-from lanpo.train.update import NLLTerm, update_policy, warmup_schedule
 from tests.train import multirank_workers as grpo
 
 LAMBDA = 0.5

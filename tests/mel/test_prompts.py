@@ -9,7 +9,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lanpo import prompts
+from lanpo import feedback_modes, prompts
 from lanpo.mel import prompts as mel_prompts
 from lanpo.mel.bifurcation import split_steps
 from lanpo.mel.prompts import (
@@ -103,7 +103,7 @@ def test_replay_and_inter_prompts_never_carry_the_gold_answer_or_a_reward(
     assert lesson is not None
     if mask_numbers:
         assert not re.search(r"\d", lesson)  # no number of the problem, no reward value, survives
-    for text in (_text(replay_messages(question, lesson)), prompts.render_context("inter", [_Lesson(lesson)])):
+    for text in (_text(replay_messages(question, lesson)), feedback_modes.render_context("inter", [_Lesson(lesson)])):
         assert not re.search(rf"(?<!\d){gold}(?!\d)", text)  # the gold answer, as a number, is gone
         if mask_numbers:
             assert str(gold) not in text and repr(reward) not in text

@@ -26,7 +26,7 @@ from lanpo.rollout import Completion, SamplingParams
 from lanpo.train import state
 from lanpo.train.config import DataConfig, FeedbackConfig, GRPOConfig, ModelConfig, RolloutConfig, SFTConfig
 from lanpo.train.loop import train
-from lanpo.train.rollouts import PolicyEngine
+from lanpo.train.producer.served_policy import ServedPolicy
 from tests.train.conftest import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 
 class GoldFirst:
     """The real backend, except that a training rollout group's first completion is a correct solution. It sits
-    under the run's `PolicyEngine`, which still checks every completion's served adapter."""
+    under the run's `ServedPolicy`, which still checks every completion's served adapter."""
 
     def __init__(self, backend: Any, tokenizer: Any, answers: dict[str, str]) -> None:
         self.backend, self.tokenizer, self.answers = backend, tokenizer, answers
@@ -60,9 +60,9 @@ class GoldFirst:
 @pytest.mark.long("MEL on the real 135M model: SFT, then diagnoses, replays and the NLL term of three real steps")
 def test_mel_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    real = state.open_engine
+    real = state.open_served_policy
 
-    def open_engine(cfg: Any, model: Any, tokenizer: Any, *args: Any) -> PolicyEngine:
+    def open_served_policy(cfg: Any, model: Any, tokenizer: Any, *args: Any) -> ServedPolicy:
         with db.connect() as conn:
             answers = dict(
                 conn.execute(
@@ -73,7 +73,7 @@ def test_mel_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch: pytest.Mo
         engine.backend = GoldFirst(engine.backend, tokenizer, answers)
         return engine
 
-    monkeypatch.setattr(state, "open_engine", open_engine)
+    monkeypatch.setattr(state, "open_served_policy", open_served_policy)
     cfg = tiny_config(
         tmp_path,
         run_name="mel-smollm2-slow",

@@ -12,10 +12,10 @@ import torch
 import torch.multiprocessing as mp
 
 from lanpo.rl.loss import nll_sum_of
-from lanpo.train.batch import build_batch, completion_logprobs
 from lanpo.train.config import GRPOConfig
+from lanpo.train.consumer.batch import build_batch, completion_logprobs
+from lanpo.train.consumer.update import NLLTerm, update_policy, warmup_schedule
 from lanpo.train.policy import LoraPolicy
-from lanpo.train.update import NLLTerm, update_policy, warmup_schedule
 from tests.mel import nll_workers as w
 from tests.train import multirank_workers as grpo
 
@@ -140,7 +140,7 @@ def test_two_ranks_with_uneven_nll_examples_equal_one_process(tmp_path: Path) ->
 
 
 def test_the_step_line_says_no_term_rather_than_nan() -> None:
-    from lanpo.train.step_line import step_line as _line
+    from lanpo.train.plumbing.step_line import step_line as _line
 
     metrics = {"reward/mean": 0.5, "accuracy/mean": 0.5, "response_len/mean": 30.0, "time/step": 1.0, "kl": 0.0}
     metrics |= {"mel/pairs": 4.0, "mel/candidates": 2.0, "mel/validated": 0.0, "mel/nll_tokens": 0.0}

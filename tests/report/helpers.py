@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
-from lanpo.train.record import GroupRecord, RolloutRecord, rollout_metrics
-from lanpo.train.update import UpdateStats
+from lanpo.train.consumer.record import GroupRecord, RolloutRecord, rollout_metrics
+from lanpo.train.consumer.update import UpdateStats
 
 STEPS = 4
 VAL_EVERY = 2

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from lanpo.db.engine import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
-from lanpo.prompts import MODES
+from lanpo.feedback_modes import PROMPT_MODES
 from lanpo.report import cost
 from lanpo.report.build import read_report
 from lanpo.report.cost import SECONDS_AXIS, TOKENS_AXIS, against
@@ -222,7 +222,7 @@ def test_token_metrics_of_a_real_tiny_run(
                 "SELECT step, sum(completion_tokens), sum(prompt_tokens) FROM run_attempts "
                 "WHERE run_id = :r AND mode = ANY(:modes) GROUP BY step ORDER BY step"
             ),
-            {"r": result.run_id, "modes": list(MODES)},
+            {"r": result.run_id, "modes": list(PROMPT_MODES)},
         ).all()
         recorded = conn.execute(
             sa.text(

@@ -31,10 +31,11 @@ def test_targets_by_name_prefix_and_duplicates(session: Session) -> None:
 
 
 def test_ambiguous_and_unknown_names(session: Session) -> None:
-    """report_names: the hint lists experiments, then runs (newest first, LISTED at most), and a close match."""
+    """report_names: the hint lists experiments, then runs (LISTED characters of names at most), and a
+    close match."""
     make_experiment(session, "twin")
     make_run(session, "twin")
-    for i in range(read.LISTED + 2):
+    for i in range(10):
         make_run(session, f"run-{i:02d}")
     session.commit()
     with pytest.raises(InputError, match="'twin' names both a run and an experiment") as ambiguous:
@@ -45,7 +46,7 @@ def test_ambiguous_and_unknown_names(session: Session) -> None:
         read.resolve_targets(session, ["twim"])
     assert unknown.value.hint is not None
     assert unknown.value.hint.startswith("did you mean twin? experiments: twin; runs: ")
-    assert unknown.value.hint.endswith("and 3 more")  # LISTED + 3 runs
+    assert unknown.value.hint.endswith("runs: run-00, run-01, run-02, run-03, run-04 and 6 more")  # LISTED characters
 
 
 def test_unknown_name_in_an_empty_store(session: Session) -> None:

@@ -18,8 +18,8 @@ import torch
 
 from lanpo.config import load_toml
 from lanpo.errors import ConfigError, LanpoError
+from lanpo.inference.answerer import Answerer
 from lanpo.inference.config import EvalConfig
-from lanpo.inference.engine import Engine
 from lanpo.models import LoraSpec, attach_lora, native_bf16, tiny_causal_lm
 from lanpo.rollout import SamplingParams, make_backend
 from lanpo.rollout.config import VLLMConfig
@@ -121,7 +121,7 @@ def test_missing_vllm_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match="loads the model itself"):
         make_backend("vllm", model, tokenizer)
     with pytest.raises(ConfigError, match="loads the model itself"):
-        Engine(model, tokenizer=tokenizer, backend="vllm")
+        Answerer(model, tokenizer=tokenizer, backend="vllm")
 
 
 def test_a_vllm_that_fails_to_import_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

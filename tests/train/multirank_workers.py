@@ -12,12 +12,12 @@ from typing import Any
 import torch
 import torch.distributed as torch_dist
 
-from lanpo.train import fsdp
-from lanpo.train.batch import build_batch
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig, SFTConfig, TrainConfig
-from lanpo.train.dist import Dist
+from lanpo.train.consumer.batch import build_batch
+from lanpo.train.consumer.update import UpdateStats, update_policy, warmup_schedule
+from lanpo.train.plumbing import fsdp
+from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import FullPolicy, LoraPolicy, Policy, load_base, load_policy
-from lanpo.train.update import UpdateStats, update_policy, warmup_schedule
 
 PROMPTS, N = 16, 2  # 16 prompts x 2 rollouts = 32 sequences
 GRPO = GRPOConfig(learning_rate=1e-2, warmup_ratio=0.0, beta=0.05, minibatch_size=16, micro_batch_size=3)
@@ -77,7 +77,7 @@ def full_update(
     The stats carry the gradient's norm before clipping: Adam's step hardly changes when the gradient is scaled,
     the norm does."""
     policy = full_policy(Dist(rank=rank, world=world), checkpointing)
-    # A sharded model runs every row whole (lanpo.train.batch._can_share); the single process does the same.
+    # A sharded model runs every row whole (lanpo.train.consumer.batch._can_share); the single process does the same.
     stats, steps = _update(policy, rank, world, replace(GRPO, share_prompts=False))
     return fsdp.full_state(policy.model), stats, steps
 
@@ -114,7 +114,7 @@ def sft_config(out: Path, micro_batch_size: int = 0) -> TrainConfig:
 def sft(
     rank: int, world: int, out: Path, ddp: bool, micro_batch_size: int = 0
 ) -> tuple[dict[str, torch.Tensor], list[float]]:
-    from lanpo.train.sft import run_sft
+    from lanpo.train.sft.warm_start import run_sft
 
     model, tokenizer = policy()
     dist = Dist(rank=rank, world=world)

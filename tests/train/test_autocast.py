@@ -17,12 +17,12 @@ from sqlalchemy.engine import Engine
 from lanpo.errors import ConfigError
 from lanpo.models import default_device, tiny_causal_lm
 from lanpo.rl.advantages import group_advantages
-from lanpo.train import batch as batch_module
-from lanpo.train.batch import autocast_dtype, build_batch, chunked_logprobs, completion_logprobs
 from lanpo.train.config import GRPOConfig
+from lanpo.train.consumer import batch as batch_module
+from lanpo.train.consumer.batch import autocast_dtype, build_batch, chunked_logprobs, completion_logprobs
+from lanpo.train.consumer.update import NLLTerm, micro_batch_loss, update_policy, warmup_schedule
 from lanpo.train.loop import train
 from lanpo.train.policy import FullPolicy, LoraPolicy
-from lanpo.train.update import NLLTerm, micro_batch_loss, update_policy, warmup_schedule
 from tests.mel import nll_workers
 from tests.numerics import assert_rounding_close, kl_rounding_bound, misaligned_copy
 from tests.train import multirank_workers as w
@@ -38,7 +38,7 @@ MAX_DIFF, MEAN_DIFF = 1e-2, 2e-3
 
 
 def _record_autocast(monkeypatch: pytest.MonkeyPatch) -> list[torch.dtype | None]:
-    """The `autocast` every trainer forward is asked for (`lanpo.train.batch._forward_precision`)."""
+    """The `autocast` every trainer forward is asked for (`lanpo.train.consumer.batch._forward_precision`)."""
     seen: list[torch.dtype | None] = []
     real = batch_module._forward_precision
 
@@ -65,7 +65,9 @@ def test_autocast_maps_the_setting_and_the_config_refuses_other_values(monkeypat
         GRPOConfig(autocast="fp8")
     asked: list[torch.device] = []
     for pays, want in ((True, BF16), (False, None)):
-        monkeypatch.setattr("lanpo.train.batch.bf16_pays", lambda device, pays=pays: asked.append(device) or pays)
+        monkeypatch.setattr(
+            "lanpo.train.consumer.batch.bf16_pays", lambda device, pays=pays: asked.append(device) or pays
+        )
         assert autocast_dtype("auto") is want
         assert autocast_dtype("auto", torch.device("meta")) is want
     # measured on the device the forwards run on; without one, on the device the trainer would pick
@@ -149,7 +151,7 @@ def test_the_lora_gradient_under_autocast_points_where_fp32s_does() -> None:
 def test_every_forward_of_an_update_follows_the_setting(setting: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The reference, old log-probs (two PPO epochs), the update, MEL's NLL forwards, and the measure-only pass
     of a batch without spread. auto, where bf16 pays, is bf16."""
-    monkeypatch.setattr("lanpo.train.batch.bf16_pays", lambda device: True)
+    monkeypatch.setattr("lanpo.train.consumer.batch.bf16_pays", lambda device: True)
     model, _ = w.policy()
     prompts, completions, advantages = w.global_rollouts()
     batch = build_batch(prompts, completions, 0, torch.device("cpu"))
@@ -195,7 +197,9 @@ def test_kl_is_zero_at_step_1_under_autocast_lora(
     there."""
     from lanpo.models import bf16_pays
 
-    monkeypatch.setattr("lanpo.train.produce.grade", _alternating_rewards)  # spread in every group: the weights move
+    monkeypatch.setattr(
+        "lanpo.train.producer.produce.grade", _alternating_rewards
+    )  # spread in every group: the weights move
     seen = _record_autocast(monkeypatch)
     cfg = _sft_config(tmp_path, steps=2, grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, autocast="bf16"))
     with caplog.at_level("WARNING", logger="lanpo.train.state"):
@@ -214,7 +218,7 @@ def test_kl_is_zero_at_step_1_under_autocast_full(
     db: Engine, toy_problems: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """tests/train/test_full_ft.py's full fine-tuning run from the merged SFT start, under bf16 autocast."""
-    monkeypatch.setattr("lanpo.train.produce.grade", _alternating_rewards)
+    monkeypatch.setattr("lanpo.train.producer.produce.grade", _alternating_rewards)
     seen = _record_autocast(monkeypatch)
     cfg = _full_config(tmp_path, grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, autocast="bf16"))
     first, second = train(cfg, engine=db, progress=False).metrics

@@ -11,12 +11,12 @@ from datetime import timedelta
 import pytest
 
 from lanpo.errors import ConfigError
-from lanpo.train.dist import ENV_TIMEOUT, dist_timeout
+from lanpo.train.plumbing.dist import ENV_TIMEOUT, dist_timeout
 
 # Rank 1 never reaches the broadcast rank 0 waits in (as when a rank dies or stalls during SFT's broadcast).
 SCRIPT = """
 import time, torch, torch.distributed as dist
-from lanpo.train.dist import init_from_env
+from lanpo.train.plumbing.dist import init_from_env
 d = init_from_env()
 if d.rank == 0:
     started = time.perf_counter()

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 
 from lanpo.db.engine import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
-from lanpo.train.sft import write_pairs
+from lanpo.train.sft.warm_start import write_pairs
 from tests.train.test_start import PAIRS
 
 RECIPE = """
@@ -241,7 +241,7 @@ def test_a_killed_worker_ends_the_experiment_with_an_error_and_loses_nothing(
     import sys
     import time
 
-    from lanpo.train.pause import PAUSE_ENV
+    from lanpo.train.plumbing.pause import PAUSE_ENV
     from tests.train.trainer_process import CLI
 
     config = experiment_file(db, tmp_path, tiny_dir, "killed")

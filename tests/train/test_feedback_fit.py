@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
-from lanpo import prompts
+from lanpo import feedback_modes, prompts
 from lanpo.db.engine import transaction
 from lanpo.db.repo.contexts import InterItem, IntraItem
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.models import apply_chat, prepare_tokenizer, tiny_causal_lm, tiny_tokenizer
-from lanpo.train.feedback import MIN_ITEM_TOKENS, StepPrompts, fit_prompt, water_fill
+from lanpo.train.producer.contexts import MIN_ITEM_TOKENS, StepPrompts, fit_prompt, water_fill
 
 WORDS = ("step", "add", "the", "sum", "of", "carry", "so", "we", "get", "then", "\\boxed{12}", "###", "\n\n", "=")
 CUT = re.compile(r"\A(?P<head>.*)\n\[\.\.\. (?P<omitted>\d+) tokens omitted \.\.\.\]\n(?P<tail>.*)\Z", re.DOTALL)
@@ -79,7 +79,7 @@ def count(tokenizer: Any, text: str) -> int:
 def old_fit_prompt(tokenizer: Any, mode: str, question: str, found: list[Any], limit: int) -> tuple[str, list[Any]]:
     """The behaviour before truncation: drop items, last drawn first, until the prompt fits."""
     while True:
-        text = apply_chat(tokenizer, prompts.build_messages(mode, question, found))
+        text = apply_chat(tokenizer, feedback_modes.build_messages(mode, question, found))
         if not found or count(tokenizer, text) <= limit:
             return text, found
         found = found[:-1]
@@ -105,10 +105,12 @@ def check_shown(mode: str, original: Any, shown: Any) -> bool:
     """`shown` is `original` itself, or its head and tail around the marker; True when cut."""
     if shown == original:
         return False
-    assert shown == prompts.with_context_text(mode, original, prompts.context_text(mode, shown)), "ids changed"
-    whole = prompts.context_text(mode, original).strip()
-    match = CUT.match(prompts.context_text(mode, shown))
-    assert match, prompts.context_text(mode, shown)[:200]
+    assert shown == feedback_modes.with_context_text(mode, original, feedback_modes.context_text(mode, shown)), (
+        "ids changed"
+    )
+    whole = feedback_modes.context_text(mode, original).strip()
+    match = CUT.match(feedback_modes.context_text(mode, shown))
+    assert match, feedback_modes.context_text(mode, shown)[:200]
     assert whole.startswith(match["head"]) and whole.endswith(match["tail"])
     assert len(match["head"]) + len(match["tail"]) < len(whole)
     return True
@@ -233,9 +235,9 @@ def test_the_prompt_fits_the_cap_for_any_lengths(
     # char-level counts add up exactly: an item is dropped just when keeping it would cut one below the minimum
     if name == "char" and len(fit.items) < len(found):
         more = found[: len(fit.items) + 1]
-        empty = [prompts.with_context_text(mode, f, "") for f in more]
-        blank = prompts.build_messages(mode, question, empty, shows_response)
-        lengths = [len(prompts.context_text(mode, f).strip()) for f in more]
+        empty = [feedback_modes.with_context_text(mode, f, "") for f in more]
+        blank = feedback_modes.build_messages(mode, question, empty, shows_response)
+        lengths = [len(feedback_modes.context_text(mode, f).strip()) for f in more]
         caps = water_fill(lengths, limit - count(tokenizer, apply_chat(tokenizer, blank)))
         assert any(cap < min(MIN_ITEM_TOKENS, length) for cap, length in zip(caps, lengths, strict=True))
 

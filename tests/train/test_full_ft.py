@@ -20,12 +20,12 @@ from lanpo.errors import InputError
 from lanpo.models import model_dir_sha256, tiny_causal_lm
 from lanpo.rewards import Graded
 from lanpo.rl.loss import kl_k3
-from lanpo.train.batch import build_batch, chunked_logprobs, completion_logprobs
 from lanpo.train.config import FeedbackConfig, GRPOConfig, LoraConfig, SFTConfig
+from lanpo.train.consumer.batch import build_batch, chunked_logprobs, completion_logprobs
+from lanpo.train.consumer.update import update_policy, warmup_schedule
 from lanpo.train.loop import train
 from lanpo.train.policy import FullPolicy
-from lanpo.train.sft import write_pairs
-from lanpo.train.update import update_policy, warmup_schedule
+from lanpo.train.sft.warm_start import write_pairs
 from tests.numerics import assert_rounding_close, kl_rounding_bound, misaligned_copy
 from tests.train import multirank_workers as w
 from tests.train.conftest import tiny_config
@@ -195,7 +195,7 @@ def _full_config(tmp_path: Path, **overrides: Any) -> Any:
 def test_a_full_run_starts_from_the_merged_sft_start_and_checkpoints_whole_models(
     db: Engine, toy_problems: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("lanpo.train.produce.grade", _alternating_rewards)
+    monkeypatch.setattr("lanpo.train.producer.produce.grade", _alternating_rewards)
     result = train(_full_config(tmp_path), engine=db, progress=False)
     first, second = result.metrics
     assert abs(first["kl"]) <= kl_rounding_bound()  # the reference is the merged SFT start = the policy before step 1
@@ -235,10 +235,10 @@ def test_inference_loads_a_full_fine_tuning_checkpoint(
     db: Engine, toy_problems: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`lanpo infer --model step-NNNNNN` (or its model/) answers with the trained weights; --adapter says to use it."""
-    from lanpo.inference.engine import Engine as Answerer
+    from lanpo.inference.answerer import Answerer
     from lanpo.train.state import setup
 
-    monkeypatch.setattr("lanpo.train.produce.grade", _alternating_rewards)
+    monkeypatch.setattr("lanpo.train.producer.produce.grade", _alternating_rewards)
     cfg = _full_config(tmp_path, sft=SFTConfig(enabled=False), steps=1)
     train(cfg, engine=db, progress=False)
     trainer, first = setup(cfg, db, resume=True)  # the trained policy, resumed from the database's last step

@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 
 from lanpo.errors import ConfigError
 from lanpo.train.config import GRPOConfig, RolloutConfig, TrainConfig, load_config
-from lanpo.train.dist import Dist
+from lanpo.train.plumbing.dist import Dist
 from tests.train import multirank_workers as w
 
 
@@ -33,7 +33,10 @@ def _assert_same(multi: dict[str, torch.Tensor], single: dict[str, torch.Tensor]
     assert any(not torch.equal(single[n], start[n]) for n in single), "the update moved nothing"
 
 
-@pytest.mark.parametrize("world", [2, 4, 8])
+EIGHT_RANKS = "8 gloo ranks (the paper's world size, 8 GPUs) on 2 cores, each a torch process of its own"
+
+
+@pytest.mark.parametrize("world", [2, 4, pytest.param(8, marks=pytest.mark.long(EIGHT_RANKS))])
 def test_grpo_update_at_world_size_equals_single_process(world: int, tmp_path: Path) -> None:
     single, single_steps = w.grpo_update(0, 1)
     multi, multi_steps = _spawn(world, "grpo", tmp_path)  # type: ignore[misc]
@@ -43,7 +46,12 @@ def test_grpo_update_at_world_size_equals_single_process(world: int, tmp_path: P
 
 
 @pytest.mark.parametrize(
-    ("world", "job"), [(2, "full"), (2, "full-checkpointing"), pytest.param(8, "full", marks=pytest.mark.slow)]
+    ("world", "job"),
+    [
+        (2, "full"),
+        (2, "full-checkpointing"),
+        pytest.param(8, "full", marks=[pytest.mark.slow, pytest.mark.long(EIGHT_RANKS)]),
+    ],
 )
 def test_full_fine_tuning_with_fsdp_at_world_size_equals_single_process(world: int, job: str, tmp_path: Path) -> None:
     """Every weight, FSDP2-sharded over gloo ranks (with gradient checkpointing too), equals one unsharded process."""

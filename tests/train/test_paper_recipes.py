@@ -1,9 +1,10 @@
 """The paper recipes against the papers' text, and each recipe running one step on a tiny model.
 
-`PAPER` is the one table of the LANPO paper's settings (arXiv 2510.16552, ../shared/papers/000_*.txt) these tests
-hold the recipes to, each value beside the words of the paper it comes from; `MEL_PAPER` is the MEL paper's
-(arXiv 2602.10224, 002_*.txt, Section 4). Where lanpo counts in other units the test converts: the PPO
-mini-batch is counted in prompts by the paper (as verl's ppo_mini_batch_size is) and in sequences by lanpo.
+`PAPER` is the LANPO paper's settings (arXiv 2510.16552, ../shared/papers/000_*.txt) these tests hold the
+recipes to, and `MEL_PAPER` the MEL paper's (arXiv 2602.10224, 002_*.txt, Section 4): both read from
+lanpo/papers.toml (`lanpo.papers`), where each value sits beside the words of the paper it comes from. Where lanpo
+counts in other units the test converts: the PPO mini-batch is counted in prompts by the paper (as verl's
+ppo_mini_batch_size is) and in sequences by lanpo.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
+from lanpo import papers
 from lanpo.config import load_toml
 from lanpo.db.engine import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
@@ -25,61 +27,11 @@ from lanpo.train.config import TrainConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "train" / "configs"
 
-# LANPO (arXiv 2510.16552): value, and where the paper says it.
-PAPER = {
-    "base_model": "Qwen2.5-7B",  # Section 5: "We evaluate two base models: Qwen2.5-7B [28] and Qwen3-14B [30]"
-    "train_dataset": "DAPO-Math-17k",  # Section 5: "we use the DAPO dataset [31]"
-    "steps": 330,  # Section 5: "the RL training steps is set to 330 (10 epochs)"
-    "epochs": 10,  # Section 5, ibid.; Table 6: Total Training Epochs 10
-    "learning_rate": 1e-6,  # Table 6: Actor Learning Rate 1e-6
-    "lr_schedule": "cosine",  # Table 6: LR Schedule "Cosine with 10% warmup"
-    "warmup_ratio": 0.1,  # Table 6, ibid.
-    "clip_low": 0.2,  # Table 6: PPO Clipping Range (Low, High) [0.20, 0.28]
-    "clip_high": 0.28,  # Table 6, ibid.
-    "kl_beta": 5e-4,  # Table 6: KL Divergence Loss Coefficient 0.0005
-    "ppo_minibatch_prompts": 64,  # Table 6: PPO Mini-batch Size 64
-    "rollouts_per_prompt": 16,  # Table 7: Rollout Samples per Prompt (n) 16; Section 5: "group size 16"
-    "max_prompt_tokens": 3072,  # Table 7: Max Prompt Length 3072; Section 5: "truncated at 3,072 tokens"
-    "max_response_tokens": 8192,  # Table 7: Max Response Length 8192; Section 5: "generations at 8,192 tokens"
-    "val_temperature": 0.6,  # Table 7: Validation ... Temperature 0.6
-    "val_top_p": 0.9,  # Table 7: Top-p 0.9
-    "val_n": 8,  # Table 7: Validation Samples per Prompt (n) 8
-    "val_dataset": "aime25",  # Figure 5(a): "Mean@8 test accuracy on the AIME25 benchmark"
-    "sft_epochs": 1,  # Table 5: Training Epochs 1
-    "sft_global_batch": 64,  # Table 5: Global Batch Size 64
-    "sft_micro_batch": 1,  # Table 5: Per-GPU Micro-batch Size 1
-    "sft_max_length": 8192,  # Table 5: Max Sequence Length 8192 tokens
-    "max_summary_tokens": 2048,  # appendix 9.2: "the maximum summary length to be 2048"
-    "new_experiences_per_step": 8,  # appendix 9.2: "the maximum number of feedback saved in each step to be 8"
-    "experiences_per_problem": 32,  # appendix 9.2: "the experience pool size to be 32 for each entry"
-    "p_t": 0.5,  # Section 5: "Unless otherwise stated, the feedback ratio p_t is 0.5"
-    "p_t_intra": 0.75,  # Table 3: p_t = 0.75, whose row (44.27 / 45.80) is Table 1's "LANPO w/ Intra"
-    "p_t_ablation": (0.0, 0.25, 0.5, 0.75),  # Table 3: Feedback Ratio (p_t), GRPO = 0.0
-    "gamma": 0.9,  # Section 5: "retains only experiences with similarity >= 0.9"; Table 2: gamma = 0.9
-    "relevance_judge": "Qwen2.5-7B-Math",  # Section 5: "pre-computes relatedness scores using Qwen2.5-7B-Math"
-    "eval_mean_at": 32,  # Section 5: "mean@32 accuracy"
-    "eval_datasets": ("AIME24", "AIME25", "AMC23", "MATH500"),  # Section 5: "AIME25, AIME24, AMC23, and MATH-500"
-    "eval_temperature": 0.6,  # appendix 9.3: "The inference configuration is same as Table 7"
-    "eval_top_p": 0.9,  # ibid.
-    "eval_max_tokens": 8192,  # ibid.
-}
+# The papers' values, each with its source and quote, from their one home (lanpo/papers.toml)
+PAPER = papers.values("lanpo")  # LANPO (arXiv 2510.16552)
 # verl's defaults, where the paper trains with verl and is silent (verl/trainer/config/actor/actor.yaml)
-VERL = {"clip_ratio_c": 3.0, "loss_agg_mode": "token-mean", "ppo_epochs": 1, "grad_clip": 1.0, "weight_decay": 0.01}
-# MEL (arXiv 2602.10224), Section 4, "Setups": "we sample 8 responses per prompt at a temperature of 1.0 with a
-# batch size of 128. Optimization uses a learning rate of 1e-6 and a mini-batch size of 128. For evaluation, we
-# report Pass@1 at temperature 0, and Avg@8 and Pass@8 at temperature 0.6."
-MEL_PAPER = {
-    "models": ("Qwen3-4B-Base", "Qwen3-8B-Base", "Qwen3-14B-Base"),  # Section 4, "Models and Baselines"
-    "train_dataset": "dapo17k",  # Section 4: "We train our model on the DAPO-Math-17k dataset"
-    "rollouts_per_prompt": 8,
-    "temperature": 1.0,
-    "batch_size": 128,
-    "learning_rate": 1e-6,
-    "minibatch_prompts": 128,
-    "eval_datasets": ("aime24", "aime25", "amc23", "math500", "olympiadbench"),  # Section 4, "Datasets"
-    "eval_k": 8,  # Avg@8, Pass@8
-    "eval_temperature": 0.6,
-}
+VERL = papers.values("verl")
+MEL_PAPER = papers.values("mel")  # MEL (arXiv 2602.10224), Section 4
 DAPO17K_PROBLEMS = 17_398  # distinct problems of DAPO-Math-17k (the published parquet repeats each ~100 times)
 PAPER_RECIPES = {"grpo-baseline": "none", "lanpo-intra": "intra", "lanpo-inter": "inter", "lanpo-both": "both"}
 LORA_RECIPES = [f"{name}-lora" for name in PAPER_RECIPES]

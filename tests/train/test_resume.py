@@ -11,7 +11,7 @@ import sqlalchemy as sa
 import torch
 from sqlalchemy.engine import Engine
 
-from lanpo.train import checkpoint as ckpt
+from lanpo.train.plumbing import checkpoint as ckpt
 from tests.train.trainer_process import kill_when_paused, launch
 
 RECIPE = """

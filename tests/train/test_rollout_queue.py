@@ -19,10 +19,10 @@ from lanpo.rewards import Graded
 from lanpo.rollout import Completion
 from lanpo.train.config import FeedbackConfig, GRPOConfig, ModelConfig, WorkersConfig
 from lanpo.train.parts import RunRef
+from lanpo.train.plumbing.timing import Phases
 from lanpo.train.policy import TINY, load_base
-from lanpo.train.produce import Produced, groups_to_json, prompts_from_json
-from lanpo.train.rollout_queue import RolloutQueue
-from lanpo.train.timing import Phases
+from lanpo.train.producer.produce import Produced, groups_to_json, prompts_from_json
+from lanpo.train.producer.rollout_queue import RolloutQueue
 from tests.train.conftest import tiny_config
 
 AGAIN = "SELECT 1 FROM rollout_work WHERE run_id = %s AND step = 3 AND attempt = 1 AND status = 'queued'"

@@ -12,7 +12,7 @@ from lanpo import prompts
 from lanpo.errors import InputError
 from lanpo.rewards import correctness_reward, format_ok
 from lanpo.train.config import LoraConfig, ModelConfig, SFTConfig, TrainConfig
-from lanpo.train.sft import expression_steps, read_pairs, run_sft, sft_pairs, worked_solution, write_pairs
+from lanpo.train.sft.warm_start import expression_steps, read_pairs, run_sft, sft_pairs, worked_solution, write_pairs
 
 
 def test_expression_steps_respect_precedence_and_signs() -> None:

@@ -10,10 +10,10 @@ import pytest
 import torch
 from sqlalchemy.engine import Engine
 
-from lanpo.train.batch import build_batch, completion_logprobs
 from lanpo.train.config import FeedbackConfig, SFTConfig
+from lanpo.train.consumer.batch import build_batch, completion_logprobs
 from lanpo.train.loop import train
-from lanpo.train.sft import write_pairs
+from lanpo.train.sft.warm_start import write_pairs
 from tests.train.conftest import tiny_config
 
 PAIRS = [
@@ -60,8 +60,8 @@ def test_a_finished_sft_adapter_as_init_adapter_starts_the_same_way(
 
 
 def test_a_checkpoint_adapter_loads_onto_its_start(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
-    """The engine (inference) rebuilds base + merged SFT start + RL adapter: the same log-probs as the trainer."""
-    from lanpo.inference.engine import Engine as Answerer
+    """The answerer rebuilds base + merged SFT start + RL adapter: the same log-probs as the trainer."""
+    from lanpo.inference.answerer import Answerer
     from lanpo.models import load_adapter, tiny_causal_lm
     from lanpo.train.state import setup
 

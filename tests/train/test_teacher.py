@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from lanpo import prompts
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
-from lanpo.train.sft import read_pairs
-from lanpo.train.teacher import SKILLS
+from lanpo.train.sft.teacher import SKILLS
+from lanpo.train.sft.warm_start import read_pairs
 
 UNSOLVABLE_GOLD = "QZX-GOLD-5521"  # no teacher writes it: it must never be sent to one either
 

@@ -14,11 +14,11 @@ import torch
 
 from lanpo.models import load_causal_lm, prepare_smollm2
 from lanpo.rollout import SamplingParams
-from lanpo.train.batch import RolloutBatch, build_batch, completion_logprobs
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
+from lanpo.train.consumer.batch import RolloutBatch, build_batch, completion_logprobs
+from lanpo.train.consumer.update import update_policy, warmup_schedule
 from lanpo.train.policy import LoraPolicy, load_policy
-from lanpo.train.rollouts import behavior_logprobs
-from lanpo.train.update import update_policy, warmup_schedule
+from lanpo.train.producer.served_policy import behavior_logprobs
 from tests.vllm_engine.helpers import ENGINE, chat, needs_vllm
 
 T = 0.7

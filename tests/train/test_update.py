@@ -12,10 +12,10 @@ from lanpo.errors import ConfigError
 from lanpo.models import apply_chat
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
-from lanpo.train.batch import build_batch, completion_logprobs
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
+from lanpo.train.consumer.batch import build_batch, completion_logprobs
+from lanpo.train.consumer.update import update_policy, warmup_schedule
 from lanpo.train.policy import LoraPolicy, build_policy, load_base, load_policy
-from lanpo.train.update import update_policy, warmup_schedule
 from tests.train import multirank_workers as w
 
 

@@ -13,8 +13,8 @@ from lanpo.db.engine import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.errors import ConfigError
 from lanpo.train.config import DataConfig, FeedbackConfig, InterConfig, TrainConfig, ValidationConfig
-from lanpo.train.feedback import MISSED
 from lanpo.train.loop import train
+from lanpo.train.producer.contexts import MISSED
 from lanpo.train.validate import prepare_validation, validation_metrics
 from tests.train.conftest import tiny_config
 
@@ -105,7 +105,7 @@ def test_generated_validation_leaves_out_training_questions(db: Engine) -> None:
 
 
 def test_validation_metrics_by_hand() -> None:
-    from lanpo.train.record import GroupRecord, RolloutRecord
+    from lanpo.train.consumer.record import GroupRecord, RolloutRecord
 
     def group(correct: list[bool], boxed: list[bool]) -> GroupRecord:
         rollouts = [RolloutRecord("r", float(c), c, b, 3, False) for c, b in zip(correct, boxed, strict=True)]

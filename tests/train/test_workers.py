@@ -24,7 +24,7 @@ from sqlalchemy.engine import Engine
 from lanpo.db.engine import ENV_URL
 from lanpo.train.config import GRPOConfig, WorkersConfig
 from lanpo.train.loop import TrainResult, train
-from lanpo.train.pause import PAUSE_ENV
+from lanpo.train.plumbing.pause import PAUSE_ENV
 from tests.conftest import truncate_all
 from tests.train.conftest import insert_toy_problems, tiny_config
 from tests.train.test_resume import RECIPE
@@ -189,7 +189,7 @@ def _config_json(cfg: Any) -> str:
 
 
 def _finish_with_a_worker(cfg: Any, db: Engine) -> None:
-    from lanpo.train.worker import run_worker
+    from lanpo.train.producer.worker import run_worker
 
     thread, out = _train_in_thread(cfg, db)
     _wait_for(lambda: _rows(db, "SELECT 1 FROM rollout_work"), 120, "the step to be queued")

@@ -1,4 +1,5 @@
-"""`lanpo train` as a real process, stopped at a phase (`lanpo.train.pause`): the crash, kill and SIGTERM tests."""
+"""`lanpo train` as a real process, stopped at a phase (`lanpo.train.plumbing.pause`): the crash, kill and SIGTERM
+tests."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lanpo.train.pause import PAUSE_ENV
+from lanpo.train.plumbing.pause import PAUSE_ENV
 
 CLI = "import sys; from lanpo.cli import main; sys.exit(main())"
 

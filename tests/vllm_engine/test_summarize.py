@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from lanpo.rollout import SamplingParams
-from lanpo.train.summarize import Candidate, summarise
+from lanpo.train.producer.summarize import Candidate, summarise
 from tests.vllm_engine.helpers import needs_vllm
 
 pytestmark = [pytest.mark.vllm, needs_vllm]

@@ -35,7 +35,7 @@ from lanpo.train.config import (
     TrainConfig,
     ValidationConfig,
 )
-from lanpo.train.rollouts import START_MODEL, PolicyEngine
+from lanpo.train.producer.served_policy import START_MODEL, ServedPolicy
 from tests.vllm_engine.helpers import SavedAdapter, chat, needs_vllm
 
 pytestmark = [pytest.mark.vllm, needs_vllm]
@@ -201,7 +201,7 @@ def test_sync_serves_the_moved_weights_and_refuses_a_swapped_adapter(
     base, tokenizer = hf_smollm2
     torch.manual_seed(1234)  # not the seeds of the saved `adapters`: their weights would be these
     model = attach_lora(base, LoraSpec(rank=16, alpha=32))
-    engine = PolicyEngine(backend, model, "vllm")
+    engine = ServedPolicy(backend, model, "vllm")
     try:
         params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=3)
         first = engine.sync()

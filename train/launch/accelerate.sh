@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data-parallel LANPO training with `accelerate launch` (same ranks as torchrun.sh; accelerate sets RANK,
-# WORLD_SIZE and LOCAL_RANK, which lanpo.train.dist reads). Gradients of the LoRA adapter are all-reduced by
+# WORLD_SIZE and LOCAL_RANK, which lanpo.train.plumbing.dist reads). Gradients of the LoRA adapter are all-reduced by
 # lanpo itself (DDP), and full fine-tuning (lora.enabled = false) is sharded by lanpo itself (FSDP2), so any
 # accelerate config with `distributed_type: MULTI_GPU` (or MULTI_CPU) works: leave accelerate's own FSDP off.
 #

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sqlalchemy.orm import Session
 
@@ -43,6 +44,35 @@ class NewAttempt:
     format_ok: bool | None = None
     completion_tokens: int | None = None
     served_adapter_sha256: str | None = None
+
+    @classmethod
+    def of(cls, rollout: GradedRollout) -> NewAttempt:
+        """The attempt row of a graded rollout (a training rollout, a replay, an inference turn)."""
+        return cls(
+            response=rollout.response,
+            reward=rollout.reward,
+            correct=rollout.correct,
+            format_ok=rollout.format_ok,
+            completion_tokens=rollout.completion_tokens,
+            served_adapter_sha256=rollout.served_adapter_sha256,
+        )
+
+
+class GradedRollout(Protocol):
+    """What an attempt row is made of: a response, its grade, its length and the adapter that served it."""
+
+    @property
+    def response(self) -> str: ...
+    @property
+    def reward(self) -> float | None: ...
+    @property
+    def correct(self) -> bool | None: ...
+    @property
+    def format_ok(self) -> bool | None: ...
+    @property
+    def completion_tokens(self) -> int | None: ...
+    @property
+    def served_adapter_sha256(self) -> str | None: ...
 
 
 @dataclass

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from lanpo.db import sqlfiles
 from lanpo.db.repo import runs, sampling
 from lanpo.db.repo.attempts import ContextRef
-from lanpo.errors import InputError
+from lanpo.errors import InputError, listing
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +74,9 @@ def inter_contexts(
 ) -> dict[int, list[InterItem]]:
     """problem id -> up to k lessons of pool `pool_id` (of `kinds` only, when given) from OTHER problems with
     relevance >= gamma (relevance-ranked, weighted draw). `scorer = None` draws with no relevance filter at all (the
-    whole pool, recency-ranked: gamma = 0 in training, Table 2). `shows_response`: items carry the source rollout's
-    response instead of the summary (feedback.inter.shows = response: Table 2, naive retrieval).
+    whole pool, recency-ranked: gamma = 0 in training, lanpo's reading of Table 2's w/o filtering).
+    `shows_response`: items carry the source rollout's response instead of the summary (feedback.inter.shows =
+    response: lanpo's own ablation, not a Table 2 row).
 
     `scorer` must have scores in the store: when nothing is drawn at all, an unknown scorer is an InputError
     naming the scorers there (checked only then, so a training step that draws pays nothing for it).
@@ -124,7 +125,7 @@ def require_scorer(session: Session, scorer: str) -> None:
     known = scorers(session)
     raise InputError(
         f"unknown relevance scorer {scorer!r}: relevance_scores holds no score by it",
-        hint=f"scorers in the store: {', '.join(known)}"
+        hint=f"scorers in the store: {listing(known)}"
         if known
         else "compute relevance first: lanpo relevance build --dataset NAME",
     )

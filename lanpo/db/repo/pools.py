@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from lanpo.config import StoreConfig
 from lanpo.db import sqlfiles
 from lanpo.db.repo import checks
-from lanpo.errors import InputError
+from lanpo.errors import InputError, listing
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,9 @@ def _unknown(session: Session, name: str) -> InputError:
     names = pool_names(session)
     return InputError(
         f"no pool named {name!r}",
-        hint=f"pools in the store: {', '.join(names)}" if names else "the store has no pool yet (train a run first)",
+        hint=f"pools in the store: {listing(names, every='lanpo pool list')}"
+        if names
+        else "the store has no pool yet (train a run first)",
     )
 
 
@@ -117,7 +119,7 @@ def resolve_pool(session: Session, name: str | None) -> PoolRow:
         raise InputError("the store has no experience pool yet", hint="train a run first (lanpo train)")
     raise InputError(
         f"the store holds {len(names)} pools; say which one to use",
-        hint=f"pass --pool NAME, one of: {', '.join(names)}",
+        hint=f"pass --pool NAME, one of: {listing(names, every='lanpo pool list')}",
     )
 
 

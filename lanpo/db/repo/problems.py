@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles, stats
 from lanpo.db.repo import checks
-from lanpo.errors import InputError
+from lanpo.errors import InputError, listing
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def _unknown_dataset(session: Session, dataset: str) -> InputError:
     known = known_datasets(session)
     return InputError(
         f"unknown dataset {dataset!r}",
-        hint=f"datasets in the store: {', '.join(known)}"
+        hint=f"datasets in the store: {listing(known)}"
         if known
         else "import one: lanpo data import FILE --dataset NAME",
     )

@@ -105,7 +105,7 @@ def sample_inter(
 ) -> dict[int, list[Draw]]:
     """problem id -> up to k current versions of active experiences of pool `pool_id` (of `kinds` only, when given:
     summary | meta), from OTHER problems with relevance >= gamma. `shows_response`: the text is the source
-    rollout's response, not the summary (naive retrieval)."""
+    rollout's response, not the summary (lanpo's raw-response ablation)."""
     ids = _check(problem_ids, k, candidates, seed)
     if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be a number in [0, 1], got {gamma!r}")
@@ -141,8 +141,8 @@ def sample_inter_unfiltered(
     shows_response: bool = False,
 ) -> dict[int, list[Draw]]:
     """problem id -> up to k current versions of active experiences of pool `pool_id` (of `kinds` only, when given)
-    from OTHER problems, with no relevance filter: the whole pool is the candidate set, ranked by recency (gamma = 0,
-    Table 2)."""
+    from OTHER problems, with no relevance filter: the whole pool is the candidate set, ranked by recency (gamma = 0:
+    lanpo's reading of Table 2's w/o filtering, which only drops the threshold)."""
     ids = _check(problem_ids, k, candidates, seed)
     if not ids or k == 0:
         return {p: [] for p in ids}

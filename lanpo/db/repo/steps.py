@@ -41,7 +41,7 @@ def add_policy_version(session: Session, run_id: int, step: int, adapter_sha256:
 
 
 def set_served(session: Session, policy_version_id: int, served_sha256: str | None) -> None:
-    """Record that a rollout engine served `served_sha256` for a policy version (merged LoRA); a version's own
+    """Record that the vLLM engine served `served_sha256` for a policy version (merged LoRA); a version's own
     hash, or None, records nothing. A version already tied to other served weights keeps them, with a warning:
     merged weights are recomputed on resume, and on another machine their rounding may differ."""
     if served_sha256 is None:

@@ -3,10 +3,10 @@
 - Each rank takes its share of the step's prompts, strided (rank r: prompts r, r + W, r + 2W, ...), reads its own
   feedback contexts, generates and grades its rollouts.
 - A LoRA update runs through torch's DistributedDataParallel (`wrap`): DDP all-reduces the trainable parameters'
-  gradients in buckets during backward. Full fine-tuning shards the model with FSDP2 instead (`lanpo.train.fsdp`).
-  Sizes are global (a minibatch counts sequences over all ranks), so every rank holds the same share of each
-  minibatch and the minibatches are the single process's ones: with the strided assignment, rank r's j-th local
-  block of prompts, taken over every r, is exactly block j of the whole batch.
+  gradients in buckets during backward. Full fine-tuning shards the model with FSDP2 instead
+  (`lanpo.train.plumbing.fsdp`). Sizes are global (a minibatch counts sequences over all ranks), so every rank holds
+  the same share of each minibatch and the minibatches are the single process's ones: with the strided assignment, rank
+  r's j-th local block of prompts, taken over every r, is exactly block j of the whole batch.
 - Rank 0 alone writes the checkpoint (every rank sends it its FSDP shards) and the step's one transaction, from
   what every rank sends it (`gather_step`); a barrier after the commit keeps the next step's context reads behind it.
 - Every collective gives up after $LANPO_DIST_TIMEOUT seconds (default 3600), so a rank that died or stalls (in

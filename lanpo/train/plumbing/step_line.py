@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 
+from lanpo.feedback_modes import PROMPT_MODES
+
 
 def step_line(step: int, metrics: dict[str, float]) -> str:
     """Reward, accuracy (overall and by mode), KL, response length, pool size, MEL's yield and J_NLL, seconds."""
     acc_by_mode = " ".join(
-        f"{mode}={metrics[f'accuracy/{mode}']:.2f}"
-        for mode in ("zero_shot", "intra", "inter")
-        if f"accuracy/{mode}" in metrics
+        f"{mode}={metrics[f'accuracy/{mode}']:.2f}" for mode in PROMPT_MODES if f"accuracy/{mode}" in metrics
     )
     kl = metrics.get("kl", math.nan)
     mel = ""

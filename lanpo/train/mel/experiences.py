@@ -15,7 +15,7 @@ summaries are. Where the MEL paper leaves a choice open, the choice is a key of 
 - J_NLL is taken on M given the diagnosis prompt (`nll_target = "lesson"`): the object the paper's NLL is taken
   on is the meta-experience itself, self-distilled from the contrast of y+ and y-.
 Under torchrun each rank works on its own groups (the step cap is split evenly); its records travel to rank 0
-with their group (`GroupRecord.meta`), and rank 0 writes them (`lanpo.train.mel_record`).
+with their group (`GroupRecord.meta`), and rank 0 writes them (`lanpo.train.mel.record`).
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ from lanpo.models import apply_chat
 from lanpo.prompts import actor_messages
 from lanpo.rewards import Graded, grade
 from lanpo.rollout import Completion, SamplingParams
-from lanpo.train.batch import RolloutBatch, build_batch
 from lanpo.train.config import TrainConfig
-from lanpo.train.feedback import StepPrompts
-from lanpo.train.mel_record import MetaRecord
+from lanpo.train.consumer.batch import RolloutBatch, build_batch
+from lanpo.train.consumer.record import RolloutRecord
+from lanpo.train.consumer.update import NLLTerm
+from lanpo.train.mel.record import MetaRecord
 from lanpo.train.parts import Sampler
-from lanpo.train.record import RolloutRecord
-from lanpo.train.schedule import mix_seed
-from lanpo.train.update import NLLTerm
+from lanpo.train.producer.contexts import StepPrompts
+from lanpo.train.producer.schedule import mix_seed
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Sizes are global. `grpo.minibatch_size` counts sequences over every rank, so a step takes
 `ppo_epochs * (batch_size * rollout.n / minibatch_size)` optimizer steps at any world size, and each rank holds
-the same share of every minibatch (its next `minibatch_size / world` sequences; see `lanpo.train.dist` for why
+the same share of every minibatch (its next `minibatch_size / world` sequences; see `lanpo.train.plumbing.dist` for why
 that makes the minibatches the single process's ones). The loss of a minibatch is the token-mean (or seq-mean)
 over all its sequences on all ranks: each rank scales its micro-batch losses by the global token count, and by
 the world size because DDP (LoRA) and FSDP (full fine-tuning) average gradients. The policy (`lanpo.train.policy`)
@@ -23,8 +23,8 @@ GRPO, bit for bit.
 
 `temperature` (the loop passes `rollout.temperature`): the policy's, the old and the reference log-probs, and the
 entropy, are of softmax(logits / T), the distribution the rollouts were sampled from (verl and TRL do the same;
-`lanpo.train.batch`). The engine's behaviour log-probs are at T too (`lanpo.rollout.vllm`), so TIS weighs like with
-like. MEL's NLL term stays at T = 1: it is the likelihood of target text, not of a sample (the paper's MEL recipes
+`lanpo.train.consumer.batch`). The engine's behaviour log-probs are at T too (`lanpo.rollout.vllm`), so TIS weighs like
+with like. MEL's NLL term stays at T = 1: it is the likelihood of target text, not of a sample (the paper's MEL recipes
 sample at 1.0, where the two agree).
 """
 
@@ -40,9 +40,9 @@ from typing import Any
 import torch
 
 from lanpo.rl.loss import kl_k3, nll_sum_of, policy_loss
-from lanpo.train.batch import RolloutBatch, autocast_dtype, chunked_logprobs, completion_logprobs
 from lanpo.train.config import GRPOConfig
-from lanpo.train.dist import Dist
+from lanpo.train.consumer.batch import RolloutBatch, autocast_dtype, chunked_logprobs, completion_logprobs
+from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import Policy
 
 STATS = ("loss", "kl", "entropy", "clip_frac", "dual_clip_frac", "tis_weight", "logp_diff")

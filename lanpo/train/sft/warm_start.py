@@ -1,7 +1,7 @@
 """The SFT warm start: chat pairs for the answer format and the three atomic skills, trained into a LoRA adapter.
 
-The pairs come from `lanpo.train.sft_data` (built from worked solutions; their names are re-exported here) or
-from a JSONL file (`lanpo.train.teacher` writes one). Loss is on the assistant turn only. The adapter is a valid
+The pairs come from `lanpo.train.sft.pairs` (built from worked solutions; their names are re-exported here) or
+from a JSONL file (`lanpo.train.sft.teacher` writes one). Loss is on the assistant turn only. The adapter is a valid
 `model.init_adapter` for GRPO.
 """
 
@@ -21,9 +21,9 @@ from lanpo.errors import InputError
 from lanpo.models import apply_chat
 from lanpo.paths import output_dir
 from lanpo.train.config import TrainConfig
-from lanpo.train.dist import Dist
+from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import load_policy
-from lanpo.train.sft_data import (
+from lanpo.train.sft.pairs import (
     LESSON,
     Message,
     expression_steps,
@@ -125,7 +125,7 @@ def run_sft(
     total = sft.epochs * -(-len(encoded) // sft.batch_size)
     if sft.max_steps:
         total = min(total, sft.max_steps)
-    from lanpo.train.update import warmup_schedule
+    from lanpo.train.consumer.update import warmup_schedule
 
     scheduler = warmup_schedule(optimizer, total, 0.1)
     rng = random.Random(sft.seed)  # the same order on every rank

@@ -1,8 +1,8 @@
 """The producer half of a step: its prompts -> n rollouts each -> rewards -> summaries of the successful ones.
 
 The synchronous trainer runs it in its own process (`lanpo.train.loop.grpo_step`); a rollout worker
-(`lanpo.train.worker`) runs the very same function on prompts it claimed from the store, and hands back what it
-made through `rollout_results` as JSON (`groups_to_json` / `produced_from_json`). The trainer's consumer half
+(`lanpo.train.producer.worker`) runs the very same function on prompts it claimed from the store, and hands back what
+it made through `rollout_results` as JSON (`groups_to_json` / `produced_from_json`). The trainer's consumer half
 (advantages -> loss -> record) cannot tell the two apart: that is what the `workers.max_staleness = 0` equivalence
 test checks.
 """
@@ -20,11 +20,11 @@ from lanpo.db.repo.contexts import InterItem, IntraItem
 from lanpo.rewards import Graded, grade
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.train.config import RolloutConfig, TrainConfig
-from lanpo.train.feedback import StepPrompts
 from lanpo.train.parts import Sampler
-from lanpo.train.schedule import mix_seed
-from lanpo.train.summarize import Candidate, Summary, choose_candidates, summarise
-from lanpo.train.timing import Phases
+from lanpo.train.plumbing.timing import Phases
+from lanpo.train.producer.contexts import StepPrompts
+from lanpo.train.producer.schedule import mix_seed
+from lanpo.train.producer.summarize import Candidate, Summary, choose_candidates, summarise
 
 
 @dataclass

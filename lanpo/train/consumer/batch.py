@@ -38,7 +38,7 @@ import torch
 
 from lanpo.models import bf16_pays, cache_kwarg, default_device, returned_cache
 from lanpo.rl.logprobs import entropy_from_logits, token_logprobs
-from lanpo.train import fsdp
+from lanpo.train.plumbing import fsdp
 
 
 @dataclass

@@ -5,7 +5,7 @@ end in `\\boxed{N}`), or, for arithmetic tasks, steps derived from the expressio
 Per problem: a zero-shot answer, an intra-sample reflection (review of an earlier attempt, then a solution,
 under the intra headers), an inter-sample exploration (relevance, plan, solution) and a summary (flow,
 principles, pitfalls). Pairs are stored as JSONL, one `{"messages": [...]}` a line. Pairs a teacher model
-writes come from `lanpo.train.teacher`; `lanpo.train.sft` trains on either.
+writes come from `lanpo.train.sft.teacher`; `lanpo.train.sft.warm_start` trains on either.
 """
 
 from __future__ import annotations

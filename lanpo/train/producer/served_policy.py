@@ -1,13 +1,18 @@
-"""The engine that samples a step's rollouts, kept serving exactly the policy the trainer holds.
+"""The served policy: what samples a step's rollouts, kept serving exactly the policy the trainer holds.
 
 - `hf`: transformers `generate` on the trained PEFT model itself; it serves the live weights by construction.
-- `vllm`: an engine of its own, loaded once from the start's weights (the model folder, or the merged SFT start
+- `vllm`: a vLLM engine of its own, loaded once from the start's weights (the model folder, or the merged SFT start
   written next to the run as `start-model/`). After every update (`sync`) the live adapter is saved to a private
-  folder and served through a fresh LoRA request, or under full fine-tuning every weight is loaded into the
-  engine in place; the hash the engine reports must equal the trainer's own hash of what it holds, and every
-  completion must carry that hash, or the step is refused: no rollout of a stale or foreign policy is ever
-  trained on or recorded. The start is synced too, so the first rollouts carry the start's hash, and a resumed
-  run's engine serves the checkpoint it resumed from.
+  folder and served through a fresh LoRA request, or (merged LoRA, full fine-tuning) the weights are loaded into
+  the engine in place. What `sync` can check differs:
+  - an adapter: the hash of the snapshot the engine loads must equal the live PEFT model's, and each completion
+    carries the hash lanpo recorded for the LoRA request vLLM says served it; another request refuses the step.
+  - merged LoRA and full weights: the vLLM engine reports no hash. The hash is lanpo's own, of the state it sends
+    (names and shapes checked first), and the completions carry that record, so the per-completion check compares
+    lanpo's record with itself. That the engine then serves exactly those weights is tested against a fresh engine
+    (tests/vllm_engine/test_full_weights.py), not checked at run time.
+  The start is synced too, so the first rollouts carry the start's hash, and a resumed run's engine serves the
+  checkpoint it resumed from.
 
 The engine's per-token log-probs (`Completion.logprobs`, vLLM only) come back as the behaviour log-probs of
 the update: `engine/logp_abs_diff` measures how far they sit from the trainer's, and `grpo.tis_cap`
@@ -36,8 +41,8 @@ log = logging.getLogger(__name__)
 START_MODEL = "start-model"  # in the run's folder: the merged start, as a model folder the vLLM engine loads
 
 
-class PolicyEngine:
-    """Generate with the current policy; `sync()` after each update, `close()` at the end."""
+class ServedPolicy:
+    """The served policy: generate with the current policy; `sync()` after each update, `close()` at the end."""
 
     def __init__(self, backend: Any, model: Any, kind: str, merged: bool = False) -> None:
         self.backend = backend
@@ -66,7 +71,7 @@ class PolicyEngine:
         own = adapter_sha256(self.model) if lora else None
         if self.kind == "vllm" and (self.merged or not lora):
             from lanpo.models import merged_state
-            from lanpo.train import fsdp
+            from lanpo.train.plumbing import fsdp
 
             state = merged_state(self.model) if lora else fsdp.full_state_everywhere(self.model)
             sha = self.backend.load_weights(state)
@@ -110,8 +115,10 @@ class PolicyEngine:
             shutil.rmtree(self._staging, ignore_errors=True)
 
 
-def open_engine(cfg: Any, model: Any, tokenizer: Any, start_weights: str | None, dist: Any = None) -> PolicyEngine:
-    """The rollout engine of a run: `rollout.backend` over the trained model (hf), or over `start_weights`, the
+def open_served_policy(
+    cfg: Any, model: Any, tokenizer: Any, start_weights: str | None, dist: Any = None
+) -> ServedPolicy:
+    """The served policy of a run: `rollout.backend` over the trained model (hf), or over `start_weights`, the
     folder `start_folder` gave (vllm), serving the policy's adapter from the start.
 
     Under torchrun every rank holds its own engine on its own local GPU, beside its own policy shard, through
@@ -122,7 +129,7 @@ def open_engine(cfg: Any, model: Any, tokenizer: Any, start_weights: str | None,
     if cfg.rollout.backend == "hf":
         from lanpo.rollout.hf import HFBackend
 
-        engine = PolicyEngine(HFBackend(model, tokenizer), model, "hf")
+        served = ServedPolicy(HFBackend(model, tokenizer), model, "hf")
     else:
         from lanpo.rollout.vllm import VLLMBackend
 
@@ -138,13 +145,13 @@ def open_engine(cfg: Any, model: Any, tokenizer: Any, start_weights: str | None,
         sync = vllm_cfg.lora_sync_on(_device_type())
         adapter = hasattr(model, "peft_config") and sync == "adapter"  # else no LoRA slots to pay for
         backend = VLLMBackend(start_weights, tokenizer, vllm_cfg, enable_lora=adapter)
-        engine = PolicyEngine(backend, model, "vllm", merged=sync == "merged")
+        served = ServedPolicy(backend, model, "vllm", merged=sync == "merged")
     try:
-        engine.sync()
+        served.sync()
     except BaseException:
-        engine.close()
+        served.close()
         raise
-    return engine
+    return served
 
 
 def _device_type() -> str:

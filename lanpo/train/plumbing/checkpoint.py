@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from lanpo.errors import InputError
-from lanpo.train.dist import Dist
+from lanpo.train.plumbing.dist import Dist
 
 if TYPE_CHECKING:
     from lanpo.train.policy import Policy

@@ -1,10 +1,10 @@
-"""The test-time inference engine: zero-shot, retrieval-augmented and self-correction answers (paper 4.3).
+"""The test-time answerer: zero-shot, retrieval-augmented and self-correction answers (paper 4.3).
 
 - `zero_shot`: the actor prompt, k samples.
 - `retrieval`: experiences retrieved from the current pool (stage 1 -> LLM rerank -> gamma -> top m, see
   `lanpo.retrieval.testtime`) go into the inter-sample prompt. Retrieval runs once per question; its k samples
   share the prompt. When the pool is empty, or nothing reaches gamma for a question, that question is answered
-  with the zero-shot prompt; the solution's `fallback` says why and the engine says so on stderr.
+  with the zero-shot prompt; the solution's `fallback` says why and the answerer says so on stderr.
 - `self_correct`: a two-turn conversation per sample (paper 4.3). Turn 1 is a zero-shot attempt; turn 2 continues
   the same chat: the first answer as the assistant's message, then a fixed, reward-agnostic reflection request as
   the user's message (`prompts.REFLECT`), and its answer is the sample's answer. Nothing of turn 1's grade reaches
@@ -39,7 +39,7 @@ from lanpo.rollout import GenerationBackend, SamplingParams
 from lanpo.rollout.config import VLLMConfig
 
 # The result types and the modes live in `results` and `modes`; their names stay importable from here.
-__all__ = ["EMPTY_POOL", "NOTHING_RELEVANT", "Engine", "Sample", "Solution", "Turn", "UsedExperience"]
+__all__ = ["EMPTY_POOL", "NOTHING_RELEVANT", "Answerer", "Sample", "Solution", "Turn", "UsedExperience"]
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +50,13 @@ def _stderr(message: str) -> None:
     print(f"note: {message}", file=sys.stderr, flush=True)
 
 
-class Engine:
+class Answerer:
     """Answers questions with a policy (base model, optionally with a LoRA adapter) in one of three modes.
 
     `model` is a name or path (`smollm2`, a HF folder, a cached hub id) or an already loaded HF model, in
-    which case `tokenizer` is required. `db` (a SQLAlchemy engine) is needed for retrieval only. With the vllm
-    backend one engine (settings: `vllm`) answers and judges relevance; `dtype`, when not auto, overrides
-    `vllm.dtype`. `close()` ends the engine's processes.
+    which case `tokenizer` is required. `db` (the database engine) is needed for retrieval only. With the vllm
+    backend one vLLM engine (settings: `vllm`) answers and judges relevance; `dtype`, when not auto, overrides
+    `vllm.dtype`. `close()` ends the vLLM engine's processes.
     """
 
     def __init__(
@@ -106,7 +106,7 @@ class Engine:
             self.model_id = model_id or model
         else:
             if tokenizer is None:
-                raise ConfigError("an in-memory model needs its tokenizer (Engine(model, tokenizer=...))")
+                raise ConfigError("an in-memory model needs its tokenizer (Answerer(model, tokenizer=...))")
             self.model_id = model_id or str(getattr(model.config, "name_or_path", "") or "in-memory")
         self.adapter_sha256: str | None = None
         self.start_sha256: str | None = None  # the start adapter merged into the base under the adapter, if any
@@ -165,7 +165,7 @@ class Engine:
         self.backend = backend
 
     def close(self) -> None:
-        """End the generation engine's processes (vllm); an HF model is left to the garbage collector."""
+        """End the vLLM engine's processes; an HF model is left to the garbage collector."""
         close = getattr(self.backend, "close", None)
         if close is not None:
             close()
@@ -186,7 +186,7 @@ class Engine:
         if self._rater is None:
             from lanpo.retrieval.scorer import HFJudge, load_judge
 
-            if judge == "policy" and self.backend_name == "vllm":  # the engine that answers also judges
+            if judge == "policy" and self.backend_name == "vllm":  # the vLLM engine that answers also judges
                 from lanpo.retrieval.vllm_scorer import VLLMJudge
 
                 self._rater = VLLMJudge(self.backend, model_id=self.judge_model_id)
@@ -268,7 +268,7 @@ class Engine:
 
     def _require_db(self) -> Any:
         if self.db is None:
-            raise ConfigError("retrieval mode reads the experience pool: the engine needs a database (db=...)")
+            raise ConfigError("retrieval mode reads the experience pool: the answerer needs a database (db=...)")
         return self.db
 
     def retrieve(self, chunk: Sequence[Question]) -> list[list[UsedExperience]]:

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from lanpo.feedback_modes import SETTING_MODES
+
 
 def mix_seed(*parts: int | str) -> int:
     """A stable 63-bit seed from parts (Python's hash() is salted per process; this is not)."""
@@ -35,10 +37,6 @@ def choose_modes(problem_ids: Sequence[int], mode: str, p_t: float, seed: int, s
     for _ in problem_ids:
         use_feedback = rng.random() < p_t
         pick_inter = rng.random() < 0.5
-        if mode == "none" or not use_feedback:
-            out.append("zero_shot")
-        elif mode == "both":
-            out.append("inter" if pick_inter else "intra")
-        else:
-            out.append(mode)
+        asks = SETTING_MODES[mode]  # (), one context mode, or both (intra, inter)
+        out.append((asks[-1] if pick_inter else asks[0]) if asks and use_feedback else "zero_shot")
     return out

@@ -2,7 +2,7 @@
 
 `LANPO_TRAIN_PAUSE_AT=phase:step` (phases: generate, db_write) makes step `step` announce
 `lanpo-paused phase:step` on stderr and sleep; tests/train/test_resume.py then sends SIGKILL. Where in the phase
-it stops: `lanpo.train.timing.AROUND`.
+it stops: `lanpo.train.plumbing.timing.AROUND`.
 """
 
 from __future__ import annotations

@@ -32,11 +32,11 @@ from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import LanpoError
 from lanpo.procs import process_tag
 from lanpo.train.config import TrainConfig
-from lanpo.train.dist import Dist
-from lanpo.train.feedback import feedback_prompts
 from lanpo.train.parts import RunRef
-from lanpo.train.produce import Produced, produced_from_json, prompts_from_store, prompts_to_json
-from lanpo.train.timing import Phases
+from lanpo.train.plumbing.dist import Dist
+from lanpo.train.plumbing.timing import Phases
+from lanpo.train.producer.contexts import feedback_prompts
+from lanpo.train.producer.produce import Produced, produced_from_json, prompts_from_store, prompts_to_json
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Phase 1 of a step: this rank's prompts, each with the feedback context drawn from the store (if any).
 
-The step's problems and their modes come from `lanpo.train.schedule` (the same on every rank); this rank takes
+The step's problems and their modes come from `lanpo.train.producer.schedule` (the same on every rank); this rank takes
 its share, draws intra contexts (its run's earlier attempts on the problem) and inter contexts (lessons of other
 problems in the run's pool, relevance >= gamma) for the whole share in two queries, and renders each chat prompt
 within `rollout.max_prompt_tokens` (`fit_prompt`): a prompt over it keeps its items, each cut to a head and a tail
@@ -27,19 +27,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from lanpo import feedback_modes
 from lanpo import prompts as templates
 from lanpo.db.engine import transaction
-from lanpo.db.repo import contexts as contexts_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import InputError
+from lanpo.feedback_modes import CONTEXT_MODES, Draw, draw_contexts
 from lanpo.models import apply_chat
-from lanpo.prompts import FEEDBACK_MODES
 from lanpo.train.config import TrainConfig
-from lanpo.train.dist import Dist
 from lanpo.train.parts import RunRef
-from lanpo.train.schedule import batch_problem_ids, choose_modes, mix_seed
+from lanpo.train.plumbing.dist import Dist
+from lanpo.train.producer.schedule import batch_problem_ids, choose_modes, mix_seed
 
 MISSED = ("empty_pool", "none_relevant", "no_history", "too_long")
 ITEM_COUNTS = ("all_k", "fewer_drawn", "fewer_fitted")  # feedback/items/<count>/<mode>: how many items a prompt kept
@@ -66,7 +66,7 @@ class StepPrompts:
 
     def version(self, g: int) -> str:
         """The template version of prompt g (stored with its group)."""
-        return templates.version_of(self.modes[g], shows_response=self.shows_response)
+        return feedback_modes.version_of(self.modes[g], shows_response=self.shows_response)
 
     def item_count(self, g: int) -> str:
         """How many items served prompt g kept: all_k | fewer_drawn (the store had fewer) | fewer_fitted (dropped)."""
@@ -79,7 +79,7 @@ class StepPrompts:
         """Rollouts that asked for each kind of feedback and got it (with how many items, cut or whole), and why the
         others did not (counts; the names are in the module docstring)."""
         out: dict[str, float] = {}
-        for mode in FEEDBACK_MODES:
+        for mode in CONTEXT_MODES:
             served = [g for g, m in enumerate(self.modes) if m == mode]
             out[f"feedback/asked/{mode}"] = float(n * self.asked.count(mode))
             out[f"feedback/served/{mode}"] = float(n * len(served))
@@ -113,17 +113,12 @@ def feedback_prompts(
     seed = mix_seed(cfg.seed, "contexts", step)
     with transaction(run.engine) as session:
         rows = {p.id: p for p in problems_repo.problems_by_ids(session, sorted(set(pids)))}
-        wanted = {mode: sorted({p for p, m in zip(pids, asked, strict=True) if m == mode}) for mode in FEEDBACK_MODES}
-        drawn: dict[str, dict[int, list[Any]]] = {"intra": {}, "inter": {}}
-        drawn["intra"] = contexts_repo.intra_contexts(
-            session, wanted["intra"], fb.k, fb.candidates, seed, run_id=run.run_id
-        )
-        unfiltered = fb.inter.gamma == 0.0  # Table 2, w/o filtering: the whole pool, no relevance consulted
-        if wanted["inter"] and (scorer or unfiltered):
-            drawn["inter"] = contexts_repo.inter_contexts(
-                session, wanted["inter"], fb.k, fb.candidates, seed, fb.inter.gamma, None if unfiltered else scorer,
-                run.pool.id, fb.inter.kinds, shows_response=fb.inter.shows_response,
-            )  # fmt: skip
+        wanted = {mode: sorted({p for p, m in zip(pids, asked, strict=True) if m == mode}) for mode in CONTEXT_MODES}
+        draw = Draw(
+            fb.k, fb.candidates, seed, run.run_id, run.pool.id, fb.inter.gamma, scorer, fb.inter.kinds,
+            fb.inter.shows_response,
+        )  # fmt: skip
+        drawn = draw_contexts(session, wanted, draw)
         pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, run.pool.id) == 0
         version = step - 1 if version_step is None else version_step
         policy_version_id = steps_repo.policy_version_id(session, run.run_id, version)
@@ -134,7 +129,7 @@ def feedback_prompts(
         text, kept, truncated = fit_prompt(
             tokenizer, mode, rows[pid].question, found, cfg.rollout.max_prompt_tokens, shows_response
         )
-        if mode in FEEDBACK_MODES and not kept:  # an honest from-scratch rollout, and the reason it is one
+        if mode in CONTEXT_MODES and not kept:  # an honest from-scratch rollout, and the reason it is one
             out.missed[_missed_reason(mode, found, pool_empty)] += 1
         out.problem_ids.append(pid)
         out.questions.append(rows[pid].question)
@@ -183,16 +178,19 @@ def fit_prompt(
     until it fits. Only when an item would be cut below `min_item_tokens` (marker included) is the last drawn item
     dropped and its share given to the rest; with no item left the prompt is the zero-shot one. The question is
     never cut. A cut item is `found`'s dataclass with its text replaced, so its ids (`ref`) are the original's.
-    `shows_response`: inter items are unsummarised solutions of other problems (their own wording, Table 2).
+    `shows_response`: inter items are unsummarised solutions of other problems (their own wording: lanpo's
+    raw-response ablation).
     """
 
     def render(items: Sequence[Any]) -> str:
-        return apply_chat(tokenizer, templates.build_messages(mode, question, items, shows_response=shows_response))
+        return apply_chat(
+            tokenizer, feedback_modes.build_messages(mode, question, items, shows_response=shows_response)
+        )
 
     text = render(found)
     if not found or _count(tokenizer, text) <= limit:
         return Fit(text, list(found), 0)
-    texts = [templates.context_text(mode, item).strip() for item in found]
+    texts = [feedback_modes.context_text(mode, item).strip() for item in found]
     spans = [_token_spans(tokenizer, item_text) for item_text in texts]
     for kept in range(len(found), 0, -1):
         fit = _cut_to_fit(tokenizer, render, mode, found[:kept], texts, spans, limit, min_item_tokens)
@@ -225,7 +223,7 @@ def _cut_to_fit(
     min_item_tokens: int,
 ) -> Fit | None:
     """The prompt with `items`, each cut to its water-filled share; None when one would be cut below the minimum."""
-    budget = limit - _count(tokenizer, render([templates.with_context_text(mode, item, "") for item in items]))
+    budget = limit - _count(tokenizer, render([feedback_modes.with_context_text(mode, item, "") for item in items]))
     lengths = [len(span) for span in spans[: len(items)]]
     while budget >= 0:  # below 0 even empty items overflow: no cut helps (the budget falls each round, so this ends)
         caps = water_fill(lengths, budget)
@@ -233,7 +231,7 @@ def _cut_to_fit(
         if any(caps[i] < min_item_tokens for i in cut):
             return None
         shown = [
-            templates.with_context_text(mode, item, _elide(tokenizer, texts[i], spans[i], caps[i]))
+            feedback_modes.with_context_text(mode, item, _elide(tokenizer, texts[i], spans[i], caps[i]))
             if i in cut
             else item
             for i, item in enumerate(items)

@@ -36,16 +36,16 @@ from lanpo.errors import ConfigError, InputError, LanpoError
 from lanpo.models import check_model_ref, set_threads
 from lanpo.procs import tag_gone
 from lanpo.rollout import Completion
-from lanpo.train import checkpoint as ckpt
-from lanpo.train.batch import build_batch, completion_logprobs
 from lanpo.train.config import TrainConfig
-from lanpo.train.dist import Dist
+from lanpo.train.consumer.batch import build_batch, completion_logprobs
 from lanpo.train.parts import Sampler
+from lanpo.train.plumbing import checkpoint as ckpt
+from lanpo.train.plumbing.dist import Dist
+from lanpo.train.plumbing.timing import Phases
 from lanpo.train.policy import Policy, build_policy, load_base
-from lanpo.train.produce import Produced, groups_to_json, produce, prompts_from_store
-from lanpo.train.rollout_queue import OWNER_ENV
-from lanpo.train.rollouts import PolicyEngine, open_engine, start_folder
-from lanpo.train.timing import Phases
+from lanpo.train.producer.produce import Produced, groups_to_json, produce, prompts_from_store
+from lanpo.train.producer.rollout_queue import OWNER_ENV
+from lanpo.train.producer.served_policy import ServedPolicy, open_served_policy, start_folder
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class _Worker:
         self.tokenizer = tokenizer
         self.step = -1  # the policy step it serves (none yet)
         self._load(published)
-        self.backend: PolicyEngine = open_engine(cfg, self.policy.model, tokenizer, weights)
+        self.backend: ServedPolicy = open_served_policy(cfg, self.policy.model, tokenizer, weights)
         self.summarizer = build_summarizer(cfg, self.backend, tokenizer, Dist())
 
     @property

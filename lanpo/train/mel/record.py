@@ -27,7 +27,7 @@ from lanpo.mel.config import MELConfig
 from lanpo.mel.pairs import is_mixed
 from lanpo.mel.prompts import DIAGNOSIS_VERSION, REPLAY_VERSION, has_lesson_headers
 from lanpo.mel.verdict import success_rate
-from lanpo.train.record import GroupRecord, RolloutRecord
+from lanpo.train.consumer.record import GroupRecord, RolloutRecord
 
 AUTHOR = "policy"  # the diagnosis, and so the lesson, is the policy's own
 
@@ -161,12 +161,7 @@ def _record_replays(
                 run_id=at.run_id,
                 policy_version_id=at.policy_version_id,
                 contexts=[ContextRef(position=0, experience_version_id=stored[id(m)][1])],
-                attempts=[
-                    attempts_repo.NewAttempt(
-                        r.response, r.reward, r.correct, r.format_ok, r.completion_tokens, r.served_adapter_sha256
-                    )
-                    for r in m.replays
-                ],
+                attempts=[attempts_repo.NewAttempt.of(r) for r in m.replays],
             )
             for g, _, m in candidates
         ],

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from lanpo.train.pause import pause
+from lanpo.train.plumbing.pause import pause
 
 # The store's share of a step: drawing the contexts before generation, and the step's one transaction.
 STORE_PHASES = ("context", "db_write")
@@ -48,8 +48,8 @@ class StepTimer:
 
 # What runs around a phase beside its timer. "generating": the policy holds its full weights (`policy.generating()`:
 # a sharded FSDP policy gathers them; otherwise nothing happens). "pause before" / "pause after": the test hook
-# (`lanpo.train.pause`) may stop the step there: before it generates, and after its rows are written, inside the
-# step's still uncommitted transaction.
+# (`lanpo.train.plumbing.pause`) may stop the step there: before it generates, and after its rows are written, inside
+# the step's still uncommitted transaction.
 AROUND: dict[str, tuple[str, ...]] = {
     "generate": ("pause before", "generating"),
     "summarize": ("generating",),

@@ -12,13 +12,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from lanpo import prompts
+from lanpo import feedback_modes, prompts
 from lanpo.db.repo import attempts as attempts_repo
 from lanpo.db.repo import experiences as experiences_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo.attempts import ContextRef
 from lanpo.db.repo.pools import PoolRow
-from lanpo.train.summarize import REJECTIONS
+from lanpo.train.producer.summarize import REJECTIONS
 
 
 @dataclass
@@ -34,7 +34,7 @@ class RolloutRecord:
     summary: str | None = None  # the lesson distilled from it, when it was chosen for summarising
     served_adapter_sha256: str | None = None  # the adapter the engine sampled it with
     summary_format_ok: bool | None = None  # None: not summarised; else whether its summary had the lesson's format
-    summary_rejected: str | None = None  # why its summary was not admitted (lanpo.train.summarize.REJECTIONS)
+    summary_rejected: str | None = None  # why its summary was not admitted (lanpo.train.producer.summarize.REJECTIONS)
 
 
 @dataclass
@@ -47,7 +47,9 @@ class GroupRecord:
     prompt_tokens: int
     contexts: list[ContextRef]
     rollouts: list[RolloutRecord]
-    meta: list[Any] = field(default_factory=list)  # MEL's diagnosed pairs of this group (lanpo.train.mel.MetaRecord)
+    meta: list[Any] = field(
+        default_factory=list
+    )  # MEL's diagnosed pairs of this group (lanpo.train.mel.experiences.MetaRecord)
     prompt_version: str | None = None  # the template's version (None: the one of `mode`)
 
 
@@ -118,23 +120,13 @@ def write_groups(
                 problem_id=g.problem_id,
                 mode=g.mode,
                 prompt=g.prompt,
-                prompt_version=g.prompt_version or prompts.version_of(g.mode),
+                prompt_version=g.prompt_version or feedback_modes.version_of(g.mode),
                 prompt_tokens=g.prompt_tokens,
                 step=step,
                 run_id=run_id,
                 policy_version_id=policy_version_id,
                 contexts=g.contexts,
-                attempts=[
-                    attempts_repo.NewAttempt(
-                        response=r.response,
-                        reward=r.reward,
-                        correct=r.correct,
-                        format_ok=r.format_ok,
-                        completion_tokens=r.completion_tokens,
-                        served_adapter_sha256=r.served_adapter_sha256,
-                    )
-                    for r in g.rollouts
-                ],
+                attempts=[attempts_repo.NewAttempt.of(r) for r in g.rollouts],
             )
             for g in groups
         ],
@@ -169,7 +161,7 @@ def rollout_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
         out["summary/format"] = mean([float(bool(r.summary_format_ok)) for r in summarised])
     for reason in REJECTIONS:
         out[f"summary/rejected/{reason}"] = float(sum(1 for r in summarised if r.summary_rejected == reason))
-    for mode in prompts.MODES:
+    for mode in feedback_modes.PROMPT_MODES:
         picked = [r for g in groups if g.mode == mode for r in g.rollouts]
         out[f"count/{mode}"] = float(len(picked))
         if picked:

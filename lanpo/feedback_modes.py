@@ -1,0 +1,224 @@
+"""The modes an attempt is made in, declared once: what each may show the model, how its context is drawn from the
+store, its prompt, and the metrics it is counted under.
+
+Training prompts are `zero_shot` (no context), `intra` (the run's own earlier responses to the same problem: never
+their reward, correctness or gold answer) and `inter` (lessons of other problems in the run's pool whose relevance is
+at least `feedback.inter.gamma`, paper GAMMA = 0.9; never the same problem, never the relevance score). Held-out
+validation answers `val` with the zero-shot prompt; MEL's `replay` re-answers a problem with a lesson as working
+memory; test time answers `retrieval` (the inter prompt over retrieved lessons) and `self_correct` (a second turn
+after the model's own first answer).
+
+Three tuples, three meanings: `ATTEMPT_MODES` is every mode a stored attempt or group may carry (the schema's CHECKs);
+`PROMPT_MODES` the modes a training step's prompt is built in; `CONTEXT_MODES` those whose prompt carries a context
+drawn from the store. `FEEDBACK_SETTINGS` is something else again: the values of `feedback.mode` (which context
+modes a run asks for, `SETTING_MODES`).
+
+Adding a mode means an entry in `MODES` here plus a migration that widens the `mode` CHECK of `rollout_groups`
+(tests/db/test_feedback_modes_schema.py holds the live schema, and lanpo.db.models' copy of the tuple, which the
+store's models keep because this module reads the store, equal to `ATTEMPT_MODES`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from lanpo import prompts
+from lanpo.db.repo.contexts import inter_contexts, intra_contexts
+from lanpo.prompts import Message
+
+GAMMA = 0.9  # the paper's minimum relevance r(p, c) of an experience shown, training and test time alike
+
+
+@dataclass(frozen=True)
+class Draw:
+    """What a context draw needs from the run: the sampler of each context mode reads its own fields."""
+
+    k: int  # items per prompt
+    candidates: int  # the ranked candidates the k are drawn from (pool_size in the paper)
+    seed: int
+    run_id: int | None = None  # intra: only this run's attempts
+    pool_id: int | None = None  # inter: the pool lessons come from
+    gamma: float = GAMMA  # inter: minimum relevance; 0 reads no relevance at all (the whole pool, by recency)
+    scorer: str | None = None  # inter: the stored relevance identity; None with gamma > 0 draws nothing
+    kinds: Sequence[str] | None = None  # inter: experience kinds drawn from
+    shows_response: bool = False  # inter: items show the source rollout's response instead of its lesson
+
+
+Sampler = Callable[["Session", Sequence[int], Draw], dict[int, list[Any]]]
+PromptBuilder = Callable[[str, Sequence[Any], bool], list[Message]]
+
+
+def _same_problem(session: Session, problem_ids: Sequence[int], draw: Draw) -> dict[int, list[Any]]:
+    """Up to k of the run's earlier attempts on each problem (recency-ranked, weighted draw): responses only."""
+    return dict(intra_contexts(session, problem_ids, draw.k, draw.candidates, draw.seed, run_id=draw.run_id))
+
+
+def _other_problems(session: Session, problem_ids: Sequence[int], draw: Draw) -> dict[int, list[Any]]:
+    """Up to k lessons of the pool from other problems with relevance >= gamma (relevance-ranked, weighted draw);
+    gamma 0 consults no relevance and ranks by recency (lanpo's reading of Table 2's w/o filtering); with gamma > 0
+    and no scorer nothing is drawn."""
+    unfiltered = draw.gamma == 0.0
+    if not problem_ids or not (draw.scorer or unfiltered) or draw.pool_id is None:
+        return {}
+    drawn = inter_contexts(
+        session, problem_ids, draw.k, draw.candidates, draw.seed, draw.gamma, None if unfiltered else draw.scorer,
+        draw.pool_id, draw.kinds, shows_response=draw.shows_response,
+    )  # fmt: skip
+    return dict(drawn)
+
+
+def _actor(question: str, items: Sequence[Any] = (), shows_response: bool = False) -> list[Message]:
+    return prompts.actor_messages(question)
+
+
+def _intra(question: str, items: Sequence[Any], shows_response: bool = False) -> list[Message]:
+    return prompts.intra_messages(question, items)
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One mode: what it may show, how its context is drawn, its prompt, its headers, its metrics."""
+
+    name: str
+    shows: str  # what its prompt may show the model
+    never: str  # what it must never show
+    prompt: PromptBuilder | None  # builds its prompt from (question, context items, shows_response); None: elsewhere
+    template: str  # the prompt's version stored with its groups
+    sampler: Sampler | None = None  # draws its contexts from the store (None: no store context)
+    context_field: str | None = None  # the one field of a context item its prompt reads
+    headers: tuple[str, ...] = ()  # a response in its format carries these (the format bonus, paper 10.3)
+    training: bool = False  # a training step's prompt mode
+    metrics: tuple[str, ...] = ()  # the run_metrics names it is counted under
+
+    @property
+    def title(self) -> str:
+        """Its name in a figure or a table: zero-shot, intra, inter, ..."""
+        return self.name.replace("_", "-")
+
+    def version(self, shows_response: bool = False) -> str:
+        """The template version of a prompt in this mode (`shows_response`: inter items are raw solutions)."""
+        return prompts.INTER_RAW_VERSION if shows_response and self.name == "inter" else self.template
+
+
+_STEP_METRICS = ("count/{mode}", "reward/{mode}", "accuracy/{mode}")
+_FEEDBACK_METRICS = (
+    "feedback/asked/{mode}", "feedback/served/{mode}", "feedback/truncated/{mode}", "feedback/items/all_k/{mode}",
+    "feedback/items/fewer_drawn/{mode}", "feedback/items/fewer_fitted/{mode}",
+)  # fmt: skip
+
+
+def _named(mode: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(p.format(mode=mode) for p in patterns)
+
+
+MODES: dict[str, Mode] = {
+    m.name: m
+    for m in (
+        Mode(
+            "zero_shot", "the question only", "any context", _actor, prompts.ACTOR_VERSION, training=True,
+            metrics=_named("zero_shot", _STEP_METRICS),
+        ),
+        Mode(
+            "intra", "the model's own earlier responses to the same problem, from this run",
+            "their reward, correctness or gold answer; any judgement of them", _intra, prompts.INTRA_VERSION,
+            sampler=_same_problem, context_field="response", headers=prompts.INTRA_HEADERS, training=True,
+            metrics=_named("intra", _STEP_METRICS + _FEEDBACK_METRICS),
+        ),
+        Mode(
+            "inter", "lessons (or, feedback.inter.shows = response, rollouts) of OTHER problems in the run's pool "
+            "whose relevance passes gamma", "the same problem; the relevance score; any reward",
+            prompts.inter_messages, prompts.INTER_VERSION, sampler=_other_problems, context_field="summary",
+            headers=prompts.INTER_HEADERS, training=True, metrics=_named("inter", _STEP_METRICS + _FEEDBACK_METRICS),
+        ),
+        Mode(
+            "val", "the held-out question only (the zero-shot prompt)", "any context", _actor, prompts.ACTOR_VERSION,
+            metrics=("val/{dataset}/mean@{k}", "val/{dataset}/pass@{k}"),
+        ),
+        Mode(
+            "replay", "the question and one MEL lesson as working memory (lanpo.mel.prompts.replay_messages)",
+            "the lesson's source responses; the gold answer (numbers masked in the lesson)", None, "replay",
+            metrics=("mel/replays",),
+        ),
+        Mode(
+            "retrieval", "lessons retrieved at test time with relevance >= gamma (the inter prompt)",
+            "the same problem; the relevance score", prompts.inter_messages, prompts.INTER_VERSION,
+            context_field="summary", headers=prompts.INTER_HEADERS,
+        ),
+        Mode(
+            "self_correct", "the model's own first answer, then one fixed reflection request",
+            "the first answer's grade or the gold answer", None, prompts.REFLECT_VERSION,
+        ),
+    )
+}  # fmt: skip
+
+ATTEMPT_MODES = tuple(MODES)  # every mode a stored attempt or rollout group carries (the schema's CHECKs)
+PROMPT_MODES = tuple(m.name for m in MODES.values() if m.training)  # a training step's prompt modes
+CONTEXT_MODES = tuple(m.name for m in MODES.values() if m.training and m.sampler)  # prompts with a store context
+SETTING_MODES = {"none": (), "intra": ("intra",), "inter": ("inter",), "both": ("intra", "inter")}
+FEEDBACK_SETTINGS = tuple(SETTING_MODES)  # the values of feedback.mode: which context modes a run asks for
+
+
+def mode(name: str) -> Mode:
+    """The mode called `name`; ValueError naming the modes for any other."""
+    if name not in MODES:
+        raise ValueError(f"unknown mode {name!r}; expected one of {', '.join(MODES)}")
+    return MODES[name]
+
+
+def asks_inter(setting: str) -> bool:
+    """Whether `feedback.mode = setting` asks for inter contexts (and so reads relevance and lessons)."""
+    return "inter" in SETTING_MODES[setting]
+
+
+def version_of(name: str, shows_response: bool = False) -> str:
+    """The template version stored with a group made in `name` (`shows_response`: inter items are raw solutions)."""
+    return mode(name).version(shows_response)
+
+
+def build_messages(name: str, question: str, items: Sequence[Any] = (), shows_response: bool = False) -> list[Message]:
+    """Messages for a training prompt in `name`; a context mode with no items falls back to the zero-shot prompt
+    (the caller re-labels it)."""
+    builder = mode(name).prompt
+    if name not in PROMPT_MODES or builder is None:
+        raise ValueError(f"unknown prompt mode {name!r}; expected one of {', '.join(PROMPT_MODES)}")
+    return builder(question, items, shows_response) if items else prompts.actor_messages(question)
+
+
+def draw_contexts(session: Session, wanted: dict[str, Sequence[int]], draw: Draw) -> dict[str, dict[int, list[Any]]]:
+    """Per context mode, the contexts its sampler draws for the problems `wanted` in it (problem id -> items)."""
+    out: dict[str, dict[int, list[Any]]] = {}
+    for name, problem_ids in wanted.items():
+        sampler = mode(name).sampler
+        if sampler is None:
+            raise ValueError(f"mode {name!r} draws no context; expected one of {', '.join(CONTEXT_MODES)}")
+        out[name] = sampler(session, problem_ids, draw)
+    return out
+
+
+def render_context(name: str, items: Sequence[Any]) -> str:
+    """The exact context block injected into a prompt for `name` (used by `lanpo pool context`)."""
+    if name == "intra":
+        return prompts.format_intra(items)
+    if name == "inter":
+        return prompts.format_inter(items)
+    raise ValueError(f"mode {name!r} has no context; expected one of {', '.join(CONTEXT_MODES)}")
+
+
+def required_headers(name: str) -> tuple[str, ...]:
+    """Headers a response in `name` must carry for the format bonus (none for zero_shot)."""
+    return MODES[name].headers if name in MODES else ()
+
+
+def context_text(name: str, item: Any) -> str:
+    """The text of `item` the prompt for `name` shows (intra: `response`, inter: `summary`)."""
+    return str(getattr(item, str(mode(name).context_field)))
+
+
+def with_context_text(name: str, item: Any, text: str) -> Any:
+    """`item` (a dataclass) showing `text` instead: every other field, its ids included, is kept."""
+    return dataclasses.replace(item, **{str(mode(name).context_field): text})
