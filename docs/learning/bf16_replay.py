@@ -25,13 +25,13 @@ from lanpo.config import from_mapping
 from lanpo.db.engine import connect
 from lanpo.models import merge_adapter, set_threads
 from lanpo.rl.advantages import group_advantages
-from lanpo.train.batch import build_batch
 from lanpo.train.config import TrainConfig
-from lanpo.train.dist import Dist
+from lanpo.train.consumer.batch import build_batch
+from lanpo.train.consumer.update import update_policy
+from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import build_policy, load_base
-from lanpo.train.schedule import mix_seed
+from lanpo.train.producer.schedule import mix_seed
 from lanpo.train.state import optimizer_and_schedule
-from lanpo.train.update import update_policy
 
 ROWS = """
 SELECT g.step, g.id AS group_id, g.prompt, a.response, a.reward, a.completion_tokens

@@ -5,7 +5,8 @@ Builds the intra prompts of a run's second step as the trainer builds them: `--p
 model (`lanpo.models.tiny_causal_lm(large_vocab=True)`: ~32k single-character tokens, so it writes to its
 `--max-new-tokens` limit as long real rollouts do); then each problem's intra prompt draws k of its attempts (a
 seeded uniform draw: with one step of history the store's recency ranks tie) and is fitted to `--cap` tokens twice,
-by the old loop (drop the last item until the prompt fits, nothing cut) and by `lanpo.train.feedback.fit_prompt`
+by the old loop (drop the last item until the prompt fits, nothing cut) and by
+`lanpo.train.producer.contexts.fit_prompt`
 (every item kept, cut to a water-filled share). Prints, per fitter, prompts served with all k items / fewer / none
 (zero-shot, `feedback/missed/too_long`), prompts with a cut item, and the mean prompt length. No database needed:
 
@@ -29,7 +30,7 @@ from lanpo.db.repo.contexts import IntraItem
 from lanpo.models import apply_chat, tiny_causal_lm
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
-from lanpo.train.feedback import fit_prompt
+from lanpo.train.producer.contexts import fit_prompt
 
 
 def count(tokenizer: Any, text: str) -> int:

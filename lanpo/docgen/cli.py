@@ -1,0 +1,145 @@
+"""docs/cli.md from the click commands themselves: every command and sub-command, its usage, help and options.
+
+`walk()` yields each command with its path (`lanpo db upgrade`); tests/test_docs.py parses the docs' commands
+against the same objects.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import click
+
+from lanpo.docgen.configuration import REGENERATE
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: tuple[str, ...]  # ("lanpo", "db", "upgrade")
+    command: click.Command
+    ctx: click.Context
+
+
+def root() -> click.Group:
+    """The `lanpo` group (lanpo.cli.cli)."""
+    from lanpo.cli import cli
+
+    return cli
+
+
+def walk(command: click.Command | None = None, parent: click.Context | None = None) -> Iterator[Entry]:
+    """Every command under `command` (default: `lanpo`), the group before its sub-commands, in `--help` order."""
+    command = command or root()
+    name = command.name if parent is not None else "lanpo"
+    ctx = click.Context(command, info_name=name, parent=parent, **command.context_settings)
+    path = (*(parent_path(parent)), name or "")
+    yield Entry(path, command, ctx)
+    if isinstance(command, click.Group):
+        for sub in command.list_commands(ctx):
+            child = command.get_command(ctx, sub)
+            if child is not None and not child.hidden:
+                yield from walk(child, ctx)
+
+
+def parent_path(ctx: click.Context | None) -> tuple[str, ...]:
+    out: list[str] = []
+    while ctx is not None:
+        out.insert(0, ctx.info_name or "")
+        ctx = ctx.parent
+    return tuple(out)
+
+
+def option_names() -> set[str]:
+    """Every long and short option of every lanpo command (`--config`, `-v`), secondary flags (`--no-x`) too."""
+    names: set[str] = set()
+    for entry in walk():
+        for param in entry.command.get_params(entry.ctx):
+            if isinstance(param, click.Option):
+                names.update(param.opts + param.secondary_opts)
+    return names
+
+
+def _default(param: click.Option, ctx: click.Context) -> str:
+    if isinstance(param.show_default, str):
+        return param.show_default
+    if param.is_flag and not param.secondary_opts:
+        return ""  # a flag's default is off
+    value = param.default
+    if callable(value):
+        return "(computed)"
+    if value is None or value == () or value == [] or _unset(value):
+        return ""
+    if param.is_flag:
+        return param.opts[0] if value else param.secondary_opts[0]
+    if isinstance(value, list | tuple):
+        return ", ".join(map(str, value))
+    return str(value)
+
+
+def _unset(value: object) -> bool:
+    """Click's marker of an option with no default (click 8.3 and later; None before)."""
+    return type(value).__name__ == "Sentinel" and str(value).endswith("UNSET")
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;")
+
+
+def _help_blocks(text: str) -> list[str]:
+    """Click help as Markdown: a `\\b` paragraph (kept as written) in a text fence, others joined into prose."""
+    out: list[str] = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        if paragraph.startswith("\b"):
+            out += ["```text", paragraph.lstrip("\b").strip("\n"), "```", ""]
+        else:
+            out += [" ".join(paragraph.split()), ""]
+    return out
+
+
+def _options(entry: Entry) -> list[str]:
+    rows = []
+    help_option = entry.command.get_help_option(entry.ctx)
+    for param in entry.command.get_params(entry.ctx):
+        if not isinstance(param, click.Option) or param.hidden or param is help_option:
+            continue
+        decls = ", ".join(param.opts + param.secondary_opts)
+        metavar = "" if param.is_flag or param.count else f" {param.make_metavar(entry.ctx)}"
+        default = _default(param, entry.ctx)
+        required = " (required)" if param.required else ""
+        default_cell = f"`{_cell(default)}`" if default else ""
+        rows.append(f"| `{_cell(decls + metavar)}`{required} | {default_cell} | {_cell(param.help or '')} |")
+    if not rows:
+        return []
+    return ["| option | default | meaning |", "| --- | --- | --- |", *rows, ""]
+
+
+def _section(entry: Entry) -> list[str]:
+    depth = len(entry.path)
+    name = " ".join(entry.path)
+    pieces = entry.command.collect_usage_pieces(entry.ctx)
+    lines = [f"{'#' * min(depth + 1, 4)} `{name}`", "", "```text", f"Usage: {name} {' '.join(pieces)}", "```", ""]
+    lines += _help_blocks(entry.command.help or "")
+    lines += _options(entry)
+    if isinstance(entry.command, click.Group):
+        subs = entry.command.list_commands(entry.ctx)
+        lines += ["Commands: " + ", ".join(f"`{name} {s}`" for s in subs) + ".", ""]
+    return lines
+
+
+def page() -> str:
+    """The whole of docs/cli.md."""
+    lines = [
+        "# Command line",
+        "",
+        f"<!-- Generated by `{REGENERATE}` from the click commands (lanpo/cli/): do not edit by hand. -->",
+        "",
+        f"This page is generated from the click commands: after changing one, run `{REGENERATE}`",
+        "(tests/test_docs.py fails while the page and the code differ). `lanpo COMMAND --help` prints the same.",
+        "Keys of the config files (`--set key=value`) are in [configuration.md](configuration.md).",
+        "",
+    ]
+    for entry in walk():
+        lines += _section(entry)
+    return "\n".join(lines).rstrip() + "\n"
