@@ -61,8 +61,8 @@ def test_two_ranks_share_one_run(db_env: str, db: Engine, toy_problems: list[int
         2,
         # The paper's world size: 170 s on one core of two under xdist, the suite's longest test, so it runs in the
         # full lane (bash .ci/run --full). Its twin is world 2 here: the same shapes and assertions (the defect it
-        # found, minibatches cut from each rank's share, gave 0 optimizer steps at 2 ranks as at 8), and
-        # test_multirank's world-8 rows keep FSDP2 over 8 shards and 8-rank GRPO equal to one process.
+        # found, minibatches cut from each rank's share, gave 0 optimizer steps at 2 ranks as at 8); test_multirank's
+        # world-8 rows (FSDP2 over 8 shards, 8-rank GRPO equal to one process) are in the full lane too, twinned there.
         pytest.param(8, marks=pytest.mark.full),
     ],
 )

@@ -6,7 +6,6 @@ its log-probs at the same temperature, so that TIS compares like with like."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -239,14 +238,14 @@ def test_a_batch_without_signal_measures_kl_and_entropy_at_the_temperature() -> 
 
 @pytest.mark.vllm
 @needs_vllm
-def test_the_vllm_engine_reports_log_probs_at_the_sampling_temperature(tmp_path: Path) -> None:
+def test_the_vllm_engine_reports_log_probs_at_the_sampling_temperature() -> None:
     """The real engine (`logprobs_mode = "processed_logprobs"`) against the trainer's fp32 forward on SmolLM2: at
     T = 0.6 and at 1 the engine's log-probs sit as near the trainer's at the same T as vLLM's bf16 allows (the
     measured 0.02-0.03 mean of tests/vllm_engine/test_generate.py at T = 1), and at 0.6 far from the trainer's at
     1, which is what the raw mode reported."""
     from lanpo.rollout.vllm import VLLMBackend
 
-    folder = prepare_smollm2(tmp_path / "lanpo-home")
+    folder = prepare_smollm2()  # lanpo's model cache: converted once, shared with the vllm lane's other tests
     model, tokenizer = load_causal_lm(folder, device="cpu", dtype="float32")
     with VLLMBackend(folder, tokenizer, ENGINE, enable_lora=False) as backend:
         for temperature in (0.6, 1.0):
