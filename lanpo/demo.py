@@ -268,6 +268,7 @@ def _answer_held_out(
     the run's pool. Both go into one `infer` run (step 0, one policy version), so `experience_usage` compares them."""
     from lanpo.db.engine import transaction
     from lanpo.db.repo.pools import active_size
+    from lanpo.db.repo.runs import finish_run
     from lanpo.inference.answerer import Answerer
     from lanpo.inference.config import RetrievalSettings, SamplingSettings
     from lanpo.inference.store import dataset_questions, record_solutions, start_run
@@ -301,6 +302,7 @@ def _answer_held_out(
             pool_id=answerer.pool().id,
         )
         record_solutions(session, [*zero_shot, *retrieval], run_id, version)
+        finish_run(session, run_id)  # its work is this transaction: committed finished, or not at all
     for line in side_by_side(zero_shot, retrieval):
         echo("      " + line)
     used = {e.experience_version_id: e for s in retrieval for e in s.experiences}

@@ -62,6 +62,7 @@ def test_demo_runs_every_stage_on_a_tiny_model(db_env: str, db: Engine, tmp_path
     assert pngs and all(p.stat().st_size > 1000 for p in pngs) and (Path(out["report_dir"]) / "report.md").is_file()
     with db.connect() as conn:
         kinds = dict(conn.execute(sa.text("SELECT name, kind FROM runs")).all())
+        statuses = dict(conn.execute(sa.text("SELECT name, status FROM runs")).all())
         committed = conn.scalar(
             sa.text("SELECT max(step) FROM run_steps JOIN runs ON runs.id = run_id WHERE name = 'demo-test'")
         )
@@ -76,6 +77,7 @@ def test_demo_runs_every_stage_on_a_tiny_model(db_env: str, db: Engine, tmp_path
         )
         experiences = conn.scalar(sa.text("SELECT count(*) FROM experiences e JOIN runs r ON r.id = e.run_id"))
     assert kinds["demo-test"] == "train" and kinds["demo-test-infer"] == "infer"
+    assert set(statuses.values()) == {"finished"}, statuses  # nothing the demo made reads as lost (`lanpo runs`)
     assert committed == 3
     assert scored > 0
     assert infer_attempts == {"zero_shot": 2, "retrieval": 2}  # one run, the same step: experience_usage pairs them
