@@ -2,15 +2,17 @@
 
 migrate -> generate and import problems (reasoning-gym) -> problem-to-problem relevance (LLM judge) ->
 SFT warm start + a few GRPO steps with intra/inter feedback from the store -> SQL over the history ->
-held-out problems answered zero-shot and in retrieval mode, side by side, with both accuracies and one line
-saying whether the store helped. At the demo's size the pool stays empty (no summary has the lesson format), so
-retrieval finds no lesson and answers with the zero-shot prompt, and the demo says so. Every stage prints what it
-did and how long it took.
+held-out problems answered zero-shot and in retrieval mode, side by side, each retrieval answer beside the
+lessons it read, with both accuracies and one line saying whether the store helped and by how much against the
+noise. The summariser is scaffolded (`summarizer.scaffold`): the code writes the lesson's headers and SmolLM2 each
+section's body, under the same admission check, so lessons reach the pool in the first steps and the inter prompts
+of the next ones. Every stage prints what it did and how long it took.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -33,13 +35,16 @@ def recipe_path(name: str) -> Path:
     return folder / name
 
 
+DEFAULT_RUN = "demo"  # the training run's name; a store that has one already gets demo-2, demo-3, ...
+
+
 @dataclass
 class DemoOptions:
     config: Path
     steps: int | None = None
     n_train: int = 8  # few problems, so they recur within a few steps and intra-sample feedback has history
-    n_test: int = 4
-    run_name: str | None = None
+    n_test: int = 8  # the one held-out set: validated during training (stage 4) and answered in stage 6
+    run_name: str | None = None  # None: DEFAULT_RUN, or the first of demo-2, demo-3, ... no run has
     relevance_top_k: int = 7  # every other problem; the judge costs ~0.3-0.75 s per pair on 2 cores
     overrides: tuple[str, ...] = ()
 
@@ -59,7 +64,6 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
 
     cfg = _demo_config(options)
     home = lanpo_home()
-    out: dict[str, Any] = {"run_name": cfg.run_name, "home": str(home)}
     started = time.perf_counter()
 
     with stage(1, "experience store: connect and migrate", echo):
@@ -67,25 +71,37 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
         migrate.upgrade(engine)
         where = f"embedded Postgres in {home / 'pgdata'}" if is_embedded() else "LANPO_DATABASE_URL"
         echo(f"      {where}, schema at {current_revision(engine)}")
+        cfg = dataclasses.replace(cfg, run_name=_run_name(engine, options.run_name))
+        echo(f"      this demo's training run: {cfg.run_name}")
+    out: dict[str, Any] = {"run_name": cfg.run_name, "home": str(home)}
 
     data_dir = home / "demo"
-    test_dataset = f"{cfg.data.dataset}-test"
+    test_dataset = cfg.eval.dataset  # the one held-out set (`_demo_config`)
     with stage(2, f"problems: reasoning-gym {cfg.data.task} -> JSONL -> store", echo):
         out["test_questions"] = _import_problems(engine, cfg, options.n_test, data_dir, test_dataset, echo)
 
     with stage(3, "relevance: the base model judges each problem's nearest other problems (BM25 + vector)", echo):
+        _say_conversion(cfg.model.name, echo)
         scorer_id = _build_relevance(engine, cfg.model.name, cfg.data.dataset, options.relevance_top_k, echo)
         inter = dataclasses.replace(cfg.feedback.inter, scorer=scorer_id)
         cfg = dataclasses.replace(cfg, feedback=dataclasses.replace(cfg.feedback, inter=inter))
 
     with stage(4, f"training: SFT warm start, then {cfg.steps} LANPO GRPO steps ({cfg.feedback.mode} feedback)", echo):
         from lanpo.train.loop import train
-        from lanpo.train.plumbing.step_line import step_line
+        from lanpo.train.plumbing.step_line import StepClock
+
+        before = ["the policy loads"]
+        if cfg.sft.enabled and not cfg.model.init_adapter:
+            before.append("the SFT warm start trains")
+        if cfg.eval.every:
+            before.append(f"the {cfg.eval.n} held-out problems are validated at step 0")
+        echo(f"      {', '.join(before)}, then one line per GRPO step with the time left")
+        clock = StepClock(cfg.steps)
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
-            echo(f"      {step_line(step, metrics)}")
+            echo(f"      {clock.line(step, metrics)}")
 
-        result = train(cfg, engine=engine, progress=False, on_step=on_step)
+        result = train(cfg, engine=engine, progress=False, on_step=on_step, notify=lambda line: echo(f"      {line}"))
         out["rewards"] = [m["reward/mean"] for m in result.metrics]
         out["summaries"] = _summary_counts(result.metrics, echo)
         out["checkpoint_dir"] = str(result.checkpoint_dir)
@@ -105,43 +121,110 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
 
 
 def _demo_config(options: DemoOptions) -> Any:
-    """The recipe with the demo's overrides: few problems, the step count and run name asked for."""
+    """The recipe with the demo's overrides: few problems, the step count and run name asked for, and one held-out
+    set: validation (eval.dataset, eval.n) reads the `--n-test` problems that stage 6 answers."""
+    from lanpo.config import parse_override
     from lanpo.train.config import load_config
 
     # p_t = 0.75 (the paper's best for intra): most prompts of the few demo steps carry feedback.
     overrides = [f"data.n={options.n_train}", "feedback.p_t=0.75", *options.overrides]
     if options.steps is not None:
         overrides.append(f"steps={options.steps}")
-    if options.run_name:
-        overrides.append(f'run_name="{options.run_name}"')
-    else:
-        overrides.append(f'run_name="demo-{time.strftime("%Y%m%d-%H%M%S")}"')
-    return load_config(options.config, overrides)
+    overrides.append(f'run_name="{options.run_name or DEFAULT_RUN}"')
+    cfg = load_config(options.config, overrides)
+    held_out = f"{cfg.data.dataset}-test"
+    asked = {".".join(parse_override(text)[0]) for text in options.overrides}
+    other_n = "eval.n" in asked and cfg.eval.n != options.n_test
+    if other_n or ("eval.dataset" in asked and cfg.eval.dataset != held_out):
+        raise InputError(
+            f"the demo validates on its one held-out set, the {options.n_test} problems of {held_out}",
+            hint="set its size with --n-test instead of eval.n / eval.dataset",
+        )
+    return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, dataset=held_out, n=options.n_test))
+
+
+def demo_overrides(cfg: Any, options: DemoOptions) -> list[str]:
+    """The `--set` overrides that make `options.config` train as this demo's run did (for `lanpo train --resume`)."""
+    return [
+        "feedback.p_t=0.75",
+        f"feedback.inter.scorer={cfg.feedback.inter.scorer}",
+        f"eval.dataset={cfg.eval.dataset}",
+        f"eval.n={cfg.eval.n}",
+        *options.overrides,
+    ]
+
+
+def _run_name(engine: Any, asked: str | None) -> str:
+    """The training run's name: `asked` (InputError when a run has it), else DEFAULT_RUN or the first of demo-2,
+    demo-3, ... that no run has."""
+    from lanpo.db.engine import transaction
+    from lanpo.db.repo.runs import find_run, free_name
+
+    with transaction(engine) as session:
+        if asked is None:
+            return free_name(session, DEFAULT_RUN)
+        if find_run(session, asked) is not None:
+            raise InputError(
+                f"a run named {asked!r} already exists", hint="pass another --run-name, or none (the demo picks one)"
+            )
+        return asked
 
 
 def _import_problems(
     engine: Any, cfg: Any, n_test: int, data_dir: Path, test_dataset: str, echo: Callable[[str], None]
 ) -> list[tuple[str, str]]:
-    """Training and held-out problems from reasoning-gym, written as JSONL and imported; the held-out (q, a)."""
+    """Training problems and the one held-out set from reasoning-gym, written as JSONL and imported; the held-out
+    (q, a). The held-out set is `n_test` problems of the test split that the training dataset does not hold."""
     from lanpo.data.generate import generate_problems, write_jsonl
     from lanpo.data.importer import import_file
     from lanpo.db.engine import transaction
+    from lanpo.db.repo.problems import problems_of_dataset
 
     if not cfg.data.task:
         raise InputError("the demo recipe needs data.task (a reasoning-gym task) to generate problems")
     task_options = dict(cfg.data.task_options)
-    files = {
-        cfg.data.dataset: generate_problems(cfg.data.task, cfg.data.n, cfg.data.seed, "train", task_options),
-        test_dataset: generate_problems(cfg.data.task, n_test, cfg.data.seed, "test", task_options),
-    }
-    for dataset, records in files.items():
+
+    def store(dataset: str, records: list[dict[str, Any]]) -> None:
         path = data_dir / f"{dataset}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(records, path)
         with transaction(engine) as session:
             report = import_file(session, path, dataset)
         echo(f"      {dataset}: {report.inserted} new, {report.unchanged} already there  ({path})")
-    return [(r["question"], r["answer"]) for r in files[test_dataset]]
+
+    store(cfg.data.dataset, generate_problems(cfg.data.task, cfg.data.n, cfg.data.seed, "train", task_options))
+    with transaction(engine) as session:  # every training problem the store holds, not only those just generated
+        training = {p.question for p in problems_of_dataset(session, cfg.data.dataset)}
+    held_out = held_out_problems(cfg.data.task, n_test, cfg.data.seed, task_options, training)
+    store(test_dataset, held_out)
+    echo(
+        f"      held out: the {len(held_out)} problems of {test_dataset}, none of them a training problem; stage 4 "
+        "validates on them (mean@k at step 0 and after the last step), stage 6 answers them"
+    )
+    return [(r["question"], r["answer"]) for r in held_out]
+
+
+def held_out_problems(
+    task: str, n: int, seed: int, task_options: dict[str, Any], training: set[str]
+) -> list[dict[str, Any]]:
+    """The first `n` distinct test-split problems of `task` whose question is not in `training`."""
+    from lanpo.data.generate import generate_problems
+
+    asked = n
+    while True:
+        kept: dict[str, dict[str, Any]] = {}
+        for record in generate_problems(task, asked, seed, "test", task_options):
+            if record["question"] not in training:
+                kept.setdefault(record["question"], record)
+        if len(kept) >= n:
+            return list(kept.values())[:n]
+        if asked >= 64 * n:  # small task spaces repeat questions: asked for more, still too few
+            raise InputError(
+                f"reasoning-gym {task} has only {len(kept)} test problems outside the training set; --n-test asks "
+                f"for {n}",
+                hint="lower --n-test, or widen data.task_options (more terms or digits)",
+            )
+        asked *= 2
 
 
 def _sql_tour(engine: Any, cfg: Any, echo: Callable[[str], None]) -> None:
@@ -182,11 +265,18 @@ def _print_next(
     echo(f"  problems:     {data_dir}")
     echo(f"  checkpoints:  {checkpoint_dir}")
     echo(f"  report:       {report_dir}  (lanpo report {cfg.run_name} --out DIR redraws it)")
+    runs = [f"{cfg.run_name} (training; its pool: {cfg.pool_name()})", f"{cfg.run_name}-infer (stage 6)"]
+    if cfg.sft.enabled and not cfg.model.init_adapter:
+        runs.insert(1, f"{cfg.run_name}-sft (the warm start)")
+    echo(f"  runs:         {', '.join(runs)}")
     echo("  next:")
     echo(f"    lanpo sql \"SELECT * FROM run_rewards WHERE run_name = '{cfg.run_name}'\"")
-    echo("    lanpo pool stats")
+    echo(f"    lanpo pool stats --pool {cfg.pool_name()}")
+    echo(f'    lanpo retrieve "What is 6 - 2?" --pool {cfg.pool_name()} --judge none')
+    same = " ".join(f"--set {shlex.quote(o)}" for o in demo_overrides(cfg, options))
     echo(
-        f"    lanpo train --config {options.config} --set run_name={cfg.run_name} --set steps={cfg.steps + 4} --resume"
+        f"    lanpo train --config {options.config} {same} --set run_name={cfg.run_name} --set steps={cfg.steps + 4} "
+        "--resume"
     )
     echo(f"    lanpo eval --config {recipe_path('eval-demo-cpu.toml')}")
     echo("    lanpo sql --file sql/recipes/best_experiences_by_lift.sql")
@@ -224,13 +314,15 @@ def _summary_counts(metrics: list[dict[str, float]], echo: Callable[[str], None]
         "admitted": "pool/summaries",
         "without_format": "summary/rejected/format",
         "too_short": "summary/rejected/short",
+        "repeats": "summary/rejected/repeats",
     }
     counts = {key: round(sum(m.get(name, 0.0) for m in metrics)) for key, name in names.items()}
     counts["with_format"] = round(sum(m.get("summary/format", 0.0) * m.get("summary/generated", 0.0) for m in metrics))
     echo(
         f"      summaries: {counts['written']} written, {counts['with_format']} with the lesson format "
         f"(## Flow / ## Principles / ## Pitfalls, each with text of its own), {counts['admitted']} admitted to the "
-        f"pool; turned away: {counts['without_format']} without the format, {counts['too_short']} too short"
+        f"pool; turned away: {counts['without_format']} without the format, {counts['too_short']} too short, "
+        f"{counts['repeats']} repeating their problem's numbers"
     )
     return counts
 
@@ -244,6 +336,14 @@ def _write_report(engine: Any, run_name: str, out: Path, echo: Callable[[str], N
     written = write_report(data, out, command=f"lanpo report {run_name}")
     echo(f"      figures: {written.out_dir / 'report.md'} ({len(written.figures)} PNGs, e.g. {written.figures[0]})")
     return str(written.out_dir)
+
+
+def _say_conversion(model: str, echo: Callable[[str], None]) -> None:
+    """A line before the one-time conversion of the offline SmolLM2 (about 40 s), which logs at INFO only."""
+    from lanpo.models.gguf import SMOLLM2, smollm2_converted
+
+    if model.lower() == SMOLLM2 and not smollm2_converted():
+        echo("      first use of SmolLM2: its GGUF is converted into a cached HF folder (once, about 40 s)")
 
 
 def _build_relevance(engine: Any, judge: str, dataset: str, top_k: int, echo: Callable[[str], None]) -> str:
@@ -281,8 +381,11 @@ def _answer_held_out(
         adapters[-1] if adapters else None,
         db=engine,
         sampling=SamplingSettings(max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0),
+        # Stage 1 fuses BM25 with MiniLM vectors: an abstract lesson shares few words with a templated question, and
+        # BM25 alone finds none. The judge is training's (the base model of stage 3), so a lesson relevant in
+        # training is judged by the same model, at the same gamma, here.
         retrieval=RetrievalSettings(
-            stage1="bm25", top_k=8, gamma=cfg.feedback.inter.gamma, m=2, judge="policy", pool=cfg.pool_name()
+            stage1="hybrid", top_k=8, gamma=cfg.feedback.inter.gamma, m=2, judge=cfg.model.name, pool=cfg.pool_name()
         ),
         notify=lambda message: echo(f"      note: {message}"),
     )
@@ -305,9 +408,6 @@ def _answer_held_out(
         finish_run(session, run_id)  # its work is this transaction: committed finished, or not at all
     for line in side_by_side(zero_shot, retrieval):
         echo("      " + line)
-    used = {e.experience_version_id: e for s in retrieval for e in s.experiences}
-    for e in used.values():
-        echo(f"      lesson #{e.experience_version_id} (of problem {e.source_problem_id}): {_one_line(e.summary, 90)}")
     verdict = retrieval_verdict(
         [bool(s.samples[0].final.correct) for s in zero_shot],
         [bool(s.samples[0].final.correct) for s in retrieval],
@@ -340,6 +440,10 @@ def side_by_side(zero_shot: Sequence[Any], retrieval: Sequence[Any]) -> list[str
         lines.append(
             f"{_one_line(z.question.question, 44, tail=True):<44} {z.question.answer!s:>8}  {answer(z):>14}  "
             f"{answer(r):>14}  {lessons or 'none: the zero-shot prompt'}"
+        )
+        lines.extend(  # what the retrieval answer read, under its row
+            f"    read #{e.experience_version_id} (of problem {e.source_problem_id}): {_one_line(e.summary, 100)}"
+            for e in r.experiences
         )
     n = len(zero_shot)
     right = [sum(bool(s.samples[0].final.correct) for s in mode) for mode in (zero_shot, retrieval)]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Protocol
 
 Message = dict[str, str]
@@ -256,3 +257,27 @@ def has_summary_format(text: str) -> bool:
     return names == {"flow", "principles", "pitfalls"} and all(
         len(own_words(body)) >= SUMMARY_MIN_OWN_WORDS for _, body in sections
     )
+
+
+# --------------------------------------------------------------------------- the summary prompt's own rule
+# "Do not repeat this problem's numbers or its final result." A lesson repeats its problem when a number it writes
+# has the value of the problem's final answer, or of a number of the question with two or more digits. A one-digit
+# number of the question ("2 numbers", "step 1") is too common in an abstract lesson to count as a copy; the final
+# answer counts whatever its size. Values, not strings: "0.50" repeats an answer of "1/2".
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+|/\d+)?")
+
+
+def _value(text: str) -> Fraction | None:
+    try:
+        return Fraction(text.replace(",", "").strip())
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def repeated_numbers(text: str, question: str, answer: str | None) -> list[str]:
+    """The numbers of `text` that repeat its problem: the final `answer`, or a number of `question` of 2+ digits."""
+    wide = [n for n in _NUMBER.findall(question) if len(n.lstrip("-").split(".")[0].split("/")[0]) >= 2]
+    values = [_value(n) for n in [*wide, *([answer] if answer is not None else [])]]
+    banned = {abs(v) for v in values if v is not None}  # a sign a lesson drops still repeats the number
+    return [n for n in _NUMBER.findall(text) if (v := _value(n)) is not None and abs(v) in banned]

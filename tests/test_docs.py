@@ -235,13 +235,13 @@ def is_fast(args: tuple[str, ...]) -> bool:
 # --------------------------------------------------------------------------- the store a demo leaves
 
 
-DEMO_RUN = "demo-cpu"  # the README's tour trains the demo's recipe under this name
+DEMO_RUN = "demo"  # what `lanpo demo` names its training run (and its pool) on a store that has none yet
 
 
 def fill_demo_store(engine: Engine) -> None:
-    """What `lanpo demo` and the tour's `lanpo train --config train/configs/demo-cpu.toml` leave: the demo's two
-    datasets, relevance scores by the demo's judge, a trained run with its pool (groups in every training mode,
-    attempts, lessons, contexts, metrics, committed steps), its SFT run and an infer run over the held-out set."""
+    """What `lanpo demo` leaves: the demo's two datasets, relevance scores by the demo's judge, the trained run
+    `demo` with its pool (groups in every training mode, attempts, lessons, contexts, metrics, committed steps), its
+    SFT run and an infer run over the held-out set."""
     from lanpo.config import to_mapping
     from lanpo.db.repo import runs as runs_repo
     from lanpo.db.repo import steps as steps_repo
@@ -394,6 +394,38 @@ def test_command(store: Path, command: Command) -> None:
         except click.UsageError as exc:
             problems.append(exc.format_message())
     assert not problems, f"{command}: " + "; ".join(problems)
+
+
+def _names_of(args: list[str]) -> list[str]:
+    """The runs and pools a command reads: `--pool NAME`, and the NAMEs of `lanpo report NAME...`."""
+    names = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--pool"]
+    if args[:1] == ["report"]:
+        names += args[1 : next((i for i, a in enumerate(args) if a.startswith("-")), len(args))]
+    return names
+
+
+def _trained_name(args: list[str]) -> str:
+    """The run a `lanpo train --config FILE [--set run_name=X]` trains (its pool has the same name)."""
+    from lanpo.train.config import TrainConfig
+
+    sets = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--set"]
+    named = [value for key, value in (parse_override(text) for text in sets) if key == ["run_name"]]
+    return str(named[-1]) if named else load_toml(TrainConfig, ROOT / args[args.index("--config") + 1]).run_name
+
+
+def test_the_readme_names_runs_and_pools_that_exist_when_it_uses_them() -> None:
+    """After `lanpo demo` the store holds the run and pool `lanpo.demo.DEFAULT_RUN`; every other name the README's
+    commands read must be trained by a `lanpo train` above them."""
+    from lanpo.demo import DEFAULT_RUN
+
+    assert DEMO_RUN == DEFAULT_RUN  # the store these tests fill is the one a demo leaves
+    made, problems = {DEFAULT_RUN}, []
+    for command in commands_in(ROOT / "README.md"):
+        args = expand(command.args)
+        if args[:1] == ["train"]:
+            made.add(_trained_name(args))
+        problems += [f"{command}: no run or pool {name!r} yet" for name in _names_of(args) if name not in made]
+    assert not problems, "\n".join(problems)
 
 
 def test_docs_show_commands() -> None:

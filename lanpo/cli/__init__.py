@@ -60,13 +60,14 @@ def cli(verbose: int) -> None:
 
     \b
     Typical session:
+      lanpo demo                              # all of it on a CPU: its training run is named demo
       lanpo db upgrade                        # create / migrate the store
       lanpo data gen --task chain_sum --n 200 --out p.jsonl
       lanpo data import p.jsonl --dataset chain_sum
-      lanpo train --config train/configs/demo-cpu.toml
+      lanpo train --config train/configs/demo-cpu.toml   # the run demo-cpu (the recipe's run_name)
       lanpo sql "SELECT * FROM run_rewards"
       lanpo report demo-cpu --out report/     # figures + report.md from the store
-      lanpo infer --mode retrieval --input q.jsonl --out a.jsonl
+      lanpo infer --mode retrieval --pool demo --input q.jsonl --out a.jsonl
 
     The database is $LANPO_DATABASE_URL when set, else an embedded Postgres under $LANPO_HOME (~/.lanpo).
     """

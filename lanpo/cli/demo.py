@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from lanpo.cli.params import Int
+from lanpo.demo import DemoOptions
 
 
 @click.command("demo")
@@ -18,9 +19,23 @@ from lanpo.cli.params import Int
     help="Training recipe (default: train/configs/demo-cpu.toml).",
 )
 @click.option("--steps", type=Int(1), default=None, help="GRPO steps (default: the recipe's).")
-@click.option("--n-train", type=Int(2), default=8, show_default=True, help="Training problems generated.")
-@click.option("--n-test", type=Int(1), default=4, show_default=True, help="Held-out problems answered.")
-@click.option("--run-name", default=None, help="Run name (default: demo-<timestamp>, so each demo is a new run).")
+@click.option(
+    "--n-train", type=Int(2), default=DemoOptions.n_train, show_default=True, help="Training problems generated."
+)
+@click.option(
+    "--n-test",
+    type=Int(1),
+    default=DemoOptions.n_test,
+    show_default=True,
+    help="Size of the one held-out set (dataset <data.dataset>-test, none of it a training problem): training "
+    "validates on it (eval.dataset, eval.n) and the last stage answers it.",
+)
+@click.option(
+    "--run-name",
+    default=None,
+    help="Training run name, one no run has yet (default: demo, or demo-2, demo-3, ... when taken). The demo "
+    "prints it; its pool has the same name.",
+)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe field.")
 def command(
     config_path: Path | None, steps: int | None, n_train: int, n_test: int, run_name: str | None, overrides: tuple
@@ -31,12 +46,12 @@ def command(
     1. migrate the experience store (embedded Postgres, or LANPO_DATABASE_URL)
     2. generate problems with reasoning-gym and import them
     3. score problem-to-problem relevance with the offline SmolLM2 as judge
-    4. SFT warm start, then a few LANPO GRPO steps (reward printed per step)
+    4. SFT warm start, then a few LANPO GRPO steps (a line per step with the time left)
     5. two SQL queries over the history
-    6. answer held-out problems zero-shot and in retrieval mode (with the demo's
-       empty pool, retrieval falls back to the zero-shot prompt and says so)
+    6. answer the held-out problems zero-shot and in retrieval mode (a retrieval
+       prompt without a lesson at gamma falls back to the zero-shot one, and says so)
     """
-    from lanpo.demo import DemoOptions, recipe_path, run_demo
+    from lanpo.demo import recipe_path, run_demo
 
     run_demo(
         DemoOptions(

@@ -46,14 +46,17 @@ def command(
 ) -> None:
     """Print up to M experiences relevant to QUESTION (stage 1 -> LLM rerank -> gamma filter).
 
+    A pool with no active lesson is not an error: the command says so at once, before it loads a model, and exits 0
+    (the question is then answered zero-shot). A --pool that names no pool, or several pools and no --pool, is an
+    error (exit 2).
+
     \b
     Example:
       lanpo retrieve "What is 17 + 25 - 3?" --stage1 bm25 --gamma 0.5 --m 3
     """
-    from sqlalchemy.orm import Session
 
     from lanpo.db.engine import transaction
-    from lanpo.db.repo.pools import resolve_pool
+    from lanpo.db.repo.pools import active_size, resolve_pool
     from lanpo.models import check_device, check_model_ref
     from lanpo.retrieval.corpus import BM25Cache
     from lanpo.retrieval.embeddings import check_embedder_ref
@@ -69,15 +72,19 @@ def command(
     engine = connect()
     with transaction(engine) as session:
         pool = resolve_pool(session, pool_name)  # before loading any model: a wrong name fails at once
+        lessons = active_size(session, pool.id)
+    if lessons == 0:  # nothing to rank: loading the judge and the embedder would take seconds for nothing
+        click.echo(f"no experiences: pool {pool.name!r} holds no active lesson yet, so answer zero-shot")
+        return
     rater = None if judge.lower() == "none" else load_judge(judge, device=device)
     embedder = default_embedder(embedding_model) if stage1 != "bm25" else None
-    with Session(engine) as session:
+    with transaction(engine) as session:  # commits the embeddings vector search fills in for new lessons
         found = retrieve(
             session, question, pool_id=pool.id, stage1=stage1, top_k=top_k, gamma=gamma, m=m, rater=rater,
             embedder=embedder, ef_search=ef_search, cache=BM25Cache(),
         )  # fmt: skip
     if not found:
-        what = "the pool is empty or nothing reached gamma" if rater else "the pool is empty"
+        what = f"none of its {lessons} lesson(s) reached gamma" if rater else "stage 1 found none"
         click.echo(f"no experiences ({what}): answer zero-shot")
         return
     for rank, hit in enumerate(found, start=1):

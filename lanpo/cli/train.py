@@ -7,7 +7,7 @@ import os
 import click
 
 from lanpo.cli.keys import keys_option
-from lanpo.train.plumbing.step_line import step_line
+from lanpo.train.plumbing.step_line import StepClock, step_line
 
 
 @click.command("train")
@@ -27,7 +27,12 @@ from lanpo.train.plumbing.step_line import step_line
     help="Override a config field, e.g. --set steps=5 --set feedback.p_t=0.75.",
 )
 @click.option("--resume", is_flag=True, help="Continue the run named by run_name after its last committed step.")
-@click.option("--no-progress", is_flag=True, help="No progress bar; print one line per step instead.")
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="No progress bar; print one line per step instead (ending with the time left: the steps to go x the mean "
+    "step time so far), and what runs before step 1 (the SFT warm start, the first validation).",
+)
 @click.option(
     "--workers",
     type=click.IntRange(min=0),
@@ -54,11 +59,14 @@ def command(
     cfg = load_config(config_path, list(overrides))
     engine = connect()
 
+    clock = StepClock(cfg.steps)
+
     def report(step: int, metrics: dict[str, float]) -> None:
         if no_progress:
-            click.echo(step_line(step, metrics))
+            click.echo(clock.line(step, metrics))
 
-    result = train(cfg, engine=engine, resume=resume, progress=not no_progress, on_step=report)
+    notify = click.echo if no_progress else None
+    result = train(cfg, engine=engine, resume=resume, progress=not no_progress, on_step=report, notify=notify)
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
         return
     if not no_progress:

@@ -42,10 +42,15 @@ def smollm2_gguf() -> Path:
     return path
 
 
+def smollm2_converted(home: Path | None = None) -> bool:
+    """Whether the SmolLM2 GGUF is converted already (the next load takes a second, not ~40 s)."""
+    return ((home or lanpo_home()) / "models" / SMOLLM2 / "config.json").exists()
+
+
 def prepare_smollm2(home: Path | None = None, force: bool = False) -> Path:
     """Convert the SmolLM2 GGUF into a cached HF folder (once; concurrent callers wait for the first)."""
     target = (home or lanpo_home()) / "models" / SMOLLM2
-    if (target / "config.json").exists() and not force:
+    if smollm2_converted(home) and not force:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{SMOLLM2}.lock", "w") as lock:
@@ -55,7 +60,7 @@ def prepare_smollm2(home: Path | None = None, force: bool = False) -> Path:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         gguf = smollm2_gguf()
-        log.warning("converting %s to a plain HF folder (once, ~40 s)", gguf.name)
+        log.info("converting %s to a plain HF folder (once, ~40 s)", gguf.name)  # routine: the first use
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         # The weights are de-quantised to fp32 already; drop the GGUF marker so transformers will save them.

@@ -13,6 +13,13 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def apply_chat(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-    """Messages -> the prompt string the model sees (its own chat template)."""
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+def apply_chat(
+    tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = True, prefill: str = ""
+) -> str:
+    """Messages -> the prompt string the model sees (its own chat template); `prefill`: the start of the assistant's
+    turn, written for the model, which continues it (needs `add_generation_prompt`)."""
+    if prefill and not add_generation_prompt:
+        raise ValueError("an assistant prefill continues the generation prompt: add_generation_prompt must be set")
+    return (
+        tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt) + prefill
+    )

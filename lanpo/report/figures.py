@@ -27,11 +27,15 @@ NOT_PHASES = ("step", "cpu_step", "pool_share", "validate")  # time/* metrics th
 VAL_MEAN = re.compile(r"^val/(?P<dataset>.+)/mean@(?P<k>\d+)$")
 
 
+SHARE = (0.0, 1.0)  # the values a share (accuracy, mean@k, pass@k) can take
+
+
 @dataclass(frozen=True)
 class Curve:
     get: Getter
     reads: tuple[str, ...]  # the metric names it is made of (what report.md says is missing)
     label: str = ""  # legend entry when a panel holds several curves (drawn solid, dashed, dash-dotted, ...)
+    error: Getter | None = None  # its standard error per step: a band of +-1 SE around a single run's line
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,9 @@ class Panel:
     reference: Callable[[RunData], float | None] | None = None  # a dotted level per line, e.g. the p_t asked for
     reference_label: str = ""
     x: Axis | None = None  # None: against steps; else a cost axis (cumulative generated tokens, training seconds)
+    # the values its curves can take (SHARE for a share): the y axis stays inside them and spans at least a tenth
+    # of them, so that noise between two close values is not drawn as a trend
+    bounds: tuple[float, float] | None = None
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -63,8 +70,13 @@ def metric(name: str, label: str = "") -> Curve:
     return Curve(lambda run: run.metrics.get(name), (name,), label)
 
 
-def single(title: str, name: str, ylabel: str = "") -> Panel:
-    return Panel(title, (metric(name),), ylabel)
+def single(title: str, name: str, ylabel: str = "", bounds: tuple[float, float] | None = None) -> Panel:
+    return Panel(title, (metric(name),), ylabel, bounds=bounds)
+
+
+def recorded_error(name: str) -> Getter:
+    """The standard error the report read for metric `name` (validation's mean@k: over the held-out problems)."""
+    return lambda run: run.errors.get(name)
 
 
 def served_share(run: RunData) -> Series | None:
@@ -107,26 +119,37 @@ def validation_keys(runs: Sequence[RunData]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def val_average(keys: dict[str, int]) -> Getter:
-    """Per run: the unweighted mean over datasets of mean@k, on the steps every dataset was validated."""
+def val_average(keys: dict[str, int], of: str = "metrics") -> Getter:
+    """Per run: the unweighted mean over datasets of mean@k, on the steps every dataset was validated; `of` =
+    "errors": its standard error, sqrt(sum of the datasets' squared errors) / datasets (independent problems)."""
 
     def get(run: RunData) -> Series | None:
-        found = [run.metrics.get(f"val/{d}/mean@{k}") for d, k in keys.items()]
+        table = run.metrics if of == "metrics" else run.errors
+        found = [table.get(f"val/{d}/mean@{k}") for d, k in keys.items()]
         series = [s for s in found if s is not None]
         if not series or len(series) < len(found):
             return None
         steps = sorted(set.intersection(*(set(s.steps.tolist()) for s in series)))
-        return Series.of(steps, [float(np.mean([s.at(x) for s in series])) for x in steps])
+        values = np.array([[s.values[s.steps == x][-1] for x in steps] for s in series])  # (datasets, steps)
+        combined = values.mean(axis=0) if of == "metrics" else np.sqrt((values**2).sum(axis=0)) / len(series)
+        return Series.of(steps, combined.tolist())
 
     return get
 
 
+def val_mean(dataset: str, k: int) -> Curve:
+    """A dataset's validation mean@k, with its standard error over the held-out problems."""
+    name = f"val/{dataset}/mean@{k}"
+    return Curve(metric(name).get, (name,), error=recorded_error(name))
+
+
 def _validation(runs: Sequence[RunData]) -> list[Panel]:
     keys = validation_keys(runs)
-    panels = [single(f"{d}: mean@{k}", f"val/{d}/mean@{k}", "mean@k") for d, k in keys.items()]
+    panels = [Panel(f"{d}: mean@{k}", (val_mean(d, k),), "mean@k", bounds=SHARE) for d, k in keys.items()]
     if len(keys) > 1:
         reads = tuple(f"val/{d}/mean@{k}" for d, k in keys.items())
-        panels.append(Panel("average over datasets", (Curve(val_average(keys), reads),), "mean@k"))
+        average = Curve(val_average(keys), reads, error=val_average(keys, "errors"))
+        panels.append(Panel("average over datasets", (average,), "mean@k", bounds=SHARE))
     return panels
 
 
@@ -139,7 +162,7 @@ def _validation_detail(runs: Sequence[RunData]) -> list[Panel]:
     names = names_matching(runs, "val/")
     passes = [n for n in names if re.match(r"^val/.+/pass@\d+$", n)]
     boxed = [n for n in names if n.endswith("/boxed")]
-    return [single(n.removeprefix("val/").replace("/", ": "), n) for n in passes + boxed]
+    return [single(n.removeprefix("val/").replace("/", ": "), n, bounds=SHARE) for n in passes + boxed]
 
 
 def _feedback(runs: Sequence[RunData]) -> list[Panel]:
@@ -186,10 +209,10 @@ def _each(prefix: str) -> Callable[[Sequence[RunData]], list[Panel]]:
     return lambda runs: [single(n.removeprefix(prefix), n) for n in names_matching(runs, prefix)]
 
 
-def _by_mode(what: str) -> Callable[[Sequence[RunData]], list[Panel]]:
+def _by_mode(what: str, bounds: tuple[float, float] | None = None) -> Callable[[Sequence[RunData]], list[Panel]]:
     return lambda runs: (
-        [single("all modes", f"{what}/mean", what)]
-        + [single(MODES[m].title, f"{what}/{m}", what) for m in PROMPT_MODES]
+        [single("all modes", f"{what}/mean", what, bounds)]
+        + [single(MODES[m].title, f"{what}/{m}", what, bounds) for m in PROMPT_MODES]
     )
 
 
@@ -209,13 +232,15 @@ CATALOGUE: tuple[FigureSpec, ...] = (
         "accuracy",
         "Accuracy per step",
         "share of correct rollouts, overall and by mode",
-        _by_mode("accuracy"),
+        _by_mode("accuracy", SHARE),
         "accuracy/mean, accuracy/<mode>",
     ),
     FigureSpec(
         "validation",
         "Validation mean@k",
-        "held-out mean@k per dataset (step 0: before any update)",
+        "held-out mean@k per dataset (step 0: before any update); the band around a single run's line is +-1 standard "
+        "error over the held-out problems (from its stored val attempts), an arm's is its spread over seeds; the y "
+        "axis spans at least 0.1",
         _validation,
         "val/<dataset>/mean@<k>",
     ),
@@ -309,6 +334,8 @@ CATALOGUE: tuple[FigureSpec, ...] = (
                     metric("summary/generated", "generated"),
                     metric("summary/rejected/format", "refused: format"),
                     metric("summary/rejected/short", "refused: short"),
+                    metric("summary/rejected/repeats", "refused: repeats its problem"),
+                    metric("summary/rejected/repeats", "refused: repeats the problem's numbers"),
                 ),
                 "per step",
             ),

@@ -2,7 +2,9 @@
 
 A `Figure` built directly renders with the Agg canvas when saved as PNG, so reports draw on a headless machine
 and in threads. One colour per line (a run, or an arm), one line style per curve of a panel; a line over several
-seeds is its mean with a shaded band (min–max or ±1 std). Steps with a single point get markers, so that a
+seeds is its mean with a shaded band (min–max or ±1 std); a single run's curve with a standard error (validation's
+mean@k) has a band of ±1 SE. A panel of a bounded quantity (a share) keeps its y axis inside the bounds and spans at
+least a tenth of them (`value_range`), so that noise is not magnified. Steps with a single point get markers, so that a
 validation curve with two points (step 0 and the last step) still shows. A panel against a cost axis draws each
 run's curve at its cumulative cost (an arm: its seeds interpolated onto one grid, `series.band_on_grid`), the axis
 in the unit its largest value reads best in (tokens, thousands, millions; seconds, minutes, hours).
@@ -18,13 +20,15 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from lanpo.report.cost import Axis, against
 from lanpo.report.figures import Curve, Panel
-from lanpo.report.series import BAND_LABELS, Aggregate, Band, Line, band, band_on_grid
+from lanpo.report.series import BAND_LABELS, Aggregate, Band, Line, Series, band, band_on_grid
 
 MARKERS_UP_TO = 30  # points per curve below which every point gets a marker
+MIN_SPAN = 0.1  # of a bounded panel's range: its y axis spans at least this share of it
 STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))  # one per curve of a panel; dotted is the reference level
 
 
@@ -40,6 +44,42 @@ def curve_of(curve: Curve, line: Line, kind: Band, x: Axis | None = None) -> Agg
         if pair is not None:
             points.append(pair)
     return band_on_grid(points, kind) if points else None
+
+
+def error_band(curve: Curve, line: Line, x: Axis | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(x, mean - SE, mean + SE) of a single run's curve that has a standard error; None for an arm over seeds (its
+    band is the seeds' spread) or a curve without one."""
+    if curve.error is None or line.seeds != 1:
+        return None
+    run = line.runs[0]
+    mean, error = curve.get(run), curve.error(run)
+    if mean is None or error is None:
+        return None
+    common, im, ie = np.intersect1d(mean.steps, error.steps, return_indices=True)
+    low, high = mean.values[im] - error.values[ie], mean.values[im] + error.values[ie]
+    keep = np.isfinite(low) & np.isfinite(high)
+    if not keep.any():
+        return None
+    if x is None:
+        return common[keep].astype(float), low[keep], high[keep]
+    cost = x.of(run)
+    lows, highs = against(Series(common[keep], low[keep]), cost), against(Series(common[keep], high[keep]), cost)
+    return None if lows is None or highs is None else (lows[0], lows[1], highs[1])
+
+
+def value_range(
+    low: float, high: float, bounds: tuple[float, float], min_share: float = MIN_SPAN
+) -> tuple[float, float]:
+    """The y range of a panel whose values lie in `bounds`: the drawn values [low, high] with a 5% margin, widened
+    about their middle to at least `min_share` of the bounds, and moved inside them."""
+    floor, ceiling = bounds
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return bounds
+    margin = 0.05 * (high - low)
+    span = min(max(high - low + 2 * margin, min_share * (ceiling - floor)), ceiling - floor)
+    middle = (low + high) / 2
+    bottom = min(max(middle - span / 2, floor), ceiling - span)
+    return bottom, bottom + span
 
 
 def has_data(panel: Panel, lines: Sequence[Line]) -> bool:
@@ -93,8 +133,10 @@ def _lines(ax: Axes, panel: Panel, lines: Sequence[Line], kind: Band) -> None:
     }
     largest = max((float(np.nanmax(a.x)) for a in curves.values() if a is not None and len(a.x)), default=0.0)
     divisor, xlabel = panel.x.unit(largest) if panel.x is not None else (1.0, "step")
+    values: list[np.ndarray] = []  # every y drawn: lines, bands, reference levels (the bounded axis covers them)
+    with_error = False
     for i, line in enumerate(lines):
-        for j in range(len(panel.curves)):
+        for j, curve in enumerate(panel.curves):
             agg = curves[(i, j)]
             if agg is None:
                 continue
@@ -105,11 +147,24 @@ def _lines(ax: Axes, panel: Panel, lines: Sequence[Line], kind: Band) -> None:
             style = STYLES[j % len(STYLES)]
             x = agg.x / divisor
             ax.plot(x, agg.mean, linestyle=style, color=_colour(i), marker=marker, markersize=3, linewidth=1.5)
+            values.append(agg.mean)
             if line.seeds > 1:
                 ax.fill_between(x, agg.low, agg.high, color=_colour(i), alpha=0.2, linewidth=0)
+                values += [agg.low, agg.high]
+            se = error_band(curve, line, panel.x)
+            if se is not None:
+                ax.fill_between(se[0] / divisor, se[1], se[2], color=_colour(i), alpha=0.2, linewidth=0)
+                values += [se[1], se[2]]
+                with_error = True
         level = _reference(panel, line)
         if level is not None:
             ax.axhline(level, color=_colour(i), linestyle=":", linewidth=1.2)
+            values.append(np.array([level]))
+    if panel.bounds is not None and values:
+        every = np.concatenate(values)
+        every = every[np.isfinite(every)]
+        if len(every):
+            ax.set_ylim(*value_range(float(every.min()), float(every.max()), panel.bounds))
     ax.set_xlabel(xlabel, fontsize=9)
     if panel.x is None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -119,6 +174,9 @@ def _lines(ax: Axes, panel: Panel, lines: Sequence[Line], kind: Band) -> None:
     if panel.reference is not None and any(_reference(panel, line) is not None for line in lines):
         keys.append(Line2D([], [], color="0.3", linestyle=":"))
         names.append(panel.reference_label)
+    if with_error:
+        keys.append(Patch(color="0.3", alpha=0.2, linewidth=0))
+        names.append("±1 SE over problems")
     if keys:
         ax.legend(keys, names, fontsize=7, loc="best")
 

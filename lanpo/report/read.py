@@ -2,7 +2,8 @@
 
 Repository functions: a session in, dataclasses out, the SQL in `sql/queries/report_*.sql`. The database is the
 source of truth; nothing here writes. Validation is read from `val/<dataset>/mean@<k>` metrics, or recounted
-from the run's stored `val` attempts when it recorded attempts but no such metric.
+from the run's stored `val` attempts when it recorded attempts but no such metric; the standard error of each
+mean@k over the held-out problems comes from those attempts.
 """
 
 from __future__ import annotations
@@ -113,21 +114,39 @@ def load_metrics(session: Session, run_ids: Sequence[int]) -> dict[int, dict[str
 
 def validation_from_attempts(session: Session, run_ids: Sequence[int]) -> dict[int, dict[str, Series]]:
     """run id -> `val/<dataset>/mean@<k>`, `pass@<k>` and `boxed` series recounted from its `val` attempts."""
-    cells: dict[tuple[int, str, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+    return _recount(session, run_ids)[0]
+
+
+def validation_errors(session: Session, run_ids: Sequence[int]) -> dict[int, dict[str, Series]]:
+    """run id -> `val/<dataset>/mean@<k>` -> its standard error over the held-out problems, per step."""
+    return _recount(session, run_ids)[1]
+
+
+def _recount(
+    session: Session, run_ids: Sequence[int]
+) -> tuple[dict[int, dict[str, Series]], dict[int, dict[str, Series]]]:
+    """(validation recounted from the `val` attempts, the standard error of each mean@k), by run id and name."""
+    cells: dict[tuple[int, str, str], tuple[list[int], list[float | None]]] = defaultdict(lambda: ([], []))
     ks: dict[tuple[int, str], int] = defaultdict(int)
     rows = session.execute(_q("val_attempts"), {"run_ids": list(run_ids)}).all()
     for r in rows:
         ks[(r.run_id, r.dataset)] = max(ks[(r.run_id, r.dataset)], int(r.k))
     for r in rows:
         k = ks[(r.run_id, r.dataset)]
-        for stat, value in ((f"mean@{k}", r.mean_at_k), (f"pass@{k}", r.pass_at_k), ("boxed", r.boxed_rate)):
+        se = None if r.mean_at_k_se is None else float(r.mean_at_k_se)
+        stats = ((f"mean@{k}", r.mean_at_k), (f"pass@{k}", r.pass_at_k), ("boxed", r.boxed_rate), ("se", se))
+        for stat, value in stats:
             steps, values = cells[(r.run_id, r.dataset, stat)]
             steps.append(int(r.step))
-            values.append(float(value))
-    out: dict[int, dict[str, Series]] = defaultdict(dict)
+            values.append(None if value is None else float(value))
+    metrics: dict[int, dict[str, Series]] = defaultdict(dict)
+    errors: dict[int, dict[str, Series]] = defaultdict(dict)
     for (run_id, dataset, stat), (steps, values) in cells.items():
-        out[run_id][f"val/{dataset}/{stat}"] = Series.of(steps, values)
-    return out
+        if stat == "se":
+            errors[run_id][f"val/{dataset}/mean@{ks[(run_id, dataset)]}"] = Series.of(steps, values)
+        else:
+            metrics[run_id][f"val/{dataset}/{stat}"] = Series.of(steps, values)
+    return metrics, errors
 
 
 def read_runs(session: Session, names: Sequence[str]) -> tuple[list[Target], list[RunData]]:
@@ -136,7 +155,7 @@ def read_runs(session: Session, names: Sequence[str]) -> tuple[list[Target], lis
     runs = load_runs(session, targets)
     ids = [r.id for r in runs]
     metrics = load_metrics(session, ids)
-    recounted = validation_from_attempts(session, ids)
+    recounted, errors = _recount(session, ids)
     data = []
     for run in runs:
         own = dict(metrics.get(run.id, {}))
@@ -145,7 +164,9 @@ def read_runs(session: Session, names: Sequence[str]) -> tuple[list[Target], lis
         if not has_val and recounted.get(run.id):
             own.update(recounted[run.id])
             notes.append("validation recounted from its stored `val` attempts (no val/ metrics recorded)")
-        data.append(RunData(run, own, notes))
+        # the attempts a recorded mean@k was counted from give its standard error (validate records both)
+        known = {name: se for name, se in errors.get(run.id, {}).items() if name in own}
+        data.append(RunData(run, own, notes, known))
     return targets, data
 
 

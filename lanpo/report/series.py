@@ -74,6 +74,9 @@ class RunData:
     run: RunInfo
     metrics: dict[str, Series] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # how something was read, e.g. validation recounted
+    # metric -> its standard error per step, where the store holds what it is a mean of (validation's mean@k: over
+    # the held-out problems, from the stored `val` attempts)
+    errors: dict[str, Series] = field(default_factory=dict)
 
 
 @dataclass

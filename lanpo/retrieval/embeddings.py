@@ -155,6 +155,22 @@ def embed_missing(
     return count
 
 
+def embed_pool(session: Session, pool_id: int, embedder: Embedder, batch_size: int = 64) -> int:
+    """Embed the current lessons of pool `pool_id` that have none (a trainer writes them without), in `session`'s
+    transaction; returns how many. Vector search reads only embedded rows: this is what it runs first."""
+    filled = 0
+    while rows := session.execute(
+        query("retrieval_missing_pool_embeddings"), {"pool_id": pool_id, "limit": batch_size}
+    ).all():
+        vectors = embedder.encode([r.text for r in rows], batch_size=batch_size)
+        session.execute(
+            query("retrieval_set_version_embedding"),
+            [{"id": r.id, "embedding": vector_literal(v)} for r, v in zip(rows, vectors, strict=True)],
+        )
+        filled += len(rows)
+    return filled
+
+
 def fill_embeddings(items: Sequence[Any], embedder: Embedder, text_attr: str = "summary") -> None:
     """Set `.embedding` on items that have none (e.g. `NewExperience` before `add_experiences`), in one batch.
 

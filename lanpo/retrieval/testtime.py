@@ -17,7 +17,7 @@ from lanpo.errors import InputError
 from lanpo.feedback_modes import GAMMA
 from lanpo.retrieval import EF_SEARCH
 from lanpo.retrieval.corpus import DEFAULT_CACHE, BM25Cache
-from lanpo.retrieval.embeddings import Embedder, SentenceTransformerEmbedder
+from lanpo.retrieval.embeddings import Embedder, SentenceTransformerEmbedder, embed_pool
 from lanpo.retrieval.relevance import score_pairs
 from lanpo.retrieval.scorer import Judge
 from lanpo.retrieval.search import SearchParams, search_pool
@@ -65,7 +65,8 @@ def retrieve(
     cache: BM25Cache = DEFAULT_CACHE,
 ) -> list[Retrieved]:
     """At most `m` current experiences of pool `pool_id` for `question`, best first (by relevance, then stage-1
-    rank). `rater` is the loaded relevance judge; None: stage 1 only."""
+    rank). `rater` is the loaded relevance judge; None: stage 1 only. Vector and hybrid search first embed the
+    pool's current lessons that have no embedding yet (`embed_pool`, in `session`'s transaction)."""
     check_question(question)
     if not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be in [0, 1], got {gamma}")
@@ -74,7 +75,9 @@ def retrieve(
     params = SearchParams(stage1=stage1, ef_search=ef_search)
     query_vector = None
     if stage1 != "bm25":
-        query_vector = (embedder or default_embedder()).encode([question])[0]
+        embedder = embedder or default_embedder()
+        embed_pool(session, pool_id, embedder)  # lessons a trainer wrote have no embedding yet
+        query_vector = embedder.encode([question])[0]
     hits = search_pool(
         session,
         question,

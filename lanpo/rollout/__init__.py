@@ -7,6 +7,11 @@ settings, `VLLMConfig`, live in `lanpo.rollout.config` so that configs can name 
 Every completion says which adapter produced it (`served_adapter_sha256`, the `lanpo.models.state_sha256` of
 its weights; None for the base model), or which full weights a vLLM engine loaded (`VLLMBackend.load_weights`):
 the trainer compares it with the policy version it expects.
+
+Stop strings (`SamplingParams.stop`) end a completion as vLLM ends it: generation stops once the decoded text
+holds one of them; the completion's `token_ids` run through the token that completed it, its `text` stops just
+before it (`cut_at_stop`), and `finish_reason` is "stop". An assistant prefill is part of the prompt string
+(`lanpo.models.apply_chat(..., prefill=...)`), so every backend continues it the same way.
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     min_new_tokens: int = 0  # EOS is suppressed before this many tokens (benchmarks: equal lengths everywhere)
+    stop: tuple[str, ...] = ()  # generation ends at the first of these strings; the text stops before it
+
+
+def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+    """(`text` up to the earliest occurrence of any of `stop`, whether one occurred)."""
+    cuts = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from lanpo.models import cache_kwarg, returned_cache
-from lanpo.rollout import Completion, SamplingParams
+from lanpo.rollout import Completion, SamplingParams, cut_at_stop
 
 
 class HFBackend:
@@ -95,7 +95,9 @@ class HFBackend:
         for i in range(len(prompts)):
             mask = batch["attention_mask"][i].bool()
             prompt_ids = tuple(batch["input_ids"][i][mask].tolist())
-            group = [self._completion(generated[i * copies + j], prompt_ids, served) for j in range(copies)]
+            group = [
+                self._completion(generated[i * copies + j], prompt_ids, served, params.stop) for j in range(copies)
+            ]
             results.append(group * n if greedy else group)
         return results
 
@@ -119,6 +121,7 @@ class HFBackend:
         position = positions[:, -1:].repeat_interleave(copies, 0)
         warp = _warpers(params, greedy)
         eos = self.tokenizer.eos_token_id
+        stopped = _stop_check(self.tokenizer, params.stop)
         kw = cache_kwarg(self.model)
         for step in range(params.max_new_tokens):
             out = self.model(
@@ -140,6 +143,9 @@ class HFBackend:
             for row, token in zip(live.tolist(), chosen.tolist(), strict=True):
                 generated[row].append(token)
             going = chosen != eos if eos is not None else torch.ones_like(chosen, dtype=torch.bool)
+            if stopped is not None:  # a row whose text now holds a stop string has finished too
+                ended = [stopped(generated[row]) for row in live.tolist()]
+                going &= ~torch.tensor(ended, dtype=torch.bool, device=going.device)
             if step + 1 == params.max_new_tokens or not bool(going.any()):
                 break
             if not bool(going.all()):  # finished rows leave: their cache rows, mask and positions go with them
@@ -154,7 +160,13 @@ class HFBackend:
     def _reference(self, batch: Any, copies: int, params: SamplingParams, greedy: bool) -> list[list[int]]:
         """transformers' `generate` with `num_return_sequences`: every row decoded to the longest, then trimmed."""
         out = self.model.generate(**batch, num_return_sequences=copies, **self.generate_kwargs(params, greedy))
-        return self.trimmed(out, batch["input_ids"].shape[1])  # out: (B * copies, P + T)
+        rows = self.trimmed(out, batch["input_ids"].shape[1])  # out: (B * copies, P + T)
+        stopped = _stop_check(self.tokenizer, params.stop)
+        if stopped is None:
+            return rows
+        # `generate(stop_strings=...)` also matches a stop string that starts in the prompt; vLLM and the decode
+        # loop match the generated text only: cut each row at the first token that completes one there
+        return [next((row[:t] for t in range(1, len(row) + 1) if stopped(row[:t])), row) for row in rows]
 
     def generate_kwargs(self, params: SamplingParams, greedy: bool) -> dict[str, Any]:
         """transformers `generate`'s keywords for `params` (`top_k = 0`: top-p and temperature only)."""
@@ -178,11 +190,13 @@ class HFBackend:
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         return [_trim(row[prompt_width:].tolist(), eos, pad) for row in out]
 
-    def _completion(self, generated: list[int], prompt_ids: tuple[int, ...], served: str | None) -> Completion:
+    def _completion(
+        self, generated: list[int], prompt_ids: tuple[int, ...], served: str | None, stop: tuple[str, ...] = ()
+    ) -> Completion:
         ids = list(generated)
         reason = "stop" if ids and ids[-1] == self.tokenizer.eos_token_id else "length"
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return Completion(text, tuple(ids), prompt_ids, reason, served_adapter_sha256=served)
+        text, hit = cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), stop)
+        return Completion(text, tuple(ids), prompt_ids, "stop" if hit else reason, served_adapter_sha256=served)
 
 
 def prompt_cache(model: Any, ids: torch.Tensor, mask: torch.Tensor, copies: int) -> tuple[Any, torch.Tensor]:
@@ -217,6 +231,23 @@ def _warpers(params: SamplingParams, greedy: bool) -> Any:
     if params.top_p < 1.0:
         warpers.append(TopPLogitsWarper(params.top_p))
     return warpers
+
+
+def _stop_check(tokenizer: Any, stop: tuple[str, ...]) -> Any:
+    """None without stop strings; else a test of a row's generated tokens: does the text of its last tokens hold
+    a stop string? A stop string is met on the step its last character is written, so the tail that can hold it
+    is as many tokens as it has characters (a token writes at least one), plus a few for tokens that decode to
+    nothing on their own (parts of one character's bytes)."""
+    stops = tuple(s for s in stop if s)
+    if not stops:
+        return None
+    window = max(map(len, stops)) + 4
+
+    def stopped(row: list[int]) -> bool:
+        tail = tokenizer.decode(row[-window:], skip_special_tokens=True)
+        return any(s in tail for s in stops)
+
+    return stopped
 
 
 def _trim(generated: list[int], eos: int, pad: int | None) -> list[int]:

@@ -74,7 +74,7 @@ from lanpo.models import (
     resolve_model,
     state_sha256,
 )
-from lanpo.rollout import Completion, SamplingParams
+from lanpo.rollout import Completion, SamplingParams, cut_at_stop
 from lanpo.rollout.config import VLLMConfig
 from lanpo.rollout.vllm_process import (
     LIVE_IN_PROCESS,
@@ -418,8 +418,9 @@ class VLLMBackend:
                 min_tokens=params.min_new_tokens,
                 seed=None if params.seed is None else params.seed + i * copies,
                 stop_token_ids=[self.tokenizer.eos_token_id],
+                stop=list(params.stop) or None,
                 logprobs=0,
-                detokenize=False,
+                detokenize=bool(params.stop),  # stop strings are matched on the engine's detokenized text
             )
             for i in range(len(prompts))
         ]
@@ -427,7 +428,7 @@ class VLLMBackend:
         groups = []
         for out in self._run(token_prompts, sampling):
             served = self._served(out)
-            group = [self._completion(c, out.prompt_token_ids, served) for c in out.outputs]
+            group = [self._completion(c, out.prompt_token_ids, served, params.stop) for c in out.outputs]
             groups.append(group * n if greedy else group)
         return groups
 
@@ -474,16 +475,20 @@ class VLLMBackend:
             )
         return self.weights_sha256 if got_id is None else self._by_id[got_id]
 
-    def _completion(self, output: Any, prompt_ids: Sequence[int], served: str | None) -> Completion:
+    def _completion(
+        self, output: Any, prompt_ids: Sequence[int], served: str | None, stop: tuple[str, ...] = ()
+    ) -> Completion:
         ids = tuple(output.token_ids)
         logprobs = None
         if output.logprobs is not None:
             logprobs = tuple(float(pos[t].logprob) for pos, t in zip(output.logprobs, ids, strict=True))
+        # the text from the tokens, as the hf backend decodes it, cut where vLLM matched a stop string
+        text, hit = cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), stop)
         return Completion(
-            text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            text=text,
             token_ids=ids,
             prompt_token_ids=tuple(prompt_ids),
-            finish_reason="stop" if output.finish_reason == "stop" else "length",
+            finish_reason="stop" if output.finish_reason == "stop" or hit else "length",
             logprobs=logprobs,
             served_adapter_sha256=served,
         )

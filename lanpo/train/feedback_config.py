@@ -114,6 +114,12 @@ class SummarizerConfig:
         "admit a summary to the pool only when it is a lesson: the headers ## Flow, ## Principles, ## Pitfalls, each "
         "with words of its own under it (lanpo.prompts.has_summary_format); false admits any 20+ characters",
     )
+    scaffold: bool = help_field(
+        False,
+        "write the lesson's headers for the model, which writes each section's body (ends at a blank line or the "
+        "next heading; max_new_tokens split over the three): for summarisers too weak to keep the format (the CPU "
+        "recipes); the paper's model writes the whole lesson (off)",
+    )
 
     def __post_init__(self) -> None:
         _check(self.max_new_tokens >= 1, f"summarizer.max_new_tokens must be >= 1, got {self.max_new_tokens}")

@@ -67,6 +67,7 @@ from lanpo.train.mel.record import record_meta
 from lanpo.train.parts import StepStore
 from lanpo.train.plumbing import checkpoint as ckpt
 from lanpo.train.plumbing.dist import Dist, gather_step
+from lanpo.train.plumbing.step_line import validation_line
 from lanpo.train.plumbing.timing import Phases
 from lanpo.train.policy import Policy
 from lanpo.train.producer.contexts import feedback_prompts
@@ -99,10 +100,14 @@ def train(
     resume: bool = False,
     progress: bool = True,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> TrainResult:
-    """Run (or resume) GRPO training; returns the run and the metrics of the steps done by this call."""
+    """Run (or resume) GRPO training; returns the run and the metrics of the steps done by this call.
+
+    `on_step(step, metrics)` follows each committed step, `notify(line)` what runs before step 1 (the SFT warm
+    start, the first validation), both on rank 0 only: for callers that print progress without the bar."""
     engine = engine or connect()
-    trainer, start = setup(config, engine, resume)
+    trainer, start = setup(config, engine, resume, notify)
     main = trainer.dist.is_main
     result = TrainResult(trainer.run_id, config.run_name, [], trainer.checkpoint_root)
     live = MetricsLogger(
@@ -116,6 +121,8 @@ def train(
             for step, val in _validate_if_due(trainer, start - 1).items():
                 result.validation[step] = val
                 live.log(step, val)
+                if notify is not None and main:
+                    notify(validation_line(step, val))
             for step in range(start, config.steps + 1):
                 metrics = grpo_step(trainer, step)
                 for val in _validate_if_due(trainer, step).values():

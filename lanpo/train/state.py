@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from lanpo.train.consumer.update import minibatches_per_epoch, warmup_schedule
 from lanpo.train.parts import RunRef, Sampler, StepStore
 from lanpo.train.plumbing import checkpoint as ckpt
 from lanpo.train.plumbing.dist import Dist, init_from_env
+from lanpo.train.plumbing.step_line import duration
 from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
 from lanpo.train.producer.rollout_queue import RolloutQueue
 from lanpo.train.producer.served_policy import ServedPolicy, open_served_policy, start_folder
@@ -140,9 +142,12 @@ def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> No
     output_dir(cfg.checkpoint_root(), "checkpoint folder (output_dir)")
 
 
-def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]:
+def setup(
+    cfg: TrainConfig, engine: Engine, resume: bool, notify: Callable[[str], None] | None = None
+) -> tuple[Trainer, int]:
     """Load the start and the policy, build optimizer + schedule, create or resume the run.
 
+    `notify` (rank 0) hears what the minutes before step 1 are spent on: the SFT warm start, when it runs.
     Returns (trainer, first step to run).
     """
     dist = init_from_env()
@@ -156,7 +161,8 @@ def setup(cfg: TrainConfig, engine: Engine, resume: bool) -> tuple[Trainer, int]
     root = cfg.checkpoint_root()
     shared = _open_in_store(cfg, engine, resume, dist)
     start = shared["start"]
-    base, start_record = load_start(cfg, engine, start, base, tokenizer, root, dist)
+    say = notify if notify is not None and dist.is_main else None
+    base, start_record = load_start(cfg, engine, start, base, tokenizer, root, dist, say)
     # vLLM loads the start's weights from a folder: written now, before an adapter is attached to `base`
     start_weights = (
         start_folder(cfg, base, tokenizer, root, start_record, dist) if cfg.rollout.backend == "vllm" else None
@@ -246,7 +252,14 @@ def build_summarizer(cfg: TrainConfig, backend: ServedPolicy, tokenizer: Any, di
 
 
 def load_start(
-    cfg: TrainConfig, engine: Engine, start: RunStart, base: Any, tokenizer: Any, root: Path, dist: Dist
+    cfg: TrainConfig,
+    engine: Engine,
+    start: RunStart,
+    base: Any,
+    tokenizer: Any,
+    root: Path,
+    dist: Dist,
+    notify: Callable[[str], None] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """The model RL starts from: `base` with the start adapter merged in (the paper starts RL from its SFT model).
 
@@ -261,12 +274,19 @@ def load_start(
     if folder is None and cfg.sft.enabled:
         from lanpo.train.sft.warm_start import run_sft
 
+        if notify is not None:
+            notify(f"SFT warm start: {_sft_plan(cfg)}")
         sft_model = with_fresh_adapter(base, cfg.lora, cfg.seed)
         warm = run_sft(
             cfg, cfg.sft.data, engine=engine, progress=False, policy=(sft_model, tokenizer), dist=dist,
             ddp=dist.wrap(sft_model) if dist.enabled else None,
         )  # fmt: skip
         log.info("SFT warm start: %d pairs, loss %.3f -> %.3f", warm.pairs, warm.losses[0], warm.losses[-1])
+        if notify is not None:
+            notify(
+                f"SFT warm start done in {duration(warm.seconds)}: {warm.pairs} pairs, {len(warm.losses)} steps, "
+                f"loss {warm.losses[0]:.3f} -> {warm.losses[-1]:.3f}; RL starts from its merged adapter"
+            )
         sha = adapter_sha256(sft_model)
         base = sft_model.merge_and_unload()
         folder = str(warm.adapter_dir)
@@ -280,6 +300,17 @@ def load_start(
         root.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(record, indent=1) + "\n")
     return base, record
+
+
+def _sft_plan(cfg: TrainConfig) -> str:
+    """What the warm start is about to do, in one line (before it does it)."""
+    sft = cfg.sft
+    pairs = f"the chat pairs of {sft.data}" if sft.data else "chat pairs built from the training problems"
+    length = f"at most {sft.max_steps} steps" if sft.max_steps else f"{sft.epochs} epoch(s)"
+    return (
+        f"a LoRA adapter trained on {pairs} (the answer format, and reflection, exploration and summary), {length} "
+        f"of {sft.batch_size} pairs"
+    )
 
 
 def recorded_start(base: Any, root: Path) -> tuple[Any, dict[str, Any]]:

@@ -1,7 +1,8 @@
 -- Validation recounted from the stored `val` attempts of the runs :run_ids, per (run, step, dataset):
 -- mean@k = mean over problems of the share of a problem's samples that are correct; pass@k = share of problems
 -- with at least one correct sample; boxed = share of samples with format_ok (a val attempt's: it has a \boxed{}
--- answer); k = most samples of one problem.
+-- answer); k = most samples of one problem; mean_at_k_se = the standard error of mean@k over the problems (their
+-- shares' sample std / sqrt(problems); NULL for one problem).
 -- An ungraded sample (correct NULL) counts as wrong, as in eval_mean_at_k.
 WITH per_problem AS (
     SELECT g.run_id, g.step, p.dataset, g.problem_id,
@@ -17,6 +18,7 @@ WITH per_problem AS (
 )
 SELECT run_id, step, dataset,
        avg(share_correct) AS mean_at_k,
+       CAST(stddev_samp(share_correct) AS float8) / sqrt(count(*)) AS mean_at_k_se,
        avg(CAST(solved AS integer)) AS pass_at_k,
        CAST(sum(formatted) AS float8) / sum(samples) AS boxed_rate,
        max(samples) AS k,

@@ -122,14 +122,22 @@ def test_validation_recounted_from_val_attempts(session: Session) -> None:
     assert series["val/gsm/boxed"].values.tolist() == pytest.approx([2 / 8, 1.0])
     assert series["val/gsm/mean@4"].steps.tolist() == [0, 5]
     assert series["val/math/mean@4"].values.tolist() == [1.0]
+    # the standard error of mean@k over the problems: step 0's shares 1/4 and 0/4 (sample std 0.177, over sqrt 2);
+    # one problem (step 5, math) has none
+    errors = read.validation_errors(session, [run])[run]
+    assert sorted(errors) == ["val/gsm/mean@4", "val/math/mean@4"]
+    assert errors["val/gsm/mean@4"].values[0] == pytest.approx(math.sqrt(0.25**2 / 2) / math.sqrt(2))
+    assert math.isnan(errors["val/gsm/mean@4"].values[1]) and math.isnan(errors["val/math/mean@4"].values[0])
 
     _, data = read.read_runs(session, ["v"])
     assert data[0].notes == ["validation recounted from its stored `val` attempts (no val/ metrics recorded)"]
+    assert sorted(data[0].errors) == ["val/gsm/mean@4", "val/math/mean@4"]
     record_metrics(session, run, 0, {"val/gsm/mean@4": 0.9})
     session.commit()
     _, data = read.read_runs(session, ["v"])
     assert data[0].notes == [] and data[0].metrics["val/gsm/mean@4"].values.tolist() == [0.9]
     assert "val/math/mean@4" not in data[0].metrics  # the recorded metrics are the truth: no mixing
+    assert sorted(data[0].errors) == ["val/gsm/mean@4"]  # the attempts it was counted from give its error
 
 
 def test_report_reads_as_the_sql_role_sees_it(session: Session) -> None:

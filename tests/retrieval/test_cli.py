@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
-from tests.retrieval.helpers import make_experiences, make_problems, pool_id
+from tests.retrieval.helpers import POOL, make_experiences, make_problems, pool_id
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,27 @@ def test_retrieve_prints_experiences_or_says_zero_shot(session: Session, run_cli
     assert other.code == 0 and "apples, apples, apples" in other.out and "add the apples" not in other.out
     unknown = run_cli(*args, "--pool", "nope")
     assert unknown.code == 2 and "no pool named 'nope'" in unknown.err and "other" in unknown.err
+
+
+def test_retrieve_on_an_empty_pool_says_so_before_loading_a_model(
+    session: Session, run_cli, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The default judge (SmolLM2) and the hybrid stage 1 (MiniLM) would each load a model: neither may."""
+    import lanpo.models.gguf
+    import lanpo.retrieval.scorer
+    import lanpo.retrieval.testtime
+
+    def no_model(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was loaded for an empty pool")
+
+    monkeypatch.setattr(lanpo.retrieval.scorer, "load_judge", no_model)
+    monkeypatch.setattr(lanpo.retrieval.testtime, "default_embedder", no_model)
+    monkeypatch.setattr(lanpo.models.gguf, "prepare_smollm2", no_model)
+    pool_id(session)
+    session.commit()
+    empty = run_cli("retrieve", "How many apples?", "--stage1", "hybrid")  # --judge smollm2, the default
+    assert empty.code == 0, empty.err
+    assert empty.out == f"no experiences: pool {POOL!r} holds no active lesson yet, so answer zero-shot\n"
 
 
 def test_embed_with_a_missing_model_is_a_user_error(session: Session, run_cli) -> None:  # type: ignore[no-untyped-def]

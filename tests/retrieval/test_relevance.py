@@ -154,3 +154,22 @@ def test_build_with_embedding_stages(session: Session, db: Engine, stage1: str) 
     rows = score_rows(session)
     assert report.pairs == len(rows) == 16 and all(p != c for p, c, _, _ in rows)
     assert (ids[0], ids[4]) in {(p, c) for p, c, _, _ in rows}  # the two apple questions are neighbours
+
+
+@pytest.mark.parametrize("stage1", ["vector", "hybrid"])
+def test_lessons_a_trainer_wrote_without_embeddings_are_found_by_vector_search(session: Session, stage1: str) -> None:
+    """The trainer writes lessons with no embedding; vector search embeds the pool's current ones first, so an
+    abstract lesson sharing no word with the question (BM25 finds nothing) is still a candidate."""
+    from tests.retrieval.helpers import HashEmbedder
+
+    ids = make_problems(session)
+    P = pool_id(session)
+    versions = make_experiences(session, [(ids[1], "keep a running total, one line per operation")])
+    other = make_experiences(session, [(ids[2], "isolate the unknown first")], pool="another-pool")
+    assert session.scalar(sa.text("SELECT count(*) FROM experience_versions WHERE embedding IS NULL")) == 2
+    question = "How many apples?"
+    assert retrieve(session, question, pool_id=P, stage1="bm25", cache=BM25Cache()) == []  # no word in common
+    found = retrieve(session, question, pool_id=P, stage1=stage1, embedder=HashEmbedder(), cache=BM25Cache())
+    assert [r.experience_version_id for r in found] == versions
+    embedded = dict(session.execute(sa.text("SELECT id, embedding IS NOT NULL FROM experience_versions")).all())
+    assert embedded == {versions[0]: True, other[0]: False}  # this pool's lessons only

@@ -60,6 +60,48 @@ def test_pairs_cover_the_three_skills_with_their_headers() -> None:
     assert len(sft_pairs(problems, skill_problems=1)) == 3 + 3
 
 
+def _summary_and_inter_pairs(pairs: list[dict]) -> tuple[dict[str, str], dict[str, str]]:
+    """question -> summary target, question -> the lesson its exploration pair shows."""
+    summaries, shown = {}, {}
+    for pair in pairs:
+        user, reply = pair["messages"][-2]["content"], pair["messages"][-1]["content"]
+        if user.startswith("Problem:\n"):
+            summaries[user.split("\n")[1]] = reply
+        elif "lessons learned" in user:
+            shown[user.split("\n\n")[0]] = user.split("### Lesson 1\n")[1].split("\n\nDecide")[0]
+    return summaries, shown
+
+
+def test_each_summary_target_is_its_own_problems_lesson_with_none_of_its_numbers() -> None:
+    from lanpo.data.generate import generate_problems
+
+    # the learning recipe's task (two terms of one or two digits), the way `problems_for_sft` builds them
+    records = generate_problems("chain_sum", n=64, seed=1000, options={"min_terms": 2, "max_terms": 2,
+                                                                        "min_digits": 1, "max_digits": 2})  # fmt: skip
+    problems = [{"question": r["question"], "answer": r["answer"], "metadata": r} for r in records]
+    summaries, shown = _summary_and_inter_pairs(sft_pairs(problems, seed=0))
+    answers = {p["question"]: str(p["answer"]) for p in problems}
+    assert len(summaries) == len({p["question"] for p in problems}) >= 60
+    assert len(set(summaries.values())) == len(summaries)  # no target is a copy of another
+    for question, target in summaries.items():
+        assert prompts.has_summary_format(target), target
+        assert prompts.repeated_numbers(target, question, answers[question]) == [], (question, target)
+        assert "\n\n" not in target  # a scaffolded section ends at a blank line: the targets have none
+    # the exploration pairs show lessons of other problems, as the store does, never the problem's own
+    assert set(shown) == set(summaries)
+    assert all(shown[q] != summaries[q] and shown[q] in summaries.values() for q in shown)
+    # what the lessons say follows the solution: an addition with a carry and a subtraction below zero differ
+    carry = summaries[
+        next(
+            q
+            for q in summaries
+            if "+" in q and sum(int(t) % 10 for t in q.split("=")[0].split(":")[1].split("+")) >= 10
+        )
+    ]
+    below = summaries[next(q for q in summaries if answers[q].startswith("-"))]
+    assert "carr" in carry.lower() and "minus sign" in below.lower() and "carr" not in below.lower()
+
+
 def test_pairs_jsonl_round_trip_and_bad_lines(tmp_path: Path) -> None:
     pairs = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "\\boxed{1}"}]}]
     write_pairs(pairs, tmp_path / "p.jsonl")
@@ -120,3 +162,15 @@ def test_micro_batches_accumulate_to_the_whole_batch(tmp_path: Path) -> None:
     for name in whole:
         assert torch.allclose(micro[name], whole[name], rtol=1e-4, atol=1e-6), name
     assert any(not torch.equal(whole[n], start[n]) for n in whole)
+
+
+def test_the_learning_recipes_sft_file_is_what_its_command_writes() -> None:
+    from lanpo.train.config import load_config
+    from lanpo.train.sft.pairs import problems_for_sft
+
+    root = Path(__file__).resolve().parents[2]
+    recipe = root / "train/configs/learn-cpu.toml"
+    assert "--set sft.n_problems=160 --set sft.skill_problems=16" in recipe.read_text()
+    cfg = load_config(recipe, ["sft.n_problems=160", "sft.skill_problems=16"])
+    built = sft_pairs(problems_for_sft(cfg), seed=cfg.sft.seed, skill_problems=cfg.sft.skill_problems)
+    assert read_pairs(root / cfg.sft.data) == built

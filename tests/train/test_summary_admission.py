@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ from lanpo.train.config import SummarizerConfig, load_config
 from lanpo.train.consumer.record import GroupRecord, RolloutRecord, rollout_metrics
 from lanpo.train.producer import summarize
 from lanpo.train.producer.summarize import Candidate, check_summary, summarise
-from lanpo.train.sft.warm_start import LESSON
+from lanpo.train.sft.warm_start import lesson_for
 from tests.train.conftest import tiny_config
 
 GOOD = (
@@ -27,7 +28,7 @@ GOOD = (
 
 LESSONS = [
     GOOD,
-    LESSON,  # the SFT warm start's target lesson
+    lesson_for("Step by step:\n18 + 47 = 65\nThe answer is \\boxed{65}.", random.Random(0)),  # an SFT target
     GOOD.replace("## ", "### "),  # a deeper heading level
     GOOD.replace("## ", "# ").replace("Flow", "FLOW").replace("Pitfalls", "pitfalls"),  # level 1, any case
     GOOD.replace("## Flow", "## Flow:").replace("## Principles", "## Principles:"),  # trailing colons
@@ -186,3 +187,63 @@ def test_training_admits_only_lessons_and_records_the_metrics(
         assert texts == [GOOD] * 6  # 3 a step, both steps
     else:
         assert sorted(texts) == sorted([GOOD, TEMPLATE_ECHOES[0]] * 6)
+
+
+REPEATS = [
+    ("## Flow\nAdd the tens, then the units: 65 in all.\n## Principles\nCarry into tens.\n## Pitfalls\nLost carries.",
+     "What is 18 + 47?", "65"),  # the final result
+    ("## Flow\nStart from 18 and add the rest.\n## Principles\nCarry into tens.\n## Pitfalls\nLost carries.",
+     "What is 18 + 47?", "65"),  # a two-digit number of the problem
+    ("## Flow\nTake the larger away.\n## Principles\nKeep the sign: 3 below.\n## Pitfalls\nLost minus signs.",
+     "What is 4 - 7?", "-3"),  # the answer without its sign
+    ("## Flow\nHalve it: 0.5.\n## Principles\nExact fractions stay.\n## Pitfalls\nRounding too early.",
+     "What is 3 / 6?", "1/2"),  # the same value written another way
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "question", "answer"), REPEATS)
+def test_a_summary_that_repeats_its_problem_is_refused(text: str, question: str, answer: str) -> None:
+    assert prompts.has_summary_format(text)
+    checked = check_summary(text, True, question, answer)
+    assert (checked.rejected, checked.admitted, checked.format_ok) == ("repeats", None, True)
+    assert check_summary(text, False, question, answer).rejected == "repeats"  # whatever the format setting
+    assert check_summary(text).admitted == text  # without its problem nothing is repeated
+
+
+def test_one_digit_numbers_of_the_problem_are_not_a_copy_but_its_answer_is() -> None:
+    text = "## Flow\nStep 1: add.\n## Principles\nUse 2 columns.\n## Pitfalls\nLost carries again."
+    assert check_summary(text, True, "What is 1 + 2 + 4?", "7").admitted == text
+    assert check_summary(text, True, "What is 1 + 1?", "2").rejected == "repeats"
+
+
+class _Recorder:
+    """A backend that records each call and answers every prompt with `body` (cut at the call's stop strings)."""
+
+    def __init__(self, body: str) -> None:
+        self.body, self.calls = body, []
+
+    def generate(self, prompts_: list[str], n: int, params: Any) -> list[list[Any]]:
+        from lanpo.rollout import cut_at_stop
+
+        self.calls.append((list(prompts_), params))
+        return [[SimpleNamespace(text=cut_at_stop(self.body, params.stop)[0])] for _ in prompts_]
+
+
+def test_a_scaffolded_summary_has_the_codes_headers_and_the_models_bodies() -> None:
+    tokenizer = SimpleNamespace(apply_chat_template=lambda messages, **_: "\n".join(m["content"] for m in messages))
+    candidates = [Candidate(i, i, f"What is {i} + 1?", f"{i} + 1 = {i + 1}. \\boxed{{{i + 1}}}", 1.0, str(i + 1))
+                  for i in range(2)]  # fmt: skip
+    backend = _Recorder("  carry the tens over  \n\n## Principles\nthe model's own header, cut off")
+    checked = summarise(backend, tokenizer, candidates, 30, 0.7, seed=3, scaffold=True)
+    assert len(backend.calls) == 3  # one batched call per section
+    for number, (sent, params) in enumerate(backend.calls):
+        header = prompts.SUMMARY_HEADERS[number]
+        assert all(p.endswith(f"{header}\n") for p in sent) and len(sent) == 2
+        assert params.stop == summarize.SECTION_STOP and params.max_new_tokens == 10 and params.seed == 3 + number
+    # the second call continues the first: prompt, header, the body the model wrote, the next header
+    assert backend.calls[1][0][0].endswith("## Flow\ncarry the tens over\n## Principles\n")
+    expected = "## Flow\ncarry the tens over\n## Principles\ncarry the tens over\n## Pitfalls\ncarry the tens over"
+    assert [s.text for s in checked] == [expected, expected] and all(s.admitted for s in checked)
+    # the same check decides: an echo of the prompt's hints under the code's headers is refused
+    echo = summarise(_Recorder("(transferable rules)"), tokenizer, candidates, 30, 0.7, 3, scaffold=True)
+    assert [s.rejected for s in echo] == ["format", "format"]

@@ -77,3 +77,24 @@ def test_a_seeded_batch_past_one_prefill_budget_reproduces(backend: Any) -> None
     first = backend.generate(prompts, 4, params)
     again = backend.generate(prompts, 4, params)
     assert [[c.token_ids for c in g] for g in again] == [[c.token_ids for c in g] for g in first]
+
+
+def test_a_stop_string_ends_the_text_where_the_unstopped_greedy_text_first_holds_it(backend: Any) -> None:
+    """One prompt a call (the batch the same in both runs until the stop), greedy: the stopped completion is the
+    unstopped one cut before its first stop string, with the tokens through the one that completed it."""
+    from lanpo.rollout import cut_at_stop
+
+    tokenizer = backend.tokenizer
+    hits = 0
+    for prompt in chat(tokenizer):
+        ((whole,),) = backend.generate([prompt], 1, SamplingParams(max_new_tokens=48, temperature=0.0))
+        assert len(whole.text) > 24, whole.text
+        stop = (whole.text[16:20], "\n\n")  # four characters it writes a little way in, or a blank line
+        ((cut,),) = backend.generate([prompt], 1, SamplingParams(max_new_tokens=48, temperature=0.0, stop=stop))
+        expected, hit = cut_at_stop(whole.text, stop)
+        assert hit
+        hits += 1
+        assert cut.text == expected and cut.finish_reason == "stop"
+        assert whole.token_ids[: len(cut.token_ids)] == cut.token_ids and len(cut.token_ids) < len(whole.token_ids)
+        assert any(s in tokenizer.decode(cut.token_ids) for s in stop)
+    assert hits == len(chat(tokenizer))

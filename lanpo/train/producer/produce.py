@@ -94,7 +94,9 @@ def summaries_of(
     s_cfg, n, dist = cfg.summarizer, cfg.rollout.n, summarizer.dist
     chosen = choose_candidates(
         [
-            Candidate(i, prompts.problem_ids[i // n], prompts.questions[i // n], c.text, g.reward)
+            Candidate(
+                i, prompts.problem_ids[i // n], prompts.questions[i // n], c.text, g.reward, prompts.answers[i // n]
+            )
             for i, (c, g) in enumerate(zip(rollouts, graded, strict=True))
             if g.reward >= s_cfg.min_reward
         ],
@@ -104,7 +106,7 @@ def summaries_of(
     seed = mix_seed(cfg.seed, "summarize", step, dist.rank)
     checked = summarise(
         summarizer.backend, summarizer.tokenizer, chosen,
-        s_cfg.max_new_tokens, s_cfg.temperature, seed, s_cfg.require_format,
+        s_cfg.max_new_tokens, s_cfg.temperature, seed, s_cfg.require_format, s_cfg.scaffold,
     )  # fmt: skip
     return {c.index: s for c, s in zip(chosen, checked, strict=True)}
 

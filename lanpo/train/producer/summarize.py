@@ -4,10 +4,19 @@ The summariser is the policy itself (paper default) or a separate model named in
 problem and the successful response, never a reward; the template asks for an abstract lesson (flow of thought,
 principles, pitfalls) rather than a copy of the problem's steps.
 
-Admission: a summary shorter than MIN_SUMMARY_CHARS is never a lesson (`short`); one without the lesson's format
-(`lanpo.prompts.has_summary_format`: the three headers, each with words of its own under it) is not admitted either
-(`format`) unless `summarizer.require_format = false`. Every generated summary says whether it had the format, so a
-step can report the share that did and how many were turned away.
+Scaffolded summaries (`summarizer.scaffold`): the code writes each header of the lesson (## Flow, ## Principles,
+## Pitfalls) into the assistant's turn, and the model writes only that section's body, which ends at the next
+header or a blank line (stop strings). One batched generation per section, each prompt continuing the turn as it
+stands. The format is then the code's, the content the model's: the same admission check decides, so a section
+that echoes the prompt or is empty is still refused. This is for weak summarisers (a 135M policy writes no header
+of its own, or the prompt's placeholder hints under them); a model that writes the lesson whole needs none.
+
+Admission: a summary shorter than MIN_SUMMARY_CHARS is never a lesson (`short`); one that repeats its problem's
+final answer or its numbers of two or more digits (the summary prompt's own rule: "do not repeat this problem's
+numbers or its final result"; `lanpo.prompts.repeated_numbers`) is not admitted (`repeats`); one without the
+lesson's format (`lanpo.prompts.has_summary_format`: the three headers, each with words of its own under it) is not
+admitted either (`format`) unless `summarizer.require_format = false`. Every generated summary says whether it had
+the format, so a step can report the share that did and how many were turned away, by reason.
 """
 
 from __future__ import annotations
@@ -17,11 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from lanpo.models import apply_chat
-from lanpo.prompts import has_summary_format, summary_messages
+from lanpo.prompts import SUMMARY_HEADERS, has_summary_format, repeated_numbers, summary_messages
 from lanpo.rollout import GenerationBackend, SamplingParams
 
 MIN_SUMMARY_CHARS = 20
-REJECTIONS = ("short", "format")  # why a generated summary is not admitted to the pool
+REJECTIONS = ("short", "repeats", "format")  # why a generated summary is not admitted to the pool, checked in order
+SECTION_STOP = ("\n\n", "\n#")  # a scaffolded section's body ends at a blank line or the next heading
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,7 @@ class Candidate:
     question: str
     response: str
     reward: float
+    answer: str | None = None  # the problem's final answer: a summary that repeats it is not admitted
 
 
 def choose_candidates(candidates: Sequence[Candidate], per_problem: int, total: int = 0) -> list[Candidate]:
@@ -68,14 +79,16 @@ class Summary:
         return None if self.rejected else self.text
 
 
-def check_summary(text: str, require_format: bool = True) -> Summary:
-    """Strip a generated summary and decide its admission: too short never, without the format only when
-    `require_format` is off."""
+def check_summary(text: str, require_format: bool = True, question: str = "", answer: str | None = None) -> Summary:
+    """Strip a generated summary and decide its admission: too short never, repeating its problem (`question`,
+    `answer`) never, without the format only when `require_format` is off."""
     text = text.replace("\x00", "").strip()
     format_ok = has_summary_format(text)
     rejected = None
     if len(text) < MIN_SUMMARY_CHARS:
         rejected = "short"
+    elif repeated_numbers(text, question, answer):
+        rejected = "repeats"
     elif require_format and not format_ok:
         rejected = "format"
     return Summary(text, format_ok, rejected)
@@ -89,12 +102,39 @@ def summarise(
     temperature: float,
     seed: int,
     require_format: bool = True,
+    scaffold: bool = False,
 ) -> list[Summary]:
-    """One checked summary per candidate, from one batched generation call (`Summary.admitted` is what the pool
-    takes)."""
+    """One checked summary per candidate, batched: one generation call, or one per section when `scaffold`
+    (`Summary.admitted` is what the pool takes)."""
     if not candidates:
         return []
     prompts = [apply_chat(tokenizer, summary_messages(c.question, c.response)) for c in candidates]
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0, seed=seed)
-    outputs = backend.generate(prompts, 1, params)
-    return [check_summary(group[0].text, require_format) for group in outputs]
+    if scaffold:
+        texts = scaffolded(backend, prompts, SUMMARY_HEADERS, max_new_tokens, temperature, seed)
+    else:
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0, seed=seed)
+        texts = [group[0].text for group in backend.generate(prompts, 1, params)]
+    return [check_summary(t, require_format, c.question, c.answer) for t, c in zip(texts, candidates, strict=True)]
+
+
+def scaffolded(
+    backend: GenerationBackend,
+    prompts: Sequence[str],
+    headers: Sequence[str],
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+) -> list[str]:
+    """Each prompt's reply written section by section: the code writes a header, the model its body (up to
+    `SECTION_STOP`, `max_new_tokens // len(headers)` tokens at most), and the next header follows on a line of its
+    own. One batched call per section; the bodies are the model's, stripped."""
+    budget = max(1, max_new_tokens // len(headers))
+    written = ["" for _ in prompts]
+    for number, header in enumerate(headers):
+        written = [f"{w}{header}\n" for w in written]
+        params = SamplingParams(
+            max_new_tokens=budget, temperature=temperature, top_p=1.0, seed=seed + number, stop=SECTION_STOP
+        )
+        groups = backend.generate([p + w for p, w in zip(prompts, written, strict=True)], 1, params)
+        written = [f"{w}{group[0].text.strip()}\n" for w, group in zip(written, groups, strict=True)]
+    return [w.rstrip("\n") for w in written]

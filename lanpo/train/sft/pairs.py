@@ -84,11 +84,152 @@ def worked_solution(question: str, answer: str, metadata: dict[str, Any]) -> str
     return None
 
 
-LESSON = (
-    "## Flow\nSplit the problem into single operations and do them in order, one per line.\n"
-    "## Principles\n- Write every intermediate result.\n"
-    "## Pitfalls\n- Dropping a minus sign.\n- Leaving the final number unboxed."
+# --------------------------------------------------------------------------- each problem's own lesson
+# A summary pair's target is a lesson built from that problem's own worked solution, in the summary template's
+# three sections, with no number of the problem in it (the summary prompt's rule, `lanpo.prompts.repeated_numbers`):
+# the operations it used, in order, and what kind of step each was (a carry, a borrow, a sign change, the sizes of
+# the operands); its principles follow from those kinds; its pitfalls name the slip `_slip` builds for the
+# reflection pair (the last result off by one, the box left out) and the one each kind of step invites. The wording
+# of each section is drawn from a few phrasings, and a lesson already given to another problem is drawn again, so
+# no two problems get the same text. Bodies hold no blank line: a scaffolded summariser (`summarizer.scaffold`)
+# ends a section there, and learns here where a section ends.
+
+_STEP = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/×÷])\s*(-?\d+(?:\.\d+)?)\s*=\s*(-?\d+(?:\.\d+)?)")
+_OP_WORDS = {"+": ("addition", "additions"), "-": ("subtraction", "subtractions"),
+             "*": ("multiplication", "multiplications"), "/": ("division", "divisions")}  # fmt: skip
+_COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+_SIZES = {1: "one-digit", 2: "two-digit", 3: "three-digit"}
+
+
+def _steps_of(solution: str) -> list[tuple[str, Fraction, Fraction, Fraction]]:
+    """The worked solution's operations `a op b = c`, in order (op normalised to + - * /)."""
+    out = []
+    for a, op, b, c in _STEP.findall(solution):
+        op = {"×": "*", "÷": "/"}.get(op, op)
+        out.append((op, Fraction(a), Fraction(b), Fraction(c)))
+    return out
+
+
+def _ops_phrase(ops: Sequence[str]) -> str:
+    """["+", "+", "-"] -> "two additions, then one subtraction"."""
+    runs: list[tuple[str, int]] = []
+    for op in ops:
+        if runs and runs[-1][0] == op:
+            runs[-1] = (op, runs[-1][1] + 1)
+        else:
+            runs.append((op, 1))
+    parts = []
+    for op, count in runs:
+        singular, plural = _OP_WORDS[op]
+        parts.append(f"{'an' if singular[0] in 'aeiou' else 'a'} {singular}" if count == 1 else
+                     f"{_COUNTS[min(count, 10)]} {plural}")  # fmt: skip
+    return ", then ".join(parts) if parts else "a chain of operations"
+
+
+def _kinds(steps: Sequence[tuple[str, Fraction, Fraction, Fraction]]) -> list[str]:
+    """What kind of step each operation was, as lesson keys: carry, borrow, negative, fraction, sizes-X-Y."""
+    kinds: list[str] = []
+    for op, a, b, c in steps:
+        whole = a.denominator == b.denominator == 1
+        if op == "+" and whole and a >= 0 and b >= 0 and (a.numerator % 10 + b.numerator % 10) >= 10:
+            kinds.append("carry")
+        if op == "-" and whole and a >= 0 and b >= 0 and 0 <= b <= a and a.numerator % 10 < b.numerator % 10:
+            kinds.append("borrow")
+        if c < 0 <= min(a, b) or (op == "-" and c < 0):
+            kinds.append("negative")
+        if c.denominator != 1:
+            kinds.append("fraction")
+    if steps:
+        op, a, b, _ = steps[0]
+        if a.denominator == b.denominator == 1:
+            sizes = sorted({min(len(str(abs(a.numerator))), 3), min(len(str(abs(b.numerator))), 3)})
+            kinds.append("sizes-" + "-".join(_SIZES[n] for n in sizes))
+    return list(dict.fromkeys(kinds))
+
+
+_FLOWS = (
+    "Read the expression from left to right and do {ops}, each on a line of its own, then box the last value.",
+    "Break the expression into {ops}; write each one out with its value before moving on, and box the last.",
+    "Work through {ops} in the order written, one operation per line, and end with the last value boxed.",
+    "Do {ops} one at a time, keeping every partial value on its own line; the last one is what gets boxed.",
 )
+_PRINCIPLES = {
+    "carry": ("- When the units add up to ten or more, carry one into the tens.",
+              "- A units sum of ten or more carries one to the next column."),
+    "borrow": ("- When the units digit on top is smaller, borrow ten from the tens first.",
+               "- Borrow from the tens whenever the units cannot be taken away directly."),
+    "negative": ("- Taking a larger amount from a smaller one leaves a negative value: keep its minus sign.",
+                 "- A difference below zero keeps its minus sign through every later line."),
+    "fraction": ("- Keep a division that does not come out even as an exact fraction.",
+                 "- Write an uneven quotient as a fraction, never a rounded decimal."),
+}  # fmt: skip
+_GENERAL = (
+    "- Line the digits up by place value before combining them.",
+    "- Recompute each line once before using its value in the next.",
+    "- Keep the order of operations: multiply and divide before adding and subtracting.",
+    "- Name every intermediate value so the next line can use it.",
+)
+_SIZE_PRINCIPLES = {
+    "sizes-one-digit": "- With single digits the whole operation fits on one line.",
+    "sizes-two-digit": "- With two-digit operands, settle the units first, then the tens.",
+    "sizes-one-digit-two-digit": "- A two-digit and a single-digit operand: the digit lines up under the units.",
+}
+_PITFALLS = {
+    "carry": ("- Forgetting the carried one in the tens.", "- Dropping the carry when the units overflow."),
+    "borrow": ("- Taking the smaller units digit from the larger one instead of borrowing.",
+               "- Borrowing but not lowering the tens digit."),
+    "negative": ("- Losing the minus sign of a negative value.", "- Writing a negative difference as positive."),
+    "fraction": ("- Rounding a fraction to a decimal.", "- Inverting the fraction of an uneven division."),
+}  # fmt: skip
+_SLIPS = (
+    "- Writing the last value one off: recompute it before boxing.",
+    "- An off-by-one slip in the final line; check it against the line before.",
+    "- Stating the last value without checking it: a slip of one goes unnoticed.",
+)
+_UNBOXED = ("- Leaving the final value unboxed.", "- Ending without the box around the final value.")
+
+
+def lesson_for(solution: str, rng: random.Random) -> str:
+    """A lesson (## Flow / ## Principles / ## Pitfalls) of `solution`'s own method, with none of its numbers."""
+    steps = _steps_of(solution)
+    kinds = _kinds(steps)
+    ops = _ops_phrase([op for op, *_ in steps])
+    principles = [rng.choice(_PRINCIPLES[k]) for k in kinds if k in _PRINCIPLES]
+    principles += [_SIZE_PRINCIPLES[k] for k in kinds if k in _SIZE_PRINCIPLES]
+    principles.append(rng.choice(_GENERAL))
+    pitfalls = [rng.choice(_PITFALLS[k]) for k in kinds if k in _PITFALLS]
+    pitfalls += [rng.choice(_SLIPS), rng.choice(_UNBOXED)]
+    return (
+        f"## Flow\n{rng.choice(_FLOWS).format(ops=ops)}\n"
+        f"## Principles\n" + "\n".join(principles) + "\n"
+        "## Pitfalls\n" + "\n".join(pitfalls)
+    )
+
+
+def lessons_for(solutions: Sequence[str], seed: int = 0, tries: int = 64) -> list[str]:
+    """One lesson per solution (`lesson_for`), no two the same: a repeat is drawn again (up to `tries` times),
+    then told apart by the place of its problem in the set."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    out = []
+    for solution in solutions:
+        for _ in range(tries):
+            lesson = lesson_for(solution, rng)
+            if lesson not in seen:
+                break
+        else:
+            lesson += f"\n- Another {rng.choice(('slip', 'trap', 'mistake'))}: skipping the check of any line."
+        seen.add(lesson)
+        out.append(lesson)
+    return out
+
+
+def _relevance(own: str, other: str) -> str:
+    """The exploration pair's relevance line: does the other problem's lesson name this one's operations?"""
+    mine, theirs = _ops_phrase([op for op, *_ in _steps_of(own)]), _ops_phrase([op for op, *_ in _steps_of(other)])
+    if mine == theirs:
+        return f"Lesson 1 applies: it is the same kind of calculation, {mine}."
+    return f"Lesson 1 is about {theirs} and this one needs {mine}: only its general advice applies."
 
 
 def _slip(solution: str) -> str:
@@ -111,28 +252,35 @@ def sft_pairs(
     """
     rng = random.Random(seed)
     pairs: list[dict[str, list[Message]]] = []
-    usable = [
-        (p["question"], s)
-        for p in problems
-        if (s := worked_solution(p["question"], str(p["answer"]), p.get("metadata") or {})) is not None
-    ]
+    usable = list(  # one pair set per question: a question drawn twice would get two targets
+        {
+            p["question"]: s
+            for p in problems
+            if (s := worked_solution(p["question"], str(p["answer"]), p.get("metadata") or {})) is not None
+        }.items()
+    )
+    skilled = usable if skill_problems < 0 else usable[:skill_problems]
+    lessons = lessons_for([solution for _, solution in skilled], seed)
     for number, (question, solution) in enumerate(usable):
         pairs.append({"messages": [*prompts.actor_messages(question), {"role": "assistant", "content": solution}]})
-        if 0 <= skill_problems <= number:
+        if number >= len(skilled):
             continue
         attempt = _slip(solution)
         review = "I recompute attempt 1 line by line and redo the calculation below."
         intra_user = prompts.intra_messages(question, [prompts.Attempt(attempt)])
-        inter_user = prompts.inter_messages(question, [prompts.Lesson(LESSON)])
+        # the exploration pair shows another problem's lesson, as the store would (never this problem's own)
+        other = (number + 1) % len(usable)
+        other_solution = usable[other][1]
+        shown = lessons[other] if other < len(skilled) else lessons_for([other_solution], seed + 1)[0]
+        inter_user = prompts.inter_messages(question, [prompts.Lesson(shown)])
         plan = "Work out each operation on its own line, in order, then box the final number."
         for messages, reply in (
             (intra_user, f"## Review\n{review}\n## Solution\n{solution}"),
             (
                 inter_user,
-                f"## Relevance\nLesson 1 applies: it is the same kind of calculation.\n## Plan\n{plan}\n"
-                f"## Solution\n{solution}",
+                f"## Relevance\n{_relevance(solution, other_solution)}\n## Plan\n{plan}\n## Solution\n{solution}",
             ),
-            (prompts.summary_messages(question, solution), LESSON),
+            (prompts.summary_messages(question, solution), lessons[number]),
         ):
             pairs.append({"messages": [*messages, {"role": "assistant", "content": reply}]})
     rng.shuffle(pairs)

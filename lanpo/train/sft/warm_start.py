@@ -24,9 +24,10 @@ from lanpo.train.config import TrainConfig
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import load_policy
 from lanpo.train.sft.pairs import (
-    LESSON,
     Message,
     expression_steps,
+    lesson_for,
+    lessons_for,
     problems_for_sft,
     read_pairs,
     sft_pairs,
@@ -36,9 +37,10 @@ from lanpo.train.sft.pairs import (
 
 # The data-building names, importable from here as before.
 __all__ = [
-    "LESSON",
     "SFTResult",
     "expression_steps",
+    "lesson_for",
+    "lessons_for",
     "problems_for_sft",
     "read_pairs",
     "run_sft",
