@@ -334,7 +334,6 @@ CATALOGUE: tuple[FigureSpec, ...] = (
                     metric("summary/generated", "generated"),
                     metric("summary/rejected/format", "refused: format"),
                     metric("summary/rejected/short", "refused: short"),
-                    metric("summary/rejected/repeats", "refused: repeats its problem"),
                     metric("summary/rejected/repeats", "refused: repeats the problem's numbers"),
                 ),
                 "per step",
