@@ -375,7 +375,7 @@ def _answer_held_out(
 
     adapters = sorted(checkpoint_root.glob("step-*/adapter"))
     with transaction(engine) as session:
-        questions = dataset_questions(session, test_dataset)
+        questions = dataset_questions(session, test_dataset, limit=cfg.eval.n)  # the set validation read
     answerer = Answerer(
         cfg.model.name,
         adapters[-1] if adapters else None,
