@@ -211,7 +211,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         saved = ckpt.save_checkpoint(t.checkpoint_root, step, t.policy, t.optimizer, t.scheduler, t.start, t.dist)
 
     # ------------------------------------------------------------------ 8. record: every rank's rows, one commit
-    local = _group_records(got, meta)  # (G,) groups of n rollouts
+    local = group_records(got, meta)  # (G,) groups of n rollouts
     return _commit_step(t.store, t.policy, t.dist, step, phase, got, local, saved, metrics)
 
 
@@ -284,7 +284,7 @@ def _rollout_batch(
     return batch, behavior_logprobs(rollouts, batch.completion_ids.shape[1], device)
 
 
-def _group_records(got: Produced, meta: MetaStep) -> list[GroupRecord]:
+def group_records(got: Produced, meta: MetaStep) -> list[GroupRecord]:
     """What the store keeps of this rank's step: one record per prompt with its n graded rollouts."""
     prompts, graded = got.prompts, got.graded
     n = len(got.groups[0]) if got.groups else 0

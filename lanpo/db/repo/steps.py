@@ -77,6 +77,13 @@ def commit_step(
     )
 
 
+def set_checkpoint(session: Session, run_id: int, step: int, checkpoint: str) -> bool:
+    """Name the checkpoint folder of committed `step` (a trainer whose checkpoint follows its commit); False when
+    the step made no rows (a TRL step that reused the last generation)."""
+    params = {"run_id": run_id, "step": step, "checkpoint": checkpoint}
+    return bool(session.execute(sqlfiles.load("queries/run_step_set_checkpoint"), params).rowcount)
+
+
 def last_committed_step(session: Session, run_id: int) -> int | None:
     return session.scalar(sqlfiles.load("queries/run_last_committed_step"), {"run_id": run_id})
 

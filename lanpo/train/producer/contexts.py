@@ -37,6 +37,7 @@ from lanpo.errors import InputError
 from lanpo.feedback_modes import CONTEXT_MODES, Draw, draw_contexts
 from lanpo.models import apply_chat
 from lanpo.train.config import TrainConfig
+from lanpo.train.feedback_config import FeedbackConfig
 from lanpo.train.parts import RunRef
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.producer.schedule import batch_problem_ids, choose_modes, mix_seed
@@ -110,24 +111,45 @@ def feedback_prompts(
     all_pids = batch_problem_ids(problem_ids, cfg.batch_size, cfg.seed, step)  # (G_all,)
     all_modes = choose_modes(all_pids, fb.mode, fb.p_t, cfg.seed, step)
     pids, asked = dist.share(all_pids), dist.share(all_modes)  # (G,) this rank's share
-    seed = mix_seed(cfg.seed, "contexts", step)
+    version = step - 1 if version_step is None else version_step
+    return contexted_prompts(fb, cfg.rollout.max_prompt_tokens, cfg.seed, step, run, scorer, pids, asked,
+                             tokenizer, version)  # fmt: skip
+
+
+def contexted_prompts(
+    fb: FeedbackConfig,
+    max_prompt_tokens: int,
+    seed: int,
+    step: int,
+    run: RunRef,
+    scorer: str | None,
+    pids: Sequence[int],
+    asked: Sequence[str],
+    tokenizer: Any,
+    version_step: int,
+) -> StepPrompts:
+    """The prompts of problems `pids`, each asking for the mode in `asked`, with the context the store gives it:
+    intra and inter draws for the whole list in two queries (seeded by (seed, step)), each prompt fitted within
+    `max_prompt_tokens`. lanpo's trainer (`feedback_prompts`) and the TRL integration (`lanpo.integrations.trl`)
+    both build their prompts here: one implementation of the draws, the leakage rules and the fitting."""
+    pids, asked = list(pids), list(asked)
+    draw_seed = mix_seed(seed, "contexts", step)
     with transaction(run.engine) as session:
         rows = {p.id: p for p in problems_repo.problems_by_ids(session, sorted(set(pids)))}
         wanted = {mode: sorted({p for p, m in zip(pids, asked, strict=True) if m == mode}) for mode in CONTEXT_MODES}
         draw = Draw(
-            fb.k, fb.candidates, seed, run.run_id, run.pool.id, fb.inter.gamma, scorer, fb.inter.kinds,
+            fb.k, fb.candidates, draw_seed, run.run_id, run.pool.id, fb.inter.gamma, scorer, fb.inter.kinds,
             fb.inter.shows_response,
         )  # fmt: skip
         drawn = draw_contexts(session, wanted, draw)
         pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, run.pool.id) == 0
-        version = step - 1 if version_step is None else version_step
-        policy_version_id = steps_repo.policy_version_id(session, run.run_id, version)
+        policy_version_id = steps_repo.policy_version_id(session, run.run_id, version_step)
     shows_response = fb.inter.shows_response
     out = StepPrompts([], [], [], asked, [], [], [], policy_version_id, shows_response=shows_response, k=fb.k)
     for pid, mode in zip(pids, asked, strict=True):
         found = list(drawn.get(mode, {}).get(pid, []))
         text, kept, truncated = fit_prompt(
-            tokenizer, mode, rows[pid].question, found, cfg.rollout.max_prompt_tokens, shows_response
+            tokenizer, mode, rows[pid].question, found, max_prompt_tokens, shows_response
         )
         if mode in CONTEXT_MODES and not kept:  # an honest from-scratch rollout, and the reason it is one
             out.missed[_missed_reason(mode, found, pool_empty)] += 1

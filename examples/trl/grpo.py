@@ -1,0 +1,163 @@
+"""A stock TRL GRPO script with LANPO's feedback from a lanpo store: the lines marked `# lanpo` are all it adds.
+
+    pip install -e '.[trl]'
+    python examples/trl/grpo.py --model tiny-random --max-steps 2        # seconds: the store at work, no learning
+    python examples/trl/grpo.py --model smollm2 --max-steps 4            # SmolLM2-135M on the CPU, offline
+
+It runs offline on the embedded Postgres (or $LANPO_DATABASE_URL), with the problems, feedback, summariser and
+capacity settings of a lanpo recipe (`--config`, default train/configs/demo-cpu.toml; `--set KEY=VALUE` overrides
+it). TRL owns the model, the batch, the sampling and the loss. When the recipe draws lessons by relevance and the
+store holds no score yet, the model judges each problem's nearest `--relevance-top-k` others first (as
+`lanpo relevance build` does). Afterwards the run is a lanpo run: `lanpo runs`, `lanpo report RUN`, `lanpo sql`.
+Bad input: one `error:` line and a `hint:`, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--model", default="smollm2", help="smollm2, tiny-random, a local HF folder or a hub id")
+    parser.add_argument("--max-steps", type=int, default=4, help="TRL optimizer steps (default 4)")
+    parser.add_argument("--run-name", default=None, help="the lanpo run (default: trl, trl-2, ... the first free)")
+    parser.add_argument("--config", default=str(ROOT / "train/configs/demo-cpu.toml"), help="a lanpo recipe")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
+    parser.add_argument("--num-generations", type=int, default=None, help="group size (default: rollout.n)")
+    parser.add_argument("--problems", type=int, default=None, help="problems per step (default: batch_size)")
+    parser.add_argument("--max-completion-length", type=int, default=None, help="default: rollout.max_new_tokens")
+    parser.add_argument("--relevance-top-k", type=int, default=3, help="pairs judged per problem when none exist")
+    parser.add_argument("--output-dir", default=None, help="TRL checkpoints (default: $LANPO_HOME/runs/<run>/trl)")
+    parser.add_argument("--save-steps", type=int, default=0, help="save a TRL checkpoint every N steps (0: never)")
+    parser.add_argument("--resume", default=None, metavar="CHECKPOINT", help="resume from a TRL checkpoint folder")
+    parser.add_argument("--vllm", action="store_true", help="TRL's vLLM colocate mode (needs a vLLM TRL supports)")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="-v: INFO logs; -vv: tracebacks too")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+
+    from lanpo.errors import LanpoError
+
+    try:
+        return run(args)
+    except LanpoError as exc:
+        if args.verbose >= 2:
+            raise
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renames, inside TRL
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    from lanpo.config import lanpo_home
+    from lanpo.db.engine import connect, transaction
+    from lanpo.db.repo import runs as runs_repo
+    from lanpo.integrations.trl import TRLStore  # lanpo
+    from lanpo.models import load_causal_lm
+    from lanpo.rewards import correctness_reward
+    from lanpo.train.config import load_config
+
+    engine = connect()
+    cfg = load_config(args.config, args.set)
+    with transaction(engine) as session:
+        name = args.run_name or runs_repo.free_name(session, "trl")
+    cfg.run_name = name
+    cfg.feedback.inter.scorer = cfg.feedback.inter.scorer or _relevance(engine, cfg, args)
+    store = TRLStore(cfg, engine)  # lanpo: checks the store, the problems and the relevance before any model loads
+    model, tokenizer = load_causal_lm(args.model, dtype="float32", device="cpu")
+    n = args.num_generations or cfg.rollout.n
+    output_dir = args.output_dir or str(lanpo_home() / "runs" / name / "trl")
+
+    def correctness(completions: list[Any], answer: list[str], **_: Any) -> list[float]:  # the user's own reward
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return correctness_reward(texts, answer)
+
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        train_dataset=store.dataset(),  # lanpo: each prompt names its problem in the store
+        reward_funcs=store.reward(correctness),  # lanpo: grades, then writes the step back
+        rollout_func=store.rollout_func,  # lanpo: contexts from the store; TRL generates
+        callbacks=[store.callback],  # lanpo: the run, p_t per step, checkpoints, resume
+        peft_config=LoraConfig(
+            r=cfg.lora.r,
+            lora_alpha=cfg.lora.alpha,
+            lora_dropout=0.0,
+            target_modules=list(cfg.lora.target_modules),
+            task_type="CAUSAL_LM",
+        ),
+        args=GRPOConfig(
+            output_dir=output_dir,
+            max_steps=args.max_steps,
+            per_device_train_batch_size=(args.problems or cfg.batch_size) * n,
+            num_generations=n,
+            max_completion_length=args.max_completion_length or cfg.rollout.max_new_tokens,
+            temperature=cfg.rollout.temperature,
+            learning_rate=cfg.grpo.learning_rate,
+            beta=cfg.grpo.beta,
+            epsilon=cfg.grpo.eps_low,
+            epsilon_high=cfg.grpo.eps_high,
+            loss_type="dapo",  # token-mean, as lanpo's loss_agg
+            use_cpu=not args.vllm,
+            use_vllm=args.vllm,
+            vllm_mode="colocate",
+            vllm_gpu_memory_utilization=0.15,
+            save_strategy="steps" if args.save_steps else "no",
+            save_steps=max(args.save_steps, 1),
+            logging_steps=1,
+            report_to=[],
+            seed=cfg.seed,
+        ),
+    )
+    trainer.train(resume_from_checkpoint=args.resume)
+    print(f"run {name}: {args.max_steps} TRL steps in the store. Next: lanpo runs; lanpo report {name}; "
+          f"lanpo sql \"SELECT step, mode, count(*) FROM rollout_groups g JOIN runs r ON r.id = g.run_id "
+          f"WHERE r.name = '{name}' GROUP BY 1, 2 ORDER BY 1, 2\"")  # fmt: skip
+    return 0
+
+
+def _relevance(engine: Any, cfg: Any, args: argparse.Namespace) -> str | None:
+    """The scorer inter draws by: the store's, or (none yet, and the recipe filters by relevance) one built now."""
+    from lanpo.db.engine import transaction
+    from lanpo.db.repo import contexts as contexts_repo
+    from lanpo.feedback_modes import asks_inter
+    from lanpo.train.run import ensure_dataset
+
+    if not asks_inter(cfg.feedback.mode) or cfg.feedback.inter.gamma == 0:
+        return None
+    with transaction(engine) as session:
+        ensure_dataset(session, cfg.data)
+        found = contexts_repo.scorers(session)
+    if found:
+        return None  # TRLStore reads the one there is (or asks which)
+    from lanpo.retrieval.build import build_relevance
+    from lanpo.retrieval.search import SearchParams
+
+    print(f"relevance: {args.model} judges each problem's {args.relevance_top_k} nearest others (BM25 + vectors)")
+    built = build_relevance(
+        engine, cfg.data.dataset, args.model, top_k=args.relevance_top_k, params=SearchParams(stage1="hybrid"),
+        embed=True,
+    )  # fmt: skip
+    print(f"relevance: {built.report.scored} pairs scored, scorer {built.scorer}")
+    return built.scorer
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""lanpo's store inside other trainers: `lanpo.integrations.trl` for TRL's GRPOTrainer (docs/trl.md)."""

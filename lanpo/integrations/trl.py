@@ -1,0 +1,525 @@
+"""LANPO's language feedback from a lanpo store inside TRL's `GRPOTrainer` (the extra `lanpo[trl]`; docs/trl.md).
+
+A TRL user keeps their trainer, its loss, clipping and KL, and adds three hooks that `TRLStore` hands out:
+
+    store = TRLStore(load_config("train/configs/demo-cpu.toml"))
+    trainer = GRPOTrainer(model=..., args=GRPOConfig(...), train_dataset=store.dataset(),
+                          reward_funcs=store.reward(my_reward), rollout_func=store.rollout_func,
+                          callbacks=[store.callback])
+
+- `rollout_func(prompts, trainer)`: TRL hands it this process's prompts, each repeated `num_generations` times
+  in a row (one group per problem). Per group it draws the mode (`feedback.p_t`, from its own seeded generator,
+  never torch's or Python's) and, for intra / inter, the contexts from the store with lanpo's own code
+  (`lanpo.train.producer.contexts.contexted_prompts`: the same SQL, leakage rules and truncate-never-drop
+  fitting as lanpo's trainer). A zero-shot group keeps the user's own prompt, tokenised by TRL itself; then TRL's
+  own generation (`GRPOTrainer._generate_single_turn`: `generate`, or its vLLM mode) makes one completion per
+  entry. TRL trains on the prompt ids returned, so a contexted prompt is the trained prompt (LANPO's objective).
+- `reward(*funcs, weights=...)`: one reward function that sums the user's (TRL logs it as `rewards/lanpo`),
+  then writes the step's groups back exactly as lanpo's trainer records them (prompt, context rows, completions,
+  rewards, policy version, summaries of the successful rollouts under the same admission rules and capacity
+  policies) and the step's metrics, in ONE transaction that commits the step. Evaluation rollouts are served
+  zero-shot and not written.
+- `callback`: opens the run before step 1 (after every check: a refused start writes nothing), sets `p_t` for
+  each step, ties each TRL checkpoint to the store's step, and on `resume_from_checkpoint` rolls the store back to
+  the checkpoint's step, so a step TRL replays is recorded once.
+
+The store's step is TRL's `global_step + 1` at generation time: the optimizer step the rollouts train. One process
+only for now (`accelerate launch` with more is refused before training).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import torch
+from sqlalchemy.engine import Engine
+
+from lanpo import feedback_modes
+from lanpo.config import to_mapping
+from lanpo.db.engine import connect, transaction
+from lanpo.db.heartbeat import Heartbeat
+from lanpo.db.repo import contexts as contexts_repo
+from lanpo.db.repo import pools as pools_repo
+from lanpo.db.repo import problems as problems_repo
+from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo import steps as steps_repo
+from lanpo.errors import ConfigError, InputError
+from lanpo.feedback_modes import asks_inter
+from lanpo.models.hashing import state_sha256
+from lanpo.rewards import Graded, grade
+from lanpo.rollout import Completion
+from lanpo.train.config import TrainConfig
+from lanpo.train.consumer import record
+from lanpo.train.mel.experiences import MetaStep
+from lanpo.train.parts import RunRef, Sampler
+from lanpo.train.plumbing.dist import Dist
+from lanpo.train.producer.contexts import StepPrompts, contexted_prompts
+from lanpo.train.producer.produce import Produced, summaries_of
+from lanpo.train.producer.schedule import choose_modes, mix_seed
+from lanpo.train.run import ensure_dataset, resolve_scorer
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ID_KEY", "TRAINER", "TRLStore"]
+
+ID_KEY = "lanpo_problem_id"  # the key, in a prompt's messages, naming its problem in the store
+TRAINER = "trl"  # runs.config->>'trainer' of a run this integration writes
+USER_PROMPT = "trl-user"  # rollout_groups.prompt_version of a zero-shot group: the user's own prompt, TRL-rendered
+# TRL's log names -> lanpo's, for `lanpo report`'s figures (KL, entropy and clip fraction; loss and optimiser)
+TRL_METRICS = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "kl": "kl", "entropy": "entropy",
+               "clip_ratio/region_mean": "clip_frac", "frac_reward_zero_std": "groups/zero_spread"}  # fmt: skip
+CALL = "lanpo_call"  # the extra field rollout_func passes to the reward function: which call's prompts these are
+
+
+@dataclass
+class _Call:
+    """What one rollout_func call drew, kept until its reward call writes it back."""
+
+    step: int
+    prompts: StepPrompts  # per group: problem, mode, context items, the stored prompt text
+    prompt_ids: list[list[int]]  # per entry (G*n), the trained prompt
+    n: int
+    p_t: float
+
+
+class TRLStore:
+    """A lanpo run whose rollouts a TRL `GRPOTrainer` makes and trains on: the rollout function, the reward wrapper
+    and the callback that connect it to the store.
+
+    `config` is a lanpo training config; this reads its run_name, seed, `[data]` (the problems, generated from
+    reasoning-gym when `data.task` is set), `[feedback]`, `[summarizer]`, `[store]` and `rollout.max_prompt_tokens`.
+    TRL owns the rest (model, steps, batch, sampling, the loss). `p_t`: a constant, or a schedule step -> p_t
+    (default: `feedback.p_t`). The database must be at the schema's head revision (`lanpo db upgrade`).
+    """
+
+    def __init__(
+        self, config: TrainConfig, engine: Engine | None = None, p_t: float | Callable[[int], float] | None = None
+    ) -> None:
+        self.cfg = config
+        self.engine = engine if engine is not None else connect()
+        if engine is not None:
+            from lanpo.db.engine import require_migrated
+
+            require_migrated(engine)
+        fixed = config.feedback.p_t if p_t is None else p_t
+        self.p_t_of: Callable[[int], float] = fixed if callable(fixed) else (lambda _step: float(fixed))
+        inter = asks_inter(config.feedback.mode) and config.feedback.inter.gamma > 0
+        with transaction(self.engine) as session:
+            self.problem_ids = ensure_dataset(session, config.data)
+            if inter and config.feedback.inter.scorer:
+                contexts_repo.require_scorer(session, config.feedback.inter.scorer)
+            elif inter and not config.feedback.inter.allow_empty and not contexts_repo.scorers(session):
+                raise ConfigError(
+                    f"feedback.mode = {config.feedback.mode} draws lessons by relevance, and relevance_scores holds "
+                    "no score yet: every inter prompt would go zero-shot",
+                    hint=f"lanpo relevance build --dataset {config.data.dataset} --judge MODEL, or set "
+                    "feedback.inter.allow_empty = true",
+                )
+            self.scorer = resolve_scorer(session, config.feedback.inter.scorer) if inter else None
+            problems = problems_repo.problems_by_ids(session, self.problem_ids)
+        self._known = {p.id for p in problems}
+        self._by_question: dict[str, int | None] = {}
+        for p in problems:  # a question asked twice in the dataset names no one problem
+            self._by_question[p.question] = None if p.question in self._by_question else p.id
+        self._problems = {p.id: p for p in problems}
+        self.run: RunRef | None = None
+        self.p_t = self.p_t_of(1)
+        self.callback = _Callback(self)
+        self._calls: dict[int, _Call] = {}
+        self._call_ids = count()
+        self._trainer: Any = None
+        self._summarizer: Sampler | None = None
+        self._heartbeat: Heartbeat | None = None
+
+    # ------------------------------------------------------------------ the dataset
+
+    def dataset(self) -> Any:
+        """The store's problems of `data.dataset` as a TRL dataset: `prompt` (lanpo's zero-shot chat prompt, each
+        message naming its problem under `ID_KEY`), `answer` (the gold answer, for reward functions only: it never
+        reaches a prompt) and `ID_KEY`."""
+        from datasets import Dataset
+
+        rows = []
+        for pid in self.problem_ids:
+            p = self._problems[pid]
+            messages = feedback_modes.build_messages("zero_shot", p.question)
+            rows.append({"prompt": [{**m, ID_KEY: pid} for m in messages], "answer": p.answer, ID_KEY: pid})
+        return Dataset.from_list(rows)
+
+    def tag(self, dataset: Any, id_column: str = "id") -> Any:
+        """A user's conversational dataset with each prompt's messages naming its problem: `id_column` holds the
+        external id the problem was imported under (`lanpo data import`) into `data.dataset`."""
+        with transaction(self.engine) as session:
+            ids = {p.external_id: p.id for p in problems_repo.problems_by_ids(session, self.problem_ids)}
+
+        def named(row: dict[str, Any], index: int) -> dict[str, Any]:
+            key = str(row[id_column])
+            if key not in ids:
+                raise InputError(
+                    f"row {index} of the dataset has {id_column} = {key!r}, which dataset "
+                    f"{self.cfg.data.dataset!r} of the store does not hold",
+                    hint=f"import the problems first: lanpo data import FILE --dataset {self.cfg.data.dataset}",
+                )
+            if isinstance(row["prompt"], str):
+                raise InputError(
+                    "tag() names problems in conversational prompts (lists of messages)",
+                    hint="give it a prompt column of messages, or string prompts equal to the stored questions",
+                )
+            return {"prompt": [{**m, ID_KEY: ids[key]} for m in row["prompt"]]}
+
+        return dataset.map(named, with_indices=True)
+
+    def problem_of(self, prompt: Any) -> int:
+        """The store's id of the problem a prompt asks: named in its messages (`ID_KEY`), or a string prompt equal
+        to exactly one stored question. InputError for any other: never served zero-shot in silence."""
+        if isinstance(prompt, str):
+            pid = self._by_question.get(prompt)
+        else:
+            named = [m.get(ID_KEY) for m in prompt if isinstance(m, dict) and m.get(ID_KEY) is not None]
+            pid = int(named[-1]) if named else None
+        if pid is None or pid not in self._known:
+            shown = prompt if isinstance(prompt, str) else (prompt[-1].get("content") if prompt else "")
+            raise InputError(
+                f"a prompt names no problem of dataset {self.cfg.data.dataset!r} in the store: {str(shown)[:80]!r}",
+                hint=f"build the dataset with TRLStore.dataset() or TRLStore.tag(ds, id_column=...); messages name "
+                f"their problem under {ID_KEY!r}",
+            )
+        return pid
+
+    # ------------------------------------------------------------------ the rollout function
+
+    def rollout_func(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        """TRL's `rollout_func`: this process's prompts (each repeated num_generations times in a row) ->
+        prompt ids (a feedback group's carry its context), one completion each, and which call drew them."""
+        self._trainer = trainer
+        if self.run is None:
+            raise ConfigError(
+                "TRLStore.rollout_func ran before its callback opened the run",
+                hint="pass callbacks=[store.callback] to GRPOTrainer",
+            )
+        training = trainer.model.training
+        n = trainer.num_generations if training else trainer.num_generations_eval
+        user_ids, _, _ = trainer._tokenize_prompts(prompts)  # the user's own prompts, as plain TRL tokenises them
+        if not training:  # evaluation: the user's prompts, zero-shot, not written back
+            completion_ids, logprobs = trainer._generate_single_turn(user_ids, None, {}, n)
+            return {"prompt_ids": user_ids, "completion_ids": completion_ids, "logprobs": logprobs,
+                    CALL: [-1] * len(prompts)}  # fmt: skip
+        groups = _whole_groups(prompts, n)
+        step = trainer.state.global_step + 1
+        pids = [self.problem_of(prompts[g * n]) for g in range(groups)]
+        fb = self.cfg.feedback
+        rank_seed = mix_seed(self.cfg.seed, "trl-modes", trainer.accelerator.process_index)
+        asked = choose_modes(pids, fb.mode, self.p_t, rank_seed, step)  # numpy's own seeded generator
+        self._record_version(step - 1, trainer)
+        drawn = contexted_prompts(
+            fb, self.cfg.rollout.max_prompt_tokens, self.cfg.seed, step, self.run, self.scorer, pids, asked,
+            trainer.processing_class, step - 1,
+        )  # fmt: skip
+        tokenizer = trainer.processing_class
+        prompt_ids: list[list[int]] = []
+        for g in range(groups):
+            if drawn.modes[g] == "zero_shot":  # asked for none, or got none: the user's prompt, untouched
+                ids = list(user_ids[g * n])
+                drawn.texts[g] = tokenizer.decode(ids, skip_special_tokens=False)
+            else:
+                ids = tokenizer(drawn.texts[g], add_special_tokens=False)["input_ids"]
+            prompt_ids.extend([list(ids)] * n)
+        completion_ids, logprobs = trainer._generate_single_turn(prompt_ids, None, {}, n)
+        call = next(self._call_ids)
+        self._calls[call] = _Call(step, drawn, prompt_ids, n, self.p_t)
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs,
+                CALL: [call] * len(prompts)}  # fmt: skip
+
+    def _record_version(self, step: int, trainer: Any) -> None:
+        """The policy version that generates step `step + 1`: the weights as they are now (after `step` updates)."""
+        assert self.run is not None
+        sha = policy_sha256(trainer.accelerator.unwrap_model(trainer.model))
+        with transaction(self.engine) as session:
+            steps_repo.add_policy_version(session, self.run.run_id, step, sha)
+
+    # ------------------------------------------------------------------ the reward function
+
+    def reward(self, *funcs: Callable[..., Sequence[float | None]], weights: Sequence[float] | None = None) -> Any:
+        """One TRL reward function: the weighted sum of `funcs` (TRL reward functions, called as TRL calls them),
+        then the step written back to the store. Pass it alone as `reward_funcs`."""
+        if not funcs:
+            raise ConfigError("TRLStore.reward needs at least one reward function", hint="store.reward(my_reward)")
+        w = [1.0] * len(funcs) if weights is None else [float(x) for x in weights]
+        if len(w) != len(funcs):
+            raise ConfigError(f"{len(funcs)} reward functions and {len(w)} weights", hint="give one weight each")
+
+        def lanpo(prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kwargs: Any
+                  ) -> list[float]:  # fmt: skip
+            calls = kwargs.pop(CALL)
+            totals = [0.0] * len(completions)
+            for f, weight in zip(funcs, w, strict=True):
+                got = f(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+                totals = [t + weight * (math.nan if v is None else float(v)) for t, v in zip(totals, got, strict=True)]
+            self._write_back(calls, completion_ids, totals)
+            return totals
+
+        return lanpo
+
+    def _write_back(self, calls: list[int], completion_ids: list[list[int]], totals: list[float]) -> None:
+        """The call's groups, their summaries and the step's metrics, in one transaction that commits the step."""
+        if not calls or calls[0] < 0:  # evaluation
+            return
+        assert self.run is not None and self._trainer is not None
+        call = self._calls.pop(calls[0])
+        drawn, n, tokenizer = call.prompts, call.n, self._trainer.processing_class
+        texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        eos = set(self._trainer.eos_token_ids)
+        rollouts = [
+            Completion(text, tuple(ids), tuple(prompt), "stop" if ids and ids[-1] in eos else "length")
+            for text, ids, prompt in zip(texts, completion_ids, call.prompt_ids, strict=True)
+        ]
+        lanpo_grades = grade(
+            texts, [a for a in drawn.answers for _ in range(n)], [m for m in drawn.modes for _ in range(n)]
+        )
+        graded = [  # the user's reward; an unscorable completion (every function None) is stored as 0
+            Graded(0.0 if math.isnan(t) else t, g.correct, g.format_ok)
+            for t, g in zip(totals, lanpo_grades, strict=True)
+        ]
+        summaries = self._summaries(call.step, drawn, rollouts, graded)
+        got = Produced(
+            drawn, [rollouts[g * n : (g + 1) * n] for g in range(len(drawn.problem_ids))], graded, summaries
+        )
+        from lanpo.train.loop import group_records
+
+        rows = group_records(got, MetaStep())
+        for g, row in enumerate(rows):
+            if drawn.modes[g] == "zero_shot":
+                row.prompt_version = USER_PROMPT
+        metrics = {**record.rollout_metrics(rows), **drawn.feedback_metrics(n), "feedback/p_t": call.p_t}
+        with transaction(self.engine) as session:
+            written = record.write_step_rows(
+                session, self.run.run_id, self.run.pool, call.step, drawn.policy_version_id, rows,
+                self.cfg.summarizer.model,
+            )  # fmt: skip
+            metrics.update(written.as_metrics())
+            runs_repo.record_metrics(session, self.run.run_id, call.step, metrics)
+            steps_repo.commit_step(session, self.run.run_id, call.step, drawn.policy_version_id)
+
+    def _summaries(self, step: int, drawn: StepPrompts, rollouts: list[Completion], graded: list[Graded]) -> dict:
+        """Lessons of the successful rollouts, as lanpo's trainer writes them; generated with torch's RNG state
+        saved and restored, and the model in eval mode, so TRL's own sampling and training go on unchanged."""
+        sampler = self._summary_sampler()
+        if sampler is None:
+            return {}
+        model = self._trainer.model
+        was_training = model.training
+        with torch.random.fork_rng(), torch.no_grad():
+            model.eval()
+            try:
+                return summaries_of(self.cfg, sampler, step, drawn, rollouts, graded)
+            finally:
+                model.train(was_training)
+
+    def _summary_sampler(self) -> Sampler | None:
+        s = self.cfg.summarizer
+        if not (s.enabled and (asks_inter(self.cfg.feedback.mode) or s.always)):
+            return None
+        if self._summarizer is None:
+            from lanpo.rollout import make_backend
+
+            trainer = self._trainer
+            if s.model == "policy":  # the model being trained, through transformers generate
+                model, tokenizer = trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class
+            else:
+                from lanpo.train.policy import load_base
+
+                model, tokenizer = load_base(replace(self.cfg.model, name=s.model, init_adapter=None), self.cfg.seed)
+            self._summarizer = Sampler(make_backend("hf", model, tokenizer), tokenizer, Dist())
+        return self._summarizer
+
+    # ------------------------------------------------------------------ the run's life, from the callback
+
+    def begin(self, args: Any, state: Any, model: Any, dataset: Any) -> None:
+        """Before step 1: refuse what cannot be served, then open (or, resumed, roll back and reopen) the run."""
+        check_layout(args)
+        if dataset is not None and hasattr(dataset, "__len__") and "prompt" in getattr(dataset, "column_names", []):
+            for prompt in dataset["prompt"]:
+                self.problem_of(prompt)  # raises on the first prompt the store cannot name
+        name = self.cfg.run_name
+        model_name = _model_name(model)
+        resumed = state.global_step > 0
+        with transaction(self.engine) as session:
+            run = runs_repo.find_run(session, name)
+            if run is not None:
+                _same_kind_of_run(run, model_name)
+            if run is None and resumed:
+                raise InputError(
+                    f"TRL resumes from step {state.global_step}, and the store holds no run named {name!r}",
+                    hint="resume against the database the run wrote to (LANPO_DATABASE_URL), or start afresh",
+                )
+            if run is not None and not resumed:
+                raise InputError(
+                    f"a run named {name!r} already exists",
+                    hint="resume it (trainer.train(resume_from_checkpoint=...)) or set run_name to a new name",
+                )
+            pool = pools_repo.ensure_pool(session, self.cfg.pool_name(), self.cfg.store)
+            if run is None:
+                config = {"trainer": TRAINER, "lanpo": to_mapping(self.cfg), "trl": _trl_args(args)}
+                run = runs_repo.create_run(session, name, "train", config, model_name, pool.id)
+            else:
+                if run.status == "running":
+                    runs_repo.require_lost(session, run, "resumed")
+                rolled = steps_repo.rollback_uncommitted(session, run.id, state.global_step)
+                if rolled.groups or rolled.steps:
+                    log.info(
+                        "resume: the store's rows after TRL's step %d were rolled back: %s", state.global_step, rolled
+                    )
+                runs_repo.reopen_run(session, run.id)
+            self.run = RunRef(self.engine, run.id, pool)
+        self._heartbeat = Heartbeat(self.engine, self.run.run_id).__enter__()
+
+    def saved(self, step: int, folder: Path) -> None:
+        """TRL saved its checkpoint of `step`: the store's step names it (rows of later steps roll back on resume)."""
+        if self.run is None:
+            return
+        with transaction(self.engine) as session:
+            steps_repo.set_checkpoint(session, self.run.run_id, step, str(folder))
+
+    def logged(self, step: int, logs: dict[str, Any]) -> None:
+        """TRL's logs of its optimizer step `step` (the one that trained the store's step `step`), in run_metrics:
+        under lanpo's names where `lanpo report` draws them (`TRL_METRICS`), every number also as trl/<name>."""
+        if self.run is None or not any(isinstance(v, (int, float)) for v in logs.values()):
+            return
+        metrics = {f"trl/{k}": float(v) for k, v in logs.items() if isinstance(v, (int, float))}
+        metrics.update(
+            {ours: metrics[f"trl/{theirs}"] for theirs, ours in TRL_METRICS.items() if f"trl/{theirs}" in metrics}
+        )
+        with transaction(self.engine) as session:
+            runs_repo.record_metrics(session, self.run.run_id, step, metrics)
+
+    def end(self, failed: bool = False) -> None:
+        if self.run is None:
+            return
+        if self._heartbeat is not None:
+            self._heartbeat.__exit__(None, None, None)
+            self._heartbeat = None
+        with transaction(self.engine) as session:
+            runs_repo.finish_run(session, self.run.run_id, "failed" if failed else "finished")
+
+
+def _callback_base() -> type:
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+class _Callback(_callback_base()):  # type: ignore[misc]
+    """The TRL callback: opens the run, sets p_t per step, ties checkpoints to steps, finishes the run."""
+
+    def __init__(self, store: TRLStore) -> None:
+        self.store = store
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, train_dataloader: Any = None,
+                       **kwargs: Any) -> None:  # fmt: skip
+        dataset = getattr(train_dataloader, "dataset", None)
+        self.store.begin(args, state, model, dataset)
+        self.store.p_t = self.store.p_t_of(state.global_step + 1)
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.store.p_t = self.store.p_t_of(state.global_step + 1)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.store.saved(state.global_step, Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self.store.logged(state.global_step, logs or {})
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.store.end()
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_layout(args: Any) -> None:
+    """Refuse a layout whose groups the integration cannot serve: each process's generation batch must hold whole
+    groups of num_generations (TRL itself checks only the global batch), in one process."""
+    n = args.num_generations
+    per_process = args.per_device_train_batch_size * args.steps_per_generation
+    if n < 2:
+        raise ConfigError(f"num_generations = {n}: a GRPO group needs at least 2", hint="set num_generations >= 2")
+    if per_process % n:
+        raise ConfigError(
+            f"each process generates {per_process} completions (per_device_train_batch_size x steps_per_generation), "
+            f"not a multiple of num_generations = {n}: a group would straddle processes or generation batches",
+            hint=f"make per_device_train_batch_size x steps_per_generation a multiple of {n}",
+        )
+    world = getattr(args, "world_size", 1)
+    if world > 1:
+        raise ConfigError(
+            f"lanpo's TRL integration runs in one process; this launch has {world}",
+            hint="launch one process (python script.py), or train with lanpo train under torchrun",
+        )
+
+
+def _whole_groups(prompts: list[Any], n: int) -> int:
+    """How many groups `prompts` holds: each prompt repeated n times in a row (TRL's RepeatSampler)."""
+    if len(prompts) % n:
+        raise ConfigError(
+            f"rollout_func got {len(prompts)} prompts, not whole groups of num_generations = {n}",
+            hint="make per_device_train_batch_size x steps_per_generation a multiple of num_generations",
+        )
+    for g in range(len(prompts) // n):
+        if any(prompts[g * n + j] != prompts[g * n] for j in range(1, n)):
+            raise ConfigError(
+                f"rollout_func's prompts {g * n}..{g * n + n - 1} are not one prompt repeated {n} times",
+                hint="use TRL's default sampler (RepeatSampler); a custom sampler must keep each group together",
+            )
+    return len(prompts) // n
+
+
+def _same_kind_of_run(run: Any, model_name: str) -> None:
+    """A name already taken by a native lanpo run, or by a TRL run of another model, is refused."""
+    config = run.config or {}
+    if config.get("trainer") != TRAINER:
+        raise InputError(
+            f"run {run.name!r} is a lanpo {run.kind} run, not a TRL one",
+            hint="set run_name to a new name for the TRL run",
+        )
+    if run.model != model_name:
+        raise InputError(
+            f"run {run.name!r} trained {run.model}, not {model_name}",
+            hint="set run_name to a new name for this model",
+        )
+
+
+def _model_name(model: Any) -> str:
+    """The model a TRL run trains (runs.model): its folder or hub id, else its class (a model built from a config)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT model: the model under it
+    return str(getattr(getattr(base, "config", None), "_name_or_path", None) or type(base).__name__)
+
+
+def _trl_args(args: Any) -> dict[str, Any]:
+    """The TRL settings a run's config keeps (what shaped its rollouts and update)."""
+    keys = ("num_generations", "per_device_train_batch_size", "steps_per_generation", "gradient_accumulation_steps",
+            "max_completion_length", "temperature", "top_p", "beta", "epsilon", "epsilon_high", "loss_type",
+            "learning_rate", "max_steps", "seed", "use_vllm", "vllm_mode")  # fmt: skip
+    out = {}
+    for key in keys:
+        value = getattr(args, key, None)
+        out[key] = value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+    return out
+
+
+def policy_sha256(model: Any) -> str:
+    """The hash of the weights that generate: a PEFT model's adapter, else every weight."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a lanpo dependency
+        PeftModel = ()
+    if isinstance(model, PeftModel):
+        from lanpo.models.hashing import adapter_sha256
+
+        return adapter_sha256(model)
+    return state_sha256(model.state_dict())
