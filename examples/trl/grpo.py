@@ -37,6 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", default=None, help="TRL checkpoints (default: $LANPO_HOME/runs/<run>/trl)")
     parser.add_argument("--save-steps", type=int, default=0, help="save a TRL checkpoint every N steps (0: never)")
     parser.add_argument("--resume", default=None, metavar="CHECKPOINT", help="resume from a TRL checkpoint folder")
+    parser.add_argument(
+        "--init-adapter", default=None, metavar="DIR",
+        help="merge this LoRA adapter into the model first, e.g. a warm start from\n"
+        "`lanpo sft --config train/configs/demo-cpu.toml --out DIR`: SmolLM2 zero-shot\n"
+        "almost never boxes an answer, so no rollout succeeds and no lesson is written",
+    )  # fmt: skip
     parser.add_argument("--vllm", action="store_true", help="TRL's vLLM colocate mode (needs a vLLM TRL supports)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="-v: INFO logs; -vv: tracebacks too")
     args = parser.parse_args(argv)
@@ -82,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
     cfg.feedback.inter.scorer = cfg.feedback.inter.scorer or _relevance(engine, cfg, args)
     store = TRLStore(cfg, engine)  # lanpo: checks the store, the problems and the relevance before any model loads
     model, tokenizer = load_causal_lm(args.model, dtype="float32", device="cpu")
+    if args.init_adapter:  # RL starts from the warm start, as lanpo train's model.init_adapter
+        from lanpo.models import check_adapter_dir, merge_adapter
+
+        check_adapter_dir(args.init_adapter, "--init-adapter")
+        model, _ = merge_adapter(model, args.init_adapter)
     n = args.num_generations or cfg.rollout.n
     output_dir = args.output_dir or str(lanpo_home() / "runs" / name / "trl")
 

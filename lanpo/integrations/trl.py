@@ -136,6 +136,7 @@ class TRLStore:
         self._trainer: Any = None
         self._summarizer: Sampler | None = None
         self._heartbeat: Heartbeat | None = None
+        self._pending: tuple[dict[str, Any], int, str] | None = None  # what begin() checked, for _open()
 
     # ------------------------------------------------------------------ the dataset
 
@@ -198,11 +199,14 @@ class TRLStore:
         """TRL's `rollout_func`: this process's prompts (each repeated num_generations times in a row) ->
         prompt ids (a feedback group's carry its context), one completion each, and which call drew them."""
         self._trainer = trainer
-        if self.run is None:
+        funcs = list(getattr(trainer, "reward_funcs", []))
+        if len(funcs) != 1 or getattr(funcs[0], "lanpo_store", None) is not self:
             raise ConfigError(
-                "TRLStore.rollout_func ran before its callback opened the run",
-                hint="pass callbacks=[store.callback] to GRPOTrainer",
+                "GRPOTrainer's reward_funcs must be this store's reward wrapper alone: it writes the rewards TRL "
+                "trains on, and another function beside it would make the stored rewards differ",
+                hint="reward_funcs=store.reward(f1, f2, weights=[...]) wraps all of yours",
             )
+        self._open()
         training = trainer.model.training
         n = trainer.num_generations if training else trainer.num_generations_eval
         user_ids, _, _ = trainer._tokenize_prompts(prompts)  # the user's own prompts, as plain TRL tokenises them
@@ -264,6 +268,7 @@ class TRLStore:
             self._write_back(calls, completion_ids, totals)
             return totals
 
+        lanpo.lanpo_store = self  # type: ignore[attr-defined]  (rollout_func checks TRL was given this one)
         return lanpo
 
     def _write_back(self, calls: list[int], completion_ids: list[list[int]], totals: list[float]) -> None:
@@ -341,43 +346,68 @@ class TRLStore:
     # ------------------------------------------------------------------ the run's life, from the callback
 
     def begin(self, args: Any, state: Any, model: Any, dataset: Any) -> None:
-        """Before step 1: refuse what cannot be served, then open (or, resumed, roll back and reopen) the run."""
+        """Before step 1 (the callback's on_train_begin): refuse what cannot be served, writing nothing. The run
+        opens at the first rollout call (`_open`), once the trainer's own hooks are checked too."""
         check_layout(args)
         if dataset is not None and hasattr(dataset, "__len__") and "prompt" in getattr(dataset, "column_names", []):
             for prompt in dataset["prompt"]:
                 self.problem_of(prompt)  # raises on the first prompt the store cannot name
-        name = self.cfg.run_name
         model_name = _model_name(model)
-        resumed = state.global_step > 0
         with transaction(self.engine) as session:
-            run = runs_repo.find_run(session, name)
-            if run is not None:
-                _same_kind_of_run(run, model_name)
-            if run is None and resumed:
-                raise InputError(
-                    f"TRL resumes from step {state.global_step}, and the store holds no run named {name!r}",
-                    hint="resume against the database the run wrote to (LANPO_DATABASE_URL), or start afresh",
-                )
-            if run is not None and not resumed:
-                raise InputError(
-                    f"a run named {name!r} already exists",
-                    hint="resume it (trainer.train(resume_from_checkpoint=...)) or set run_name to a new name",
-                )
+            self._check_run(session, state.global_step, model_name)
+        self.run = None
+        self._pending = (_trl_args(args), state.global_step, model_name)
+
+    def _check_run(self, session: Any, step: int, model_name: str) -> Any:
+        """The run of this name, if any, checked against a start (`step` 0) or a resume from TRL's step `step`."""
+        name = self.cfg.run_name
+        run = runs_repo.find_run(session, name)
+        if run is not None:
+            _same_kind_of_run(run, model_name)
+        if run is None and step > 0:
+            raise InputError(
+                f"TRL resumes from step {step}, and the store holds no run named {name!r}",
+                hint="resume against the database the run wrote to (LANPO_DATABASE_URL), or start afresh",
+            )
+        if run is not None and step == 0:
+            raise InputError(
+                f"a run named {name!r} already exists",
+                hint="resume it (trainer.train(resume_from_checkpoint=...)) or set run_name to a new name",
+            )
+        if run is not None and run.status == "running":
+            runs_repo.require_lost(session, run, "resumed")
+        return run
+
+    def _open(self) -> RunRef:
+        """Create the run and its pool, or (a resume from TRL's step c) delete the store's rows after c and
+        reopen it; then hold it with a heartbeat."""
+        if self.run is not None:
+            return self.run
+        if self._pending is None:
+            raise ConfigError(
+                "TRLStore.rollout_func ran before its callback checked the trainer",
+                hint="pass callbacks=[store.callback] to GRPOTrainer",
+            )
+        trl_args, step, model_name = self._pending
+        with transaction(self.engine) as session:
+            run = self._check_run(session, step, model_name)
             pool = pools_repo.ensure_pool(session, self.cfg.pool_name(), self.cfg.store)
             if run is None:
-                config = {"trainer": TRAINER, "lanpo": to_mapping(self.cfg), "trl": _trl_args(args)}
-                run = runs_repo.create_run(session, name, "train", config, model_name, pool.id)
+                config = {"trainer": TRAINER, "lanpo": to_mapping(self.cfg), "trl": trl_args}
+                run = runs_repo.create_run(session, self.cfg.run_name, "train", config, model_name, pool.id)
             else:
-                if run.status == "running":
-                    runs_repo.require_lost(session, run, "resumed")
-                rolled = steps_repo.rollback_uncommitted(session, run.id, state.global_step)
-                if rolled.groups or rolled.steps:
-                    log.info(
-                        "resume: the store's rows after TRL's step %d were rolled back: %s", state.global_step, rolled
+                if run.pool_id != pool.id:
+                    raise ConfigError(
+                        f"run {run.name!r} writes pool #{run.pool_id}, but this config names pool {pool.name!r}",
+                        hint="resume with the [store] settings the run started with",
                     )
+                rolled = steps_repo.rollback_uncommitted(session, run.id, step)
+                if rolled.groups or rolled.steps:
+                    log.info("resume: the store's rows after TRL's step %d were rolled back: %s", step, rolled)
                 runs_repo.reopen_run(session, run.id)
             self.run = RunRef(self.engine, run.id, pool)
         self._heartbeat = Heartbeat(self.engine, self.run.run_id).__enter__()
+        return self.run
 
     def saved(self, step: int, folder: Path) -> None:
         """TRL saved its checkpoint of `step`: the store's step names it (rows of later steps roll back on resume)."""

@@ -80,6 +80,8 @@ def _trainer(tmp_path: Path, dataset: Any, steps: int, store: TRLStore | None = 
             record.append([list(ids) for ids in completion_ids])
         return _user_reward(completions)
 
+    eval_dataset = extra.pop("eval_dataset", None)
+    hooks: dict[str, Any] = {} if eval_dataset is None else {"eval_dataset": eval_dataset}
     args = GRPOConfig(
         output_dir=str(tmp_path / "trl"), max_steps=steps, per_device_train_batch_size=3 * N, num_generations=N,
         max_completion_length=8, learning_rate=1e-3, use_cpu=True, report_to=[], logging_steps=1,
@@ -87,9 +89,8 @@ def _trainer(tmp_path: Path, dataset: Any, steps: int, store: TRLStore | None = 
         shuffle_dataset=False, **extra,
     )  # fmt: skip
     peft = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    hooks: dict[str, Any] = {}
     if store is not None:
-        hooks = {"rollout_func": store.rollout_func, "callbacks": [store.callback]}
+        hooks.update(rollout_func=store.rollout_func, callbacks=[store.callback])
     return GRPOTrainer(
         model=model, processing_class=tokenizer, args=args, train_dataset=dataset, peft_config=peft,
         reward_funcs=store.reward(recorded) if store is not None else recorded, **hooks,
@@ -104,8 +105,24 @@ def _run(db: Engine, name: str) -> Any:
 def test_two_steps_with_feedback_draw_step_one_rows(db: Engine, tmp_path: Path) -> None:
     _problems(db)
     store = TRLStore(_plain("trl", 1.0), engine=db)
-    trainer = _trainer(tmp_path, store.dataset(), steps=2, store=store)
+    trainer = _trainer(tmp_path, store.dataset(), steps=2, store=store, eval_dataset=store.dataset().select(range(3)),
+                       eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=3 * N)  # fmt: skip
+    seen: list[list[Any]] = []
+    serve = store.rollout_func
+
+    def recording(prompts: list[Any], trl_trainer: Any) -> dict[str, Any]:
+        seen.append([(trl_trainer.model.training, p[-1][ID_KEY]) for p in prompts])
+        return serve(prompts, trl_trainer)
+
+    trainer.rollout_func = recording
     trainer.train()
+    # TRL 1.16 hands the rollout function each prompt repeated num_generations times in a row (its docstring says
+    # otherwise): 3 problems x N per training call; the evaluation calls come with model.training False
+    train_calls = [call for call in seen if call[0][0]]
+    assert len(train_calls) == 2 and len(seen) > 2
+    for call in train_calls:
+        ids = [pid for _, pid in call]
+        assert len(ids) == 3 * N and all(ids[g * N : (g + 1) * N] == [ids[g * N]] * N for g in range(3))
     run = _run(db, "trl")
     assert run.status == "finished" and run.config["trainer"] == "trl"
     with db.connect() as conn:
@@ -114,8 +131,13 @@ def test_two_steps_with_feedback_draw_step_one_rows(db: Engine, tmp_path: Path) 
         groups = conn.execute(
             sa.text("SELECT id, step, mode, prompt, problem_id FROM rollout_groups WHERE run_id = :r"), {"r": run.id}
         ).all()
-        assert len(groups) == 2 * 3 and all(
-            conn.scalar(sa.text("SELECT count(*) FROM attempts WHERE group_id = :g"), {"g": g.id}) == N for g in groups
+        assert (
+            len(groups) == 2 * 3
+            and {g.mode for g in groups} <= {"zero_shot", "intra", "inter"}
+            and all(
+                conn.scalar(sa.text("SELECT count(*) FROM attempts WHERE group_id = :g"), {"g": g.id}) == N
+                for g in groups
+            )
         )
         admitted = conn.scalar(
             sa.text("SELECT count(*) FROM experiences WHERE run_id = :r AND step = 1"), {"r": run.id}
@@ -230,6 +252,15 @@ def test_bad_input_is_refused_before_training_with_nothing_written(db: Engine, t
         runs_repo.create_run(session, "other-model", "train", {"trainer": "trl"}, "some/other-model")
     _refused(db, tmp_path, TRLStore(_plain("native", 1.0), engine=db), store.dataset(), "not a TRL one")
     _refused(db, tmp_path, TRLStore(_plain("other-model", 1.0), engine=db), store.dataset(), "not tiny-random")
+    # the store's reward wrapper beside another reward function (the stored rewards would not be TRL's)
+    beside = _trainer(tmp_path, store.dataset(), steps=1, store=store)
+    beside.reward_funcs.append(_user_reward)
+    beside.reward_func_names.append("other")
+    beside.reward_weights = torch.ones(2)
+    runs_before = _count(db, "runs")
+    with pytest.raises(LanpoError, match="alone"):
+        beside.train()
+    assert _count(db, "runs") == runs_before and _count(db, "rollout_groups") == 0
     # a layout whose groups straddle processes, and more than one process
     layout = dict(num_generations=4, per_device_train_batch_size=2, steps_per_generation=1, world_size=1)
     with pytest.raises(LanpoError, match="straddle"):
