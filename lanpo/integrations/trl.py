@@ -463,7 +463,9 @@ class _Callback(_callback_base()):  # type: ignore[misc]
         self.store.saved(state.global_step, Path(args.output_dir) / f"checkpoint-{state.global_step}")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        self.store.logged(state.global_step, logs or {})
+        # state.log_history holds the numbers: transformers' progress callback, called first, formats `logs` in place
+        last = state.log_history[-1] if state.log_history else {}
+        self.store.logged(state.global_step, {k: v for k, v in last.items() if k != "step"})
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.store.end()

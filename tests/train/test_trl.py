@@ -165,9 +165,28 @@ def test_two_steps_with_feedback_draw_step_one_rows(db: Engine, tmp_path: Path) 
         metrics = dict(conn.execute(
             sa.text("SELECT name, value FROM run_metrics WHERE run_id = :r AND step = 2"), {"r": run.id}
         ).all())  # fmt: skip
+        inter = [g for g in step2 if g.mode == "inter"]
+        used = conn.scalar(
+            sa.text("SELECT coalesce(sum(times_injected), 0) FROM experience_usage WHERE pool_id = :p"),
+            {"p": run.pool_id},
+        )
+        assert used == N * sum(
+            conn.scalar(sa.text("SELECT count(*) FROM group_contexts WHERE group_id = :g"), {"g": g.id}) for g in inter
+        )
+        [logged] = [h for h in trainer.state.log_history if h.get("step") == 2 and "loss" in h]
+        assert metrics["loss"] == pytest.approx(logged["loss"]) and metrics["kl"] == pytest.approx(logged["kl"])
         assert (
             metrics["feedback/p_t"] == 1.0 and metrics["feedback/asked/intra"] + metrics["feedback/asked/inter"] == 6
         )
+    figures = _report_draws(db, tmp_path, "trl")  # lanpo report reads a TRL run as a native one
+    assert {"reward.png", "feedback.png", "policy.png", "optimizer.png"} <= set(figures), figures
+
+
+def _report_draws(db: Engine, tmp_path: Path, name: str) -> list[str]:
+    from lanpo.report.build import read_report, write_report
+
+    with transaction(db) as session:
+        return write_report(read_report(session, [name]), tmp_path / "report").figures
 
 
 def test_p_t_zero_changes_nothing(db: Engine, tmp_path: Path) -> None:
