@@ -75,6 +75,11 @@ def open_run(session: Session, cfg: TrainConfig, model_name: str, resume: bool) 
             session, cfg.run_name, "train", to_mapping(cfg), model_name, pool.id, experiment, cfg.arm
         )
         return RunStart(run.id, pool, None, None, None)
+    if (run.config or {}).get("trainer") == "trl":  # lanpo.integrations.trl: its steps are TRL's, its weights too
+        raise ConfigError(
+            f"run {cfg.run_name!r} was trained by TRL's GRPOTrainer through lanpo's store, not by lanpo train",
+            hint="resume it from its TRL checkpoint (trainer.train(resume_from_checkpoint=...)), or set run_name",
+        )
     if not resume:
         raise ConfigError(
             f"a run named {cfg.run_name!r} already exists",

@@ -178,6 +178,10 @@ def test_two_steps_with_feedback_draw_step_one_rows(db: Engine, tmp_path: Path) 
         assert (
             metrics["feedback/p_t"] == 1.0 and metrics["feedback/asked/intra"] + metrics["feedback/asked/inter"] == 6
         )
+    with transaction(db) as session, pytest.raises(LanpoError, match="TRL's GRPOTrainer"):  # not resumed natively
+        from lanpo.train.run import open_run
+
+        open_run(session, _plain("trl", 1.0), "tiny-random", resume=True)
     figures = _report_draws(db, tmp_path, "trl")  # lanpo report reads a TRL run as a native one
     assert {"reward.png", "feedback.png", "policy.png", "optimizer.png"} <= set(figures), figures
 
