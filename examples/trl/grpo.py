@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--init-adapter", default=None, metavar="DIR",
         help="merge this LoRA adapter into the model first, e.g. a warm start from\n"
-        "`lanpo sft --config train/configs/demo-cpu.toml --out DIR`: SmolLM2 zero-shot\n"
+        "`lanpo sft --config train/configs/demo-cpu.toml --out D` (DIR = D/adapter): SmolLM2 zero-shot\n"
         "almost never boxes an answer, so no rollout succeeds and no lesson is written",
     )  # fmt: skip
     parser.add_argument("--vllm", action="store_true", help="TRL's vLLM colocate mode (needs a vLLM TRL supports)")
