@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 240  # a bench that hangs fails instead of holding the lane
-VLLM_TIMEOUT_S = 600  # the vLLM benches start two engines (~10-45 s each on two cores)
+VLLM_TIMEOUT_S = 540  # all the vLLM benches, run at once (each starts engines of ~10-45 s on two cores); under
+# pytest-timeout's 600, so that the benches are ended here, by name
 
 # bench -> (its smallest arguments, a regex for the line with its ratio)
 BENCHES: dict[str, tuple[str, str]] = {
@@ -72,19 +74,26 @@ VLLM_BENCHES: dict[str, tuple[str, str]] = {
 }
 
 
-def run_bench(name: str, args: str, tmp_path: Path, timeout: int = TIMEOUT_S) -> str:
+def _bench_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "LANPO_DATABASE_URL"}
     env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return env
+
+
+def _bench_cmd(name: str, args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "bench" / f"{name}.py"), *args.split()]
+
+
+def _checked(name: str, returncode: int, stdout: str, stderr: str) -> str:
+    assert returncode == 0, f"bench/{name}.py exited {returncode}:\n{stdout[-2000:]}\n{stderr[-4000:]}"
+    return stdout
+
+
+def run_bench(name: str, args: str, tmp_path: Path, timeout: int = TIMEOUT_S) -> str:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / f"{name}.py"), *args.split()],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=tmp_path,
+        _bench_cmd(name, args), capture_output=True, text=True, timeout=timeout, env=_bench_env(), cwd=tmp_path
     )
-    assert out.returncode == 0, f"bench/{name}.py exited {out.returncode}:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
-    return out.stdout
+    return _checked(name, out.returncode, out.stdout, out.stderr)
 
 
 def test_the_gpu_check_wrapper_runs_its_rows_and_refuses_a_missing_gpu(tmp_path: Path) -> None:
@@ -116,10 +125,40 @@ def test_bench_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
 
 
 # reproducible starts a fresh process per side, and the side with the switch off starts vLLM's engine core in a
-# process of its own (about 40 s on 2 cores, docs/reproducibility.md): its smoke is the lane's longest test.
+# process of its own (about 40 s on 2 cores, docs/reproducibility.md): its smoke is the longest of the three, the one
+# the `vllm_benches` fixture waits for.
 LONG_VLLM = {
     "reproducible": "two fresh processes, each starting a vLLM engine (one with its core in a process of its own)"
 }
+
+
+@pytest.fixture(scope="module")
+def vllm_benches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int | None, str, str]]:
+    """Every vLLM bench run at once, each in a folder of its own, its output to files there (a pipe nobody reads
+    yet would stall it); {name: (exit status, None past the timeout; stdout; stderr)}. A bench spends most of its
+    smoke starting engines, waiting on one spawned process after another with a core idle, so side by side on 2
+    cores they take about the longest one's time, not the sum. Only the ratio line is checked here, never a
+    figure, so the benches may share the cores. All have ended when this returns: no test's processes are the
+    benches'."""
+    started = {}
+    for name, (args, _) in sorted(VLLM_BENCHES.items()):
+        cwd = tmp_path_factory.mktemp(f"bench-{name}")
+        with open(cwd / "stdout", "w") as out, open(cwd / "stderr", "w") as err:
+            started[name] = (
+                subprocess.Popen(_bench_cmd(name, args), stdout=out, stderr=err, env=_bench_env(), cwd=cwd),
+                cwd,
+            )
+    deadline = time.monotonic() + VLLM_TIMEOUT_S
+    results: dict[str, tuple[int | None, str, str]] = {}
+    for name, (proc, cwd) in started.items():
+        try:
+            code: int | None = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            code = None
+            proc.kill()
+            proc.wait()
+        results[name] = (code, (cwd / "stdout").read_text(), (cwd / "stderr").read_text())
+    return results
 
 
 @pytest.mark.vllm
@@ -128,7 +167,10 @@ LONG_VLLM = {
     "name",
     [pytest.param(n, marks=pytest.mark.long(LONG_VLLM[n])) if n in LONG_VLLM else n for n in sorted(VLLM_BENCHES)],
 )
-def test_vllm_bench_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
-    args, ratio = VLLM_BENCHES[name]
-    stdout = run_bench(name, args, tmp_path, VLLM_TIMEOUT_S)
+def test_vllm_bench_runs_at_its_smallest_size(name: str, vllm_benches: dict[str, tuple[int | None, str, str]]) -> None:
+    _, ratio = VLLM_BENCHES[name]
+    code, stdout, stderr = vllm_benches[name]
+    if code is None:
+        pytest.fail(f"bench/{name}.py ran past {VLLM_TIMEOUT_S} s:\n{stdout[-2000:]}\n{stderr[-4000:]}")
+    stdout = _checked(name, code, stdout, stderr)
     assert re.search(ratio, stdout), f"bench/{name}.py printed no ratio line ({ratio}):\n{stdout[-3000:]}"

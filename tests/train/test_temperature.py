@@ -1,8 +1,9 @@
 """Temperature-scaled log-probs: at rollout.temperature T the trainer's log-probs (the policy's, the old, the
 reference's) and entropy are those of softmax(logits / T), the distribution the rollouts were sampled from, as
 verl and TRL compute them. Each is checked against a loop written out one unpadded sequence and one token at a
-time; at T = 1 nothing changes, bit for bit. The last test (`pytest -m vllm`) checks that the vLLM engine reports
-its log-probs at the same temperature, so that TIS compares like with like."""
+time; at T = 1 nothing changes, bit for bit. That the vLLM engine reports its log-probs at the same temperature,
+so that TIS compares like with like, is checked on the real engine by the vllm lane
+(tests/vllm_engine/test_generate.py::test_engine_logprobs_match_the_trainers)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,10 @@ from typing import Any
 import pytest
 import torch
 
-from lanpo.models import load_causal_lm, prepare_smollm2
-from lanpo.rollout import SamplingParams
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
 from lanpo.train.consumer.batch import RolloutBatch, build_batch, completion_logprobs
 from lanpo.train.consumer.update import update_policy, warmup_schedule
 from lanpo.train.policy import LoraPolicy, load_policy
-from lanpo.train.producer.served_policy import behavior_logprobs
-from tests.vllm_engine.helpers import ENGINE, chat, needs_vllm
 
 T = 0.7
 PAD = 0
@@ -234,30 +231,3 @@ def test_a_batch_without_signal_measures_kl_and_entropy_at_the_temperature() -> 
     kl = ((torch.exp(ref - logp) - (ref - logp) - 1) * mask).sum() / mask.sum()
     assert stats.kl == pytest.approx(float(kl), rel=1e-4) and stats.kl > 0
     assert stats.entropy == pytest.approx(float((entropy * mask).sum() / mask.sum()), rel=1e-5)
-
-
-@pytest.mark.vllm
-@needs_vllm
-def test_the_vllm_engine_reports_log_probs_at_the_sampling_temperature() -> None:
-    """The real engine (`logprobs_mode = "processed_logprobs"`) against the trainer's fp32 forward on SmolLM2: at
-    T = 0.6 and at 1 the engine's log-probs sit as near the trainer's at the same T as vLLM's bf16 allows (the
-    measured 0.02-0.03 mean of tests/vllm_engine/test_generate.py at T = 1), and at 0.6 far from the trainer's at
-    1, which is what the raw mode reported."""
-    from lanpo.rollout.vllm import VLLMBackend
-
-    folder = prepare_smollm2()  # lanpo's model cache: converted once, shared with the vllm lane's other tests
-    model, tokenizer = load_causal_lm(folder, device="cpu", dtype="float32")
-    with VLLMBackend(folder, tokenizer, ENGINE, enable_lora=False) as backend:
-        for temperature in (0.6, 1.0):
-            params = SamplingParams(max_new_tokens=32, temperature=temperature, seed=1)
-            rollouts = [c for g in backend.generate(chat(tokenizer), 2, params) for c in g]
-            batch = build_batch([c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts], PAD, CPU)
-            engine = behavior_logprobs(rollouts, batch.completion_ids.shape[1], CPU)
-            assert engine is not None
-            with torch.no_grad():
-                at_t, _ = completion_logprobs(model, batch, temperature=temperature)
-                at_one, _ = completion_logprobs(model, batch)
-            mask = batch.completion_mask.bool()
-            assert (engine - at_t)[mask].abs().mean() < 0.06, temperature
-            if temperature != 1.0:
-                assert (engine - at_one)[mask].abs().mean() > 0.1

@@ -50,8 +50,17 @@ def test_min_new_tokens_gives_equal_lengths(backend: Any) -> None:
 def test_engine_logprobs_match_the_trainers(backend: Any, hf_smollm2: tuple[Any, Any]) -> None:
     """The engine reports log p at the temperature that sampled the token (vLLM's processed log-probs, as verl
     asks for): the trainer's fp32 log_softmax(logits / T), up to the engine's bf16 arithmetic (measured: mean
-    |diff| 0.027 at T 1 and 0.031 at T 0.6), and not the T = 1 quantity (0.22 away at T 0.6)."""
+    |diff| 0.027 at T 1 and 0.031 at T 0.6), and not the T = 1 quantity (0.22 away at T 0.6).
+
+    Checked twice on the same rollouts: against log_softmax written out here (`trainer_logprobs`), and through
+    the trainer's own path (`build_batch`, `behavior_logprobs`, `completion_logprobs` at T), so that TIS compares
+    like with like. (The second was tests/train/test_temperature.py's vLLM test, which started an engine of its
+    own for the same rollouts; `logprobs_mode` is set whether or not the engine has LoRA slots.)"""
+    from lanpo.train.consumer.batch import build_batch, completion_logprobs
+    from lanpo.train.producer.served_policy import behavior_logprobs
+
     model, _ = hf_smollm2
+    cpu = torch.device("cpu")
     for temperature in (1.0, 0.6):
         groups = backend.generate(
             chat(backend.tokenizer), 2, SamplingParams(max_new_tokens=32, temperature=temperature, seed=1)
@@ -64,6 +73,18 @@ def test_engine_logprobs_match_the_trainers(backend: Any, hf_smollm2: tuple[Any,
         if temperature != 1.0:
             raw = torch.cat([(torch.tensor(c.logprobs) - trainer_logprobs(model, c)).abs() for c in completions])
             assert raw.mean() > 0.1, raw.mean()  # the engine's are not the T = 1 log-probs
+
+        # the trainer's path: the engine's log-probs laid out as the batch's completions, beside its forward at T
+        batch = build_batch([c.prompt_token_ids for c in completions], [c.token_ids for c in completions], 0, cpu)
+        engine = behavior_logprobs(completions, batch.completion_ids.shape[1], cpu)
+        assert engine is not None
+        with torch.no_grad():
+            at_t, _ = completion_logprobs(model, batch, temperature=temperature)
+            at_one, _ = completion_logprobs(model, batch)
+        mask = batch.completion_mask.bool()
+        assert (engine - at_t)[mask].abs().mean() < 0.06, temperature
+        if temperature != 1.0:
+            assert (engine - at_one)[mask].abs().mean() > 0.1
 
 
 def test_a_seeded_batch_past_one_prefill_budget_reproduces(backend: Any) -> None:
