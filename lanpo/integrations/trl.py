@@ -44,7 +44,6 @@ from lanpo import feedback_modes
 from lanpo.config import to_mapping
 from lanpo.db.engine import connect, transaction
 from lanpo.db.heartbeat import Heartbeat
-from lanpo.db.repo import contexts as contexts_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
@@ -62,7 +61,7 @@ from lanpo.train.plumbing.dist import Dist
 from lanpo.train.producer.contexts import StepPrompts, contexted_prompts
 from lanpo.train.producer.produce import Produced, summaries_of
 from lanpo.train.producer.schedule import choose_modes, mix_seed
-from lanpo.train.run import ensure_dataset, resolve_scorer
+from lanpo.train.run import ensure_dataset, require_relevance, resolve_scorer
 
 log = logging.getLogger(__name__)
 
@@ -112,15 +111,7 @@ class TRLStore:
         inter = asks_inter(config.feedback.mode) and config.feedback.inter.gamma > 0
         with transaction(self.engine) as session:
             self.problem_ids = ensure_dataset(session, config.data)
-            if inter and config.feedback.inter.scorer:
-                contexts_repo.require_scorer(session, config.feedback.inter.scorer)
-            elif inter and not config.feedback.inter.allow_empty and not contexts_repo.scorers(session):
-                raise ConfigError(
-                    f"feedback.mode = {config.feedback.mode} draws lessons by relevance, and relevance_scores holds "
-                    "no score yet: every inter prompt would go zero-shot",
-                    hint=f"lanpo relevance build --dataset {config.data.dataset} --judge MODEL, or set "
-                    "feedback.inter.allow_empty = true",
-                )
+            require_relevance(session, config.feedback, config.data.dataset)
             self.scorer = resolve_scorer(session, config.feedback.inter.scorer) if inter else None
             problems = problems_repo.problems_by_ids(session, self.problem_ids)
         self._known = {p.id for p in problems}

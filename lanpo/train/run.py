@@ -19,7 +19,8 @@ from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import ConfigError, InputError
-from lanpo.train.config import DataConfig, TrainConfig
+from lanpo.feedback_modes import asks_inter
+from lanpo.train.config import DataConfig, FeedbackConfig, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,23 @@ def ensure_dataset(session: Session, data: DataConfig) -> list[int]:
     records = generate_problems(data.task, n=data.n, seed=data.seed, options=dict(data.task_options))
     problems_repo.upsert_problems(session, data.dataset, [parse_line(json.dumps(r)) for r in records])
     return problems_repo.problem_ids(session, data.dataset)
+
+
+def require_relevance(session: Session, feedback: FeedbackConfig, dataset: str) -> None:
+    """What inter feedback needs from relevance_scores before any model loads: the named scorer, or (none named,
+    empty draws not allowed) some score at all. gamma 0 reads no relevance, so it needs none."""
+    inter = feedback.inter
+    if not (asks_inter(feedback.mode) and inter.gamma > 0):
+        return
+    if inter.scorer:
+        contexts_repo.require_scorer(session, inter.scorer)
+    elif not inter.allow_empty and not contexts_repo.scorers(session):
+        raise ConfigError(
+            f"feedback.mode = {feedback.mode} draws inter-sample lessons by relevance, and relevance_scores "
+            "holds no score yet: every inter prompt would go zero-shot",
+            hint=f"lanpo relevance build --dataset {dataset} --judge MODEL (then set feedback.inter.scorer), or "
+            "set feedback.inter.allow_empty = true",
+        )
 
 
 def resolve_scorer(session: Session, scorer: str | None) -> str | None:

@@ -20,12 +20,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from lanpo.db.engine import transaction
-from lanpo.db.repo import contexts as contexts_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.pools import PoolRow
-from lanpo.errors import ConfigError, InputError
+from lanpo.errors import InputError
 from lanpo.feedback_modes import asks_inter
 from lanpo.models import (
     adapter_sha256,
@@ -49,7 +48,7 @@ from lanpo.train.plumbing.step_line import duration
 from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
 from lanpo.train.producer.rollout_queue import RolloutQueue
 from lanpo.train.producer.served_policy import ServedPolicy, open_served_policy, start_folder
-from lanpo.train.run import RunStart, ensure_dataset, open_run, resolve_scorer
+from lanpo.train.run import RunStart, ensure_dataset, open_run, require_relevance, resolve_scorer
 from lanpo.train.validate import ValidationSet, prepare_validation
 
 log = logging.getLogger(__name__)
@@ -120,17 +119,7 @@ def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> No
     """What the store and the disk would refuse, checked before the policy loads (which takes minutes on a CPU)."""
     if not cfg.data.task and cfg.data.dataset not in problems_repo.known_datasets(session):
         ensure_dataset(session, cfg.data)  # raises: no problems and nothing to generate them from
-    inter = cfg.feedback.inter
-    if asks_inter(cfg.feedback.mode) and inter.gamma > 0:  # gamma 0 reads no relevance at all
-        if inter.scorer:
-            contexts_repo.require_scorer(session, inter.scorer)
-        elif not inter.allow_empty and not contexts_repo.scorers(session):
-            raise ConfigError(
-                f"feedback.mode = {cfg.feedback.mode} draws inter-sample lessons by relevance, and relevance_scores "
-                "holds no score yet: every inter prompt would go zero-shot",
-                hint=f"lanpo relevance build --dataset {cfg.data.dataset} --judge MODEL (then set "
-                "feedback.inter.scorer), or set feedback.inter.allow_empty = true",
-            )
+    require_relevance(session, cfg.feedback, cfg.data.dataset)
     if not resume and runs_repo.find_run(session, cfg.run_name) is not None:
         open_run(session, cfg, cfg.model.name, resume)  # raises: the name is taken, and says what to do
     check_device(None if cfg.model.device == "auto" else cfg.model.device)
