@@ -202,7 +202,7 @@ def step_figures(row: Row, metrics: list[dict[str, float]]) -> None:
 # --------------------------------------------------------------------------- rows
 
 
-def alternating_grade(completions: list[str], answers: list, modes: list) -> list[Any]:
+def alternating_grade(completions: list[str], answers: list, modes: list, format_rule: str = "") -> list[Any]:
     """The rows' reward: 1 for every other rollout. A random model never answers right, so the real grader gives
     every group zero spread and the update would skip it; this gives every group spread, so the weights move."""
     from lanpo.rewards import Graded

@@ -5,17 +5,24 @@ Correctness is deliberately strict: only the content of the *last* `\\boxed{...}
 rewards wrong answers that merely end on the right digit and teaches nothing about the answer format; here an
 unboxed answer earns 0. A grader that raises or times out gives 0.0 and a logged warning, never a crash.
 
-Format bonus (paper 10.3): +0.1 when a feedback-mode (intra / inter) response carries that mode's headers *and*
-ends in a boxed answer, paid only on top of a correct answer. The paper pays it for the headers (Table 6, 10.3):
-this is a departure, listed in docs/papers.md. Both conditions were learnt the hard way on the CPU
-experiment (docs/results.md), where feedback-prompt rollouts were almost all wrong, so that in their groups
-the bonus was the only reward spread and the std-normalised advantage turned its 0.1 points into a full unit:
-- paid for headers alone, 28% of inter rollouts won it without a box, and zero-shot answers lost the box (0.74
-  boxed on held-out problems vs 0.99 for plain GRPO);
-- paid for headers and a box, the policy learnt to echo the prompt's template, "## Solution (your own full
-  solution, ending with \\boxed{N})": 151 of 168 feedback rollouts of the last steps won the bonus, 1% correct.
-Paid only on correct answers, it ranks a correct answer in the asked format above a correct one without it and
-cannot create spread in a group where nothing is right.
+Format bonus, by `reward.format_rule` (`FORMAT_RULES`):
+- "paper" (the paper recipes): LANPO's rule, Table 6 "Correctness Reward Plus Format Reward" and appendix 10.3:
+  "The model receives a +0.1 bonus if its generated text contains certain predefined headers". +0.1 when a
+  feedback-mode (intra / inter) response carries its mode's headers, correct or not, boxed or not (Figure 6: "a 0.1
+  bonus for responses that adhere to the correct format when language feedback is utilized").
+- "correct_only" (the default and the CPU recipes): +0.1 when a feedback-mode response carries its mode's headers
+  *and* ends in a boxed answer, paid only on top of a correct answer. A departure, listed in docs/papers.md. Both
+  conditions were learnt the hard way on the CPU experiment (docs/results.md, "How the format bonus was gamed"),
+  where feedback-prompt rollouts were almost all wrong, so that in their groups the bonus was the only reward
+  spread and the std-normalised advantage turned its 0.1 points into a full unit:
+  - paid for headers alone (the paper's rule), 28% of inter rollouts won it without a box, and zero-shot answers
+    lost the box (0.74 boxed on held-out problems vs 0.99 for plain GRPO);
+  - paid for headers and a box, the policy learnt to echo the prompt's template, "## Solution (your own full
+    solution, ending with \\boxed{N})": 151 of 168 feedback rollouts of the last steps won the bonus, 1% correct.
+  Paid only on correct answers, it ranks a correct answer in the asked format above a correct one without it and
+  cannot create spread in a group where nothing is right.
+`Graded.format_ok` is the rule's format condition (paper: the headers; correct_only: the headers and a box), so the
+stored `format_ok` says which rollouts the rule paid for, given correctness under correct_only.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from lanpo.prompts import has_headers
 
 log = logging.getLogger(__name__)
 
-FORMAT_BONUS = 0.1
+FORMAT_BONUS = 0.1  # Table 6; appendix 10.3: "a +0.1 bonus"
+FORMAT_RULES = ("paper", "correct_only")  # reward.format_rule: see the module docstring
+DEFAULT_FORMAT_RULE = "correct_only"
 GRADER_TIMEOUT_S = 3
 
 
@@ -100,32 +109,48 @@ def correctness_reward(
     return [1.0 if is_correct(c, g) else 0.0 for c, g in zip(completions, golds, strict=True)]
 
 
-def format_ok(completion: str, mode: str) -> bool:
-    """True when a feedback-mode response carries its mode's headers and a boxed answer (zero_shot: always False)."""
-    return (
-        mode in CONTEXT_MODES
-        and has_headers(completion, required_headers(mode))
-        and extract_boxed(completion) is not None
-    )
+def check_format_rule(rule: str) -> None:
+    """ValueError unless `rule` is one of FORMAT_RULES."""
+    if rule not in FORMAT_RULES:
+        raise ValueError(f"unknown format rule {rule!r}: one of {', '.join(FORMAT_RULES)}")
 
 
-def format_bonus(correct: bool, formatted: bool) -> float:
-    """The bonus part of a graded completion's reward: FORMAT_BONUS when it is correct *and* in its mode's format."""
-    return FORMAT_BONUS if correct and formatted else 0.0
+def format_ok(completion: str, mode: str, rule: str = DEFAULT_FORMAT_RULE) -> bool:
+    """True when a feedback-mode response is in its mode's format under `rule` (zero_shot, val, replay: never):
+    paper: its mode's headers; correct_only: its mode's headers and a boxed answer."""
+    check_format_rule(rule)
+    if mode not in CONTEXT_MODES or not has_headers(completion, required_headers(mode)):
+        return False
+    return rule == "paper" or extract_boxed(completion) is not None
 
 
-def reward_of(correct: bool, formatted: bool) -> float:
+def format_bonus(correct: bool, formatted: bool, rule: str = DEFAULT_FORMAT_RULE) -> float:
+    """The bonus part of a graded completion's reward: FORMAT_BONUS when it is in its mode's format, and under
+    correct_only only when it is also correct."""
+    check_format_rule(rule)
+    return FORMAT_BONUS if formatted and (correct or rule == "paper") else 0.0
+
+
+def reward_of(correct: bool, formatted: bool, rule: str = DEFAULT_FORMAT_RULE) -> float:
     """Total reward of one graded completion: 1 when correct, plus `format_bonus`."""
-    return float(correct) + format_bonus(correct, formatted)
+    return float(correct) + format_bonus(correct, formatted, rule)
 
 
 def format_reward(
-    completions: Sequence[str], mode: Sequence[str] | str, answer: Sequence[str | None] | str | None, **_: object
+    completions: Sequence[str],
+    mode: Sequence[str] | str,
+    answer: Sequence[str | None] | str | None,
+    format_rule: str = DEFAULT_FORMAT_RULE,
+    **_: object,
 ) -> list[float]:
-    """`format_bonus` per completion: with correctness_reward it sums to `reward_of`, as TRL sums reward functions."""
+    """`format_bonus` per completion: with correctness_reward it sums to `reward_of`, as TRL sums reward functions.
+    Under format_rule = "paper" the answer is not read (the bonus does not depend on it)."""
     modes = [mode] * len(completions) if isinstance(mode, str) else list(mode)
-    correct = correctness_reward(completions, answer)
-    return [format_bonus(c > 0, format_ok(text, m)) for text, m, c in zip(completions, modes, correct, strict=True)]
+    correct = [0.0] * len(completions) if format_rule == "paper" else correctness_reward(completions, answer)
+    return [
+        format_bonus(c > 0, format_ok(text, m, format_rule), format_rule)
+        for text, m, c in zip(completions, modes, correct, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -137,8 +162,16 @@ class Graded:
     format_ok: bool
 
 
-def grade(completions: Sequence[str], answers: Sequence[str | None], modes: Sequence[str]) -> list[Graded]:
-    """Correctness + format bonus for a batch of completions, one gold answer and mode each."""
+def grade(
+    completions: Sequence[str],
+    answers: Sequence[str | None],
+    modes: Sequence[str],
+    format_rule: str = DEFAULT_FORMAT_RULE,
+) -> list[Graded]:
+    """Correctness + format bonus (under `format_rule`) for a batch of completions, one gold answer and mode each."""
     correct = correctness_reward(completions, answers)
-    fmt = [format_ok(c, m) for c, m in zip(completions, modes, strict=True)]
-    return [Graded(reward=reward_of(c > 0, f), correct=c > 0, format_ok=f) for c, f in zip(correct, fmt, strict=True)]
+    fmt = [format_ok(c, m, format_rule) for c, m in zip(completions, modes, strict=True)]
+    return [
+        Graded(reward=reward_of(c > 0, f, format_rule), correct=c > 0, format_ok=f)
+        for c, f in zip(correct, fmt, strict=True)
+    ]

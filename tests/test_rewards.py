@@ -99,3 +99,46 @@ def test_grade_combines_parts() -> None:
     graded = grade(["## Review\nok\n## Solution\n\\boxed{3}", "\\boxed{4}"], ["3", "3"], ["intra", "zero_shot"])
     assert graded[0].reward == pytest.approx(1.1) and graded[0].correct and graded[0].format_ok
     assert graded[1].reward == 0.0 and not graded[1].correct and not graded[1].format_ok
+
+
+# The paper's rule, LANPO appendix 10.3 (../shared/papers/000_*.txt): "The model receives a +0.1 bonus if its generated
+# text contains certain predefined headers" (Table 6: "Correctness Reward Plus Format Reward").
+WRONG_FORMATTED = "## Review\nthe sum was off\n## Solution\n44 + 27 = 61 \\boxed{61}"
+RIGHT_FORMATTED = "## Review\nthe sum was off\n## Solution\n44 + 27 = 71 \\boxed{71}"
+HEADERS_UNBOXED = "## Review\nthe sum was off\n## Solution\n44 + 27 = 71"
+RIGHT_PLAIN = "44 + 27 = 71 \\boxed{71}"
+
+
+@pytest.mark.parametrize(
+    ("rule", "rewards_by_case"),
+    [
+        # wrong + headers, right + headers, headers without a box, right without headers, zero-shot wrong + headers
+        ("paper", [0.1, 1.1, 0.1, 1.0, 0.0]),
+        ("correct_only", [0.0, 1.1, 0.0, 1.0, 0.0]),
+    ],
+)
+def test_both_format_rules_on_hand_cases(rule: str, rewards_by_case: list[float]) -> None:
+    texts = [WRONG_FORMATTED, RIGHT_FORMATTED, HEADERS_UNBOXED, RIGHT_PLAIN, WRONG_FORMATTED]
+    modes = ["intra", "intra", "intra", "intra", "zero_shot"]
+    graded = grade(texts, ["71"] * 5, modes, rule)
+    assert [g.reward for g in graded] == pytest.approx(rewards_by_case)
+    assert [g.correct for g in graded] == [False, True, False, True, False]
+    parts = [
+        c + f for c, f in zip(correctness_reward(texts, "71"), format_reward(texts, modes, "71", rule), strict=True)
+    ]
+    assert parts == pytest.approx(rewards_by_case)  # the TRL-style parts sum to the total under either rule
+    assert rewards.reward_of(False, True, rule) == pytest.approx(rewards_by_case[0])
+
+
+def test_the_paper_rule_pays_what_appendix_10_3_says() -> None:
+    """+0.1 (lanpo/papers.toml, quoted from the paper) for the headers, whatever the answer: the bonus a group with
+    nothing right can be gamed by; correct_only never pays a wrong answer."""
+    from lanpo import papers
+
+    bonus = papers.values("lanpo")["format_bonus"]
+    assert rewards.FORMAT_BONUS == bonus == 0.1
+    inter = "## Relevance\nlesson 1\n## Plan\nadd\n## Solution\nthe answer is 9"
+    assert format_reward([inter, inter], ["inter", "zero_shot"], None, "paper") == [bonus, 0.0]
+    assert format_reward([inter], "inter", "9", "correct_only") == [0.0]
+    with pytest.raises(ValueError, match="unknown format rule"):
+        grade([inter], ["9"], ["inter"], "headers")

@@ -276,8 +276,9 @@ class TRLStore:
             for text, ids, prompt in zip(texts, completion_ids, call.prompt_ids, strict=True)
         ]
         lanpo_grades = grade(
-            texts, [a for a in drawn.answers for _ in range(n)], [m for m in drawn.modes for _ in range(n)]
-        )
+            texts, [a for a in drawn.answers for _ in range(n)], [m for m in drawn.modes for _ in range(n)],
+            self.cfg.reward.format_rule,
+        )  # fmt: skip
         graded = [  # the user's reward; an unscorable completion (every function None) is stored as 0
             Graded(0.0 if math.isnan(t) else t, g.correct, g.format_ok)
             for t, g in zip(totals, lanpo_grades, strict=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from lanpo.errors import InputError, listing
-from lanpo.report import cost, plot
+from lanpo.report import cost, matched, plot
 from lanpo.report.figures import CATALOGUE, validation_keys
 from lanpo.report.markdown import Drawn, report_markdown
 from lanpo.report.output import staged
@@ -100,6 +100,7 @@ def write_report(data: ReportData, out: Path, band: Band = "minmax", command: st
     """Draw every figure with data, write report.md and table.csv; all of it appears in `out` at once."""
     runs = [r for line in data.lines for r in line.runs]
     table = result_table(data.lines, data.baselines)
+    at_budget = matched.matched_table(data.lines)
     drawn: list[Drawn] = []
     files: list[str] = []
     with staged(out) as staging:
@@ -112,9 +113,16 @@ def write_report(data: ReportData, out: Path, band: Band = "minmax", command: st
                 figure = plot.draw(spec.title, kept, data.lines, band)
                 (staging / result.file).write_bytes(plot.png_bytes(figure))
                 files.append(result.file)
+        bars = matched.draw(at_budget)
+        if bars is not None:
+            (staging / matched.FIGURE).write_bytes(plot.png_bytes(bars))  # type: ignore[arg-type]
+            files.append(matched.FIGURE)
+            (staging / matched.CSV).write_text(at_budget.to_csv(), encoding="utf-8")
         read = {name for d in drawn for p in d.kept + d.missing for name in p.reads}
-        unplotted = sorted({name for r in runs for name in r.metrics} - read)
-        text = report_markdown(data.title, command, datetime.now(UTC), data.lines, table, drawn, unplotted, band)
+        unplotted = sorted({name for r in runs for name in r.metrics if not matched.is_read(name)} - read)
+        text = report_markdown(
+            data.title, command, datetime.now(UTC), data.lines, table, drawn, unplotted, band, at_budget
+        )
         (staging / "report.md").write_text(text, encoding="utf-8")
         (staging / "table.csv").write_text(table.to_csv(), encoding="utf-8")
     return ReportResult(out, files, [d.spec.title for d in drawn if d.file is None], table)

@@ -1,12 +1,16 @@
 """What a run had paid by the end of each step: the x axes of the compute-matched figures and the table's cost.
 
-Generated tokens: the completion tokens of the step's training rollouts, `tokens/completion` (the sum of
-`completion_tokens` over the step's training attempts, every rank's). A run recorded before that metric existed
-has the same sum as `response_len/mean` x the step's rollouts (the sum of `count/<mode>`), used on the steps
-without `tokens/completion` and said so in report.md. Not counted: prompt tokens (`tokens/prompt`, drawn per step
-in response_length.png: LANPO's prompts carry contexts, and the update reads every prompt token), the summariser's
-and MEL's generations (their token counts are not recorded; their seconds are on the time axis) and validation (a
-measurement, the same protocol for every arm, not training).
+Generated tokens: every token the step generated, `cost/generated_tokens` (lanpo.train.consumer.record.cost_metrics,
+every rank's): the training rollouts' completions, the summariser's generations, MEL's diagnoses and replays
+(`cost/generated_tokens/<source>` breaks it down). Prompt tokens, counted apart on their own axis:
+`cost/prompt_tokens`, the prompt tokens each of those generations read (a prompt once per sample drawn from it).
+Older runs, step by step where the new metric is missing (and said so in report.md):
+- generated: `tokens/completion`, the training rollouts' completions only (summaries and MEL were not counted, so
+  the cost of a LANPO or MEL arm is understated there); before that metric, `response_len/mean` x the step's
+  rollouts (the sum of `count/<mode>`), the same sum;
+- prompt: `tokens/prompt`, the training rollouts' prompts only.
+Not counted: validation (a measurement, the same protocol for every arm, not training; it records its own
+`cost/validation/*`).
 
 Training seconds: the sum of `time/step`, the wall seconds of each committed step from drawing its contexts to
 writing its rows (generation, reward, summaries, MEL, reference log-probs, update, checkpoint, gather and the
@@ -27,7 +31,9 @@ import numpy as np
 from lanpo.feedback_modes import PROMPT_MODES
 from lanpo.report.series import RunData, Series, derived, total
 
-TOKENS = "tokens/completion"
+GENERATED = "cost/generated_tokens"  # every generated token of the step (rollouts, summaries, MEL)
+PROMPTS = "cost/prompt_tokens"  # every prompt token those generations read
+TOKENS = "tokens/completion"  # the training rollouts' completions only (older runs' axis)
 PROMPT_TOKENS = "tokens/prompt"
 SECONDS = "time/step"
 MEAN_LENGTH = "response_len/mean"
@@ -39,6 +45,7 @@ class PerStep:
 
     series: Series | None
     derived: tuple[int, ...] = ()  # steps whose tokens are response_len/mean x rollouts (no tokens/completion)
+    rollouts_only: tuple[int, ...] = ()  # steps without cost/*: the training rollouts' tokens only (older runs)
 
 
 def completion_tokens(run: RunData) -> PerStep:
@@ -58,6 +65,30 @@ def completion_tokens(run: RunData) -> PerStep:
         np.concatenate([p.steps for p in parts]).tolist(), np.concatenate([p.values for p in parts]).tolist()
     )
     return PerStep(merged, tuple(int(x) for x in fallback.steps))
+
+
+def generated_tokens(run: RunData) -> PerStep:
+    """Every token each step generated: `cost/generated_tokens`, else the rollouts' own (`completion_tokens`)."""
+    return _preferred(_finite(run.metrics.get(GENERATED)), completion_tokens(run))
+
+
+def prompt_tokens(run: RunData) -> PerStep:
+    """Every prompt token each step's generations read: `cost/prompt_tokens`, else the rollouts' (`tokens/prompt`)."""
+    return _preferred(_finite(run.metrics.get(PROMPTS)), PerStep(_finite(run.metrics.get(PROMPT_TOKENS))))
+
+
+def _preferred(full: Series | None, older: PerStep) -> PerStep:
+    """`full` on the steps it has; `older` (rollouts only) on the others, named in `rollouts_only`."""
+    if older.series is None:
+        return PerStep(full)
+    keep = ~np.isin(older.series.steps, full.steps) if full is not None else np.ones(len(older.series.steps), bool)
+    steps, values = older.series.steps[keep], older.series.values[keep]
+    if full is not None:
+        steps, values = np.concatenate([full.steps, steps]), np.concatenate([full.values, values])
+    order = np.argsort(steps, kind="stable")
+    derived = tuple(x for x in older.derived if x in set(older.series.steps[keep].tolist()))
+    rollouts_only = tuple(int(x) for x in older.series.steps[keep])
+    return PerStep(Series(steps[order], values[order]), derived, rollouts_only)
 
 
 def step_seconds(run: RunData) -> PerStep:
@@ -116,10 +147,18 @@ class Axis:
 TOKENS_AXIS = Axis(
     "tokens",
     "generated tokens",
-    (TOKENS,),
-    completion_tokens,
+    (GENERATED, TOKENS),
+    generated_tokens,
     ((1.0, "generated tokens"), (1e3, "generated tokens (thousands)"), (1e6, "generated tokens (millions)"),
      (1e9, "generated tokens (billions)")),
+)  # fmt: skip
+PROMPT_AXIS = Axis(
+    "prompt_tokens",
+    "prompt tokens",
+    (PROMPTS, PROMPT_TOKENS),
+    prompt_tokens,
+    ((1.0, "prompt tokens"), (1e3, "prompt tokens (thousands)"), (1e6, "prompt tokens (millions)"),
+     (1e9, "prompt tokens (billions)")),
 )  # fmt: skip
 SECONDS_AXIS = Axis(
     "time",
@@ -143,15 +182,25 @@ def against(y: Series, x: Series | None) -> tuple[np.ndarray, np.ndarray] | None
 def notes(run: RunData) -> list[str]:
     """What report.md says of a run's cost: tokens derived from an older run's metrics, costs not recorded."""
     out = []
-    for axis in (TOKENS_AXIS, SECONDS_AXIS):
+    for axis in (TOKENS_AXIS, PROMPT_AXIS, SECONDS_AXIS):
         per_step = axis.per_step(run)
-        figure = f"validation_{axis.name}.png"
+        figure = f"validation_{axis.name}.png" if axis is not PROMPT_AXIS else "the table's prompt tokens column"
         if cumulative(run, per_step) is None:
+            if axis is PROMPT_AXIS and cumulative(run, TOKENS_AXIS.per_step(run)) is None:
+                continue  # said once, for generated tokens
+            where = figure if axis is PROMPT_AXIS else f"{figure} and the table's {axis.what} column"
             out.append(
-                f"{axis.what} not recorded by this run (no {' or '.join(_sources(axis))}): it is left out of "
-                f"{figure} and the table's {axis.what} column"
+                f"{axis.what} not recorded by this run (no {' or '.join(_sources(axis))}): it is left out of {where}"
             )
             continue
+        if per_step.rollouts_only:
+            full, older = (GENERATED, TOKENS) if axis is TOKENS_AXIS else (PROMPTS, PROMPT_TOKENS)
+            steps = per_step.rollouts_only
+            out.append(
+                f"{full} not recorded at {len(steps)} step(s) (from step {steps[0]}): their {axis.what} are the "
+                f"training rollouts' only ({older}; summaries and MEL not counted), so this run's cost is understated "
+                "there"
+            )
         if per_step.derived:
             out.append(
                 f"{TOKENS} not recorded at {len(per_step.derived)} step(s) (from step {per_step.derived[0]}): their "
@@ -167,7 +216,9 @@ def notes(run: RunData) -> list[str]:
 
 
 def _sources(axis: Axis) -> list[str]:
-    return [TOKENS, f"{MEAN_LENGTH} with count/<mode>"] if axis is TOKENS_AXIS else [SECONDS]
+    if axis is TOKENS_AXIS:
+        return [GENERATED, TOKENS, f"{MEAN_LENGTH} with count/<mode>"]
+    return [PROMPTS, PROMPT_TOKENS] if axis is PROMPT_AXIS else [SECONDS]
 
 
 def _finite(series: Series | None) -> Series | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from lanpo.feedback_modes import CONTEXT_MODES, MODES, PROMPT_MODES
-from lanpo.report.cost import PROMPT_TOKENS, SECONDS_AXIS, TOKENS, TOKENS_AXIS, Axis
+from lanpo.report.cost import GENERATED, PROMPT_TOKENS, PROMPTS, SECONDS_AXIS, TOKENS, TOKENS_AXIS, Axis
 from lanpo.report.series import RunData, Series, derived, total
 
 Getter = Callable[[RunData], Series | None]
@@ -216,6 +216,11 @@ def _by_mode(what: str, bounds: tuple[float, float] | None = None) -> Callable[[
     )
 
 
+def _by_source(total_name: str) -> tuple[Curve, ...]:
+    """Each source's part of the step's `total_name` (lanpo.train.consumer.record.COST_SOURCES)."""
+    return tuple(metric(f"{total_name}/{s}", s) for s in ("rollout", "summary", "mel_diagnosis", "mel_replay"))
+
+
 def _fixed(*panels: Panel) -> Callable[[Sequence[RunData]], list[Panel]]:
     return lambda runs: list(panels)
 
@@ -247,13 +252,14 @@ CATALOGUE: tuple[FigureSpec, ...] = (
     FigureSpec(
         "validation_tokens",
         "Validation mean@k against generated tokens",
-        "held-out mean@k per dataset against the generated tokens the run paid for up to and including the step: "
-        "the completion tokens of its training rollouts (tokens/completion; prompt tokens, summaries, MEL and "
-        "validation not counted). Step 0 is at 0 tokens. An arm over seeds: each seed's curve interpolated linearly "
+        "held-out mean@k per dataset against every token the run generated up to and including the step: its "
+        f"training rollouts, summaries, MEL's diagnoses and replays ({GENERATED}; a step recorded before it: its "
+        f"rollouts' alone, {TOKENS}, said in the notes above; prompt tokens counted apart, validation not counted). "
+        "Step 0 is at 0 tokens. An arm over seeds: each seed's curve interpolated linearly "
         "between its own validations onto one grid, its mean and band over every seed, from 0 to where its shortest "
         "seed ends",
         _validation_against(TOKENS_AXIS),
-        f"val/<dataset>/mean@<k> with {TOKENS} (or response_len/mean and count/<mode>)",
+        f"val/<dataset>/mean@<k> with {GENERATED} (or {TOKENS}, or response_len/mean and count/<mode>)",
     ),
     FigureSpec(
         "validation_time",
@@ -276,14 +282,35 @@ CATALOGUE: tuple[FigureSpec, ...] = (
         "response_length",
         "Response length",
         "completion tokens, truncated share, feedback-format share, the step's completion and prompt tokens (every "
-        "rollout's own prompt: the tokens the update reads besides its completion)",
+        "rollout's own prompt: the tokens the update reads besides its completion), and every token the step "
+        "generated and read, by source (cost/*: rollouts, summaries, MEL's diagnoses and replays)",
         _fixed(
             single("mean response length", "response_len/mean", "tokens"),
             single("truncated at max_new_tokens", "response_len/truncated", "share"),
             single("in the feedback mode's format", "format/headers", "share"),
-            Panel("tokens per step", (metric(TOKENS, "completion"), metric(PROMPT_TOKENS, "prompt")), "tokens"),
+            Panel(
+                "tokens per step",
+                (
+                    metric(TOKENS, "rollouts: completion"),
+                    metric(PROMPT_TOKENS, "rollouts: prompt"),
+                    metric(GENERATED, "every generation: generated"),
+                    metric(PROMPTS, "every generation: prompt"),
+                ),
+                "tokens",
+            ),
+            Panel("generated tokens per step, by source", _by_source(GENERATED), "tokens"),
+            Panel("prompt tokens per step, by source", _by_source(PROMPTS), "tokens"),
+            Panel(
+                "validation's tokens (on no cost axis)",
+                (
+                    metric("cost/validation/generated_tokens", "generated"),
+                    metric("cost/validation/prompt_tokens", "prompt"),
+                ),
+                "tokens",
+            ),
         ),
-        f"response_len/mean, response_len/truncated, format/headers, {TOKENS}, {PROMPT_TOKENS}",
+        f"response_len/mean, response_len/truncated, format/headers, {TOKENS}, {PROMPT_TOKENS}, {GENERATED}/*, "
+        f"{PROMPTS}/*, cost/validation/*",
     ),
     FigureSpec(
         "policy",

@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from lanpo.report import matched
 from lanpo.report.figures import FigureSpec, Panel
 from lanpo.report.output import MARKER
 from lanpo.report.series import BAND_LABELS, Band, Line
-from lanpo.report.table import GENERATED_TOKENS, TRAINING_MINUTES, ResultTable
+from lanpo.report.table import GENERATED_TOKENS, PROMPT_TOKENS, TRAINING_MINUTES, ResultTable
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ def report_markdown(
     drawn: Sequence[Drawn],
     unplotted: Sequence[str],
     band: Band,
+    at_budget: matched.MatchedTable | None = None,
 ) -> str:
     runs = [r for line in lines for r in line.runs]
     these = "this run" if len(runs) == 1 else "these runs"
@@ -66,6 +68,7 @@ def report_markdown(
     notes = [f"- {r.run.name}: {note}" for r in runs for note in r.notes]
     out += ["", *notes] if notes else []
     out += ["", "## Results", "", *_results(table, these)]
+    out += _matched(at_budget)
     out += ["", "## Figures"]
     for d in drawn:
         if d.file is None:
@@ -83,6 +86,32 @@ def report_markdown(
     if unplotted:
         out += ["", "Recorded but in no figure: " + ", ".join(f"`{n}`" for n in unplotted) + "."]
     return "\n".join(out) + "\n"
+
+
+def _matched(at_budget: matched.MatchedTable | None) -> list[str]:
+    """The matched-budget table: each line's mean@k at the smallest line's final generated-token budget."""
+    if at_budget is None or at_budget.budget is None or not at_budget.rows:
+        return []
+    out = [
+        "",
+        f"**At a matched budget of {at_budget.budget:,.0f} generated tokens** (the smallest line's final budget), in "
+        "percent: each run's mean@k interpolated linearly between the two validations that bracket the budget, "
+        "acc = (1 − w) a_i + w a_j with w = (B − x_i) / (x_j − x_i), ± its binomial SE sqrt((1 − w)² a_i(1 − a_i)/n_i "
+        "+ w² a_j(1 − a_j)/n_j) (n: the validation's samples, problems × k, recorded or counted from the stored val "
+        "attempts; no SE without); a line "
+        "over seeds: their mean, SE sqrt(Σ SE²) / seeds. `-`: no value, with why (never reaches: its validations end "
+        "below the budget; starts above: its first one is past it). A line's final budget is its smallest seed's "
+        "generated tokens at its last validation.",
+        "",
+        at_budget.to_markdown(),
+    ]
+    if any(r.rollouts_only for r in at_budget.rows):
+        out += ["† some step of a seed was recorded before `cost/generated_tokens`: its rollouts' tokens alone, so "
+                "its budget is understated there.", ""]  # fmt: skip
+    out.append(f"Each seed's value, SE and bracketing steps: `{matched.CSV}`.")
+    if matched.drawable(at_budget):
+        out += ["", f"![accuracy at a matched budget]({matched.FIGURE})"]
+    return out
 
 
 def _results(table: ResultTable, these: str) -> list[str]:
@@ -103,9 +132,11 @@ def _results(table: ResultTable, these: str) -> list[str]:
     out += [f"Last validated step per run — {'; '.join(steps)}.", ""]
     out += [
         f"What it cost, up to each run's last validated step, mean over seeds (`-`: not recorded by the run): "
-        f"*{GENERATED_TOKENS}*, the completion tokens of the training rollouts (not prompts, summaries, MEL or "
-        f"validation); *{TRAINING_MINUTES}*, the wall time of the committed training steps (the sum of "
-        "`time/step`; not validation or start-up). The same axes as the figures against tokens and time.",
+        f"*{GENERATED_TOKENS}*, every token the training generated: rollouts, summaries, MEL's diagnoses and "
+        "replays (`cost/generated_tokens`; a step recorded before it counts its rollouts alone, said in the notes "
+        f"above; not validation); *{TRAINING_MINUTES}*, the wall time of the committed training steps (the sum of "
+        f"`time/step`; not validation or start-up); *{PROMPT_TOKENS}*, the prompt tokens those generations read "
+        "(`cost/prompt_tokens`, a prompt once per sample). The same axes as the figures against tokens and time.",
         "",
     ]
     start = table.to_markdown("start")

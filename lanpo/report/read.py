@@ -134,7 +134,8 @@ def _recount(
     for r in rows:
         k = ks[(r.run_id, r.dataset)]
         se = None if r.mean_at_k_se is None else float(r.mean_at_k_se)
-        stats = ((f"mean@{k}", r.mean_at_k), (f"pass@{k}", r.pass_at_k), ("boxed", r.boxed_rate), ("se", se))
+        stats = ((f"mean@{k}", r.mean_at_k), (f"pass@{k}", r.pass_at_k), ("boxed", r.boxed_rate), ("se", se),
+                 ("samples", r.samples))  # fmt: skip
         for stat, value in stats:
             steps, values = cells[(r.run_id, r.dataset, stat)]
             steps.append(int(r.step))
@@ -164,6 +165,8 @@ def read_runs(session: Session, names: Sequence[str]) -> tuple[list[Target], lis
         if not has_val and recounted.get(run.id):
             own.update(recounted[run.id])
             notes.append("validation recounted from its stored `val` attempts (no val/ metrics recorded)")
+        # the samples of each validation (the matched budget's n), where the run did not record them
+        own |= {n: s for n, s in recounted.get(run.id, {}).items() if n.endswith("/samples") and n not in own}
         # the attempts a recorded mean@k was counted from give its standard error (validate records both)
         known = {name: se for name, se in errors.get(run.id, {}).items() if name in own}
         data.append(RunData(run, own, notes, known))

@@ -4,8 +4,8 @@ A cell is held-out mean@k at each run's last validated step, then mean ± sample
 the Average column is each run's unweighted mean over the datasets (as in the paper), then mean ± std over seeds.
 The same at step 0 (before any update), and, for an experiment with a baseline arm, the paired difference: each
 seed's value minus the baseline arm's value for the same seed, mean ± std over the pairs. Beside the final
-cells, what they cost: each run's generated tokens and training minutes up to its last validated step (the
-`lanpo.report.cost` axes), mean over seeds (std and each seed's value in table.csv). Pure functions.
+cells, what they cost: each run's generated tokens, training minutes and prompt tokens up to its last validated step
+(the `lanpo.report.cost` axes), mean over seeds (std and each seed's value in table.csv). Pure functions.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import io
 import math
 from dataclasses import dataclass, field
 
-from lanpo.report.cost import SECONDS_AXIS, TOKENS_AXIS
+from lanpo.report.cost import PROMPT_AXIS, SECONDS_AXIS, TOKENS_AXIS
 from lanpo.report.figures import validation_keys
 from lanpo.report.series import Line, RunData
 
 AVERAGE = "Average"
 GENERATED_TOKENS = "generated tokens"
 TRAINING_MINUTES = "training minutes"
-COSTS = (GENERATED_TOKENS, TRAINING_MINUTES)  # the final table's cost columns, after Average
+PROMPT_TOKENS = "prompt tokens"
+COSTS = (GENERATED_TOKENS, TRAINING_MINUTES, PROMPT_TOKENS)  # the final table's cost columns, after Average
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def _cost_cell(column: str, stat: Stat | None, seeds: int) -> str:
     """The mean over seeds: tokens as 812, 45.3k, 1.25M; minutes with one decimal; `(n of N)` when seeds lack it."""
     if stat is None:
         return "-"
-    if column == GENERATED_TOKENS:
+    if column in (GENERATED_TOKENS, PROMPT_TOKENS):
         value = stat.mean
         text = f"{value / 1e9:.2f}G" if value >= 1e9 else f"{value / 1e6:.2f}M" if value >= 1e6 else ""
         text = text or (f"{value / 1e3:.1f}k" if value >= 1e4 else f"{value:.0f}")
@@ -177,11 +178,17 @@ def run_cells(run: RunData, ks: dict[str, int]) -> RunCells:
 
 
 def run_cost(run: RunData, step: int | None) -> dict[str, float]:
-    """Generated tokens and training minutes up to and including `step` (a cost not recorded there: left out)."""
+    """Generated tokens, training minutes and prompt tokens up to and including `step` (a cost not recorded there:
+    left out)."""
     out: dict[str, float] = {}
     if step is None:
         return out
-    for column, axis, scale in ((GENERATED_TOKENS, TOKENS_AXIS, 1.0), (TRAINING_MINUTES, SECONDS_AXIS, 1 / 60)):
+    axes = (
+        (GENERATED_TOKENS, TOKENS_AXIS, 1.0),
+        (TRAINING_MINUTES, SECONDS_AXIS, 1 / 60),
+        (PROMPT_TOKENS, PROMPT_AXIS, 1.0),
+    )
+    for column, axis, scale in axes:
         cost = axis.of(run)
         value = cost.at(step) if cost is not None else None
         if value is not None and math.isfinite(value):

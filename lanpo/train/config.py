@@ -18,6 +18,7 @@ from lanpo.errors import ConfigError
 from lanpo.feedback_modes import CONTEXT_MODES
 from lanpo.mel.config import MELConfig
 from lanpo.report.live import check_report_to
+from lanpo.rewards import DEFAULT_FORMAT_RULE, FORMAT_RULES
 from lanpo.rollout.config import VLLMConfig
 from lanpo.train.feedback_config import (  # noqa: F401 (re-exported: the feedback tables are TrainConfig's too)
     INTER_KINDS,
@@ -301,6 +302,25 @@ class ValidationConfig:
 
 
 @dataclass
+class RewardConfig:
+    """A rollout's reward: correctness (its last `\\boxed{}`, by math-verify) plus the format bonus (lanpo.rewards)."""
+
+    format_rule: str = help_field(
+        DEFAULT_FORMAT_RULE,
+        "when the +0.1 format bonus is paid: paper (LANPO appendix 10.3: a feedback-mode response with its mode's "
+        "headers, right or wrong) | correct_only (headers and a boxed answer, on a correct answer only: the paper's "
+        "rule was gamed on the CPU experiment, docs/results.md)",
+    )
+
+    def __post_init__(self) -> None:
+        _check(
+            self.format_rule in FORMAT_RULES,
+            f"reward.format_rule must be one of {', '.join(FORMAT_RULES)}, got {self.format_rule!r}",
+            "paper (the paper recipes) or correct_only (the CPU recipes)",
+        )
+
+
+@dataclass
 class TrainConfig:
     """A whole LANPO training run."""
 
@@ -328,6 +348,7 @@ class TrainConfig:
     arm: str | None = help_field(None, "its arm in that experiment, e.g. grpo or lanpo-both")
     mel: MELConfig = field(default_factory=MELConfig, metadata={"help": "meta-experience learning (method = mel)"})
     eval: ValidationConfig = field(default_factory=ValidationConfig, metadata={"help": "held-out validation"})
+    reward: RewardConfig = field(default_factory=RewardConfig, metadata={"help": "the rollouts' reward"})
     report_to: list[str] = field(
         default_factory=list, metadata={"help": "live logging besides the database: tensorboard | wandb"}
     )

@@ -320,7 +320,13 @@ def _summary_fields(summary: Summary | None) -> dict[str, Any]:
     turned away (none: the rollout was not summarised)."""
     if summary is None:
         return {}
-    return {"summary": summary.admitted, "summary_format_ok": summary.format_ok, "summary_rejected": summary.rejected}
+    return {
+        "summary": summary.admitted,
+        "summary_format_ok": summary.format_ok,
+        "summary_rejected": summary.rejected,
+        "summary_generated_tokens": summary.generated_tokens,  # the step's cost/*/summary (record.cost_metrics)
+        "summary_prompt_tokens": summary.prompt_tokens,
+    }
 
 
 def _progress(enabled: bool, start: int, steps: int) -> Any:

@@ -4,7 +4,8 @@
 paper's sampling (Table 7: temperature 0.6, top-p 0.9, k = 8). Per dataset it records in `run_metrics`:
 `val/<dataset>/mean@<k>` (mean over problems of the share of correct samples), `val/<dataset>/pass@<k>` (share of
 problems with a correct sample) and `val/<dataset>/boxed` (share of samples with a `\\boxed{}` answer), and
-`time/validate` (its seconds, wall; not a phase of the step, so kept out of the step's `time/step`). The
+`time/validate` (its seconds, wall; not a phase of the step, so kept out of the step's `time/step`), and
+`cost/validation/generated_tokens` and `cost/validation/prompt_tokens` (kept off the training cost axes too). The
 attempts are stored as rollout groups of mode `val` under the run and step, so SQL sees them; the intra pool
 never draws them and validation never writes experiences.
 
@@ -127,7 +128,7 @@ def validate(
         groups = sampler.backend.generate(texts, ev.k, params)  # one list of k completions per problem
     records = []
     for i, text, completions in zip(mine, texts, groups, strict=True):
-        graded = grade([c.text for c in completions], [vs.answers[i]] * ev.k, ["val"] * ev.k)
+        graded = grade([c.text for c in completions], [vs.answers[i]] * ev.k, ["val"] * ev.k, cfg.reward.format_rule)
         rollouts = [
             RolloutRecord(c.text, g.reward, g.correct, extract_boxed(c.text) is not None, len(c.token_ids),
                           c.finish_reason == "length", served_adapter_sha256=c.served_adapter_sha256)
@@ -140,6 +141,10 @@ def validate(
         return {}
     rows = [r for rank_rows in gathered for r in rank_rows]
     metrics = validation_metrics(rows, vs.dataset, ev.k) | {"time/validate": time.perf_counter() - started}
+    # what it generated and read: recorded apart, never on the training cost axes (a measurement, the same for every
+    # arm; lanpo.report.cost)
+    metrics["cost/validation/generated_tokens"] = float(sum(r.completion_tokens for g in rows for r in g.rollouts))
+    metrics["cost/validation/prompt_tokens"] = float(sum(g.prompt_tokens * len(g.rollouts) for g in rows))
     with transaction(run.engine) as session:
         version = steps_repo.policy_version_id(session, run.run_id, step)  # the weights after `step`
         write_groups(session, run.run_id, step, version, rows)
@@ -155,6 +160,7 @@ def validation_metrics(groups: list[GroupRecord], dataset: str, k: int) -> dict[
         f"val/{dataset}/mean@{k}": sum(c / k for c in correct) / max(len(groups), 1),
         f"val/{dataset}/pass@{k}": sum(c > 0 for c in correct) / max(len(groups), 1),
         f"val/{dataset}/boxed": sum(r.format_ok for r in samples) / max(len(samples), 1),
+        f"val/{dataset}/samples": float(len(samples)),  # the n of mean@k's binomial SE (lanpo.report.matched)
     }
 
 

@@ -2,7 +2,7 @@
 -- mean@k = mean over problems of the share of a problem's samples that are correct; pass@k = share of problems
 -- with at least one correct sample; boxed = share of samples with format_ok (a val attempt's: it has a \boxed{}
 -- answer); k = most samples of one problem; mean_at_k_se = the standard error of mean@k over the problems (their
--- shares' sample std / sqrt(problems); NULL for one problem).
+-- shares' sample std / sqrt(problems); NULL for one problem); samples = every sample (the matched-budget table's n).
 -- An ungraded sample (correct NULL) counts as wrong, as in eval_mean_at_k.
 WITH per_problem AS (
     SELECT g.run_id, g.step, p.dataset, g.problem_id,
@@ -22,6 +22,7 @@ SELECT run_id, step, dataset,
        avg(CAST(solved AS integer)) AS pass_at_k,
        CAST(sum(formatted) AS float8) / sum(samples) AS boxed_rate,
        max(samples) AS k,
+       sum(samples) AS samples,
        count(*) AS problems
 FROM per_problem
 GROUP BY run_id, step, dataset

@@ -42,11 +42,26 @@ def test_mel_steps_write_complete_provenance(
     result = train(_config(tmp_path), engine=db, progress=False)
     run = result.run_id
     even = dict(_rows(db, "SELECT id, (CAST(external_id AS int) % 2 = 0) FROM problems WHERE dataset = 'toy'"))
+    # MEL's replays on the cost axis: what their stored attempts generated and read (a prompt once per replay)
+    replays = _rows(
+        db,
+        "SELECT g.step, sum(a.completion_tokens), sum(g.prompt_tokens) FROM attempts a JOIN rollout_groups g "
+        "ON g.id = a.group_id WHERE g.run_id = :r AND g.mode = 'replay' GROUP BY g.step ORDER BY g.step",
+        r=result.run_id,
+    )
+    assert [(s, float(c), float(p)) for s, c, p in replays] == [
+        (step, m["cost/generated_tokens/mel_replay"], m["cost/prompt_tokens/mel_replay"])
+        for step, m in enumerate(result.metrics, start=1)
+    ]
     for m in result.metrics:
         assert (m["mel/groups/qualifying"], m["mel/pairs"], m["mel/candidates"]) == (3.0, 3.0, 3.0)
         assert m["mel/validated"] + m["mel/rejected"] == 3.0 and m["mel/yield"] == m["mel/validated"] / 3
         assert m["mel/bifurcation/by_model"] == 1.0 and m["mel/diagnosis/format"] == 1.0
         assert m["mel/nll_coef"] == 0.1 and m["time/mel"] >= 0
+        # what MEL generated is on the cost axis: its diagnoses, and its replays as stored (attempts of mode replay)
+        assert m["cost/generated_tokens/mel_diagnosis"] > 0 and m["cost/prompt_tokens/mel_diagnosis"] > 0
+        parts = ("rollout", "summary", "mel_diagnosis", "mel_replay")
+        assert m["cost/generated_tokens"] == sum(m[f"cost/generated_tokens/{x}"] for x in parts)
         if m["mel/validated"]:
             assert m["mel/nll_tokens"] > 0 and math.isfinite(m["mel/nll"]) and m["mel/nll"] > 0
 

@@ -20,7 +20,7 @@ from lanpo.train.loop import train
 from tests.report.helpers import fill_experiment, make_experiment, make_run, write_run
 from tests.train.conftest import tiny_config
 
-VALIDATION = {"validation", "validation_tokens", "validation_time", "validation_detail"}
+VALIDATION = {"validation", "validation_tokens", "validation_time", "validation_detail", "matched_budget"}
 ALWAYS = {"reward", "accuracy", *VALIDATION, "response_length", "policy", "optimizer", "feedback", "pool", "time"}
 
 
@@ -59,7 +59,8 @@ def test_experiment_report(run_cli: Callable[..., Any], session: Session, tmp_pa
     assert "- Rollout engine (`engine.png`, from engine/*): not recorded by these runs." in report
     rows = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
     assert {r["table"] for r in rows} == {"final", "start", "diff"}
-    assert sorted(p.name for p in out.iterdir()) == sorted([*(f"{f}.png" for f in figures), "report.md", "table.csv"])
+    written = [*(f"{f}.png" for f in figures), "report.md", "table.csv", "matched_budget.csv"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(written)
     assert "| grpo | 3 |" in result.out and str(out) in result.out
     assert not list(out.parent.glob(".*")), "a staging folder was left behind"
 

@@ -27,7 +27,7 @@ from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.feedback_modes import PROMPT_MODES
 from lanpo.report import cost
 from lanpo.report.build import read_report
-from lanpo.report.cost import SECONDS_AXIS, TOKENS_AXIS, against
+from lanpo.report.cost import PROMPT_AXIS, SECONDS_AXIS, TOKENS_AXIS, against
 from lanpo.report.series import RunData, RunInfo, Series, band_on_grid
 from lanpo.report.table import GENERATED_TOKENS, TRAINING_MINUTES, result_table
 from lanpo.train.config import ValidationConfig
@@ -51,11 +51,14 @@ def test_cumulative_tokens_and_seconds_by_hand() -> None:
     """Step 0 at 0, then the running sum of each step's cost; validation read at its steps' cost."""
     run = run_with(
         {
-            "tokens/completion": {1: 100.0, 2: 150.0, 3: 50.0},
+            "cost/generated_tokens": {1: 100.0, 2: 150.0, 3: 50.0},
+            "cost/prompt_tokens": {1: 40.0, 2: 40.0, 3: 40.0},
+            "tokens/completion": {1: 60.0, 2: 70.0, 3: 30.0},  # the rollouts' part: cost/* wins where recorded
             "time/step": {1: 2.0, 2: 3.0, 3: 1.5},
             "val/d/mean@4": {0: 0.1, 2: 0.3, 3: 0.4},
         }
     )
+    assert values(PROMPT_AXIS.of(run)) == [0.0, 40.0, 80.0, 120.0]
     tokens, seconds = TOKENS_AXIS.of(run), SECONDS_AXIS.of(run)
     assert tokens is not None and tokens.steps.tolist() == [0, 1, 2, 3]
     assert values(tokens) == [0.0, 100.0, 250.0, 300.0]
@@ -68,7 +71,8 @@ def test_cumulative_tokens_and_seconds_by_hand() -> None:
 
 
 def test_older_steps_priced_from_mean_length_and_a_gap_ends_the_axis() -> None:
-    """Steps recorded before tokens/completion: response_len/mean x rollouts; a step without time/step: unknown on."""
+    """Steps recorded before tokens/completion: response_len/mean x rollouts; before cost/*: the rollouts' alone,
+    said so; a step without time/step: unknown on."""
     run = run_with(
         {
             "response_len/mean": {1: 20.5, 2: 30.0, 3: 99.0},
@@ -85,10 +89,14 @@ def test_older_steps_priced_from_mean_length_and_a_gap_ends_the_axis() -> None:
     assert seconds[:2] == [0.0, 2.0] and all(math.isnan(v) for v in seconds[2:])
     pair = against(run.metrics["val/d/mean@4"], SECONDS_AXIS.of(run))
     assert pair is not None and pair[0].tolist() == [0.0, 2.0]  # step 3's validation: its cost is unknown
+    assert cost.generated_tokens(run).rollouts_only == (1, 2, 3)
     notes = cost.notes(run)
-    assert len(notes) == 2
-    assert notes[0].startswith("tokens/completion not recorded at 2 step(s) (from step 1)")
-    assert notes[1].startswith("training seconds not recorded at step 2") and "validation_time.png" in notes[1]
+    assert len(notes) == 4
+    assert notes[0].startswith("cost/generated_tokens not recorded at 3 step(s) (from step 1): their generated tokens")
+    assert "understated" in notes[0]
+    assert notes[1].startswith("tokens/completion not recorded at 2 step(s) (from step 1)")
+    assert notes[2].startswith("prompt tokens not recorded by this run (no cost/prompt_tokens or tokens/prompt)")
+    assert notes[3].startswith("training seconds not recorded at step 2") and "validation_time.png" in notes[3]
 
 
 def test_a_run_without_the_cost_says_so() -> None:
@@ -181,7 +189,10 @@ def test_old_run_without_token_metrics_says_so(run_cli: Callable[..., Any], sess
     ids = [make_run(session, f"exp-s{seed}", seed, "both", 0.5, experiment, "lanpo-both") for seed in (0, 1)]
     for index, run_id in enumerate(ids):
         write_run(session, run_id, "lanpo-both", index, "both")
-    old = "DELETE FROM run_metrics WHERE run_id = :r AND (name LIKE 'tokens/%' OR name = 'response_len/mean')"
+    old = (
+        "DELETE FROM run_metrics WHERE run_id = :r "
+        "AND (name LIKE 'tokens/%' OR name LIKE 'cost/%' OR name = 'response_len/mean')"
+    )
     session.execute(sa.text(old), {"r": ids[1]})
     session.commit()
     out = tmp_path / "mixed"
@@ -201,7 +212,8 @@ def test_old_run_without_token_metrics_says_so(run_cli: Callable[..., Any], sess
     assert (out / "validation.png").exists() and (out / "validation_time.png").exists()
     assert (
         "- Validation mean@k against generated tokens (`validation_tokens.png`, from val/<dataset>/mean@<k> with "
-        "tokens/completion (or response_len/mean and count/<mode>)): not recorded by this run." in report
+        "cost/generated_tokens (or tokens/completion, or response_len/mean and count/<mode>)): not recorded by this "
+        "run." in report
     )
     assert "- exp-s1: generated tokens not recorded by this run" in report
     assert re.search(r"\| exp-s1 \| 1 \| [^|]+ \| [^|]+ \| [^|]+ \| - \| 0\.4 \|", report), report
@@ -211,7 +223,9 @@ def test_old_run_without_token_metrics_says_so(run_cli: Callable[..., Any], sess
 def test_token_metrics_of_a_real_tiny_run(
     run_cli: Callable[..., Any], db: Engine, toy_problems: list[int], tmp_path: Path
 ) -> None:
-    """tokens/completion and tokens/prompt equal what the step's training attempts stored; the report draws them."""
+    """tokens/completion, tokens/prompt and cost/*/rollout equal what the step's training attempts stored, the total
+    adds the summaries; validation's own cost equals its stored attempts; the report draws them and the matched
+    budget."""
     with transaction(db) as session:
         upsert_problems(session, "toy-val", [ProblemIn(f"v{i}", f"What is {i} * 7?", str(7 * i)) for i in range(3)])
     validation = ValidationConfig(every=1, n=3, k=2, max_new_tokens=8)
@@ -226,7 +240,15 @@ def test_token_metrics_of_a_real_tiny_run(
         ).all()
         recorded = conn.execute(
             sa.text(
-                "SELECT step, name, value FROM run_metrics WHERE run_id = :r AND name LIKE 'tokens/%' ORDER BY step"
+                "SELECT step, name, value FROM run_metrics WHERE run_id = :r "
+                "AND (name LIKE 'tokens/%' OR name LIKE 'cost/%') ORDER BY step"
+            ),
+            {"r": result.run_id},
+        ).all()
+        validation = conn.execute(
+            sa.text(
+                "SELECT step, sum(completion_tokens), sum(prompt_tokens) FROM run_attempts "
+                "WHERE run_id = :r AND mode = 'val' GROUP BY step ORDER BY step"
             ),
             {"r": result.run_id},
         ).all()
@@ -236,6 +258,17 @@ def test_token_metrics_of_a_real_tiny_run(
         assert by_step[(step, "tokens/completion")] == completion > 0
         assert by_step[(step, "tokens/prompt")] == prompt > 0
         assert result.metrics[step - 1]["tokens/completion"] == completion
+        assert by_step[(step, "cost/generated_tokens/rollout")] == completion
+        assert by_step[(step, "cost/prompt_tokens/rollout")] == prompt
+        summary = by_step[(step, "cost/generated_tokens/summary")]
+        assert by_step[(step, "cost/generated_tokens")] == completion + summary
+        assert by_step[(step, "cost/prompt_tokens")] == prompt + by_step[(step, "cost/prompt_tokens/summary")]
+        assert by_step[(step, "cost/generated_tokens/mel_replay")] == 0.0  # not MEL
+    assert sum(by_step[(s, "cost/generated_tokens/summary")] for s in (1, 2)) > 0  # summaries were written
+    assert [s for s, _, _ in validation] == [0, 1, 2]
+    for step, completion, prompt in validation:  # recorded apart, on no axis
+        assert by_step[(step, "cost/validation/generated_tokens")] == completion > 0
+        assert by_step[(step, "cost/validation/prompt_tokens")] == prompt > 0
 
     out = tmp_path / "tiny-report"
     assert run_cli("report", "tiny", "--out", out).code == 0
@@ -245,6 +278,17 @@ def test_token_metrics_of_a_real_tiny_run(
         assert f"]({figure}.png)" in report
     with transaction(db) as session:
         (run,) = read_report(session, ["tiny"]).lines[0].runs
-    assert values(TOKENS_AXIS.of(run)) == [0.0, stored[0][1], stored[0][1] + stored[1][1]]
+    generated = [by_step[(s, "cost/generated_tokens")] for s in (1, 2)]
+    assert values(TOKENS_AXIS.of(run)) == [0.0, generated[0], generated[0] + generated[1]]
+    assert_has_content(out / "matched_budget.png")
+    assert f"**At a matched budget of {generated[0] + generated[1]:,.0f} generated tokens**" in report
     assert values(SECONDS_AXIS.of(run))[2] == pytest.approx(sum(m["time/step"] for m in result.metrics))
     assert "generated tokens | training minutes |" in report and run.notes == []
+    assert values(run.metrics["val/toy-val/samples"]) == [6.0, 6.0, 6.0]  # 3 problems x k = 2: the matched n
+    with db.begin() as conn:  # a run recorded before val/<d>/samples: its stored val attempts give the n
+        conn.execute(
+            sa.text("DELETE FROM run_metrics WHERE run_id = :r AND name LIKE 'val/%/samples'"), {"r": run.run.id}
+        )
+    with transaction(db) as session:
+        (older,) = read_report(session, ["tiny"]).lines[0].runs
+    assert values(older.metrics["val/toy-val/samples"]) == [6.0, 6.0, 6.0]

@@ -116,7 +116,9 @@ def test_validation_recounted_from_val_attempts(session: Session) -> None:
     )
     session.commit()
     series = read.validation_from_attempts(session, [run])[run]
-    assert sorted(series) == [f"val/{d}/{s}" for d in ("gsm", "math") for s in ("boxed", "mean@4", "pass@4")]
+    stats = ("boxed", "mean@4", "pass@4", "samples")
+    assert sorted(series) == [f"val/{d}/{s}" for d in ("gsm", "math") for s in stats]
+    assert series["val/gsm/samples"].values.tolist() == [8.0, 4.0]  # every sample: the matched budget's n
     assert series["val/gsm/mean@4"].values.tolist() == pytest.approx([(0.25 + 0.0) / 2, 0.5])
     assert series["val/gsm/pass@4"].values.tolist() == [0.5, 1.0]
     assert series["val/gsm/boxed"].values.tolist() == pytest.approx([2 / 8, 1.0])

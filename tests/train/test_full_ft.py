@@ -174,7 +174,7 @@ def test_full_fine_tuning_of_bf16_weights_trains_fp32_master_weights_at_the_pape
     assert _moved_share(bf16.model, bf16, 1e-6) < 0.1  # the check can tell: bf16 weights hardly move
 
 
-def _alternating_rewards(completions: list[str], answers: list, modes: list) -> list[Graded]:
+def _alternating_rewards(completions: list[str], answers: list, modes: list, format_rule: str = "") -> list[Graded]:
     """A reward with spread in every group (the tiny random model never answers right), so the weights move."""
     return [Graded(float(i % 2), bool(i % 2), False) for i in range(len(completions))]
 

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from lanpo import prompts
+from lanpo.rollout import Completion
 from lanpo.train.config import SummarizerConfig, load_config
 from lanpo.train.consumer.record import GroupRecord, RolloutRecord, rollout_metrics
 from lanpo.train.producer import summarize
@@ -99,6 +100,11 @@ def test_the_setting_defaults_to_requiring_the_format_and_a_recipe_may_turn_it_o
     assert load_config(recipe, ["summarizer.require_format=false"]).summarizer.require_format is False
 
 
+def _completion(text: str, prompt: str) -> Completion:
+    """A scripted reply as the engine returns it: a token per word of the text and of the prompt."""
+    return Completion(text, tuple(range(len(text.split()))), tuple(range(len(prompt.split()))), "stop")
+
+
 class _Replies:
     """A generation backend that answers each prompt with the next of `texts` (round robin)."""
 
@@ -107,8 +113,8 @@ class _Replies:
 
     def generate(self, prompts_: list[str], n: int, params: Any) -> list[list[Any]]:
         out = []
-        for _ in prompts_:
-            out.append([SimpleNamespace(text=self.texts[self.calls % len(self.texts)])])
+        for prompt in prompts_:
+            out.append([_completion(self.texts[self.calls % len(self.texts)], prompt)])
             self.calls += 1
         return out
 
@@ -226,7 +232,7 @@ class _Recorder:
         from lanpo.rollout import cut_at_stop
 
         self.calls.append((list(prompts_), params))
-        return [[SimpleNamespace(text=cut_at_stop(self.body, params.stop)[0])] for _ in prompts_]
+        return [[_completion(cut_at_stop(self.body, params.stop)[0], p)] for p in prompts_]
 
 
 def test_a_scaffolded_summary_has_the_codes_headers_and_the_models_bodies() -> None:
@@ -244,6 +250,10 @@ def test_a_scaffolded_summary_has_the_codes_headers_and_the_models_bodies() -> N
     assert backend.calls[1][0][0].endswith("## Flow\ncarry the tens over\n## Principles\n")
     expected = "## Flow\ncarry the tens over\n## Principles\ncarry the tens over\n## Pitfalls\ncarry the tens over"
     assert [s.text for s in checked] == [expected, expected] and all(s.admitted for s in checked)
+    # what it cost: each section's generated tokens (the body, 4 words, cut at the stop), and every call's prompt,
+    # which grows by the header and the body before it (the engine's own counts: a token per word here)
+    assert [s.generated_tokens for s in checked] == [3 * 4, 3 * 4]
+    assert [s.prompt_tokens for s in checked] == [sum(len(p[i].split()) for p, _ in backend.calls) for i in (0, 1)]
     # the same check decides: an echo of the prompt's hints under the code's headers is refused
     echo = summarise(_Recorder("(transferable rules)"), tokenizer, candidates, 30, 0.7, 3, scaffold=True)
     assert [s.rejected for s in echo] == ["format", "format"]

@@ -35,7 +35,11 @@ def test_validation_is_recorded_and_never_feeds_training(db: Engine, toy_problem
     result = train(cfg, engine=db, progress=False)
     assert sorted(result.validation) == [0, 2, 3]  # the start, every 2 steps, the last step
     for metrics in result.validation.values():
-        assert set(metrics) == {"val/toy-val/mean@2", "val/toy-val/pass@2", "val/toy-val/boxed", "time/validate"}
+        assert set(metrics) == {
+            "val/toy-val/mean@2", "val/toy-val/pass@2", "val/toy-val/boxed", "val/toy-val/samples", "time/validate",
+            "cost/validation/generated_tokens", "cost/validation/prompt_tokens",
+        }  # fmt: skip
+        assert metrics["val/toy-val/samples"] == 3 * 2
         assert metrics["time/validate"] > 0
     assert result.metrics[1]["val/toy-val/mean@2"] == result.validation[2]["val/toy-val/mean@2"]
     # stored: mode val, one group of k per problem and validated step, the policy of that step
@@ -116,7 +120,12 @@ def test_validation_metrics_by_hand() -> None:
         "d",
         2,
     )
-    assert metrics == {"val/d/mean@2": pytest.approx(0.5), "val/d/pass@2": pytest.approx(2 / 3), "val/d/boxed": 5 / 6}
+    assert metrics == {
+        "val/d/mean@2": pytest.approx(0.5),
+        "val/d/pass@2": pytest.approx(2 / 3),
+        "val/d/boxed": 5 / 6,
+        "val/d/samples": 6.0,  # 3 problems x k = 2: the n of the matched-budget table's binomial SE
+    }
 
 
 def test_feedback_asked_served_and_missed(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:

@@ -29,12 +29,13 @@ TRL: below 1 the rollouts come from the renormalised nucleus of softmax(logits /
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from lanpo.models import bf16_pays, cache_kwarg, default_device, returned_cache
 from lanpo.rl.logprobs import entropy_from_logits, token_logprobs
@@ -117,6 +118,7 @@ def completion_logprobs(
     share_prompts: bool = True,
     autocast: torch.dtype | None = None,
     temperature: float = 1.0,
+    chunk_tokens: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log p of the completion tokens (B, T), and optionally the entropy (B, T, detached); float32.
 
@@ -124,10 +126,14 @@ def completion_logprobs(
     reference the shared forward is tested against. Either way columns that pad every row are skipped.
     `autocast`: the forwards run under `torch.autocast` in this dtype (None: as the weights are); the log-softmax
     runs in fp32 on upcast logits either way. `temperature`: of softmax(logits / temperature), the sampling
-    distribution (see the module docstring); 1 divides nothing.
+    distribution (see the module docstring); 1 divides nothing. `chunk_tokens` (`grpo.logprob_chunk_tokens`):
+    above B x T = this many positions, the head's logits exist a chunk of this many positions at a time (see the
+    module docstring), and the padded positions give 0; 0: never.
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk_tokens and batch.completion_ids.numel() > chunk_tokens and _chunkable_head(model) is not None:
+        return _chunked_completion_logprobs(model, batch, with_entropy, share_prompts, autocast, temperature, chunk_tokens)
     T = batch.completion_ids.shape[1]
     P = batch.input_ids.shape[1] - T
     cut = _padding_columns(batch.attention_mask[:, :P])

@@ -35,6 +35,8 @@ class RolloutRecord:
     served_adapter_sha256: str | None = None  # the adapter the engine sampled it with
     summary_format_ok: bool | None = None  # None: not summarised; else whether its summary had the lesson's format
     summary_rejected: str | None = None  # why its summary was not admitted (lanpo.train.producer.summarize.REJECTIONS)
+    summary_generated_tokens: int = 0  # what writing its summary generated (0: not summarised)
+    summary_prompt_tokens: int = 0  # ... and read as prompt, over its generation calls
 
 
 @dataclass
@@ -133,6 +135,38 @@ def write_groups(
     )
 
 
+COST_SOURCES = ("rollout", "summary", "mel_diagnosis", "mel_replay")  # cost/<kind>_tokens/<source>
+
+
+def cost_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
+    """Every token the step generated, and every prompt token its generations read, by source (lanpo report's
+    compute-matched axes, `lanpo.report.cost`): `cost/generated_tokens/<source>` and `cost/prompt_tokens/<source>`
+    for the training rollouts, the summaries, MEL's diagnoses and MEL's replays (0 where a source did not run),
+    and their sums `cost/generated_tokens` and `cost/prompt_tokens`. A prompt is counted once per sample drawn
+    from it (n rollouts of a prompt read it n times: no prefix cache is assumed). Validation is not a training
+    cost: it records its own (`cost/validation/*`, lanpo.train.validate)."""
+    rollouts = [r for g in groups for r in g.rollouts]
+    meta = [m for g in groups for m in g.meta]  # lanpo.train.mel.record.MetaRecord (none unless method = mel)
+    replays = [m for m in meta if m.replays]
+    generated = {
+        "rollout": sum(r.completion_tokens for r in rollouts),
+        "summary": sum(r.summary_generated_tokens for r in rollouts),
+        "mel_diagnosis": sum(m.diagnosis_tokens for m in meta),
+        "mel_replay": sum(r.completion_tokens for m in replays for r in m.replays),
+    }
+    read = {
+        "rollout": sum(g.prompt_tokens * len(g.rollouts) for g in groups),
+        "summary": sum(r.summary_prompt_tokens for r in rollouts),
+        "mel_diagnosis": sum(m.diagnosis_prompt_tokens for m in meta),
+        "mel_replay": sum(m.replay_prompt_tokens * len(m.replays) for m in replays),
+    }
+    out = {"cost/generated_tokens": float(sum(generated.values())), "cost/prompt_tokens": float(sum(read.values()))}
+    for source in COST_SOURCES:
+        out[f"cost/generated_tokens/{source}"] = float(generated[source])
+        out[f"cost/prompt_tokens/{source}"] = float(read[source])
+    return out
+
+
 def rollout_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
     """Reward and accuracy overall and by mode, format rate, response length, summaries (generated, with the
     lesson's format, admitted, turned away by reason)."""
@@ -145,14 +179,16 @@ def rollout_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
     out = {
         "reward/mean": mean([r.reward for r in rollouts]),
         "accuracy/mean": mean([float(r.correct) for r in rollouts]),
-        # in its feedback mode's format (headers and a boxed answer; a zero-shot rollout never is): the reward's bonus
+        # in its feedback mode's format under reward.format_rule (paper: the headers; correct_only: and a boxed
+        # answer; a zero-shot rollout never is): what the bonus is paid for
         "format/headers": mean([float(r.format_ok) for r in rollouts]),
         "response_len/mean": mean([float(r.completion_tokens) for r in rollouts]),
         "response_len/truncated": mean([float(r.truncated) for r in rollouts]),
         "pool/summaries": float(sum(1 for r in rollouts if r.summary)),
-        # what the step's rollouts cost (lanpo report's compute-matched axes): generated, and the prompt each carried
+        # what the step's rollouts cost: generated, and the prompt each carried (cost/* below counts every source)
         "tokens/completion": float(sum(r.completion_tokens for r in rollouts)),
         "tokens/prompt": float(sum(g.prompt_tokens * len(g.rollouts) for g in groups)),
+        **cost_metrics(groups),
     }
     # summaries generated, the share with the lesson's format (none generated: no share), and those turned away
     summarised = [r for r in rollouts if r.summary_format_ok is not None]

@@ -135,6 +135,8 @@ def _diagnose(
             located_by="model" if by_model else "heuristic",
             diagnosis=completion.text.replace("\x00", ""),
             group_success_rate=success_rate(correct[pair.group]),
+            diagnosis_tokens=len(completion.token_ids),
+            diagnosis_prompt_tokens=len(completion.prompt_token_ids),
             lesson=clean_lesson(parsed.lesson, prompts.answers[pair.group], mel.mask_numbers),
         )
         work.append(_Work(pair, record, completion))
@@ -159,7 +161,8 @@ def _replay(cfg: TrainConfig, sampler: Sampler, step: int, prompts: StepPrompts,
     outputs = sampler.backend.generate(texts, mel.replays, params)  # (C, r)
     for w, text, completions in zip(candidates, texts, outputs, strict=True):
         answer = prompts.answers[w.pair.group]
-        marks = grade([c.text for c in completions], [answer] * len(completions), ["replay"] * len(completions))
+        count = len(completions)
+        marks = grade([c.text for c in completions], [answer] * count, ["replay"] * count, cfg.reward.format_rule)
         w.replays = completions
         w.record.replay_prompt = text
         w.record.replay_prompt_tokens = len(completions[0].prompt_token_ids) if completions else 0

@@ -44,6 +44,8 @@ class MetaRecord:
     located_by: str  # model | heuristic
     diagnosis: str
     group_success_rate: float
+    diagnosis_tokens: int = 0  # what the diagnosis generated (the step's cost/generated_tokens/mel_diagnosis)
+    diagnosis_prompt_tokens: int = 0  # the diagnosis prompt's tokens (cost/prompt_tokens/mel_diagnosis)
     lesson: str | None = None  # the meta-experience M (None: the diagnosis gave none: a pair, not a candidate)
     replay_prompt: str = ""
     replay_prompt_tokens: int = 0

@@ -52,7 +52,7 @@ def produce(cfg: TrainConfig, sampler: Sampler, summarizer: Sampler | None, step
     rollouts = [c for group in groups for c in group]  # (G*n,) flat, group by group
     with phase("reward"):
         graded = grade([c.text for c in rollouts], _per_rollout(prompts.answers, cfg.rollout.n),
-                       _per_rollout(prompts.modes, cfg.rollout.n))  # fmt: skip
+                       _per_rollout(prompts.modes, cfg.rollout.n), cfg.reward.format_rule)  # fmt: skip
     with phase("summarize"):
         summaries = summaries_of(cfg, summarizer, step, prompts, rollouts, graded)  # rollout -> summary
     return Produced(prompts, groups, graded, summaries)

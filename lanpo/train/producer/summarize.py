@@ -22,7 +22,7 @@ the format, so a step can report the share that did and how many were turned awa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lanpo.models import apply_chat
@@ -72,6 +72,10 @@ class Summary:
     text: str
     format_ok: bool
     rejected: str | None = None  # None: admitted to the pool; else one of REJECTIONS
+    # what writing it cost (the step's cost/* metrics): the tokens generated, and the prompt tokens each generation
+    # call read (scaffolded: one call per section, each reading the prompt and the sections before it)
+    generated_tokens: int = 0
+    prompt_tokens: int = 0
 
     @property
     def admitted(self) -> str | None:
@@ -105,16 +109,21 @@ def summarise(
     scaffold: bool = False,
 ) -> list[Summary]:
     """One checked summary per candidate, batched: one generation call, or one per section when `scaffold`
-    (`Summary.admitted` is what the pool takes)."""
+    (`Summary.admitted` is what the pool takes), each with the tokens it generated and read."""
     if not candidates:
         return []
     prompts = [apply_chat(tokenizer, summary_messages(c.question, c.response)) for c in candidates]
     if scaffold:
-        texts = scaffolded(backend, prompts, SUMMARY_HEADERS, max_new_tokens, temperature, seed)
+        texts, generated, read = scaffolded(backend, prompts, SUMMARY_HEADERS, max_new_tokens, temperature, seed)
     else:
         params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0, seed=seed)
-        texts = [group[0].text for group in backend.generate(prompts, 1, params)]
-    return [check_summary(t, require_format, c.question, c.answer) for t, c in zip(texts, candidates, strict=True)]
+        outputs = [group[0] for group in backend.generate(prompts, 1, params)]
+        texts = [c.text for c in outputs]
+        generated, read = [len(c.token_ids) for c in outputs], [len(c.prompt_token_ids) for c in outputs]
+    return [
+        replace(check_summary(t, require_format, c.question, c.answer), generated_tokens=g, prompt_tokens=r)
+        for t, c, g, r in zip(texts, candidates, generated, read, strict=True)
+    ]
 
 
 def scaffolded(
@@ -124,12 +133,14 @@ def scaffolded(
     max_new_tokens: int,
     temperature: float,
     seed: int,
-) -> list[str]:
+) -> tuple[list[str], list[int], list[int]]:
     """Each prompt's reply written section by section: the code writes a header, the model its body (up to
     `SECTION_STOP`, `max_new_tokens // len(headers)` tokens at most), and the next header follows on a line of its
-    own. One batched call per section; the bodies are the model's, stripped."""
+    own. One batched call per section; the bodies are the model's, stripped. Returns the replies, and per prompt
+    the tokens its calls generated and the prompt tokens they read (the headers are prompt, not generated)."""
     budget = max(1, max_new_tokens // len(headers))
     written = ["" for _ in prompts]
+    generated, read = [0 for _ in prompts], [0 for _ in prompts]
     for number, header in enumerate(headers):
         written = [f"{w}{header}\n" for w in written]
         params = SamplingParams(
@@ -137,4 +148,6 @@ def scaffolded(
         )
         groups = backend.generate([p + w for p, w in zip(prompts, written, strict=True)], 1, params)
         written = [f"{w}{group[0].text.strip()}\n" for w, group in zip(written, groups, strict=True)]
-    return [w.rstrip("\n") for w in written]
+        generated = [g + len(group[0].token_ids) for g, group in zip(generated, groups, strict=True)]
+        read = [r + len(group[0].prompt_token_ids) for r, group in zip(read, groups, strict=True)]
+    return [w.rstrip("\n") for w in written], generated, read
