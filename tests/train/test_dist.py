@@ -167,3 +167,17 @@ def test_full_fine_tuning_on_two_fsdp_ranks_then_resumed_alone(
     single = _torchrun(1, "--config", str(config), "--set", "steps=3", "--resume", timeout=300)  # WORLD_SIZE=1
     assert single.returncode == 0, single.stderr[-4000:]
     assert [r[0] for r in committed()] == [0, 1, 2, 3]
+
+
+def test_the_process_group_carries_cpu_tensors_beside_nccl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On GPUs the group is NCCL for CUDA tensors and gloo for the CPU tensors lanpo's own collectives carry (the
+    update's summed stats, micro-batch counts): NCCL alone refused them on an H200 ("No backend type associated with
+    device type cpu", bench/gpu_check.py's FSDP2 row). On a CPU, gloo alone."""
+    import torch
+
+    from lanpo.train.plumbing.dist import process_group_backend
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert process_group_backend() == "gloo"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert dict(part.split(":") for part in process_group_backend().split(",")) == {"cpu": "gloo", "cuda": "nccl"}

@@ -73,6 +73,15 @@ class Dist:
         torch_dist.gather_object(obj, out, dst=0)
         return out
 
+    def scatter(self, objs: Sequence[Any] | None) -> Any:
+        """Rank r's `objs[r]`, from rank 0's list of one object per rank (the others pass None)."""
+        if not self.enabled:
+            assert objs is not None
+            return objs[0]
+        out: list[Any] = [None]
+        torch_dist.scatter_object_list(out, list(objs) if self.is_main and objs is not None else None, src=0)
+        return out[0]
+
     def broadcast(self, obj: Any) -> Any:
         """Rank 0's `obj` on every rank."""
         if not self.enabled:
@@ -110,7 +119,8 @@ def gather_step(dist: Dist, rows: list[Any], seconds: dict[str, float], adapter_
         return None
     if len({sha for _, _, sha in gathered}) > 1:
         raise RuntimeError("the ranks' adapters diverged after the update")
-    merged = {k: max(rank_seconds[k] for _, rank_seconds, _ in gathered) for k in seconds}
+    names = dict.fromkeys(k for _, rank_seconds, _ in gathered for k in rank_seconds)  # a phase some rank skips
+    merged = {k: max(rank_seconds.get(k, 0.0) for _, rank_seconds, _ in gathered) for k in names}
     return GatheredStep([row for rank_rows, _, _ in gathered for row in rank_rows], merged)
 
 
@@ -150,8 +160,14 @@ def init_from_env() -> Dist:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if not torch_dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
+        if torch.cuda.is_available():
             torch.cuda.set_device(local_rank)
-        torch_dist.init_process_group(backend=backend, timeout=dist_timeout())
+        torch_dist.init_process_group(backend=process_group_backend(), timeout=dist_timeout())
     return Dist(rank=rank, world=world, local_rank=local_rank)
+
+
+def process_group_backend() -> str:
+    """The process group's backends: on GPUs NCCL for CUDA tensors (FSDP's gathers, DDP's all-reduce) and gloo for
+    the CPU tensors lanpo's own collectives carry (the update's summed stats, micro-batch counts); NCCL alone
+    refuses a CPU tensor ("No backend type associated with device type cpu", seen on an H200). gloo alone on CPU."""
+    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
