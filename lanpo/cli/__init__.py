@@ -30,6 +30,7 @@ COMMAND_MODULES = {
     "retrieve": "lanpo.cli.retrieve",
     "infer": "lanpo.cli.infer",
     "eval": "lanpo.cli.eval",
+    "plan": "lanpo.cli.plan",
     "train": "lanpo.cli.train",
     "experiment": "lanpo.cli.experiment",
     "sft": "lanpo.cli.sft",
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     Exit status: 0 success; 2 bad input, configuration or environment (LanpoError, click usage errors,
     database / driver / Alembic errors, files that cannot be read or written); 1 an internal error (a bug:
     please report it with the -vv traceback); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM). Either way a
-    training run is marked failed and `--resume` continues it from its last committed step.
+    training run is marked failed and `--resume` continues it from its last checkpointed step.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = verbosity(args)

@@ -26,7 +26,12 @@ from lanpo.train.plumbing.step_line import StepClock, step_line
     metavar="KEY=VALUE",
     help="Override a config field, e.g. --set steps=5 --set feedback.p_t=0.75.",
 )
-@click.option("--resume", is_flag=True, help="Continue the run named by run_name after its last committed step.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the run named by run_name after its last checkpointed step (checkpoint.every; the store's later "
+    "steps are rolled back, their evictions undone).",
+)
 @click.option(
     "--no-progress",
     is_flag=True,
@@ -48,7 +53,7 @@ def command(
     \b
     Every step commits, in one transaction, its attempts (with the contexts they saw), new experiences,
     capacity evictions, metrics and the policy version; the checkpoint is written just before. After a crash,
-    `--resume` continues from the last committed step.
+    `--resume` continues from the last checkpointed step (`checkpoint.every`; by default every step).
     """
     from lanpo.db.engine import connect
     from lanpo.train.config import load_config

@@ -242,6 +242,12 @@ class Experience(Base):
             "id",
             postgresql_where=sa.text("evicted_at IS NULL"),
         ),
+        sa.Index(  # a resume's rollback: the evictions of the steps it undoes (migration 0013)
+            "ix_experiences_evicted_step",
+            "evicted_run_id",
+            "evicted_step",
+            postgresql_where=sa.text("evicted_run_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
@@ -255,6 +261,9 @@ class Experience(Base):
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
     evicted_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True))
     evicted_by: Mapped[str | None] = mapped_column(sa.Text)  # the capacity policy, e.g. "per_problem:oldest"
+    # the run and step whose transaction evicted it (NULL: no training step did; `steps.rollback_uncommitted`)
+    evicted_run_id: Mapped[int | None] = mapped_column(sa.ForeignKey("runs.id", ondelete="SET NULL"))
+    evicted_step: Mapped[int | None] = mapped_column(sa.Integer)
 
 
 class ExperienceVersion(Base):

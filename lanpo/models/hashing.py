@@ -47,11 +47,17 @@ def state_sha256(state: dict[str, torch.Tensor]) -> str:
     """
     digest = hashlib.sha256()
     for name, tensor in sorted(state.items()):
-        t = tensor.detach().to("cpu").contiguous()
-        digest.update(name.encode())
-        digest.update(str((tuple(t.shape), str(t.dtype))).encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        hash_tensor(digest, name, tensor)
     return digest.hexdigest()
+
+
+def hash_tensor(digest: Any, name: str, tensor: torch.Tensor) -> None:
+    """Feed one named tensor to `digest` as `state_sha256` does: tensors fed one by one in name order hash as the
+    state dict they make (a streamed weight sync hashes each tensor as it passes, `lanpo.rollout.weights`)."""
+    t = tensor.detach().to("cpu").contiguous()
+    digest.update(name.encode())
+    digest.update(str((tuple(t.shape), str(t.dtype))).encode())
+    digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
 
 
 def adapter_sha256(model: Any) -> str:

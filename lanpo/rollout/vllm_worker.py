@@ -40,7 +40,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import suppress
 
 import torch
@@ -90,17 +90,21 @@ def pack(name: str, tensor: torch.Tensor) -> Packed:
     return name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape), raw
 
 
-def buckets(state: Mapping[str, torch.Tensor], dtype: torch.dtype, limit_bytes: int) -> Iterator[list[Packed]]:
-    """`state` cast to `dtype` on the CPU and `pack`ed, in buckets of about `limit_bytes`: a bucket closes once it
-    holds at least that many bytes, so it holds less than `limit_bytes` plus its last tensor. At least one bucket,
-    so that even an empty transfer starts one. What `VLLMBackend` sends to `LanpoWorker.lanpo_stage`, one call a
-    bucket."""
+def buckets(
+    state: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype, limit_bytes: int
+) -> Iterator[list[Packed]]:
+    """`state` (a mapping, or (name, tensor) pairs as they stream: `lanpo.rollout.weights.gathered`) cast to `dtype`
+    on the CPU and `pack`ed, in buckets of about `limit_bytes`: a bucket closes once it holds at least that many
+    bytes, so it holds less than `limit_bytes` plus its last tensor. At least one bucket, so that even an empty
+    transfer starts one. Each tensor is let go once packed, before the next is asked for. What `VLLMBackend` sends
+    to `LanpoWorker.lanpo_stage`, one call a bucket."""
     bucket: list[Packed] = []
     size, sent = 0, False
-    for name, tensor in state.items():
+    for name, tensor in state.items() if isinstance(state, Mapping) else state:
         t = tensor.detach().to("cpu", dtype).contiguous()
         bucket.append(pack(name, t))
         size += t.numel() * t.element_size()
+        del tensor, t  # a streamed tensor is freed before the next one is gathered
         if size >= limit_bytes:
             yield bucket
             bucket, size, sent = [], 0, True

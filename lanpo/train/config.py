@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from lanpo.config import DTYPE_NAMES, StoreConfig, help_field, lanpo_home, load_toml
+from lanpo.config import DTYPE_NAMES, Renamed, StoreConfig, help_field, lanpo_home, load_toml
 from lanpo.config import check as _check
 from lanpo.errors import ConfigError
 from lanpo.feedback_modes import CONTEXT_MODES
@@ -153,6 +154,18 @@ class GRPOConfig:
         0, "sequences per optimiser step over all ranks (0: the whole batch, one update per epoch)"
     )
     micro_batch_size: int = help_field(8, "sequences per forward/backward (gradient accumulation inside a minibatch)")
+    max_tokens_per_micro_batch: int = help_field(
+        0,
+        "token-budgeted micro-batches: consecutive rows of a minibatch up to this many real (unpadded) prompt + "
+        "completion tokens, never more than micro_batch_size rows (verl's ppo_max_token_len_per_gpu; 0: "
+        "micro_batch_size rows each); the loss is the same token-mean",
+    )
+    logprob_chunk_tokens: int = help_field(
+        4096,
+        "log-prob and entropy in chunks of this many positions (the head's logits of one chunk at a time, "
+        "recomputed in backward), when a micro-batch has more completion positions (rows x columns) than this; "
+        "peak memory grows as chunk x vocabulary (0: off, the full logits)",
+    )
     share_prompts: bool = help_field(
         True,
         "run each distinct prompt of a micro-batch once and its completions on its cache (the same log-probs to "
@@ -197,6 +210,16 @@ class GRPOConfig:
         _check(self.ppo_epochs >= 1, f"grpo.ppo_epochs must be >= 1, got {self.ppo_epochs}")
         _check(self.minibatch_size >= 0, f"grpo.minibatch_size must be >= 0, got {self.minibatch_size}")
         _check(self.micro_batch_size >= 1, f"grpo.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        _check(
+            self.max_tokens_per_micro_batch >= 0,
+            f"grpo.max_tokens_per_micro_batch must be >= 0, got {self.max_tokens_per_micro_batch}",
+            "0 keeps micro_batch_size rows per micro-batch",
+        )
+        _check(
+            self.logprob_chunk_tokens >= 0,
+            f"grpo.logprob_chunk_tokens must be >= 0, got {self.logprob_chunk_tokens}",
+            "0 turns the chunked log-prob off",
+        )
         _check(self.autocast in AUTOCASTS, f"grpo.autocast must be off, bf16 or auto, got {self.autocast!r}")
         _check(self.max_grad_norm > 0, f"grpo.max_grad_norm must be > 0, got {self.max_grad_norm}")
         _check(self.tis_cap is None or self.tis_cap >= 1.0, f"grpo.tis_cap must be >= 1 or unset, got {self.tis_cap}")
@@ -242,6 +265,30 @@ class SFTConfig:
         )
         _check(self.max_length >= 16, f"sft.max_length must be >= 16, got {self.max_length}")
         _check(self.n_problems >= 1, f"sft.n_problems must be >= 1, got {self.n_problems}")
+
+
+@dataclass
+class CheckpointConfig:
+    """How often the trainer writes a checkpoint (weights + optimizer + schedule + RNG) and how many it keeps.
+
+    The store commits every step; a checkpoint is written every `every` steps and at the last step. A resume
+    continues from the newest checkpointed step c and rolls the store back to it in one transaction (the rows of
+    steps after c, and the evictions they made: `lanpo.db.repo.steps.rollback_uncommitted`), so the step after c
+    draws from the pool as it stood after step c and no attempt is doubled; up to `every - 1` steps are redone.
+    """
+
+    every: int = help_field(
+        1, "write a checkpoint every N steps, and at the last step (1: every step; a resume redoes up to N - 1 steps)"
+    )
+    keep: int = help_field(2, "checkpoints kept on disk (the newest ones; step 0 too until `keep` newer exist)")
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 1, f"checkpoint.every must be >= 1, got {self.every}")
+        _check(self.keep >= 1, f"checkpoint.keep must be >= 1, got {self.keep}")
+
+    def due(self, step: int, last: int) -> bool:
+        """Whether `step` writes a checkpoint: every `every` steps, and the run's `last` step always."""
+        return step % self.every == 0 or step >= last
 
 
 @dataclass
@@ -324,6 +371,9 @@ class RewardConfig:
 class TrainConfig:
     """A whole LANPO training run."""
 
+    # `checkpoint.keep` was `keep_checkpoints` (issue 37: one [checkpoint] section with `every`); lanpo.config.Renamed
+    RENAMED: ClassVar[dict[str, Renamed]] = {"keep_checkpoints": Renamed("checkpoint.keep")}
+
     run_name: str = help_field("lanpo", "unique run name (resume continues the run of this name)")
     method: str = help_field(
         "auto",
@@ -334,7 +384,9 @@ class TrainConfig:
     batch_size: int = help_field(8, "problems per step (each gets rollout.n rollouts)")
     seed: int = help_field(0, "seed for problem order, contexts, sampling, LoRA init")
     output_dir: str | None = help_field(None, "checkpoints go here (default: $LANPO_HOME/runs/<run_name>)")
-    keep_checkpoints: int = help_field(2, "committed checkpoints kept on disk (the newest ones)")
+    checkpoint: CheckpointConfig = field(
+        default_factory=CheckpointConfig, metadata={"help": "checkpoint cadence and retention"}
+    )
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "policy model"})
     lora: LoraConfig = field(default_factory=LoraConfig, metadata={"help": "LoRA adapter"})
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "training problems"})
@@ -346,6 +398,11 @@ class TrainConfig:
     store: StoreConfig = field(default_factory=StoreConfig, metadata={"help": "experience store capacity policies"})
     experiment: str | None = help_field(None, "the experiment this run is an arm of (lanpo experiment sets it)")
     arm: str | None = help_field(None, "its arm in that experiment, e.g. grpo or lanpo-both")
+    memory_check: bool = help_field(
+        True,
+        "on CUDA, refuse before loading a recipe whose `lanpo plan` peak exceeds the GPU (false: train anyway, e.g. "
+        "where a measured run showed the plan's worst case, every row at full length, is not reached)",
+    )
     mel: MELConfig = field(default_factory=MELConfig, metadata={"help": "meta-experience learning (method = mel)"})
     eval: ValidationConfig = field(default_factory=ValidationConfig, metadata={"help": "held-out validation"})
     reward: RewardConfig = field(default_factory=RewardConfig, metadata={"help": "the rollouts' reward"})
@@ -360,7 +417,6 @@ class TrainConfig:
         _check(self.run_name.strip() != "", "run_name must not be empty")
         _check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
-        _check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         self.check_world(1)
         check_report_to(self.report_to)
         _check(
@@ -396,17 +452,18 @@ class TrainConfig:
         self.check_workers()
 
     def check_workers(self) -> None:
-        """What asynchronous rollouts cannot serve yet, and what off-policy groups need."""
+        """What off-policy groups need, and max_staleness only where workers serve."""
         w = self.workers
+        _check(
+            not w.enabled or self.checkpoint.every == 1,
+            f"checkpoint.every = {self.checkpoint.every} with rollout workers: a worker loads each step's policy from "
+            "that step's checkpoint",
+            "set checkpoint.every = 1 when workers serve the run",
+        )
         if not w.enabled:
             _check(w.max_staleness == 0, "workers.max_staleness is set, but no worker serves the run",
                    "set workers.count (local workers) or workers.external = true")  # fmt: skip
             return
-        _check(
-            self.method != "mel",
-            "method = mel replays its lessons with the trainer's own policy in the step: workers cannot serve it yet",
-            "train MEL synchronously (workers.count = 0, workers.external = false)",
-        )
         _check(
             w.max_staleness == 0 or self.grpo.tis_cap is not None,
             f"workers.max_staleness = {w.max_staleness} trains on groups of older policies, and the update needs "
@@ -461,11 +518,6 @@ class TrainConfig:
                 f"({self.rollout.n} x {world}){at}: a minibatch holds whole groups, the same number on every rank",
                 "count the minibatch in prompts, as verl does: minibatch_size = prompts x rollout.n",
             )
-        _check(
-            world == 1 or not self.workers.enabled,
-            f"rollout workers serve a single-process trainer only{at}",
-            "run the trainer in one process (no torchrun), or train synchronously",
-        )
         _check(
             world == 1 or not self.grpo.skip_zero_spread,
             f"grpo.skip_zero_spread works in a single process only{at}: the ranks would keep different numbers "

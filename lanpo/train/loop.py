@@ -33,9 +33,12 @@ its groups back; the step takes them (`lanpo.train.producer.rollout_queue`), at 
 stale, and runs the consumer half unchanged. Stale groups carry their generating policy's log-probs for `grpo.tis_cap`.
 
 Crash safety: the checkpoint of step s is written (tmp dir + rename) before step s's transaction commits, and
-`commit_step` is the transaction's last statement. Resume loads the last committed step's checkpoint.
+`commit_step` is the transaction's last statement. Checkpoints are written every `checkpoint.every` steps and at
+the last; resume loads the last checkpointed step's and rolls the store's later steps back to it, their
+evictions too (`lanpo.train.run.open_run`), so the step after it draws from the pool as it stood then.
 Under torchrun each rank runs this same step on its share of the prompts (`lanpo.train.plumbing.dist`); a sharded
-(FSDP) policy holds its full weights on every rank while the ranks generate (`policy.generating()`).
+(FSDP) policy holds its full weights on every rank while the ranks generate with the hf backend (`policy.generating()`;
+with vLLM the engine generates from weights of its own and the shards stay shards).
 """
 
 from __future__ import annotations
@@ -177,7 +180,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     # problems and feedback contexts -> n rollouts per prompt -> rewards -> summaries of successful rollouts:
     # in this process, or (`workers`) by a rollout worker through the store, at most max_staleness updates behind
     if t.queue is not None:
-        got = t.queue.take(step, phase)
+        got = t.queue.take(step, phase, t.dist)  # rank 0 takes the step, each rank gets its share
     else:
         with phase("context"):
             prompts = feedback_prompts(cfg, step, t.run, t.scorer, t.problem_ids, t.tokenizer, t.dist)  # G prompts
@@ -187,7 +190,8 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 4b. meta-experiences (method = mel)
     with phase("mel"):
-        meta = meta_experiences(cfg, t.sampler, device, step, prompts, groups, graded)  # pairs -> lessons -> NLL
+        # pairs -> lessons -> NLL; a worker's diagnoses and replays (`got.mel`) come with its groups
+        meta = meta_experiences(cfg, t.sampler, device, step, prompts, groups, graded, made=got.mel)
 
     # ------------------------------------------------------------------ 5. group advantages
     with phase("prepare"):
@@ -207,8 +211,14 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     metrics["autocast/bf16"] = float(autocast_dtype(cfg.grpo.autocast, device) is torch.bfloat16)  # "auto"'s choice
 
     # ------------------------------------------------------------------ 7. checkpoint (before the DB commit)
-    with phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes
-        saved = ckpt.save_checkpoint(t.checkpoint_root, step, t.policy, t.optimizer, t.scheduler, t.start, t.dist)
+    # every `checkpoint.every` steps and at the last; between them the step commits its policy version's hash alone
+    # (a resume goes back to the last checkpointed step and rolls the store back to it: lanpo.train.run.open_run)
+    saved: tuple[Path | None, str] | None
+    if cfg.checkpoint.due(step, cfg.steps):
+        with phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes
+            saved = ckpt.save_checkpoint(t.checkpoint_root, step, t.policy, t.optimizer, t.scheduler, t.start, t.dist)
+    else:
+        saved = ckpt.unsaved_version(t.policy, t.dist, getattr(t.backend, "expected", None))
 
     # ------------------------------------------------------------------ 8. record: every rank's rows, one commit
     local = group_records(got, meta)  # (G,) groups of n rollouts
@@ -223,7 +233,7 @@ def _commit_step(
     phase: Phases,
     got: Produced,
     local: list[GroupRecord],
-    saved: tuple[Path, str] | None,
+    saved: tuple[Path | None, str] | None,
     metrics: dict[str, float],
 ) -> dict[str, float]:
     """Every rank's rows to rank 0, which writes them with the step's metrics in ONE transaction; the other
@@ -235,7 +245,7 @@ def _commit_step(
         metrics.update(record.rollout_metrics(gathered.rows))
         _write_step(store, step, phase, got, gathered.rows, saved, metrics)
     dist.barrier()
-    if gathered is not None and saved is not None:
+    if gathered is not None and saved is not None and saved[0] is not None:  # a checkpointed step
         ckpt.prune_checkpoints(store.checkpoint_root, store.keep_checkpoints, protect=step)
     return metrics
 
@@ -246,7 +256,7 @@ def _write_step(
     phase: Phases,
     got: Produced,
     rows: list[GroupRecord],
-    saved: tuple[Path, str],
+    saved: tuple[Path | None, str],
     metrics: dict[str, float],
 ) -> None:
     """Rank 0's one transaction: rows, MEL rows, metrics, policy version, the queued work it used (`workers`);
@@ -269,7 +279,8 @@ def _write_step(
         steps_repo.set_served(session, pv, store.served_sha256)  # merged LoRA: what the engine serves for it
         if got.work_id is not None:  # trained on: a resume after a crash before this commit takes it again
             queue_repo.mark(session, got.work_id, "used")
-        steps_repo.commit_step(session, run.run_id, step, pv, str(path))  # LAST: the step exists once this commits
+        folder = None if path is None else str(path)  # None: a step between checkpoints (`checkpoint.every`)
+        steps_repo.commit_step(session, run.run_id, step, pv, folder)  # LAST: the step exists once this commits
 
 
 # --------------------------------------------------------------------------- helpers

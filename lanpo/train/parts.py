@@ -41,9 +41,10 @@ class Sampler:
 @dataclass(frozen=True)
 class StepStore:
     """What a step's commit writes with: where its rows go, the author its lessons are stored under
-    (experience_versions.author), the MEL config (None unless method = mel), the checkpoints it prunes, and the
-    hash of the weights the engine serves for the version it commits when they are not the version's own (merged
-    LoRA, `ServedPolicy.served_sha256` after the step's sync; else None)."""
+    (experience_versions.author), the MEL config (None unless method = mel), the checkpoints it prunes (it keeps the
+    newest `keep_checkpoints`: `checkpoint.keep`), and the hash of the weights the engine serves for the version it
+    commits when they are not the version's own (merged LoRA, `ServedPolicy.served_sha256` after the step's sync;
+    else None)."""
 
     run: RunRef
     summary_author: str

@@ -60,6 +60,7 @@ class Policy(Protocol):
     model: Any  # the causal LM: it generates, and its forward gives the policy's log-probs
     trained: Any  # the module the update's gradients flow through (DDP over `model` under torchrun, else `model`)
     collective_forwards: bool  # every forward and backward of `model` is a collective (FSDP): ranks run as many
+    engine_generates: bool  # an engine with weights of its own generates (vLLM), never `model`: set by the trainer
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """What the optimizer steps."""
@@ -72,14 +73,19 @@ class Policy(Protocol):
         share_prompts: bool = True,
         autocast: torch.dtype | None = None,
         temperature: float = 1.0,
+        max_tokens: int = 0,
+        chunk_tokens: int = 0,
     ) -> torch.Tensor:
         """log p of `batch`'s completion tokens under the reference policy (the start), (B, T), no gradient; its
         forwards under `torch.autocast(autocast)` when one is given, its log-probs those of softmax(logits /
-        temperature), the policy's own temperature (verl too; `lanpo.train.consumer.batch.completion_logprobs`)."""
+        temperature), the policy's own temperature (verl too; `lanpo.train.consumer.batch.completion_logprobs`).
+        `max_tokens`, `chunk_tokens`: `grpo.max_tokens_per_micro_batch` and `grpo.logprob_chunk_tokens`
+        (`lanpo.train.consumer.batch.chunked_logprobs`)."""
         ...
 
     def generating(self) -> AbstractContextManager[None]:
-        """Around a phase in which every rank generates on its own prompts (every rank enters it together)."""
+        """Around a phase in which every rank generates on its own prompts (every rank enters it together): what
+        `model` needs to generate without collectives. Nothing when `engine_generates`."""
         ...
 
     def no_sync(self) -> AbstractContextManager[None]:
@@ -110,6 +116,7 @@ class LoraPolicy:
 
     kind = "lora"
     collective_forwards = False  # DDP communicates in backward only, and the NLL term runs the unwrapped model
+    engine_generates = False  # either way generating() holds nothing: every rank holds the whole model
 
     def __init__(self, model: Any, dist: Dist | None = None) -> None:
         self.model = model
@@ -126,9 +133,13 @@ class LoraPolicy:
         share_prompts: bool = True,
         autocast: torch.dtype | None = None,
         temperature: float = 1.0,
+        max_tokens: int = 0,
+        chunk_tokens: int = 0,
     ) -> torch.Tensor:
-        with self.model.disable_adapter():
-            return chunked_logprobs(self.model, batch, micro_batch_size, share_prompts, autocast, temperature)
+        with self.model.disable_adapter():  # the unwrapped model: no collective, the ranks' counts may differ
+            return chunked_logprobs(
+                self.model, batch, micro_batch_size, share_prompts, autocast, temperature, max_tokens, chunk_tokens
+            )
 
     def generating(self) -> AbstractContextManager[None]:
         return nullcontext()
@@ -179,6 +190,7 @@ class FullPolicy:
             model.float()
         reference = copy.deepcopy(model).requires_grad_(False).eval()  # before any step: exactly the start
         self.model = self.trained = model.requires_grad_(True)
+        self.engine_generates = False  # `lanpo.train.state.setup` sets it once the served policy is open
         self._offloaded = False
         if self.dist.enabled:
             fsdp.shard(model)
@@ -198,9 +210,15 @@ class FullPolicy:
         share_prompts: bool = True,
         autocast: torch.dtype | None = None,
         temperature: float = 1.0,
+        max_tokens: int = 0,
+        chunk_tokens: int = 0,
     ) -> torch.Tensor:
+        collective = self.dist if self.collective_forwards else None  # sharded: the ranks run as many forwards
         with self._reference_on_device():
-            return chunked_logprobs(self.reference, batch, micro_batch_size, share_prompts, autocast, temperature)
+            return chunked_logprobs(
+                self.reference, batch, micro_batch_size, share_prompts, autocast, temperature, max_tokens,
+                chunk_tokens, collective,
+            )  # fmt: skip
 
     @contextmanager
     def _reference_on_device(self) -> Iterator[None]:
@@ -215,7 +233,13 @@ class FullPolicy:
             self.reference.to("cpu")
 
     def generating(self) -> AbstractContextManager[None]:
-        return fsdp.full_weights(self.model) if self.dist.enabled else nullcontext()
+        """Sharded, with the hf backend generating on `model` itself: the whole model gathered on every rank for
+        the phase (`fsdp.full_weights`: its forwards then need no other rank). With an engine of its own (vLLM:
+        rollouts, the summariser, MEL's diagnoses and replays, validation all go to it) nothing is gathered: the
+        shards stay shards, and the engine gets the weights through the streamed sync alone."""
+        if self.dist.enabled and not self.engine_generates:
+            return fsdp.full_weights(self.model)
+        return nullcontext()
 
     def no_sync(self) -> AbstractContextManager[None]:
         # FSDP reduce-scatters each micro-batch's gradient into the shards: no full-size gradient is ever held.

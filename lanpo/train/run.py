@@ -78,13 +78,15 @@ def resolve_scorer(session: Session, scorer: str | None) -> str | None:
 class RunStart:
     run_id: int
     pool: PoolRow  # the experience pool the run reads and writes
-    last_step: int | None  # last committed step (None: nothing committed yet, start from scratch)
+    last_step: int | None  # last checkpointed step, the store rolled back to it (None: start from scratch)
     checkpoint: str | None
     adapter_sha256: str | None
 
 
 def open_run(session: Session, cfg: TrainConfig, model_name: str, resume: bool) -> RunStart:
-    """Create the run and its pool, or (resume) find it, roll back its uncommitted rows and say where to continue."""
+    """Create the run and its pool, or (resume) find it, roll it back to its last checkpointed step (its uncommitted
+    rows, and the committed steps after that checkpoint: `steps_repo.rollback_uncommitted`) and say where to
+    continue."""
     run = runs_repo.find_run(session, cfg.run_name)
     if run is None:
         pool = pools_repo.ensure_pool(session, cfg.pool_name(), cfg.store)
@@ -111,9 +113,14 @@ def open_run(session: Session, cfg: TrainConfig, model_name: str, resume: bool) 
             f"run {cfg.run_name!r} writes pool #{run.pool_id}, but this config names pool {pool.name!r}",
             hint="resume with the [store] settings the run started with",
         )
-    last = steps_repo.last_committed_step(session, run.id)
+    # the last checkpointed step decides (every committed step, with checkpoint.every = 1): the committed steps
+    # after it are rolled back with the uncommitted rows, in this one transaction, evictions included
+    committed = steps_repo.last_committed_step(session, run.id)
+    last = steps_repo.last_checkpointed_step(session, run.id)
     rolled = steps_repo.rollback_uncommitted(session, run.id, last)
-    if rolled.groups or rolled.steps or rolled.experiences:
+    if committed is not None and last is not None and committed > last:
+        log.warning("%s", rolled.line(last, committed))
+    elif rolled.groups or rolled.steps or rolled.experiences:
         log.warning("resume: rolled back uncommitted rows after step %s: %s", last, rolled)
     runs_repo.reopen_run(session, run.id)
     if last is None:

@@ -33,6 +33,7 @@ from lanpo.models import (
     check_device,
     check_model_ref,
     cpu_name,
+    default_device,
     merge_adapter,
     set_threads,
 )
@@ -42,6 +43,7 @@ from lanpo.train.config import TrainConfig
 from lanpo.train.consumer.batch import autocast_dtype
 from lanpo.train.consumer.update import minibatches_per_epoch, warmup_schedule
 from lanpo.train.parts import RunRef, Sampler, StepStore
+from lanpo.train.plan import check_training
 from lanpo.train.plumbing import checkpoint as ckpt
 from lanpo.train.plumbing.dist import Dist, init_from_env
 from lanpo.train.plumbing.step_line import duration
@@ -92,7 +94,7 @@ class Trainer:
     def store(self) -> StepStore:
         mel = self.cfg.mel if self.cfg.method == "mel" else None
         served = self.backend.served_sha256  # read after the step's sync: the version being committed
-        return StepStore(self.run, self.summary_author, mel, self.checkpoint_root, self.cfg.keep_checkpoints, served)
+        return StepStore(self.run, self.summary_author, mel, self.checkpoint_root, self.cfg.checkpoint.keep, served)
 
     @property
     def device(self) -> torch.device:
@@ -124,6 +126,7 @@ def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> No
         open_run(session, cfg, cfg.model.name, resume)  # raises: the name is taken, and says what to do
     check_device(None if cfg.model.device == "auto" else cfg.model.device)
     check_model_ref(cfg.model.name, "model.name")
+    check_training(cfg, default_device() if cfg.model.device == "auto" else cfg.model.device)  # CUDA: lanpo plan
     if cfg.model.init_adapter:
         check_adapter_dir(cfg.model.init_adapter, "model.init_adapter")
     elif cfg.sft.enabled and cfg.sft.data:
@@ -170,6 +173,7 @@ def setup(
     dist.barrier()
 
     backend = open_served_policy(cfg, policy.model, tokenizer, start_weights, dist)
+    policy.engine_generates = not backend.generates_with(policy.model)  # vLLM: FSDP gathers nothing to generate
     if backend.served_sha256 is not None and dist.is_main:  # merged LoRA: tie the engine's weights to the version
         with transaction(engine) as session:
             pv_id = steps_repo.policy_version_id(session, start.run_id, first - 1)

@@ -217,3 +217,64 @@ def test_replay_target_trains_on_a_successful_replay(
         r=result.run_id,
     )
     assert uses and set(uses) == {("replay", True, "replay", True)}
+
+
+def test_mel_with_a_worker_is_the_synchronous_run_and_the_worker_replays(
+    db: Engine, toy_problems: list[int], tmp_path: Path, scripted: list[MelScript], monkeypatch
+) -> None:
+    """method = mel with a rollout worker (max_staleness 0): the worker diagnoses and replays with the policy that
+    generated the groups (the trainer's engine is sent nothing), and the run is the synchronous one, metric for
+    metric; the replays the store keeps are the ones the worker handed back through the queue."""
+    import json
+
+    from lanpo.train.config import WorkersConfig
+    from lanpo.train.producer import worker as worker_mod
+    from tests.conftest import truncate_all
+    from tests.train.conftest import insert_toy_problems
+    from tests.train.test_workers import TIMING, _train_in_thread, _wait_for
+
+    sync = train(_config(tmp_path / "sync"), engine=db, progress=False)
+    truncate_all(db)
+    assert insert_toy_problems(db) == toy_problems
+    real = worker_mod.open_served_policy
+
+    def scripted_worker(cfg: object, model: object, tokenizer: object, *args: object):  # the worker's engine too
+        engine = real(cfg, model, tokenizer, *args)
+        scripted.append(MelScript(tokenizer, served=engine.backend.served_adapter_sha256))
+        engine.backend = scripted[-1]
+        return engine
+
+    monkeypatch.setattr(worker_mod, "open_served_policy", scripted_worker)
+    cfg = _config(tmp_path / "async", workers=WorkersConfig(external=True, lease_s=30))
+    thread, out = _train_in_thread(cfg, db)
+    _wait_for(lambda: _rows(db, "SELECT 1 FROM rollout_work"), 120, "step 1 to be queued")
+    assert worker_mod.run_worker(db, "mel", max_claims=2).claims == 2
+    thread.join(120)
+    assert "result" in out, out.get("error")
+    split = out["result"]
+    _, trainer, worker = scripted  # the synchronous trainer's, the asynchronous trainer's, the worker's
+    assert trainer.prompts == {"rollout": [], "diagnosis": [], "replay": [], "summary": []}
+    assert len(worker.prompts["diagnosis"]) == len(worker.prompts["replay"]) == 6  # 2 steps x 3 pairs
+    for step, (a, s) in enumerate(zip(split.metrics, sync.metrics, strict=True), start=1):
+        assert {k: v for k, v in a.items() if not k.startswith(TIMING)} == {
+            k: v for k, v in s.items() if not k.startswith(TIMING)
+        }, f"step {step}"
+        assert a["mel/pairs"] == 3 and a["async/worker/mel"] > 0
+    for step in (1, 2):
+        (groups,) = _rows(
+            db,
+            "SELECT r.groups FROM rollout_results r JOIN rollout_work w ON w.id = r.work_id "
+            "WHERE w.run_id = :r AND w.step = :s AND w.status = 'used'",
+            r=split.run_id,
+            s=step,
+        )[0]
+        groups = groups if isinstance(groups, list) else json.loads(groups)
+        handed = sorted(c["text"] for g in groups for w in g["mel"] for c in w["replays"])
+        stored = _rows(
+            db,
+            "SELECT a.response FROM attempts a JOIN rollout_groups g ON g.id = a.group_id "
+            "WHERE g.run_id = :r AND g.step = :s AND g.mode = 'replay' ORDER BY a.response",
+            r=split.run_id,
+            s=step,
+        )
+        assert [r[0] for r in stored] == handed and len(handed) == 3 * 2  # 3 lessons x 2 replays

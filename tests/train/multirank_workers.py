@@ -21,6 +21,9 @@ from lanpo.train.policy import FullPolicy, LoraPolicy, Policy, load_base, load_p
 
 PROMPTS, N = 16, 2  # 16 prompts x 2 rollouts = 32 sequences
 GRPO = GRPOConfig(learning_rate=1e-2, warmup_ratio=0.0, beta=0.05, minibatch_size=16, micro_batch_size=3)
+# Log-probs a chunk of 4 positions at a time, micro-batches of at most 14 real tokens: at 2 ranks the ranks' counts
+# of micro-batches differ (7 and 8 in the first minibatch), so the shorter rank runs fillers.
+CHUNKED = {"logprob_chunk_tokens": 4, "max_tokens_per_micro_batch": 14}
 
 
 def policy() -> tuple[Any, Any]:
@@ -54,11 +57,12 @@ def share(rank: int, world: int) -> list[int]:
     return [p * N + j for p in range(rank, PROMPTS, world) for j in range(N)]
 
 
-def grpo_update(rank: int, world: int) -> tuple[dict[str, torch.Tensor], int]:
-    """One GRPO update of the LoRA policy on this rank's share; returns the trainable weights and optimizer steps."""
+def grpo_update(rank: int, world: int, chunked: bool = False) -> tuple[dict[str, torch.Tensor], int]:
+    """One GRPO update of the LoRA policy on this rank's share; returns the trainable weights and optimizer steps.
+    `chunked`: the log-probs in chunks, the micro-batches by a token budget (`CHUNKED`)."""
     model, _ = policy()
     dist = Dist(rank=rank, world=world)
-    _, steps = _update(LoraPolicy(model, dist), rank, world)
+    _, steps = _update(LoraPolicy(model, dist), rank, world, replace(GRPO, **CHUNKED) if chunked else GRPO)
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, steps
 
 
@@ -70,7 +74,7 @@ def full_policy(dist: Dist, checkpointing: bool = False) -> FullPolicy:
 
 
 def full_update(
-    rank: int, world: int, checkpointing: bool = False
+    rank: int, world: int, checkpointing: bool = False, chunked: bool = False
 ) -> tuple[dict[str, torch.Tensor], UpdateStats, int]:
     """One GRPO update of every weight on this rank's share: all weights (full, on rank 0), its stats, its steps.
 
@@ -78,7 +82,8 @@ def full_update(
     the norm does."""
     policy = full_policy(Dist(rank=rank, world=world), checkpointing)
     # A sharded model runs every row whole (lanpo.train.consumer.batch._can_share); the single process does the same.
-    stats, steps = _update(policy, rank, world, replace(GRPO, share_prompts=False))
+    cfg = replace(GRPO, share_prompts=False, **(CHUNKED if chunked else {}))
+    stats, steps = _update(policy, rank, world, cfg)
     return fsdp.full_state(policy.model), stats, steps
 
 
@@ -130,10 +135,10 @@ def worker(rank: int, world: int, store: str, job: str, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1")
     torch_dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        if job == "grpo":
-            result: Any = grpo_update(rank, world)
-        elif job.startswith("full"):
-            result = full_update(rank, world, checkpointing=job == "full-checkpointing")
+        if job.startswith("grpo"):  # "grpo", or "grpo-chunked"
+            result: Any = grpo_update(rank, world, chunked=job == "grpo-chunked")
+        elif job.startswith("full"):  # "full", "full-checkpointing" or "full-chunked"
+            result = full_update(rank, world, checkpointing=job == "full-checkpointing", chunked=job == "full-chunked")
         else:  # "sft", or "sft-micro": one pair per forward, gradients accumulated
             result = sft(rank, world, Path(out).parent, ddp=True, micro_batch_size=1 if job == "sft-micro" else 0)
         if rank == 0:

@@ -79,3 +79,60 @@ def test_a_group_past_the_bound_is_dropped_and_redone(db: Engine, toy_problems: 
             "SELECT step, attempt, status FROM rollout_work WHERE run_id = %s ORDER BY step, attempt", (run_id,)
         ).all()
     assert [tuple(r) for r in rows] == [(3, 0, "dropped"), (3, 1, "done"), (4, 0, "queued")]
+
+
+def test_each_rank_gets_the_strided_share_of_a_workers_step_with_its_summaries_and_mel_pairs() -> None:
+    """`share_of` (what rank 0 scatters under torchrun) after the queue's JSON round trip: rank r holds groups
+    r, r + W, ... (the prompts `feedback_prompts` gives it synchronously), each group with its own grades,
+    summaries and MEL pairs renumbered within the share, and the shares together are the whole step, once."""
+    from collections import Counter
+
+    from lanpo.mel.pairs import Pair
+    from lanpo.train.consumer.record import RolloutRecord
+    from lanpo.train.mel.experiences import MetaWork
+    from lanpo.train.mel.record import MetaRecord
+    from lanpo.train.plumbing.dist import Dist
+    from lanpo.train.producer.contexts import StepPrompts
+    from lanpo.train.producer.produce import produced_from_json, share_of
+    from lanpo.train.producer.summarize import Summary
+
+    G, n, world = 5, 2, 2
+    prompts = StepPrompts(
+        list(range(G)), [f"q{g}" for g in range(G)], [str(g) for g in range(G)], ["intra"] * G, ["zero_shot"] * G,
+        [f"p{g}" for g in range(G)], [[] for _ in range(G)], 7, Counter(none_relevant=G), k=2, drawn=[0] * G,
+        truncated=[0] * G,
+    )  # fmt: skip
+    groups = [[Completion(f"g{g}r{j}", (g, j), (g,), "stop") for j in range(n)] for g in range(G)]
+    graded = [Graded(float(g + j), j == 0, False) for g in range(G) for j in range(n)]
+    summaries = {g * n: Summary(f"lesson of g{g}", True) for g in (1, 2, 4)}
+
+    def work(g: int) -> MetaWork:
+        replay = Completion(f"replay of g{g}", (9,), (g, 0), "stop")
+        record = MetaRecord(0, 1, "lines", 2, 1, "model", f"diagnosis of g{g}", 0.5, lesson=f"M{g}",
+                            replays=[RolloutRecord(replay.text, 1.0, True, True, 1, False)])  # fmt: skip
+        return MetaWork(Pair(g, 0, 1), record, Completion(f"diagnosis of g{g}", (5,), (g, 1), "stop"), [replay])
+
+    whole = Produced(prompts, groups, graded, summaries, metrics={"async/staleness": 0.0}, work_id=11)
+    whole.mel = [work(0), work(3), work(4)]
+    got = produced_from_json(prompts, groups_to_json(whole))  # through the queue's JSON
+    got.metrics, got.work_id = whole.metrics, whole.work_id
+    shares = [share_of(got, Dist(rank=r, world=world)) for r in range(world)]
+    seen = []
+    for r, share in enumerate(shares):
+        keep = list(range(r, G, world))
+        assert share.prompts.problem_ids == keep and share.prompts.texts == [f"p{g}" for g in keep]
+        assert share.groups == [groups[g] for g in keep]
+        assert share.graded == [graded[g * n + j] for g in keep for j in range(n)]
+        assert {i: s.text for i, s in share.summaries.items()} == {
+            i * n: f"lesson of g{g}" for i, g in enumerate(keep) if g in (1, 2, 4)
+        }
+        assert share.mel is not None
+        for w in share.mel:  # a pair still points at its own group's rollouts, by the share's index
+            g = keep[w.pair.group]
+            assert w.record.diagnosis == f"diagnosis of g{g}" and w.replays[0].text == f"replay of g{g}"
+            assert w.diagnosis is not None and w.diagnosis.prompt_token_ids == (g, 1)
+            seen.append(g)
+        assert (share.work_id, share.metrics) == ((11, whole.metrics) if r == 0 else (None, {}))
+        assert share.prompts.missed == Counter()  # the step's own counts go with rank 0's metrics
+    assert sorted(seen) == [0, 3, 4]  # every pair on exactly one rank
+    assert share_of(got, Dist()).groups == groups  # one rank: the whole step

@@ -206,10 +206,8 @@ def test_what_workers_refuse_at_load(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no worker serves"):
         tiny_config(tmp_path, workers=WorkersConfig(max_staleness=1))
     assert WorkersConfig(external=True).enabled and WorkersConfig(count=2).enabled and not WorkersConfig().enabled
-    with pytest.raises(ConfigError, match="single-process trainer"):
-        tiny_config(tmp_path, batch_size=4, workers=WorkersConfig(count=1)).check_world(2)
-    with pytest.raises(ConfigError, match="method = mel"):
-        tiny_config(tmp_path, method="mel", workers=WorkersConfig(count=1))
+    tiny_config(tmp_path, batch_size=4, workers=WorkersConfig(count=1)).check_world(2)  # torchrun trainers too
+    tiny_config(tmp_path, method="mel", workers=WorkersConfig(count=1))  # and MEL (the workers replay)
 
 
 # the resume tests' recipe (tiny model, 4 steps, 3 problems x 2 rollouts, both kinds of feedback), asynchronous
@@ -256,3 +254,108 @@ def test_a_killed_trainer_resumes_on_the_groups_made_meanwhile_and_its_workers_e
     assert _rows(db, "SELECT step, count(*) FROM run_attempts GROUP BY step ORDER BY step") == [
         (s, 3 * 2) for s in range(1, 5)
     ]
+
+
+def test_a_worker_that_loses_a_race_with_pruning_serves_the_newer_policy(
+    db: Engine, toy_problems: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker reads step 0 as the newest policy; before it opens step-000000 the trainer commits step 2 and
+    prunes step 0 (keep_checkpoints = 2). It loads step 2 and serves step 3; only a run folder that is not there
+    gets the mount hint."""
+    import shutil
+    from types import SimpleNamespace
+
+    from lanpo.db.engine import transaction
+    from lanpo.db.repo import queue as queue_repo
+    from lanpo.errors import InputError
+    from lanpo.train.plumbing.checkpoint import step_dir
+    from lanpo.train.producer import worker as worker_mod
+
+    cfg = tiny_config(tmp_path, run_name="pruned", workers=WorkersConfig(external=True, lease_s=30))
+    thread, out = _train_in_thread(cfg, db)
+    _wait_for(lambda: _rows(db, "SELECT 1 FROM rollout_work WHERE step = 1"), 120, "step 1 to be queued")
+    run_id, run_cfg = worker_mod._check_run(db, "pruned", None)
+    with transaction(db) as session:
+        stale = queue_repo.newest_policy(session, run_id)  # what a worker starting now reads from the store
+    assert stale is not None and stale.step == 0 and stale.checkpoint
+    assert worker_mod.run_worker(db, "pruned", max_claims=2).claims == 2  # steps 1 and 2, by another worker
+    _wait_for(lambda: not Path(stale.checkpoint).exists(), 60, "step 2's commit to prune step-000000")
+    assert _rows(db, "SELECT max(step) AS s FROM run_steps WHERE run_id = :r", r=run_id)[0].s == 2
+
+    # the worker that read step 0 before the prune gets there now: its first look at the store is that read
+    reads = iter([stale])
+    repo = SimpleNamespace(**{**vars(queue_repo), "newest_policy": lambda s, r: next(reads, None) or
+                              queue_repo.newest_policy(s, r)})  # fmt: skip
+    monkeypatch.setattr(worker_mod, "queue_repo", repo)
+    late = worker_mod._Worker(db, run_id, run_cfg, 30.0)
+    try:
+        assert late.versions == [2] and late.step == 2  # the newer published policy, not an exit
+        _wait_for(lambda: _rows(db, "SELECT 1 FROM rollout_work WHERE step = 3"), 60, "step 3 to be queued")
+        claim = late.claim()
+        assert claim is not None and claim.step == 3 and late.serve(claim)  # and it keeps serving
+        thread.join(120)
+        assert "result" in out, out.get("error")
+        assert out["result"].steps == [1, 2, 3]
+        newest = _rows(db, "SELECT step, checkpoint FROM run_steps WHERE run_id = :r AND step = 3", r=run_id)[0]
+        # a published step gone while the run's folder is here: said so, without the mount hint
+        shutil.rmtree(step_dir(cfg.checkpoint_root(), 3))
+        with transaction(db) as session:
+            published = queue_repo.newest_policy(session, run_id)
+        assert published is not None and published.checkpoint == newest.checkpoint
+        with pytest.raises(InputError, match="is gone from") as gone:
+            late._load(published)
+        assert "mount" not in (gone.value.hint or "")
+        # the run's folder itself not here (another machine, not mounted): the mount hint
+        cfg.checkpoint_root().rename(tmp_path / "elsewhere")
+        with pytest.raises(InputError, match="no run folder") as missing:
+            late._load(published)
+        assert "mount the run's output_dir" in (missing.value.hint or "")
+    finally:
+        late.close()
+
+
+DIST_RECIPE = (
+    RECIPE.replace("steps = 4", "steps = 2").replace("batch_size = 3", "batch_size = 2")
+    + """
+[workers]
+count = 1
+lease_s = 30
+"""
+)
+
+
+def test_two_gloo_ranks_train_on_one_local_worker(db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path):
+    """torchrun with 2 ranks and `workers.count = 1`: rank 0 takes each step from the queue and scatters the ranks
+    their strided shares; every step is generated once, by the worker, trained once and recorded once."""
+    import json
+
+    from tests.train.test_dist import _torchrun
+
+    config = tmp_path / "recipe.toml"
+    config.write_text(DIST_RECIPE.format(out=tmp_path / "ckpt"))
+    proc = _torchrun(2, "--config", str(config), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert _rows(db, "SELECT step FROM run_steps ORDER BY step") == [(0,), (1,), (2,)]
+    per_step = _rows(
+        db, "SELECT step, count(*), count(DISTINCT problem_id) FROM run_attempts GROUP BY step ORDER BY step"
+    )
+    assert [tuple(r) for r in per_step] == [(1, 2 * 2, 2), (2, 2 * 2, 2)]  # batch_size x rollout.n, nothing twice
+    work = _rows(
+        db,
+        "SELECT w.step, w.status, w.claims, r.policy_step, r.groups FROM rollout_work w "
+        "JOIN rollout_results r ON r.work_id = w.id ORDER BY w.step",
+    )
+    assert [(w.step, w.status, w.claims, w.policy_step) for w in work] == [(1, "used", 1, 0), (2, "used", 1, 1)]
+    for w in work:  # both ranks' shares are the worker's groups: no rank generated any of its own
+        groups = w.groups if isinstance(w.groups, list) else json.loads(w.groups)
+        made = sorted(row["completion"]["text"] for group in groups for row in group["rollouts"])
+        stored = _rows(
+            db,
+            "SELECT a.response FROM attempts a JOIN rollout_groups g ON g.id = a.group_id "
+            "WHERE g.step = :s AND g.mode <> 'val' ORDER BY a.response",
+            s=w.step,
+        )
+        assert [r.response for r in stored] == made
+    staleness = _rows(db, "SELECT value FROM run_metrics WHERE name = 'async/staleness' ORDER BY step")
+    assert [s.value for s in staleness] == [0.0, 0.0]
+    assert "step    2" in proc.stdout and proc.stdout.count("step    1") == 1  # rank 0 alone reports

@@ -69,12 +69,25 @@ def add_experiences(session: Session, pool: PoolRow, items: list[NewExperience])
     capacity.lock_problems(session, pool, [r["problem_id"] for r in rows])
     experience_ids, version_ids = _insert(session, pool, [rows[i] for i in kept])
     evicted = capacity.enforce(session, pool, [r["problem_id"] for r in rows])
+    _name_evicting_step(session, rows, evicted)
     return AddResult(
         experience_ids=experience_ids,
         version_ids=version_ids,
         evicted_ids=sorted(evicted),
         dropped=dropped,
     )
+
+
+def _name_evicting_step(session: Session, rows: list[dict[str, Any]], evicted: list[int]) -> None:
+    """Tie `evicted` to the training step whose insert evicted them (`evicted_run_id`, `evicted_step`), when every
+    row comes from one (run, step): a resume that rolls that step back makes them active again."""
+    steps = {(r["run_id"], r["step"]) for r in rows}
+    if not evicted or len(steps) != 1:
+        return
+    ((run_id, step),) = steps
+    if run_id is not None and step is not None:
+        params = {"run_id": run_id, "step": step, "ids": evicted}
+        session.execute(sqlfiles.load("queries/experiences_evicted_in"), params)
 
 
 def add_evicted(session: Session, pool: PoolRow, items: list[NewExperience], evicted_by: str) -> AddResult:

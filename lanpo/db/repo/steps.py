@@ -1,7 +1,8 @@
 """Policy versions and committed steps: which weights produced a row, and the trainer's crash-recovery anchor.
 
 A training step's transaction records its policy version and, last, its `run_steps` row; resume continues after
-the last committed step and deletes anything newer (`rollback_uncommitted`).
+the last checkpointed step (every committed step, with `checkpoint.every = 1`) and deletes anything newer, undoing
+the evictions it made (`rollback_uncommitted`).
 """
 
 from __future__ import annotations
@@ -104,6 +105,11 @@ def committed_step(session: Session, run_id: int, step: int) -> CommittedStep:
     return CommittedStep(step, row.checkpoint, row.adapter_sha256)
 
 
+def last_checkpointed_step(session: Session, run_id: int) -> int | None:
+    """The run's last committed step that names a checkpoint (`checkpoint.every` > 1 commits steps without one)."""
+    return session.scalar(sqlfiles.load("queries/run_last_checkpointed_step"), {"run_id": run_id})
+
+
 @dataclass
 class RollbackResult:
     groups: int  # rollout groups (their attempts and contexts went with them)
@@ -111,17 +117,34 @@ class RollbackResult:
     metrics: int
     steps: int
     policy_versions: int
+    attempts: int = 0  # the groups' attempts
+    evictions: int = 0  # experiences the rolled-back steps evicted, active again
+    meta_nll_uses: int = 0
+    work: int = 0  # rollout_work rows (their results went with them)
+
+    def line(self, after_step: int, last_step: int) -> str:
+        """What a resume prints: the checkpointed step it continues from and what it undid of the steps after."""
+        steps = f"step {after_step + 1}" if last_step == after_step + 1 else f"steps {after_step + 1}..{last_step}"
+        return (
+            f"resumed from step {after_step}; rolled back {steps}: {self.attempts} attempts, {self.experiences} "
+            f"experiences, {self.evictions} evictions undone"
+        )
 
 
 def rollback_uncommitted(session: Session, run_id: int, after_step: int | None) -> RollbackResult:
-    """Delete the run's rows of steps > `after_step` (None: every step), for resuming after a crash.
+    """Delete the run's rows of steps > `after_step` (None: every step) and undo their evictions, in the caller's
+    transaction: for resuming after a crash, from the last committed step or (`checkpoint.every` > 1) from the last
+    checkpointed one, before which committed steps roll back too.
 
-    Evictions that a rolled-back step made are not undone (the eviction record does not name the step);
-    with one transaction per step nothing of an uncommitted step reaches the database in the first place.
+    Rolled back: the steps' rollout groups (attempts, contexts, MEL replays and pairs cascade), experiences
+    (versions and their relevance scores cascade), MEL NLL uses, metrics, `run_steps` rows, the policy versions
+    nothing refers to any more, and, when committed steps go, the rollout work queued for them; the experiences
+    those steps evicted (`evicted_run_id`, `evicted_step`: migration 0013) are active again. So the pool is the
+    one step `after_step` left. Not rolled back: relevance scores of surviving experiences that later steps
+    computed (a cache of a pure function of the texts), and what other runs writing the same pool did meanwhile.
     """
     p = {"run_id": run_id, "after_step": -1 if after_step is None else after_step}
-    counts = {
-        name: session.execute(sqlfiles.load(f"queries/rollback_{name}"), p).rowcount
-        for name in ("groups", "experiences", "metrics", "steps", "policy_versions")  # order matters: FKs
-    }
-    return RollbackResult(**counts)
+    attempts = int(session.scalar(sqlfiles.load("queries/rollback_count_attempts"), p) or 0)
+    names = ("work", "groups", "meta_nll_uses", "experiences", "evictions", "metrics", "steps", "policy_versions")
+    counts = {name: session.execute(sqlfiles.load(f"queries/rollback_{name}"), p).rowcount for name in names}
+    return RollbackResult(attempts=attempts, **counts)  # order above matters: work reads run_steps; FKs

@@ -41,7 +41,13 @@ import torch
 
 from lanpo.rl.loss import kl_k3, nll_sum_of, policy_loss
 from lanpo.train.config import GRPOConfig
-from lanpo.train.consumer.batch import RolloutBatch, autocast_dtype, chunked_logprobs, completion_logprobs
+from lanpo.train.consumer.batch import (
+    RolloutBatch,
+    autocast_dtype,
+    chunked_logprobs,
+    completion_logprobs,
+    micro_batches,
+)
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import Policy
 
@@ -137,7 +143,9 @@ def micro_batch_loss(
     log-probs are of softmax(logits / temperature), as old_logp, ref_logp and behavior_logp must be.
     """
     autocast = autocast_dtype(cfg.autocast, sub.input_ids.device)
-    logp, entropy = completion_logprobs(model, sub, True, cfg.share_prompts, autocast, temperature)  # (m, T)
+    logp, entropy = completion_logprobs(
+        model, sub, True, cfg.share_prompts, autocast, temperature, cfg.logprob_chunk_tokens
+    )  # (m, T)
     old = logp.detach() if old_logp is None else old_logp
     loss, stats = policy_loss(
         logp,
@@ -166,6 +174,7 @@ def nll_backward(
     share_prompts: bool = True,
     autocast: torch.dtype | None = None,
     filler: RolloutBatch | None = None,
+    chunk_tokens: int = 0,
 ) -> tuple[float, float]:
     """Backward of `coef` * the token-mean NLL of `batch[index]` over every rank's share; returns (that NLL, its
     global token count). Nothing runs when no rank has a token (every rank sees the same count).
@@ -188,7 +197,7 @@ def nll_backward(
             weight = coef * dist.world / tokens  # times the world size: DDP and FSDP average the ranks' gradients
         else:
             sub, weight = filler, 0.0  # type: ignore[assignment]
-        logp, _ = completion_logprobs(model, sub, False, share_prompts, autocast)  # (m, T)
+        logp, _ = completion_logprobs(model, sub, False, share_prompts, autocast, 1.0, chunk_tokens)  # (m, T)
         summed = nll_sum_of(logp, sub.completion_mask)
         (summed * weight).backward()
         nll_sum += float(summed.detach()) if weight else 0.0
@@ -209,18 +218,21 @@ def _measure_only(
     share_prompts: bool,
     autocast: torch.dtype | None = None,
     temperature: float = 1.0,
+    chunk_tokens: int = 0,
 ) -> dict[str, float]:
     """KL and entropy of a batch nothing was learned from (every group skipped): no gradient, no step. Also
     returns the seconds of its reference pass (`ref`) and of its policy pass (`policy`): a step that learns
     nothing still spends them."""
     kl_sum = entropy_sum = tokens = 0.0
     started = time.perf_counter()
-    ref = policy.reference_logprobs(batch, micro, share_prompts, autocast, temperature)  # (B, T)
+    ref = policy.reference_logprobs(batch, micro, share_prompts, autocast, temperature, chunk_tokens=chunk_tokens)
     seconds_ref = time.perf_counter() - started
     with torch.no_grad():
         for start in range(0, batch.size, micro):
             sub = batch.select(slice(start, start + micro))
-            logp, entropy = completion_logprobs(policy.model, sub, True, share_prompts, autocast, temperature)
+            logp, entropy = completion_logprobs(
+                policy.model, sub, True, share_prompts, autocast, temperature, chunk_tokens
+            )
             mask = sub.completion_mask.float()
             kl_sum += float((kl_k3(logp, ref[start : start + micro]) * mask).sum())
             entropy_sum += float((entropy * mask).sum())  # type: ignore[operator]
@@ -270,10 +282,16 @@ def update_policy(
 
     started = time.perf_counter()
     micro, share = cfg.micro_batch_size, cfg.share_prompts
-    ref_logp = policy.reference_logprobs(batch, micro, share, autocast, temperature)  # (B, T): KL
+    sizes = {"max_tokens": cfg.max_tokens_per_micro_batch, "chunk_tokens": cfg.logprob_chunk_tokens}
+    ref_logp = policy.reference_logprobs(batch, micro, share, autocast, temperature, **sizes)  # (B, T): KL
     # Several updates per batch: the ratio needs log-probs of the policy that generated it, taken before any step.
     on_policy = cfg.ppo_epochs == 1 and n_minibatches == 1
-    old_logp = None if on_policy else chunked_logprobs(policy.model, batch, micro, share, autocast, temperature)
+    collective = dist if policy.collective_forwards else None
+    old_logp = (
+        None
+        if on_policy
+        else chunked_logprobs(policy.model, batch, micro, share, autocast, temperature, **sizes, dist=collective)
+    )
     seconds_ref = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -346,14 +364,19 @@ class _Update:
             filler = batch.select(mb[:1].to(batch.input_ids.device)) if self.policy.collective_forwards else None
             mb_nll, nll_tokens = nll_backward(
                 self.policy.model, self.nll.batch, nll_share, self.nll.coef, cfg.micro_batch_size, dist,
-                cfg.share_prompts, self.autocast, filler,
+                cfg.share_prompts, self.autocast, filler, cfg.logprob_chunk_tokens,
             )  # fmt: skip
             if nll_tokens:
                 self.nll_updates, self.nll_total = self.nll_updates + 1, self.nll_total + mb_nll
-        micro_starts = range(0, len(mb), cfg.micro_batch_size)
-        for micro_start in micro_starts:
-            idx = mb[micro_start : micro_start + cfg.micro_batch_size]  # (m,)
-            self._micro_step(idx, len(mb), tokens_mb, micro_start == micro_starts[-1], mb_stats)
+        groups = micro_batches(
+            batch.attention_mask[mb].sum(dim=1), cfg.micro_batch_size, cfg.max_tokens_per_micro_batch
+        )
+        rounds = len(groups)
+        if cfg.max_tokens_per_micro_batch and dist.world > 1:  # the ranks' counts differ: all run the busiest's
+            rounds = int(dist.all_reduce_max(torch.tensor([rounds])).item())
+        for r in range(rounds):
+            idx = mb[groups[r]] if r < len(groups) else mb[:1]  # (m,); past this rank's own: a filler, weight 0
+            self._micro_step(idx, len(mb), tokens_mb, r == rounds - 1, mb_stats, filler=r >= len(groups))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
         summed = dist.all_reduce_sum(torch.tensor([mb_stats[k] for k in STATS], dtype=torch.float64))
         optimizer.step()
@@ -364,10 +387,18 @@ class _Update:
         self.totals["grad_norm"] += float(grad_norm)
 
     def _micro_step(
-        self, idx: torch.Tensor, mb_size: int, tokens_mb: float, last: bool, mb_stats: dict[str, float]
+        self,
+        idx: torch.Tensor,
+        mb_size: int,
+        tokens_mb: float,
+        last: bool,
+        mb_stats: dict[str, float],
+        filler: bool = False,
     ) -> None:
         """Backward of micro-batch `idx` (m,) of a minibatch of `mb_size` sequences (`tokens_mb` tokens over every
-        rank); adds its weighted stats to `mb_stats`."""
+        rank); adds its weighted stats to `mb_stats`. `filler`: a rank that has run its own micro-batches runs
+        one more with weight 0 and no stats, so its collectives (FSDP; DDP's last-backward all-reduce) line up
+        with a busier rank's (`grpo.max_tokens_per_micro_batch` splits ranks' minibatches unevenly)."""
         cfg, dist = self.cfg, self.dist
         sub = self.batch.select(idx.to(self.batch.input_ids.device))
         # DDP all-reduces on the minibatch's last backward only; the others accumulate locally.
@@ -386,7 +417,11 @@ class _Update:
             # rank's sequences; times the world size, since DDP and FSDP average the ranks' gradients.
             tokens = sub.completion_mask.sum().item()
             weight = tokens / tokens_mb if cfg.loss_agg == "token-mean" else len(idx) / (mb_size * dist.world)
+            if filler:
+                weight = 0.0  # its gradient is exactly 0
             (loss * weight * dist.world).backward()
+        if filler:
+            return
         token_weight = tokens / tokens_mb
         mb_stats["loss"] += loss.item() * weight
         for key in ("kl", "clip_frac", "dual_clip_frac", "tis_weight", "logp_diff"):
@@ -430,7 +465,9 @@ def _nothing_to_learn(
     """Every group skipped: the batch's KL and entropy measured, and the schedule stepped as often as an update
     would have (each step moving nothing)."""
     autocast = autocast_dtype(cfg.autocast, batch.input_ids.device)
-    measured = _measure_only(policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast, temperature)
+    measured = _measure_only(
+        policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast, temperature, cfg.logprob_chunk_tokens
+    )
     for _ in range(cfg.ppo_epochs * n_minibatches):
         _skip_update(optimizer, scheduler)
     return UpdateStats(

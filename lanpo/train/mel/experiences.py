@@ -5,8 +5,13 @@
     answer masked) -> r replays of x with M as working memory -> verdict (mel.validation) -> validated lessons
     become the update's NLL examples: (diagnosis prompt -> M) or (plain question -> a successful replay)
 
-Every generation here (diagnosis, replays) is the policy of the step before the update, as the rollouts and the
-summaries are. Where the MEL paper leaves a choice open, the choice is a key of `[mel]` (lanpo.mel.config):
+Every generation here (diagnosis, replays) is the policy that generated the step's rollouts, as the summaries are:
+the policy of the step before the update, or, with rollout workers, the worker's, which runs `meta_generations`
+right after the rollouts and hands the pairs back with their groups (`made`). The replays must be the group's policy:
+a lesson is judged against its group's success rate, by the model that erred re-attempting x with M in its working
+memory (MEL 3.2, Empirical Validation via Replay). At `workers.max_staleness = k` a lesson is up to k updates
+stale, as its group is; the NLL term, supervised, trains the current policy on it unweighted.
+Where the MEL paper leaves a choice open, the choice is a key of `[mel]` (lanpo.mel.config):
 - steps are lines (`step_split`); the textual first difference is the diagnosis prompt's hint and its fallback
   when the model names no valid step (`locate = "model"`), or the bifurcation itself (`locate = "heuristic"`);
 - one diagnosis call per pair does both jobs: it names s* first and writes M after, so M is conditioned on the
@@ -14,14 +19,15 @@ summaries are. Where the MEL paper leaves a choice open, the choice is a key of 
 - a lesson is kept when its replays beat the group's own success rate (`validation = "beats_group"`);
 - J_NLL is taken on M given the diagnosis prompt (`nll_target = "lesson"`): the object the paper's NLL is taken
   on is the meta-experience itself, self-distilled from the contrast of y+ and y-.
-Under torchrun each rank works on its own groups (the step cap is split evenly); its records travel to rank 0
-with their group (`GroupRecord.meta`), and rank 0 writes them (`lanpo.train.mel.record`).
+Under torchrun each rank works on its own groups (the step cap is split evenly; a worker generates the whole step
+as one process, with the whole cap, and each rank gets its groups' pairs); its records travel to rank 0 with their
+group (`GroupRecord.meta`), and rank 0 writes them (`lanpo.train.mel.record`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -53,8 +59,9 @@ class MetaStep:
 
 
 @dataclass
-class _Work:
-    """A pair on its way through the phase, with what the NLL example needs (kept on this rank)."""
+class MetaWork:
+    """A pair on its way through the phase, with what the NLL example needs (kept on this rank, or sent by a
+    worker with its group)."""
 
     pair: Pair
     record: MetaRecord
@@ -70,29 +77,78 @@ def meta_experiences(
     prompts: StepPrompts,
     groups: list[list[Completion]],
     graded: list[Graded],
+    made: list[MetaWork] | None = None,
 ) -> MetaStep:
     """MEL on this rank's G groups of n rollouts (`graded`: flat, group by group); an empty step when MEL is off.
-    `sampler` diagnoses and replays with the policy; the NLL examples are built on `device`."""
-    mel, dist = cfg.mel, sampler.dist
+    `sampler` diagnoses and replays with the policy, unless a rollout worker did both with the rollouts (`made`,
+    from `meta_generations`); the NLL examples are built on `device`."""
     if cfg.method != "mel":
         return MetaStep()
-    n = cfg.rollout.n
+    work = made if made is not None else meta_generations(cfg, sampler, step, prompts, groups, graded)
+    by_group: dict[int, list[MetaRecord]] = {}
+    for w in work:
+        by_group.setdefault(w.pair.group, []).append(w.record)
+    if cfg.mel.nll_coef == 0.0:
+        return MetaStep(by_group)
+    return MetaStep(by_group, NLLTerm(_nll_batch(cfg, sampler.tokenizer, device, prompts, work), cfg.mel.nll_coef))
+
+
+def meta_generations(
+    cfg: TrainConfig,
+    sampler: Sampler,
+    step: int,
+    prompts: StepPrompts,
+    groups: list[list[Completion]],
+    graded: list[Graded],
+) -> list[MetaWork]:
+    """The phase's generations on G groups: pairs -> one diagnosis each -> r replays of each lesson, judged. The
+    policy `sampler` serves is the one that generated `groups` (the trainer's before its update, or a worker's)."""
+    mel, n = cfg.mel, cfg.rollout.n
     correct = [[graded[g * n + j].correct for j in range(n)] for g in range(len(groups))]  # (G, n)
     pairs = contrastive_pairs(
         prompts.problem_ids,
         correct,
         [[c.text for c in group] for group in groups],
         mel.pairs_per_problem,
-        -(-mel.pairs_per_step // dist.world) if mel.pairs_per_step else 0,
+        -(-mel.pairs_per_step // sampler.dist.world) if mel.pairs_per_step else 0,
     )
     work = _diagnose(cfg, sampler, step, prompts, groups, correct, pairs)
     _replay(cfg, sampler, step, prompts, [w for w in work if w.record.lesson is not None])
-    by_group: dict[int, list[MetaRecord]] = {}
-    for w in work:
-        by_group.setdefault(w.pair.group, []).append(w.record)
-    if mel.nll_coef == 0.0:
-        return MetaStep(by_group)
-    return MetaStep(by_group, NLLTerm(_nll_batch(cfg, sampler.tokenizer, device, prompts, work), mel.nll_coef))
+    return work
+
+
+def work_to_json(w: MetaWork) -> dict[str, Any]:
+    """A diagnosed pair as a worker hands it back with its group (`rollout_results.groups`)."""
+    return {
+        "pair": asdict(w.pair),
+        "record": asdict(w.record),
+        "diagnosis": None if w.diagnosis is None else asdict(w.diagnosis),
+        "replays": [asdict(c) for c in w.replays],
+    }
+
+
+def work_from_json(data: dict[str, Any], group: int) -> MetaWork:
+    """`work_to_json`'s inverse, its pair in group `group` (the group's index in the step, or in a rank's share)."""
+    record = dict(data["record"])
+    record["replays"] = [RolloutRecord(**r) for r in record["replays"]]
+    pair = Pair(**{**data["pair"], "group": group})
+    diagnosis = data["diagnosis"]
+    return MetaWork(
+        pair,
+        MetaRecord(**record),
+        None if diagnosis is None else completion_from_json(diagnosis),
+        [completion_from_json(c) for c in data["replays"]],
+    )
+
+
+def completion_from_json(data: dict[str, Any]) -> Completion:
+    """A `Completion` from its `asdict` (JSON turns its tuples into lists)."""
+    c = dict(data)
+    for key in ("token_ids", "prompt_token_ids"):
+        c[key] = tuple(c[key])
+    if c.get("logprobs") is not None:
+        c["logprobs"] = tuple(c["logprobs"])
+    return Completion(**c)
 
 
 def _diagnose(
@@ -103,7 +159,7 @@ def _diagnose(
     groups: list[list[Completion]],
     correct: list[list[bool]],
     pairs: list[Pair],
-) -> list[_Work]:
+) -> list[MetaWork]:
     """One batched diagnosis per pair: the bifurcation step, the raw diagnosis and the cleaned lesson."""
     mel = cfg.mel
     steps, texts = [], []
@@ -139,11 +195,11 @@ def _diagnose(
             diagnosis_prompt_tokens=len(completion.prompt_token_ids),
             lesson=clean_lesson(parsed.lesson, prompts.answers[pair.group], mel.mask_numbers),
         )
-        work.append(_Work(pair, record, completion))
+        work.append(MetaWork(pair, record, completion))
     return work
 
 
-def _replay(cfg: TrainConfig, sampler: Sampler, step: int, prompts: StepPrompts, candidates: list[_Work]) -> None:
+def _replay(cfg: TrainConfig, sampler: Sampler, step: int, prompts: StepPrompts, candidates: list[MetaWork]) -> None:
     """r re-attempts of each candidate's problem with its lesson in the prompt, graded; sets each verdict."""
     if not candidates:
         return
@@ -183,7 +239,7 @@ def _replay(cfg: TrainConfig, sampler: Sampler, step: int, prompts: StepPrompts,
 
 
 def _nll_batch(
-    cfg: TrainConfig, tokenizer: Any, device: torch.device, prompts: StepPrompts, work: Sequence[_Work]
+    cfg: TrainConfig, tokenizer: Any, device: torch.device, prompts: StepPrompts, work: Sequence[MetaWork]
 ) -> RolloutBatch | None:
     """The validated lessons as NLL examples (prompt -> target); marks each record with its target tokens.
 

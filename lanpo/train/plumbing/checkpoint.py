@@ -1,8 +1,20 @@
 """Checkpoints: the policy's weights + optimizer + scheduler + RNG states + step, written atomically (tmp dir, rename).
 
 A checkpoint `step-000007/` is written BEFORE the database transaction of step 7 commits; the `run_steps` row
-names it. On resume the database decides: the last committed step's checkpoint is loaded and anything newer on
+names it. On resume the database decides: the last checkpointed step's checkpoint is loaded and anything newer on
 disk (a crash between rename and commit) is ignored and later overwritten.
+
+Cadence (`[checkpoint]`): a checkpoint every `every` steps and at the last step, the newest `keep` kept. The store
+still commits every step (a step between checkpoints names no folder, and its policy version carries the hash of
+the live weights, `unsaved_version`). So a crash can leave committed steps c+1..d past the last checkpoint c, and a
+resume rolls the store back to c in one transaction: the rows of steps > c, and the evictions they made
+(`experiences.evicted_step`, migration 0013), so that step c+1 draws from the pool as it stood after step c and no
+attempt is doubled. Why not hold each step's commit back until a checkpoint covers it: the next step samples its
+contexts from the pool in the store (its lessons, their relevance, the caps' evictions), so the store would have
+to keep k steps in one open transaction that nothing else sees; live SQL, `lanpo watch`, the rollout queue and the
+run_metrics a researcher reads as the run goes would all lag k steps. Rolling back costs at most `every - 1`
+redone steps after a crash, and the rows a researcher queries are always those of steps the weights went through
+(the TRL integration rolls back to TRL's checkpoint the same way).
 
 The weights are the policy's (`lanpo.train.policy`): `adapter/` for a LoRA policy, `model/` (a whole model folder,
 safetensors) under full fine-tuning. Every rank takes part in a save (FSDP gathers its shards onto rank 0) and
@@ -11,6 +23,7 @@ rank 0 alone writes.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
@@ -22,6 +35,7 @@ import numpy as np
 import torch
 
 from lanpo.errors import InputError
+from lanpo.models.hashing import state_sha256
 from lanpo.train.plumbing.dist import Dist
 
 if TYPE_CHECKING:
@@ -97,6 +111,29 @@ def save_checkpoint(
     os.rename(tmp, final)
     _fsync_dir(root)
     return final, sha
+
+
+def unsaved_version(policy: Policy, dist: Dist | None = None, synced: str | None = None) -> tuple[None, str] | None:
+    """What a step between checkpoints commits instead of `save_checkpoint`'s (path, sha): (None, the policy
+    version's hash) on rank 0, None on the others; every rank calls it.
+
+    A LoRA adapter's hash is the one its checkpoint would record (`adapter_sha256`). Under full fine-tuning a vLLM
+    engine that loaded the step's weights (`synced`, what `ServedPolicy.sync` returned) hashed them under the
+    checkpoint's names, as `model_dir_sha256` of a checkpoint would; with no engine of its own there is no folder
+    to hash, so the version is the hash of the live weights (`state_sha256`): of the whole state dict in one
+    process, or sharded (FSDP) the hash of every rank's shard hash in rank order (no rank gathers the full weights
+    for it). Each names these weights and no others.
+    """
+    dist = dist or Dist()
+    if policy.kind == "full" and synced is not None:
+        return (None, synced) if dist.is_main else None
+    if policy.kind == "lora" or not dist.enabled:
+        return (None, policy.replica_sha256()) if dist.is_main else None
+    local = {k: v.to_local() if hasattr(v, "to_local") else v for k, v in policy.model.state_dict().items()}
+    shards = dist.gather(state_sha256(local))
+    if shards is None:
+        return None
+    return None, hashlib.sha256("".join(shards).encode()).hexdigest()
 
 
 @dataclass

@@ -4,10 +4,16 @@
   (embeddings, final norm, head). Each rank keeps 1/W of every weight, gradient and optimizer state as DTensor
   shards; a unit's weights are all-gathered for its forward and backward and freed after. Gradients are
   reduce-scattered as averages, as DDP's all-reduce averages them, so the update scales losses the same way.
-- `full_weights`: while every rank generates on its own prompts, the ranks run different numbers of forward
-  passes (sequences stop at different lengths), which per-forward all-gathers cannot do. So the whole model is
-  gathered once on every rank for the phase (the memory of one unsharded copy, as DDP holds all the time), its
-  forwards run without collectives, and the shards come back after.
+- `full_weights`: while every rank generates on its own prompts with the hf backend (the policy's own model), the
+  ranks run different numbers of forward passes (sequences stop at different lengths), which per-forward
+  all-gathers cannot do. So the whole model is gathered once on every rank for the phase (the memory of one
+  unsharded copy, 4 bytes a weight, as DDP holds all the time), its forwards run without collectives, and the
+  shards come back after. With an engine of its own (vLLM) nothing is gathered to generate
+  (`lanpo.train.policy.FullPolicy.generating`).
+- The weight sync into an engine takes no helper here: `model.state_dict()` of a sharded model holds DTensor
+  shards, and `lanpo.rollout.weights.gathered` all-gathers them one tensor at a time on their way into the engine
+  (cast to its dtype and freed before the next), so no rank holds the full state. `full_state_everywhere` is the
+  whole gather at once, the sync's former path: the reference its tests and `bench/weight_sync.py` hold it to.
 - `full_state` / `load_full_state` and the optimizer's: torch.distributed.checkpoint's state-dict API, keyed by
   parameter name. Rank 0 receives the full CPU tensors; loading takes the full state on every rank and each keeps
   its shard. The same calls work on an unsharded module, so a checkpoint loads at any world size.
@@ -79,8 +85,9 @@ def full_state(model: Any) -> dict[str, torch.Tensor]:
 
 
 def full_state_everywhere(model: Any) -> dict[str, torch.Tensor]:
-    """Every weight by name, full, on every rank (a plain model: its own state dict, nothing copied). Each rank's
-    rollout engine loads it; the copies live until the engine has them."""
+    """Every weight by name, full, on every rank (a plain model: its own state dict, nothing copied): 4 bytes a
+    weight on every rank at once. Not the sync's path any more (that streams, `lanpo.rollout.weights.gathered`):
+    the reference the streamed sync is tested and benched against."""
     from torch.distributed.tensor import DTensor
 
     if not any(isinstance(p, DTensor) for p in model.parameters()):

@@ -47,9 +47,9 @@ class StepTimer:
 
 
 # What runs around a phase beside its timer. "generating": the policy holds its full weights (`policy.generating()`:
-# a sharded FSDP policy gathers them; otherwise nothing happens). "pause before" / "pause after": the test hook
-# (`lanpo.train.plumbing.pause`) may stop the step there: before it generates, and after its rows are written, inside
-# the step's still uncommitted transaction.
+# a sharded FSDP policy gathers them for the hf backend, which generates with it; otherwise nothing happens).
+# "pause before" / "pause after": the test hook (`lanpo.train.plumbing.pause`) may stop the step there: before it
+# generates, and after its rows are written, inside the step's still uncommitted transaction.
 AROUND: dict[str, tuple[str, ...]] = {
     "generate": ("pause before", "generating"),
     "summarize": ("generating",),

@@ -10,7 +10,7 @@ test checks.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -20,7 +20,9 @@ from lanpo.db.repo.contexts import InterItem, IntraItem
 from lanpo.rewards import Graded, grade
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.train.config import RolloutConfig, TrainConfig
+from lanpo.train.mel.experiences import MetaWork, completion_from_json, work_from_json, work_to_json
 from lanpo.train.parts import Sampler
+from lanpo.train.plumbing.dist import Dist
 from lanpo.train.plumbing.timing import Phases
 from lanpo.train.producer.contexts import StepPrompts
 from lanpo.train.producer.schedule import mix_seed
@@ -38,6 +40,7 @@ class Produced:
     summaries: dict[int, Summary]  # flat rollout index -> its summary (only the summarised ones)
     metrics: dict[str, float] = field(default_factory=dict)  # async/*: staleness, dropped, redone, waits
     work_id: int | None = None  # the rollout_work row it came from (None: generated in this process)
+    mel: list[MetaWork] | None = None  # method = mel, from a worker: its diagnoses and replays (None: not made yet)
 
     @property
     def rollouts(self) -> list[Completion]:
@@ -164,6 +167,11 @@ def groups_to_json(produced: Produced) -> list[dict[str, Any]]:
                 "summary": None if summary is None else asdict(summary),
             })  # fmt: skip
         out.append({"rollouts": rows})
+    if produced.mel is not None:  # MEL's diagnosed pairs travel with their group (a group may have none)
+        for group in out:
+            group["mel"] = []
+        for w in produced.mel:
+            out[w.pair.group]["mel"].append(work_to_json(w))
     return out
 
 
@@ -172,16 +180,44 @@ def produced_from_json(prompts: StepPrompts, groups: list[dict[str, Any]]) -> Pr
     completions: list[list[Completion]] = []
     graded: list[Graded] = []
     summaries: dict[int, Summary] = {}
-    for group in groups:
+    mel: list[MetaWork] | None = None
+    for g, group in enumerate(groups):
         completions.append([])
         for row in group["rollouts"]:
-            c = dict(row["completion"])
-            for key in ("token_ids", "prompt_token_ids"):
-                c[key] = tuple(c[key])
-            if c["logprobs"] is not None:
-                c["logprobs"] = tuple(c["logprobs"])
             if row["summary"] is not None:
                 summaries[len(graded)] = Summary(**row["summary"])
-            completions[-1].append(Completion(**c))
+            completions[-1].append(completion_from_json(row["completion"]))
             graded.append(Graded(**row["graded"]))
-    return Produced(prompts, completions, graded, summaries)
+        if "mel" in group:
+            mel = (mel or []) + [work_from_json(w, g) for w in group["mel"]]
+    return Produced(prompts, completions, graded, summaries, mel=mel)
+
+
+def share_of(got: Produced, dist: Dist) -> Produced:
+    """Rank `dist.rank`'s strided share of a whole step (groups r, r + W, ...: the prompts `feedback_prompts`
+    gives the rank synchronously), its summaries and MEL pairs renumbered within the share. The queue's
+    accounting (`metrics`, `work_id`) stays with rank 0, which commits the step."""
+    p, n = got.prompts, len(got.groups[0]) if got.groups else 0
+    keep = dist.share(range(len(got.groups)))  # the step's group indices on this rank
+    local = {g: i for i, g in enumerate(keep)}
+    prompts = replace(
+        p,
+        **{name: dist.share(getattr(p, name)) for name in PER_PROMPT},
+        missed=Counter(),  # counted over the whole step: rank 0's metrics say it (`RolloutQueue.take`)
+    )
+    summaries = {local[i // n] * n + i % n: s for i, s in got.summaries.items() if i // n in local}
+    mel = None
+    if got.mel is not None:
+        mel = [replace(w, pair=replace(w.pair, group=local[w.pair.group])) for w in got.mel if w.pair.group in local]
+    return Produced(
+        prompts,
+        [got.groups[g] for g in keep],
+        [got.graded[g * n + j] for g in keep for j in range(n)],
+        summaries,
+        metrics=got.metrics if dist.is_main else {},
+        work_id=got.work_id if dist.is_main else None,
+        mel=mel,
+    )
+
+
+PER_PROMPT = ("problem_ids", "questions", "answers", "asked", "modes", "texts", "items", "drawn", "truncated")

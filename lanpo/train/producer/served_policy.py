@@ -62,8 +62,9 @@ class ServedPolicy:
           live adapter and says its hash).
         - LoRA, `lora_sync = merged`: the adapter folded into a copy of the base weights (`merged_state`), loaded
           in place; the hash is the merged weights', kept in `served_sha256` to tie it to the adapter's version.
-        - Full fine-tuning: vllm loads all the weights in place (`VLLMBackend.load_weights`, in memory; under FSDP
-          each rank gathers the full state for its own engine); the hash is theirs under the checkpoint's names,
+        - Full fine-tuning: vllm loads all the weights in place (`VLLMBackend.load_weights`, in memory, streamed;
+          under FSDP each rank gathers one tensor at a time for its own engine, casts it and lets it go, so no rank
+          holds the full fp32 state); the hash is theirs under the checkpoint's names,
           equal to `model_dir_sha256` of the checkpoint saved from the same weights. The hf backend generates
           with the live weights and says None.
         """
@@ -71,9 +72,10 @@ class ServedPolicy:
         own = adapter_sha256(self.model) if lora else None
         if self.kind == "vllm" and (self.merged or not lora):
             from lanpo.models import merged_state
-            from lanpo.train.plumbing import fsdp
 
-            state = merged_state(self.model) if lora else fsdp.full_state_everywhere(self.model)
+            # full fine-tuning: the model's own state dict, under FSDP its DTensor shards, gathered one tensor at a
+            # time on their way into the engine (`lanpo.rollout.weights.gathered`): no full fp32 copy is ever made
+            state = merged_state(self.model) if lora else self.model.state_dict()
             sha = self.backend.load_weights(state)
         elif self.kind == "vllm":
             assert self._staging is not None
@@ -89,6 +91,12 @@ class ServedPolicy:
         self.expected, self.synced = sha, True
         self.served_sha256 = sha if lora and sha != own else None
         return sha
+
+    def generates_with(self, model: Any) -> bool:
+        """Whether generating reads `model`'s own weights: the hf backend over the trained model does; an engine
+        with weights of its own (vLLM) does not, so a sharded policy need not gather them to generate
+        (`lanpo.train.policy.FullPolicy.generating`)."""
+        return getattr(self.backend, "model", None) is model
 
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
         """For each prompt, n completions of the synced policy (refuses any served by another adapter)."""

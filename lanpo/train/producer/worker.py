@@ -1,7 +1,8 @@
 """A rollout worker: its own engine, the run's queue in the store, and the producer half of every step it claims.
 
     check the run -> load the run's start and policy -> loop: claim -> serve the newest committed policy (at
-    least the claim's) -> generate -> grade -> summarise -> finish (its groups, written once)
+    least the claim's) -> generate -> grade -> summarise -> (method = mel) diagnose and replay -> finish (its
+    groups, written once)
 
 What a worker needs is the database URL and the run's folder (`output_dir`): the run's config, its problems and
 the queue are in the store; the published policy versions are the committed checkpoints, named in `run_steps`
@@ -11,9 +12,12 @@ one channel serves both.
 
 A worker refuses, with one error line and before it claims anything, a run that does not exist, has finished or
 trains synchronously, a model other than the run's, a database it cannot reach, and weights it cannot load or
-whose hash is not the published one. While it holds a claim a daemon thread renews the lease every third of
-`lease_s`; a worker that dies stops renewing, and the claim is redone by the next worker after `lease_s`. SIGTERM
-(`lanpo.cli` raises it in the main thread) and Ctrl-C give the claim back at once.
+whose hash is not the published one. A committed step pruned by the trainer before the worker read it (a race
+it lost) is not an error: the worker loads the newer step the store publishes.
+
+While it holds a claim a daemon thread renews the lease every third of `lease_s`; a worker that dies stops
+renewing, and the claim is redone by the next worker after `lease_s`. SIGTERM (`lanpo.cli` raises it in the main
+thread) and Ctrl-C give the claim back at once.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import torch
 from sqlalchemy.engine import Engine
 
 from lanpo.config import from_mapping, quiet_renames
@@ -37,7 +40,8 @@ from lanpo.models import check_model_ref, set_threads
 from lanpo.procs import tag_gone
 from lanpo.rollout import Completion
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer.batch import build_batch, completion_logprobs
+from lanpo.train.consumer.batch import build_batch, chunked_logprobs
+from lanpo.train.mel.experiences import meta_generations
 from lanpo.train.parts import Sampler
 from lanpo.train.plumbing import checkpoint as ckpt
 from lanpo.train.plumbing.dist import Dist
@@ -50,6 +54,7 @@ from lanpo.train.producer.served_policy import ServedPolicy, open_served_policy,
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5  # between claims while the queue is empty
+PRUNE_RETRIES = 5  # published steps a worker tries in turn when the trainer prunes the one it was about to load
 
 
 @dataclass
@@ -192,6 +197,9 @@ class _Worker:
             prompts = prompts_from_store(session, claim.prompts)
         phase = Phases(self.policy, claim.step)
         got = produce(self.cfg, self.sampler, self.summarizer, claim.step, prompts, phase)
+        if self.cfg.method == "mel":  # diagnoses and replays by the policy that generated the groups
+            with phase("mel"):
+                got.mel = meta_generations(self.cfg, self.sampler, claim.step, prompts, got.groups, got.graded)
         if self.cfg.workers.max_staleness > 0:  # the update weights stale groups by their generating policy
             got.groups = self._with_logprobs(got.groups)
         return got, phase.timer.seconds
@@ -211,16 +219,32 @@ class _Worker:
             self.backend.sync()
 
     def _load(self, published: queue_repo.PublishedPolicy) -> None:
-        """Load a committed step's weights into the policy, checked against the hash the store publishes."""
-        root = self.cfg.checkpoint_root()
-        path = Path(published.checkpoint) if published.checkpoint else ckpt.step_dir(root, published.step)
-        weights = path / ckpt.WEIGHTS_DIR[self.policy.kind]
-        if not weights.exists():
-            raise InputError(
-                f"the published policy of step {published.step} is not readable here ({weights})",
-                hint="mount the run's output_dir at the same path on this machine (a shared file system)",
+        """Load a committed step's weights into the policy, checked against the hash the store publishes.
+
+        A step the trainer pruned (`checkpoint.keep`) between the store naming it and the worker reading it is a
+        race the worker lost, not an error: it loads the newer step the store publishes by then (pruning never
+        removes the newest committed step, so the retry finds one). Only a run folder that is not there at all
+        (another machine, not mounted) is a mount problem."""
+        for _ in range(PRUNE_RETRIES):
+            weights = self._weights(published)
+            try:
+                self.policy.load(weights)
+                break
+            except Exception:
+                if weights.exists():  # not a folder pruned under the load: a real failure
+                    raise
+            with transaction(self.engine) as session:
+                newer = queue_repo.newest_policy(session, self.run_id)
+            if newer is None or newer.step <= published.step:
+                raise self._unreadable(published, weights)
+            log.info("policy step %d was pruned before this worker read it: serving step %d", published.step,
+                     newer.step)  # fmt: skip
+            published = newer
+        else:
+            raise LanpoError(
+                f"the trainer pruned {PRUNE_RETRIES} published steps in turn before this worker could read one",
+                hint="keep more checkpoints (checkpoint.keep), so a worker has time to load the newest",
             )
-        self.policy.load(weights)
         sha = self.policy.replica_sha256()
         if sha and sha != published.adapter_sha256:
             raise InputError(
@@ -232,6 +256,25 @@ class _Worker:
         self.versions.append(published.step)
         log.info("serving policy step %d (%s)", published.step, published.adapter_sha256[:12])
 
+    def _weights(self, published: queue_repo.PublishedPolicy) -> Path:
+        root = self.cfg.checkpoint_root()
+        path = Path(published.checkpoint) if published.checkpoint else ckpt.step_dir(root, published.step)
+        return path / ckpt.WEIGHTS_DIR[self.policy.kind]
+
+    def _unreadable(self, published: queue_repo.PublishedPolicy, weights: Path) -> InputError:
+        """Why a committed step's weights cannot be read: the run's folder is not here, or the step was removed."""
+        folder = weights.parent.parent  # the run's output_dir, which holds step-NNNNNN/
+        if not folder.is_dir():
+            return InputError(
+                f"the published policy of step {published.step} is not readable here: no run folder {folder}",
+                hint="mount the run's output_dir at the same path on this machine (a shared file system)",
+            )
+        return InputError(
+            f"the published policy of step {published.step} is gone from {folder} ({weights} is missing), and the "
+            "store publishes no newer step",
+            hint="something other than the trainer's pruning removed it; resume the run to publish a step again",
+        )
+
     def _with_logprobs(self, groups: list[list[Completion]]) -> list[list[Completion]]:
         """The generating policy's log-prob of every sampled token (softmax(logits / temperature), as the trainer
         computes its own), for engines that report none (hf)."""
@@ -241,8 +284,11 @@ class _Worker:
         device = next(self.policy.model.parameters()).device
         batch = build_batch([c.prompt_token_ids for c in flat], [c.token_ids for c in flat],
                             self.tokenizer.pad_token_id, device)  # fmt: skip
-        with torch.no_grad():
-            logp, _ = completion_logprobs(self.policy.model, batch, temperature=self.cfg.rollout.temperature)
+        g = self.cfg.grpo  # the step's whole batch: micro-batched and chunked as the trainer's own log-probs
+        logp = chunked_logprobs(
+            self.policy.model, batch, g.micro_batch_size, temperature=self.cfg.rollout.temperature,
+            max_tokens=g.max_tokens_per_micro_batch, chunk_tokens=g.logprob_chunk_tokens,
+        )  # fmt: skip
         it = iter(replace(c, logprobs=tuple(logp[b, : len(c.token_ids)].tolist())) for b, c in enumerate(flat))
         return [[next(it) for _ in group] for group in groups]
 

@@ -1,0 +1,247 @@
+"""Bench: `lanpo plan`'s predicted peaks (lanpo.train.plan) against measured ones, phase by phase, at small shapes.
+
+Each case is a Qwen2-shaped decoder built from its config (transformers' Qwen2ForCausalLM, random weights, no
+download) with the real 152,064-token vocabulary (Qwen2.5's; untied head, as Qwen2.5-7B) and a tiny hidden size,
+fully fine-tuned in fp32 (`lanpo.train.policy.FullPolicy`, AdamW) on one batch of 1-2K-token responses. Each case
+runs in a fresh subprocess (`--case NAME`), which measures one phase of lanpo's own code:
+
+  reference  `FullPolicy.reference_logprobs` (`chunked_logprobs` under no_grad: the reference and old log-probs)
+  update     `update_policy` (the reference pass, then forward + backward + AdamW step)
+
+The measure: on a CPU, the peak resident set above the process's baseline, taken after the model, its reference,
+the AdamW moments (initialised by one zero-lr step), the batch and the advantages are in memory: VmHWM read from
+/proc/self/status after the phase, minus VmRSS when the peak was reset (`echo 5 > /proc/self/clear_refs`, which
+sets VmHWM to VmRSS). On CUDA (`--device cuda`), torch.cuda.max_memory_allocated above memory_allocated, after
+reset_peak_memory_stats at the same point.
+
+The prediction: `make_plan(cfg, shape, 1, device=...)` for the same recipe at the same shape (the shape read from
+the same config), the phase's peak less the terms every phase holds (`Plan.held`: weights, reference, moments,
+batch; on CUDA also the context and the engine's reservation, which the measure does not see); for update, the
+larger of the reference's and the update's (update_policy runs both). `--device cpu` plans without the CUDA-only
+terms (`make_plan(..., device="cpu")`: no context, no engine, the reference resident); the CPU has no CUDA.
+
+    python bench/plan_check.py                    # every case, CPU (about 3 GiB at most, a few minutes)
+    python bench/plan_check.py --case chunked-update
+    python bench/plan_check.py --device cuda      # on a GPU (bench/gpu_check.py runs it)
+
+Exit 0 when every case is within --tolerance (20 %) of its measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from lanpo.train.config import TrainConfig
+
+VOCAB = 152_064  # Qwen2.5's vocabulary (its config.json: vocab_size 152064)
+
+
+@dataclass(frozen=True)
+class Case:
+    phase: str  # reference | update
+    rows: int  # grpo.micro_batch_size
+    n: int  # rollouts a prompt (the batch: one prompt x n)
+    completion: int  # tokens each response (every row full length)
+    chunk: int = 0  # grpo.logprob_chunk_tokens (0: the full logits)
+    budget_rows: int = 0  # grpo.max_tokens_per_micro_batch = this many full rows (0: off)
+    checkpointing: bool = False  # model.gradient_checkpointing
+    autocast: str = "off"  # grpo.autocast: "bf16" counts a = 2 (bf16 activations, fp32 logit copies, weight casts)
+
+
+PROMPT = 64
+CASES = {
+    "full-reference": Case("reference", rows=1, n=2, completion=2048),
+    "full-update": Case("update", rows=1, n=2, completion=1024),
+    "chunked-reference": Case("reference", rows=2, n=2, completion=2048, chunk=1024),
+    "chunked-update": Case("update", rows=2, n=2, completion=2048, chunk=512),
+    "budget-update": Case("update", rows=4, n=4, completion=1024, chunk=512, budget_rows=2),
+    "checkpointed-update": Case("update", rows=2, n=2, completion=2048, chunk=512, checkpointing=True),
+    "bf16-update": Case("update", rows=2, n=2, completion=2048, chunk=512, checkpointing=True, autocast="bf16"),
+}
+# On a GPU (bench/gpu_check.py's row "plan vs measured"): the paper recipe's micro-batch as it ships, one row of a
+# 8,192-token response under the 11,264-token budget with chunks of 4,096 and bf16 autocast, and a budget of 2 rows
+# at 4,096 tokens; each needs several GiB, more than the CPU check's machine should hold.
+GPU_CASES = {
+    "paper-row-update": Case(
+        "update", rows=8, n=2, completion=8192, chunk=4096, budget_rows=1, checkpointing=True, autocast="bf16"
+    ),
+    "bf16-budget-update": Case(
+        "update", rows=4, n=4, completion=4096, chunk=4096, budget_rows=2, checkpointing=True, autocast="bf16"
+    ),
+}
+ALL_CASES = CASES | GPU_CASES
+SHAPE = {  # Qwen2.5-7B's config.json with the sizes cut down: the vocabulary, untied head and qkv biases stay
+    "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": VOCAB,
+    "tie_word_embeddings": False, "max_position_embeddings": 4096, "torch_dtype": "float32",
+}  # fmt: skip
+
+
+def small(case: Case) -> Case:
+    """The case at 128-token responses and chunks of at most 64 (the smoke's size)."""
+    return replace(case, completion=128, chunk=min(case.chunk, 64))
+
+
+def recipe(case: Case) -> TrainConfig:
+    cfg = TrainConfig()
+    cfg.batch_size, cfg.lora.enabled = 1, False
+    cfg.model.gradient_checkpointing = case.checkpointing
+    cfg.rollout.backend, cfg.rollout.n = "hf", case.n
+    cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens, cfg.rollout.temperature = PROMPT, case.completion, 1.0
+    cfg.grpo.micro_batch_size, cfg.grpo.minibatch_size, cfg.grpo.ppo_epochs = case.rows, 0, 1
+    cfg.grpo.autocast, cfg.grpo.share_prompts, cfg.grpo.beta = case.autocast, True, 5e-4
+    cfg.grpo.logprob_chunk_tokens = case.chunk
+    cfg.grpo.max_tokens_per_micro_batch = case.budget_rows * (PROMPT + case.completion)
+    return cfg
+
+
+def predicted(case: Case, device: str) -> float:
+    """The plan's bytes for the case's phase above what every phase holds."""
+    from lanpo.train.plan import make_plan
+    from lanpo.train.plan_shapes import shape_from_config
+
+    shape = shape_from_config(SHAPE, "qwen2-tiny-152k", "bench/plan_check.py SHAPE")
+    plan = make_plan(recipe(case), shape, 1, 1000.0, device=device)
+    held = sum(plan.held.values())
+    own = {p.name: p.peak - held for p in plan.phases}
+    if case.phase == "reference":
+        return own["reference log-probs"]
+    return max(own["reference log-probs"], own["update"])
+
+
+def _status(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {key} in /proc/self/status")
+
+
+def measure(case: Case, device: str) -> float:
+    """Bytes the phase took above the baseline (this process: run it in a fresh one)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from lanpo.rl.advantages import group_advantages
+    from lanpo.train.consumer.batch import autocast_dtype, build_batch
+    from lanpo.train.consumer.update import update_policy
+    from lanpo.train.policy import FullPolicy, enable_checkpointing
+    from lanpo.train.state import optimizer_and_schedule
+
+    torch.manual_seed(0)
+    torch.set_num_threads(int(os.environ.get("PLAN_CHECK_THREADS", "2")))
+    cfg = recipe(case)
+    dev = torch.device(device)
+    model = Qwen2ForCausalLM(Qwen2Config(**SHAPE)).to(dev)
+    if case.checkpointing:
+        enable_checkpointing(model)
+    policy = FullPolicy(model)
+    optimizer, scheduler = optimizer_and_schedule(cfg, policy)
+    for p in policy.trainable_parameters():  # the AdamW moments exist from the first step on: allocate them now
+        p.grad = torch.zeros_like(p)
+    lr = [g["lr"] for g in optimizer.param_groups]
+    for g in optimizer.param_groups:
+        g["lr"] = 0.0
+    optimizer.step()
+    for g, value in zip(optimizer.param_groups, lr, strict=True):
+        g["lr"] = value
+    optimizer.zero_grad(set_to_none=True)
+    prompt = torch.randint(0, VOCAB, (PROMPT,)).tolist()
+    rows = [torch.randint(0, VOCAB, (case.completion,)).tolist() for _ in range(case.n)]
+    batch = build_batch([prompt] * case.n, rows, 0, dev)
+    advantages = group_advantages(torch.tensor([float(i % 2) for i in range(case.n)]), case.n).to(dev)
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+        base = _status("VmRSS")
+    g = cfg.grpo
+    if case.phase == "reference":
+        policy.reference_logprobs(
+            batch, g.micro_batch_size, g.share_prompts, autocast_dtype(g.autocast, dev), 1.0,
+            g.max_tokens_per_micro_batch, g.logprob_chunk_tokens,
+        )  # fmt: skip
+    else:
+        update_policy(policy, optimizer, scheduler, batch, advantages, g, seed=0)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        return float(torch.cuda.max_memory_allocated() - base)
+    return float(_status("VmHWM") - base)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--case", choices=list(ALL_CASES), action="append", help="cases to run (default: all but the GPU-sized ones)"
+    )
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--tolerance", type=float, default=0.20, help="|predicted / measured - 1| allowed")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument(
+        "--small", action="store_true", help="128-token responses, chunks of 64: a smoke (exit 0 whatever the ratio)"
+    )
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    names = args.case or list(CASES)
+    cases = {name: small(ALL_CASES[name]) if args.small else ALL_CASES[name] for name in names}
+    if args.child:  # one case, this process: print the measure
+        print(json.dumps({"measured": measure(cases[names[0]], args.device)}))
+        return 0
+    print(
+        f"shape: {SHAPE['num_hidden_layers']} layers, hidden {SHAPE['hidden_size']}, intermediate "
+        f"{SHAPE['intermediate_size']}, vocabulary {VOCAB:,} (untied); full fine-tuning, fp32; prompt {PROMPT} "
+        f"tokens; device {args.device}; measure: "
+        + ("peak RSS above the baseline" if args.device == "cpu" else "max_memory_allocated above the baseline")
+    )
+    print(
+        "| case | phase | rows x response | chunk | budget | ckpt | autocast | predicted MiB | measured MiB | ratio |"
+    )
+    print("| --- | --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: |")
+    rows, ok = [], True
+    for name in names:
+        case = cases[name]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            "--case",
+            name,
+            "--device",
+            args.device,
+            *(["--small"] * args.small),
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            print(done.stderr[-3000:], file=sys.stderr)
+            return 1
+        measured = json.loads(done.stdout.strip().splitlines()[-1])["measured"]
+        plan = predicted(case, args.device)
+        ratio = plan / measured
+        ok &= abs(ratio - 1) <= args.tolerance
+        budget = f"{case.budget_rows} rows" if case.budget_rows else "-"
+        print(
+            f"| {name} | {case.phase} | {case.rows} x {case.completion} | {case.chunk or '-'} | {budget} | "
+            f"{'yes' if case.checkpointing else 'no'} | {case.autocast} | {plan / 2**20:,.0f} | "
+            f"{measured / 2**20:,.0f} | {ratio:.2f} |",
+            flush=True,
+        )
+        rows.append({"case": name, "predicted": plan, "measured": measured, "ratio": ratio})
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    print(
+        f"within {args.tolerance:.0%}: {'yes' if ok else 'NO'}" + (" (--small: a smoke, not the check)" * args.small)
+    )
+    return 0 if ok or args.small else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,209 @@
+"""`lanpo plan` (lanpo.train.plan): the refusal, the shipped recipes' verdicts, the arithmetic of one phase by hand,
+and the shipped model shapes against the parameter counts their model cards publish.
+
+The published counts, read with the search tools (model cards as public repositories mirror them):
+- Qwen2.5-7B: "Number of Parameters: 7.61B", "Number of Paramaters (Non-Embedding): 6.53B" (the Qwen2.5-7B
+  family's card, e.g. Qwen/Qwen2.5-7B-Instruct, same shape); 7,615,616,512 exactly from the hub's
+  safetensors parameter count of Qwen/Qwen2.5-7B-Instruct.
+- Qwen3-4B-Base: "Number of Parameters: 4.0B", "Number of Paramaters (Non-Embedding): 3.6B" (its card).
+- Qwen3-8B: "Number of Parameters: 8.2B" (huggingface.co/Qwen/Qwen3-8B; the Base checkpoint shares the shape).
+- Qwen3-14B: "Number of Parameters: 14.8B", "Number of Paramaters (Non-Embedding): 13.2B" (its card; the Base
+  checkpoint shares the shape).
+The cards round to the digits they print, so each count is held to those digits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from lanpo.cli import main
+from lanpo.errors import InputError
+from lanpo.train.config import TrainConfig, load_config
+from lanpo.train.plan import Options, check_training, make_plan, recipe_report, suggestion
+from lanpo.train.plan_shapes import model_shape, shape_from_config, shipped_shapes
+
+CONFIGS = Path(__file__).resolve().parents[2] / "train" / "configs"
+PAPER_RECIPES = [
+    "grpo-baseline", "lanpo-intra", "lanpo-inter", "lanpo-both",
+    "grpo-baseline-lora", "lanpo-intra-lora", "lanpo-inter-lora", "lanpo-both-lora",
+    "table2/grpo-retrieval", "table2/lanpo-inter-nofilter", "table2/lanpo-inter-raw",
+    "table3/lanpo-intra-pt025", "table3/lanpo-intra-pt050", "mel-qwen3-4b", "mel-qwen3-8b",
+]  # fmt: skip
+GPU_80 = 79.0  # GiB an "80 GB" card reports (torch.cuda.get_device_properties: A100 / H100 80 GB, 79.2-79.6)
+
+
+def _recipe(name: str, overrides: list[str] | None = None) -> TrainConfig:
+    return load_config(CONFIGS / f"{name}.toml", overrides or [])
+
+
+def test_plan_refuses_a_7b_full_fine_tune_on_one_24_gb_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["plan", "--config", str(CONFIGS / "grpo-baseline.toml"), "--gpus", "1", "--gpu-memory", "24"])
+    out, err = capsys.readouterr()
+    assert status == 2
+    assert "verdict: does not fit" in out  # the table printed, then the refusal
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "does not fit" in errors[0], err
+    hints = [line.strip() for line in err.splitlines() if line.strip().startswith("hint:")]
+    assert len(hints) == 1 and len(hints[0]) < 200 and "model.name" in hints[0], err
+    assert "Traceback" not in out + err
+
+
+def test_the_hint_names_the_key_that_makes_it_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    """The recipe without its token budget (8 full-length rows a micro-batch) on 8 x 80 GB: the hint gives the
+    budget that fits, and the recipe with it fits."""
+    args = ["--config", str(CONFIGS / "grpo-baseline.toml"), "--gpus", "8", "--gpu-memory", str(GPU_80)]
+    assert main(["plan", *args, "--set", "grpo.max_tokens_per_micro_batch=0"]) == 2
+    err = capsys.readouterr().err
+    assert "hint: set grpo.max_tokens_per_micro_batch = 11264 (peak" in err, err
+    assert main(["plan", *args, "--set", "grpo.max_tokens_per_micro_batch=11264"]) == 0
+    assert "verdict: fits" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", PAPER_RECIPES)
+def test_the_shipped_recipes_fit_8_x_80_gb(name: str) -> None:
+    cfg = _recipe(name)
+    assert make_plan(cfg, model_shape(cfg.model.name), 8, GPU_80).fits
+
+
+def test_mel_14b_fits_8_x_80_gb_only_without_the_whole_model_gathered() -> None:
+    """What docs/scaling.md says of mel-qwen3-14b: it fits 8 x 80 GB as it ships, because generation beside the
+    engine gathers nothing under FSDP and the sync gathers one tensor at a time; counted as the code was before
+    (the whole fp32 model on every rank for both, 55 GiB at 14B), it fits only 8 x 141 GB."""
+    cfg = _recipe("mel-qwen3-14b")
+    shape = model_shape(cfg.model.name)
+    assert make_plan(cfg, shape, 8, GPU_80).fits
+    before = Options(unshard_generating=True, streamed_sync=False)
+    old = make_plan(cfg, shape, 8, GPU_80, before)
+    assert not old.fits and old.peak.name in ("generate", "weight sync")
+    assert old.peak.terms["FSDP unshard (whole fp32 model)"] == 4 * shape.params
+    assert make_plan(cfg, shape, 8, 139.0, before).fits
+
+
+TINY = {  # bench/plan_check.py's shape: Qwen2, 152,064-token vocabulary, untied head
+    "model_type": "qwen2", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 152064, "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+def test_reference_phase_by_hand() -> None:
+    """One row of 64 prompt + 2,048 completion tokens, fp32, unchunked, on the CPU: the reference log-probs phase
+    holds, above what every phase holds, one layer's working set, the shared prompt's KV cache and the logits."""
+    cfg = load_config(CONFIGS / "demo-cpu.toml", [])
+    cfg = replace(cfg, batch_size=1, lora=replace(cfg.lora, enabled=False))
+    cfg.model.gradient_checkpointing, cfg.rollout.n, cfg.rollout.temperature = False, 2, 1.0
+    cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens, cfg.rollout.feedback_max_new_tokens = 64, 2048, 0
+    cfg.grpo.micro_batch_size, cfg.grpo.autocast, cfg.grpo.share_prompts = 1, "off", True
+    cfg.grpo.logprob_chunk_tokens, cfg.grpo.max_tokens_per_micro_batch = 0, 0
+    plan = make_plan(cfg, shape_from_config(TINY, "tiny", "test"), 1, 80.0, device="cpu")
+    ref = next(p for p in plan.phases if p.name == "reference log-probs")
+    # positions 64 + 2,048 = 2,112; working set 2,112 x (3 x 512 + 2 x 256 + 2 x 256) x 4 B = 21,626,880
+    # logits 2,048 x 152,064 x (4 model output + 4 logsumexp's exp) = 2,491,416,576
+    # KV cache of the prompt: 64 x 4 layers x 2 x 128 x 4 B = 262,144
+    assert ref.peak - sum(plan.held.values()) == 21_626_880 + 2_491_416_576 + 262_144
+    # held: P = 4 x 590,848 + 2 x 152,064 x 256 + 256 = 80,220,416; weights 4P, moments 8P, reference 4P;
+    # the batch: 3 x 8 B x 2 rows x 2,112 positions
+    assert sum(plan.held.values()) == 16 * 80_220_416 + 3 * 8 * 2 * 2112
+    chunked = make_plan(replace(cfg, grpo=replace(cfg.grpo, logprob_chunk_tokens=512)), plan.shape, device="cpu")
+    terms = next(p for p in chunked.phases if p.name == "reference log-probs").terms
+    assert terms["logits (model, fp32, logsumexp)"] == 512 * 152064 * 8  # one chunk at a time
+
+
+def test_bf16_update_terms_by_hand() -> None:
+    """Under bf16 autocast with chunks (the H200 measured both, bench/gpu_check.py): a chunk's logits cost 16 bytes
+    a position and vocabulary entry in the update (fp32 logits and the entropy's three; the head's bf16 output is
+    replaced by its fp32 copy, not kept beside it) and 8 in the reference pass; autocast caches a bf16 copy of every
+    weight a matmul reads, which leaves out an untied input embedding."""
+    cfg = load_config(CONFIGS / "demo-cpu.toml", [])
+    cfg = replace(cfg, batch_size=1, lora=replace(cfg.lora, enabled=False))
+    cfg.rollout.n, cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens = 2, 64, 2048
+    cfg.rollout.feedback_max_new_tokens, cfg.rollout.temperature = 0, 0.7
+    cfg.grpo.micro_batch_size, cfg.grpo.autocast, cfg.grpo.logprob_chunk_tokens = 2, "bf16", 512
+    shape = shape_from_config(TINY, "tiny", "test")
+    phases = {p.name: p.terms for p in make_plan(cfg, shape, 1, 80.0).phases}
+    assert phases["update"]["logits (+ entropy, backward)"] == 512 * 152064 * 16
+    assert phases["reference log-probs"]["logits (model, fp32, logsumexp)"] == 512 * 152064 * 8
+    assert phases["update"]["autocast bf16 weight casts"] == 2 * (shape.params - 152064 * 256)
+    unchunked = replace(cfg, grpo=replace(cfg.grpo, logprob_chunk_tokens=0))
+    terms = {p.name: p.terms for p in make_plan(unchunked, shape, 1, 80.0).phases}["update"]
+    # the full logits: bf16 output, its fp32 copy, the tempered copy and the entropy's three stay alive together
+    assert terms["logits (+ entropy, backward)"] == 2 * 2048 * 152064 * (2 + 4 + 4 + 12)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])
+def test_shape_params_equal_transformers_model(model_type: str) -> None:
+    """ModelShape.params counts what transformers builds from the same config (meta device: no memory)."""
+    import transformers
+
+    config = dict(TINY, model_type=model_type, head_dim=64, tie_word_embeddings=model_type == "qwen3")
+    cls = transformers.Qwen2ForCausalLM if model_type == "qwen2" else transformers.Qwen3ForCausalLM
+    conf = (transformers.Qwen2Config if model_type == "qwen2" else transformers.Qwen3Config)(**config)
+    with torch.device("meta"):
+        model = cls(conf)
+    assert shape_from_config(config, "t", "test").params == sum(p.numel() for p in model.parameters())
+
+
+def _non_embedding(name: str) -> float:
+    s = shipped_shapes()[name]
+    return s.params - s.vocab_size * s.hidden_size * (1 if s.tie_word_embeddings else 2)
+
+
+def test_shipped_shapes_match_the_published_parameter_counts() -> None:
+    shapes = shipped_shapes()
+    assert set(shapes) == {"Qwen/Qwen2.5-7B", "Qwen/Qwen3-4B-Base", "Qwen/Qwen3-8B-Base", "Qwen/Qwen3-14B-Base"}
+    assert shapes["Qwen/Qwen2.5-7B"].params == 7_615_616_512
+    assert round(_non_embedding("Qwen/Qwen2.5-7B") / 1e9, 2) == 6.53
+    assert round(shapes["Qwen/Qwen3-4B-Base"].params / 1e9, 1) == 4.0
+    assert round(_non_embedding("Qwen/Qwen3-4B-Base") / 1e9, 1) == 3.6
+    assert round(shapes["Qwen/Qwen3-8B-Base"].params / 1e9, 1) == 8.2
+    assert round(shapes["Qwen/Qwen3-14B-Base"].params / 1e9, 1) == 14.8
+    assert round(_non_embedding("Qwen/Qwen3-14B-Base") / 1e9, 1) == 13.2
+    assert all(s.source for s in shapes.values())
+
+
+def test_any_other_model_is_read_from_its_config_json(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    (tmp_path / "model.safetensors").write_bytes(b"")  # a model folder (never read: no weights are loaded)
+    assert model_shape(str(tmp_path)).params == shape_from_config(TINY, "t", "t").params
+    with pytest.raises(InputError, match="no shape for model"):
+        model_shape("someone/not-a-model-here")
+
+
+def test_train_runs_the_check_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`lanpo train`'s check before loading (lanpo.train.state.check_before_loading): refused on a CUDA device
+    that is too small, skipped on the CPU and with memory_check = false."""
+    cfg = _recipe("grpo-baseline")
+
+    class Props:
+        total_memory = 24 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
+    with pytest.raises(InputError, match="does not fit") as refused:
+        check_training(cfg, "cuda")
+    assert refused.value.hint and "model.name" in refused.value.hint
+    assert check_training(cfg, "cpu") is None
+    assert check_training(replace(cfg, memory_check=False), "cuda") is None
+    Props.total_memory = 80 * 2**30
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert check_training(cfg, "cuda").fits  # type: ignore[union-attr]
+
+
+def test_suggestion_keeps_gradient_checkpointing_on_under_later_changes() -> None:
+    cfg = _recipe("grpo-baseline", ["model.gradient_checkpointing=false", "grpo.max_tokens_per_micro_batch=0"])
+    change, plan = suggestion(cfg, model_shape(cfg.model.name), 8, GPU_80)  # type: ignore[misc]
+    assert change.startswith("model.gradient_checkpointing = true and grpo.max_tokens_per_micro_batch = ")
+    assert plan.fits
+
+
+DOCUMENTED = ["grpo-baseline", "grpo-baseline-lora", "mel-qwen3-4b", "mel-qwen3-8b", "mel-qwen3-14b"]
+
+
+@pytest.mark.parametrize("name", DOCUMENTED)
+def test_the_docs_tables_are_the_plans_own(name: str) -> None:
+    """docs/scaling.md, "Planning memory": each recipe's table and verdicts, as `lanpo plan` prints them now."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "scaling.md").read_text()
+    assert recipe_report(str(CONFIGS / f"{name}.toml")) in docs, f"regenerate {name}'s entry: recipe_report()"
