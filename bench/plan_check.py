@@ -2,8 +2,10 @@
 
 Each case is a Qwen2-shaped decoder built from its config (transformers' Qwen2ForCausalLM, random weights, no
 download) with the real 152,064-token vocabulary (Qwen2.5's; untied head, as Qwen2.5-7B) and a tiny hidden size,
-fully fine-tuned in fp32 (`lanpo.train.policy.FullPolicy`, AdamW) on one batch of 1-2K-token responses. Each case
-runs in a fresh subprocess (`--case NAME`), which measures one phase of lanpo's own code:
+fully fine-tuned in fp32 (`lanpo.train.policy.FullPolicy`, AdamW) on one batch of 1-2K-token responses, alone or
+(the `fsdp-*` cases) sharded with FSDP2 over 2 gloo ranks, each with its share of the rows. Each case runs in a
+fresh subprocess (`--case NAME`; a sharded case spawns its ranks there), which measures one phase of lanpo's own
+code:
 
   reference  `FullPolicy.reference_logprobs` (`chunked_logprobs` under no_grad: the reference and old log-probs)
   update     `update_policy` (the reference pass, then forward + backward + AdamW step)
@@ -12,9 +14,9 @@ The measure: on a CPU, the peak resident set above the process's baseline, taken
 the AdamW moments (initialised by one zero-lr step), the batch and the advantages are in memory: VmHWM read from
 /proc/self/status after the phase, minus VmRSS when the peak was reset (`echo 5 > /proc/self/clear_refs`, which
 sets VmHWM to VmRSS). On CUDA (`--device cuda`), torch.cuda.max_memory_allocated above memory_allocated, after
-reset_peak_memory_stats at the same point.
+reset_peak_memory_stats at the same point. A sharded case reports its largest rank's.
 
-The prediction: `make_plan(cfg, shape, 1, device=...)` for the same recipe at the same shape (the shape read from
+The prediction: `make_plan(cfg, shape, ranks, device=...)` for the same recipe at the same shape (the shape read from
 the same config), the phase's peak less the terms every phase holds (`Plan.held`: weights, reference, moments,
 batch; on CUDA also the context and the engine's reservation, which the measure does not see); for update, the
 larger of the reference's and the update's (update_policy runs both). `--device cpu` plans without the CUDA-only
@@ -37,6 +39,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from lanpo.train.config import TrainConfig
 
@@ -53,6 +56,8 @@ class Case:
     budget_rows: int = 0  # grpo.max_tokens_per_micro_batch = this many full rows (0: off)
     checkpointing: bool = False  # model.gradient_checkpointing
     autocast: str = "off"  # grpo.autocast: "bf16" counts a = 2 (bf16 activations, fp32 logit copies, weight casts)
+    world: int = 1  # ranks: > 1 shards the policy with FSDP2 over gloo (each rank its share of the rows); the
+    # measure is the largest rank's
 
 
 PROMPT = 64
@@ -64,6 +69,8 @@ CASES = {
     "budget-update": Case("update", rows=4, n=4, completion=1024, chunk=512, budget_rows=2),
     "checkpointed-update": Case("update", rows=2, n=2, completion=2048, chunk=512, checkpointing=True),
     "bf16-update": Case("update", rows=2, n=2, completion=2048, chunk=512, checkpointing=True, autocast="bf16"),
+    "fsdp-update": Case("update", rows=2, n=4, completion=1024, chunk=512, world=2),
+    "fsdp-reference": Case("reference", rows=2, n=4, completion=2048, chunk=1024, world=2),
 }
 # On a GPU (bench/gpu_check.py's row "plan vs measured"): the paper recipe's micro-batch as it ships, one row of a
 # 8,192-token response under the 11,264-token budget with chunks of 4,096 and bf16 autocast, and a budget of 2 rows
@@ -108,7 +115,7 @@ def predicted(case: Case, device: str) -> float:
     from lanpo.train.plan_shapes import shape_from_config
 
     shape = shape_from_config(SHAPE, "qwen2-tiny-152k", "bench/plan_check.py SHAPE")
-    plan = make_plan(recipe(case), shape, 1, 1000.0, device=device)
+    plan = make_plan(recipe(case), shape, case.world, 1000.0, device=device)
     held = sum(plan.held.values())
     own = {p.name: p.peak - held for p in plan.phases}
     if case.phase == "reference":
@@ -123,8 +130,9 @@ def _status(key: str) -> int:
     raise RuntimeError(f"no {key} in /proc/self/status")
 
 
-def measure(case: Case, device: str) -> float:
-    """Bytes the phase took above the baseline (this process: run it in a fresh one)."""
+def measure(case: Case, device: str, dist: Any = None) -> float:
+    """Bytes the phase took above the baseline (this process: run it in a fresh one); `dist` (a joined
+    `lanpo.train.plumbing.dist.Dist`): this rank's, the policy sharded and the rows shared."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -141,7 +149,7 @@ def measure(case: Case, device: str) -> float:
     model = Qwen2ForCausalLM(Qwen2Config(**SHAPE)).to(dev)
     if case.checkpointing:
         enable_checkpointing(model)
-    policy = FullPolicy(model)
+    policy = FullPolicy(model, dist=dist)  # FSDP2-sharded when `dist` is joined
     optimizer, scheduler = optimizer_and_schedule(cfg, policy)
     for p in policy.trainable_parameters():  # the AdamW moments exist from the first step on: allocate them now
         p.grad = torch.zeros_like(p)
@@ -154,8 +162,10 @@ def measure(case: Case, device: str) -> float:
     optimizer.zero_grad(set_to_none=True)
     prompt = torch.randint(0, VOCAB, (PROMPT,)).tolist()
     rows = [torch.randint(0, VOCAB, (case.completion,)).tolist() for _ in range(case.n)]
-    batch = build_batch([prompt] * case.n, rows, 0, dev)
     advantages = group_advantages(torch.tensor([float(i % 2) for i in range(case.n)]), case.n).to(dev)
+    mine = list(range(case.n)) if dist is None else dist.share(list(range(case.n)))  # this rank's rows
+    batch = build_batch([prompt] * len(mine), [rows[i] for i in mine], 0, dev)
+    advantages = advantages[mine]
     gc.collect()
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -171,11 +181,37 @@ def measure(case: Case, device: str) -> float:
             g.max_tokens_per_micro_batch, g.logprob_chunk_tokens,
         )  # fmt: skip
     else:
-        update_policy(policy, optimizer, scheduler, batch, advantages, g, seed=0)
+        update_policy(policy, optimizer, scheduler, batch, advantages, g, seed=0, dist=dist)
     if dev.type == "cuda":
         torch.cuda.synchronize()
         return float(torch.cuda.max_memory_allocated() - base)
     return float(_status("VmHWM") - base)
+
+
+def _rank(rank: int, case: Case, device: str, folder: str) -> None:
+    """One spawned rank of a sharded case: join a gloo group, measure, write this rank's bytes."""
+    import torch.distributed as torch_dist
+
+    from lanpo.train.plumbing.dist import Dist
+
+    os.environ["PLAN_CHECK_THREADS"] = "1"  # the ranks share the machine's cores
+    torch_dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=case.world)
+    try:
+        got = measure(case, device, Dist(rank=rank, world=case.world))
+        Path(folder, f"rank{rank}.json").write_text(json.dumps(got))
+    finally:
+        torch_dist.destroy_process_group()
+
+
+def measure_ranks(case: Case, device: str) -> float:
+    """The largest rank's measure of a sharded case (`case.world` spawned ranks)."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="plan-check-") as folder:
+        mp.spawn(_rank, args=(case, device, folder), nprocs=case.world)
+        return max(json.loads(Path(folder, f"rank{r}.json").read_text()) for r in range(case.world))
 
 
 def main() -> int:
@@ -191,10 +227,13 @@ def main() -> int:
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    names = args.case or list(CASES)
+    # by default every CPU-sized case; sharded ones on the CPU only (gloo cannot reduce-scatter CUDA tensors)
+    names = args.case or [n for n, c in CASES.items() if args.device == "cpu" or c.world == 1]
     cases = {name: small(ALL_CASES[name]) if args.small else ALL_CASES[name] for name in names}
     if args.child:  # one case, this process: print the measure
-        print(json.dumps({"measured": measure(cases[names[0]], args.device)}))
+        case = cases[names[0]]
+        got = measure(case, args.device) if case.world == 1 else measure_ranks(case, args.device)
+        print(json.dumps({"measured": got}))
         return 0
     print(
         f"shape: {SHAPE['num_hidden_layers']} layers, hidden {SHAPE['hidden_size']}, intermediate "
@@ -203,9 +242,10 @@ def main() -> int:
         + ("peak RSS above the baseline" if args.device == "cpu" else "max_memory_allocated above the baseline")
     )
     print(
-        "| case | phase | rows x response | chunk | budget | ckpt | autocast | predicted MiB | measured MiB | ratio |"
+        "| case | phase | ranks | rows x response | chunk | budget | ckpt | autocast | predicted MiB | measured MiB "
+        "| ratio |"
     )
-    print("| --- | --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | --- | ---: | ---: | --- | --- | ---: | ---: | ---: |")
     rows, ok = [], True
     for name in names:
         case = cases[name]
@@ -229,7 +269,8 @@ def main() -> int:
         ok &= abs(ratio - 1) <= args.tolerance
         budget = f"{case.budget_rows} rows" if case.budget_rows else "-"
         print(
-            f"| {name} | {case.phase} | {case.rows} x {case.completion} | {case.chunk or '-'} | {budget} | "
+            f"| {name} | {case.phase} | {case.world} | {case.rows} x {case.completion} | {case.chunk or '-'} | "
+            f"{budget} | "
             f"{'yes' if case.checkpointing else 'no'} | {case.autocast} | {plan / 2**20:,.0f} | "
             f"{measured / 2**20:,.0f} | {ratio:.2f} |",
             flush=True,
