@@ -458,6 +458,15 @@ def micro_batches(lengths: torch.Tensor, rows: int, max_tokens: int = 0) -> list
     return out
 
 
+def lockstep_rounds(groups: list[slice], max_tokens: int, dist: Dist | None) -> int:
+    """How many micro-batches a rank runs over its `groups`: all of them, or, under a token budget (`max_tokens`)
+    across ranks whose forwards or backwards are collectives (`dist`: FSDP, DDP), as many as the busiest rank's,
+    the ones past its own fillers (the ranks' counts differ only under a budget)."""
+    if not max_tokens or dist is None or dist.world == 1:
+        return len(groups)
+    return int(dist.all_reduce_max(torch.tensor([len(groups)])).item())
+
+
 @torch.no_grad()
 def chunked_logprobs(
     model: Any,
@@ -480,9 +489,7 @@ def chunked_logprobs(
     differ, so every rank runs as many as the busiest, a short one repeating its first row and dropping it.
     """
     groups = micro_batches(batch.attention_mask.sum(dim=1), micro_batch_size, max_tokens)
-    rounds = len(groups)
-    if dist is not None and max_tokens:
-        rounds = int(dist.all_reduce_max(torch.tensor([rounds])).item())
+    rounds = lockstep_rounds(groups, max_tokens, dist)
     parts = []
     for r in range(rounds):
         sub = batch.select(groups[r] if r < len(groups) else slice(0, 1))

@@ -46,6 +46,7 @@ from lanpo.train.consumer.batch import (
     autocast_dtype,
     chunked_logprobs,
     completion_logprobs,
+    lockstep_rounds,
     micro_batches,
 )
 from lanpo.train.plumbing.dist import Dist
@@ -371,9 +372,7 @@ class _Update:
         groups = micro_batches(
             batch.attention_mask[mb].sum(dim=1), cfg.micro_batch_size, cfg.max_tokens_per_micro_batch
         )
-        rounds = len(groups)
-        if cfg.max_tokens_per_micro_batch and dist.world > 1:  # the ranks' counts differ: all run the busiest's
-            rounds = int(dist.all_reduce_max(torch.tensor([rounds])).item())
+        rounds = lockstep_rounds(groups, cfg.max_tokens_per_micro_batch, dist)  # every rank as many as the busiest
         for r in range(rounds):
             idx = mb[groups[r]] if r < len(groups) else mb[:1]  # (m,); past this rank's own: a filler, weight 0
             self._micro_step(idx, len(mb), tokens_mb, r == rounds - 1, mb_stats, filler=r >= len(groups))
