@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 
 from lanpo.demo import DemoOptions, recipe_path, run_demo
 from lanpo.train.config import load_config
+from tests.db.store_helpers import assert_planned_within_growth
 
 GAMMA = 0.3  # > 0: relevance scores are read, and the tiny judge's scores must pass it
 
@@ -115,6 +116,10 @@ def test_demo_carries_lessons_from_the_pool_into_training_and_retrieval(
     )
     assert set(statuses.values()) == {"finished"}, statuses  # nothing the demo made reads as lost (`lanpo runs`)
     assert scored > 0
+    # every bulk write of the demo (its imports, relevance build, training steps, stage 6's answers) left the
+    # planner its rows when the demo returned (lanpo.db.stats)
+    tables = ("problems", "relevance_scores", "rollout_groups", "attempts", "group_contexts", "experiences")
+    assert_planned_within_growth(db, *tables, "experience_versions")
     held = out["held_out"]
     assert held["metric"].endswith("/mean@2") and 0 <= held["before"] <= 1 and 0 <= held["after"] <= 1
     pngs = sorted(Path(out["report_dir"]).glob("*.png"))

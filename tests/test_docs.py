@@ -446,8 +446,9 @@ PLACEHOLDER_KEY = re.compile(r"key|key\.path|section\.key|a\.b|[A-Z_.]+")  # `--
 
 
 def _option_problems(line: Line, code: str) -> list[str]:
-    """The options of a `--x ...` or `lanpo ... --x` span that no lanpo command (or not that command) has, and the
-    keys of its `--set key=value` that no config has."""
+    """The sub-command of a `lanpo ...` span that lanpo does not have, the options of a `--x ...` or `lanpo ... --x`
+    span that no lanpo command (or not that command) has, and the keys of its `--set key=value` that no config
+    has."""
     try:
         tokens = shlex.split(code)
     except ValueError:
@@ -456,7 +457,10 @@ def _option_problems(line: Line, code: str) -> list[str]:
         return []
     known, of = OPTIONS | SCRIPT_OPTIONS | set(OTHER_TOOLS), "any lanpo command or script"
     if tokens[0] == "lanpo":
-        command, path, _ = resolve(tuple(tokens[1:]))
+        command, path, rest = resolve(tuple(tokens[1:]))
+        word = next((t for t in rest if not t.startswith("-")), None)  # lanpo's own options take no value
+        if not path and word is not None and not word.isupper():  # `lanpo watch`: named, never built
+            return [f"{where(line)}: `{code}`: {word!r} is no lanpo command"]
         ctx = click.Context(command)
         known = {o for p in command.get_params(ctx) if isinstance(p, click.Option) for o in p.opts + p.secondary_opts}
         known |= {o for p in cli_doc.root().get_params(ctx) for o in getattr(p, "opts", [])}

@@ -48,7 +48,7 @@ def store_scores(session: Session, scorer: str, scores: Mapping[Pair, float], ki
     if not scores:
         return
     pairs = list(scores)
-    stats.note_write(session, "relevance_scores")
+    stats.note_write(session, "relevance_scores", rows=len(pairs))  # at most: pairs already stored add none
     session.execute(
         query(f"retrieval_insert_{_KIND[kind]}_scores"),
         {

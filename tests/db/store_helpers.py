@@ -7,6 +7,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from lanpo.config import StoreConfig
+from lanpo.db import stats
 from lanpo.db.models import Base
 from lanpo.db.reader import stored_reader
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
@@ -186,3 +187,17 @@ def snapshot(db: Engine) -> dict[str, object]:
                 sa.text("SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace")
             ),
         }
+
+
+def planned_and_true(db: Engine, table: str) -> tuple[float, int]:
+    """(reltuples: the planner's row count, -1 before any ANALYZE; the true count)."""
+    with db.connect() as conn:
+        planned = conn.scalar(sa.text("SELECT reltuples FROM pg_class WHERE oid = to_regclass(:t)"), {"t": table})
+        return float(planned), int(conn.scalar(sa.text(f"SELECT count(*) FROM {table}")))
+
+
+def assert_planned_within_growth(db: Engine, *tables: str) -> None:
+    """Each of `tables` holds rows, and the planner counts them within stats.GROWTH x (lanpo.db.stats)."""
+    for table in tables:
+        planned, true = planned_and_true(db, table)
+        assert true > 0 and true / stats.GROWTH <= planned <= true * stats.GROWTH, (table, planned, true)

@@ -71,6 +71,25 @@ def test_a_rolled_back_write_refreshes_nothing(session: Session) -> None:
     assert _tuples(session, "attempts") == (-1.0, 0)
 
 
+def test_only_the_outermost_commit_refreshes(session: Session) -> None:
+    """A savepoint's release does not analyze (its rows are invisible to the ANALYZE's connection) and a savepoint's
+    rollback does not forget what the transaction around it wrote: both wait for the outermost commit."""
+    pids = make_problems(session, 8)
+    session.commit()
+    record_groups(session, _groups(pids, 4, 1))  # 8 groups, 32 attempts, before the savepoint
+    savepoint = session.begin_nested()
+    record_groups(session, _groups(pids, 4, 2))
+    savepoint.rollback()
+    savepoint = session.begin_nested()
+    make_problems(session, 100, dataset="more")  # >= (GROWTH - 1) x 8: grown
+    savepoint.commit()
+    assert _tuples(session, "problems") == (8.0, 108)  # released, not yet analyzed
+    assert _tuples(session, "attempts") == (-1.0, 32)
+    session.commit()
+    assert _tuples(session, "problems") == (108.0, 108)
+    assert _tuples(session, "attempts") == (32.0, 32)
+
+
 def test_the_growth_rule(db: Engine) -> None:
     with db.connect() as conn:
         assert stats.stale_tables(conn, ["attempts"]) == []  # empty and never analyzed: nothing to plan on

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
+from lanpo.retrieval.relevance import store_scores
+from tests.db.store_helpers import assert_planned_within_growth
 from tests.retrieval.helpers import POOL, make_experiences, make_problems, pool_id
 
 
@@ -23,12 +25,17 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_relevance_build_and_status(session: Session, run_cli, tiny_model_dir: Path) -> None:  # type: ignore[no-untyped-def]
-    make_problems(session)
+    """Build, rebuild (nothing left to score), status. The store holds one score already, its commit analyzed: the
+    build's 15 pairs share its page, so only the rows the build added (lanpo.db.stats) keep the planner's count of
+    relevance_scores within 10x when the command returns (by pages alone it stays 1)."""
+    ids = make_problems(session)
+    store_scores(session, "an-earlier-judge", {(ids[0], ids[1]): 0.5})
     session.commit()
     args = ["relevance", "build", "--dataset", "toy", "--top-k", "2", "--scorer", tiny_model_dir, "--stage1", "bm25"]
     first = run_cli(*args, "--batch-size", "4", "--device", "cpu", "--no-progress")
     assert first.code == 0, first.err
     assert "8 problems" in first.out and "0 already scored" in first.out and "pairs/s" in first.out
+    assert_planned_within_growth(session.get_bind(), "relevance_scores")
     again = run_cli(*args, "--device", "cpu", "--no-progress")
     assert again.code == 0 and "scored now" in again.out and ", 0 scored now" in again.out
     status = run_cli("relevance", "status", "--dataset", "toy", "--gamma", "0")

@@ -12,6 +12,7 @@ import torch
 from sqlalchemy.engine import Engine
 
 from lanpo.train.plumbing import checkpoint as ckpt
+from tests.db.store_helpers import assert_planned_within_growth
 from tests.train.trainer_process import kill_when_paused, launch
 
 RECIPE = """
@@ -96,6 +97,9 @@ def test_sigkill_during_generation_and_db_write_then_resume(
     ) == [(0,)]
     assert _rows(db, "SELECT DISTINCT step FROM run_metrics ORDER BY step") == [(s,) for s in range(1, 5)]
     assert _rows(db, "SELECT status FROM runs") == [("finished",)]
+    # the steps' bulk writes left the planner their rows (lanpo.db.stats), as `lanpo train` returns
+    tables = ("rollout_groups", "attempts", "group_contexts", "experiences", "experience_versions")
+    assert_planned_within_growth(db, *tables)
     # every attempt and experience points at a committed policy version of its own run
     assert _rows(
         db, "SELECT count(*) FROM run_attempts a LEFT JOIN run_steps s ON s.step = a.step WHERE s.step IS NULL"

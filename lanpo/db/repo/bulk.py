@@ -39,17 +39,20 @@ def copy_rows(
     """Run COPY `sql/<statement>.sql` with `rows` on the session's connection (binary when `types` are given).
     The table is noted for a statistics refresh once the session commits (`lanpo.db.stats`)."""
     text = sqlfiles.text_of(statement)
-    stats.note_write(session, _copy_target(text))
+    table = _copy_target(text)
     conn: psycopg.Connection = session.connection().connection.driver_connection  # type: ignore[assignment]
+    written = 0
     try:
         with conn.cursor() as cur, cur.copy(text) as copy:
             if types is not None:
                 copy.set_types(list(types))
             for row in rows:
                 copy.write_row(row)
+                written += 1
     except psycopg.errors.IntegrityError as exc:
         detail = exc.diag.message_detail or exc.diag.message_primary or str(exc)
         raise InputError(
             f"cannot record {what}: {detail}",
             hint="refer only to problems, runs, attempts, policy and experience versions that exist",
         ) from exc
+    stats.note_write(session, table, rows=written)

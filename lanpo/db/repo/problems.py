@@ -109,7 +109,7 @@ def upsert_problems(session: Session, dataset: str, rows: list[ProblemIn], updat
             result.refused.append(row.external_id)
     for statement, batch in (("queries/problems_insert", new), ("queries/problems_update", changed)):
         if batch:
-            stats.note_write(session, "problems")
+            stats.note_write(session, "problems", rows=len(batch) if batch is new else 0)
             session.execute(
                 sqlfiles.load(statement),
                 {

@@ -11,7 +11,7 @@ resume rolls the store back to c in one transaction: the rows of steps > c, and 
 (`experiences.evicted_step`, migration 0013), so that step c+1 draws from the pool as it stood after step c and no
 attempt is doubled. Why not hold each step's commit back until a checkpoint covers it: the next step samples its
 contexts from the pool in the store (its lessons, their relevance, the caps' evictions), so the store would have
-to keep k steps in one open transaction that nothing else sees; live SQL, `lanpo watch`, the rollout queue and the
+to keep k steps in one open transaction that nothing else sees; `lanpo sql`, `lanpo runs`, the rollout queue and the
 run_metrics a researcher reads as the run goes would all lag k steps. Rolling back costs at most `every - 1`
 redone steps after a crash, and the rows a researcher queries are always those of steps the weights went through
 (the TRL integration rolls back to TRL's checkpoint the same way).
