@@ -44,14 +44,20 @@ def command(config_path: str, overrides: tuple[str, ...], gpus: int, gpu_memory:
     From the model's config alone: no weights are loaded or downloaded (the papers' models ship with lanpo, any
     other is read from its config.json). The arithmetic is lanpo.train.plan's docstring; docs/scaling.md,
     "Planning memory", gives its assumptions and how it was checked against measured peaks.
-    Exit status 2, with the key to change, when the recipe does not fit; `lanpo train` runs the same check on CUDA.
+    The verdict is "fits" only with the plan's own measured error to spare; "tight" (exit 0) fits by less, and
+    names the key that makes it fit with margin. Exit status 2, with the key to change, when the recipe does not
+    fit; `lanpo train` runs the same check on CUDA.
     """
     from lanpo.train.config import load_config
-    from lanpo.train.plan import check_fits, make_plan, table
+    from lanpo.train.plan import make_plan
     from lanpo.train.plan_shapes import model_shape
+    from lanpo.train.plan_verdict import check_fits, table, tight_hint
 
     cfg = load_config(config_path, list(overrides))
     shape = model_shape(model or cfg.model.name)
     plan = make_plan(cfg, shape, gpus, gpu_memory)
     click.echo(table(plan))
-    check_fits(cfg, shape, gpus, gpu_memory, plan)
+    hint = tight_hint(cfg, shape, gpus, gpu_memory, plan)
+    if hint:
+        click.echo(f"hint: {hint}")
+    check_fits(cfg, shape, gpus, gpu_memory, plan, warn=False)

@@ -56,17 +56,13 @@ docs/scaling.md, "Planning memory: lanpo plan").
 
 from __future__ import annotations
 
-import logging
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
-from lanpo.errors import InputError
 from lanpo.rollout.config import AUTO_MEMORY_FRACTION
 from lanpo.train.config import TrainConfig
 from lanpo.train.plan_shapes import ModelShape
 
-log = logging.getLogger(__name__)
 
 GiB = 2**30
 CUDA_CONTEXT = 0.5 * GiB  # the trainer process's CUDA context and allocator slack
@@ -287,158 +283,3 @@ def _adapted_weights(shape: ModelShape, target_modules: list[str]) -> int:
     sizes = {"q_proj": H * q, "k_proj": H * kv, "v_proj": H * kv, "o_proj": q * H}
     sizes |= {"gate_proj": H * I, "up_proj": H * I, "down_proj": I * H}
     return shape.num_hidden_layers * sum(sizes.get(m, 0) for m in target_modules)
-
-
-# --------------------------------------------------------------------------- what to change
-
-
-def _candidates(cfg: TrainConfig, gpus: int) -> list[tuple[str, TrainConfig, int]]:
-    """Changes that trade time or quality for memory, the cheapest first: (the key = value, the changed config,
-    gpus). Smaller micro-batches first (memory only: the same loss), then a smaller vLLM reservation, more GPUs,
-    LoRA instead of every weight."""
-    out: list[tuple[str, TrainConfig, int]] = []
-    rows, S, _, _ = micro_positions(cfg)
-    m = rows
-    while m > 1:
-        m //= 2
-        out.append(
-            (f"grpo.max_tokens_per_micro_batch = {m * S}", _with(cfg, "grpo", max_tokens_per_micro_batch=m * S), gpus)
-        )
-    f = cfg.rollout.vllm.memory_fraction or AUTO_MEMORY_FRACTION["cuda"]
-    if cfg.rollout.backend == "vllm" and f > 0.3:
-        vllm = replace(cfg.rollout.vllm, memory_fraction=0.3)
-        out.append(("rollout.vllm.memory_fraction = 0.3", _with(cfg, "rollout", vllm=vllm), gpus))
-    for more in (2 * gpus, 4 * gpus):
-        out.append((f"{more} GPUs (--gpus {more})", cfg, more))
-    if not cfg.lora.enabled:
-        out.append(("lora.enabled = true", _with(cfg, "lora", enabled=True), gpus))
-    return out
-
-
-def _with(cfg: TrainConfig, section: str, **changes: Any) -> TrainConfig:
-    return replace(cfg, **{section: replace(getattr(cfg, section), **changes)})
-
-
-def suggestion(
-    cfg: TrainConfig, shape: ModelShape, gpus: int, gpu_memory_gib: float, options: Options = Options()
-) -> tuple[str, Plan] | None:
-    """The first change in `_candidates`' order that makes `cfg` fit, and its plan; None when none does.
-    Gradient checkpointing comes first when it is off, and stays on under every later change (memory only, and
-    every long-sequence recipe needs it)."""
-    if cfg.model.gradient_checkpointing:
-        base, first = cfg, []
-    else:
-        base, first = _with(cfg, "model", gradient_checkpointing=True), ["model.gradient_checkpointing = true"]
-        plan = make_plan(base, shape, gpus, gpu_memory_gib, options)
-        if plan.fits:
-            return first[0], plan
-    for label, changed, more in _candidates(base, gpus):
-        plan = make_plan(changed, shape, more, gpu_memory_gib, options)
-        if plan.fits:
-            return " and ".join([*first, label]), plan
-    return None
-
-
-# --------------------------------------------------------------------------- printing
-
-
-def gib(value: float) -> str:
-    return f"{value / GiB:.1f}"
-
-
-def table(plan: Plan) -> str:
-    """The plan as printed by `lanpo plan`: one row a phase, then the checkpoint's disk and the verdict."""
-    s = plan.shape
-    lines = [
-        f"model {s.name}: {s.params / 1e9:.2f} B parameters, {s.num_hidden_layers} layers, vocabulary "
-        f"{s.vocab_size:,} (shape: {s.source})",
-        f"{plan.gpus} x {plan.gpu_memory / GiB:g} GiB",
-        "",
-        "held in every phase: "
-        + ", ".join(f"{k} {gib(v)}" for k, v in plan.held.items() if v >= GiB / 20)
-        + f" = {gib(sum(plan.held.values()))} GiB",
-        "",
-        f"{'phase':<20} {'GiB/GPU':>8}  its largest term beyond those",
-    ]
-    for phase in plan.phases:
-        own = {k: v for k, v in phase.terms.items() if k not in plan.held}
-        top = max(own, key=lambda k: own[k]) if own else None
-        lines.append(f"{phase.name:<20} {gib(phase.peak):>8}  " + (f"{top} {gib(own[top])}" if top else "-"))
-    lines.append("")
-    lines.append(
-        f"checkpoint disk: {plan.checkpoint_disk / 1e9:.1f} GB each, {plan.checkpoints_on_disk} on disk at once "
-        f"({plan.checkpoint_disk * plan.checkpoints_on_disk / 1e9:.0f} GB)"
-    )
-    if plan.host_peak:
-        lines.append(f"host RAM beyond the trainer's own: {gib(plan.host_peak)} GiB (staging, gathered checkpoints)")
-    lines.extend(f"note: {n}" for n in plan.notes)
-    lines.append(f"verdict: {verdict(plan)}")
-    return "\n".join(lines)
-
-
-def verdict(plan: Plan) -> str:
-    """`fits (peak 75.8 GiB in generate, of 79 GiB)` or `does not fit (...)`."""
-    peak = plan.peak
-    said = "fits" if plan.fits else "does not fit"
-    return f"{said} (peak {gib(peak.peak)} GiB in {peak.name}, of {plan.gpu_memory / GiB:g} GiB)"
-
-
-def recipe_report(path: str, gpus: int = 8, memories: tuple[float, ...] = (79.0, 95.0, 139.0)) -> str:
-    """docs/scaling.md's entry for the recipe at `path`: `lanpo plan`'s table on `gpus` x memories[0] GiB, then the
-    verdict on each other memory (tests/train/test_plan.py holds the docs to it)."""
-    from lanpo.train.config import load_config
-    from lanpo.train.plan_shapes import model_shape
-
-    cfg = load_config(path, [])
-    shape = model_shape(cfg.model.name)
-    first, *others = memories
-    lines = ["```", table(make_plan(cfg, shape, gpus, first)), "```", ""]
-    lines += [f"- {gpus} x {m:g} GiB: {verdict(make_plan(cfg, shape, gpus, m))}" for m in others]
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- refusing
-
-
-def check_fits(
-    cfg: TrainConfig, shape: ModelShape, gpus: int, gpu_memory_gib: float, plan: Plan | None = None
-) -> Plan:
-    """`plan` (made when None); InputError when its peak exceeds the GPU, the hint naming the key to change."""
-    plan = plan or make_plan(cfg, shape, gpus, gpu_memory_gib)
-    if plan.fits:
-        return plan
-    peak = plan.peak
-    top = max(peak.terms, key=lambda k: peak.terms[k])
-    message = (
-        f"{shape.name} on {gpus} x {gpu_memory_gib:g} GiB does not fit: {peak.name} peaks at {gib(peak.peak)} GiB "
-        f"a GPU (the largest part: {top}, {gib(peak.terms[top])} GiB)"
-    )
-    found = suggestion(cfg, shape, gpus, gpu_memory_gib)
-    if found is None:
-        hint = "no single change fits it: a smaller model.name, or larger GPUs; `lanpo plan` prints every phase"
-    else:
-        change, fixed = found
-        hint = f"set {change} (peak {gib(fixed.peak.peak)} GiB); `lanpo plan` prints every phase"
-    raise InputError(message, hint=hint)
-
-
-def check_training(cfg: TrainConfig, device: Any) -> Plan | None:
-    """`lanpo train`'s check before loading: on CUDA (and `memory_check` on), `check_fits` on this machine's GPUs
-    (WORLD_SIZE ranks of the device's memory). None where it does not run: another device, the check off, or no
-    shape for the model on this machine (a hub id not yet downloaded: logged, then loading goes on)."""
-    import os
-
-    import torch
-
-    if not cfg.memory_check or torch.device(device).type != "cuda":
-        return None
-    from lanpo.train.plan_shapes import model_shape
-
-    try:
-        shape = model_shape(cfg.model.name)
-    except InputError as exc:
-        log.warning("no memory plan before loading: %s", exc.message)
-        return None
-    index = torch.device(device).index or 0
-    memory = torch.cuda.get_device_properties(index).total_memory / GiB
-    return check_fits(cfg, shape, int(os.environ.get("WORLD_SIZE", "1")), memory)

@@ -43,7 +43,7 @@ from lanpo.train.config import TrainConfig
 from lanpo.train.consumer.batch import autocast_dtype
 from lanpo.train.consumer.update import minibatches_per_epoch, warmup_schedule
 from lanpo.train.parts import RunRef, Sampler, StepStore
-from lanpo.train.plan import check_training
+from lanpo.train.plan_verdict import check_training
 from lanpo.train.plumbing import checkpoint as ckpt
 from lanpo.train.plumbing.dist import Dist, init_from_env
 from lanpo.train.plumbing.step_line import duration

@@ -24,8 +24,9 @@ import torch
 from lanpo.cli import main
 from lanpo.errors import InputError
 from lanpo.train.config import TrainConfig, load_config
-from lanpo.train.plan import Options, check_training, make_plan, recipe_report, suggestion
+from lanpo.train.plan import Options, make_plan
 from lanpo.train.plan_shapes import model_shape, shape_from_config, shipped_shapes
+from lanpo.train.plan_verdict import check_training, recipe_report, suggestion
 
 CONFIGS = Path(__file__).resolve().parents[2] / "train" / "configs"
 PAPER_RECIPES = [
