@@ -54,7 +54,7 @@ class StoreConfig:
         None, "pool the run reads and writes (None: a pool named after the run; a shared name shares on purpose)"
     )
     per_problem_cap: int = help_field(32, "active experiences kept per problem (paper: 32)")
-    per_step_cap: int = help_field(8, "new experiences admitted per problem per training step (paper: 8)")
+    per_step_cap: int = help_field(8, "new experiences admitted per problem per training step (the paper recipes: 8)")
     global_cap: int | None = help_field(None, "active experiences kept in the whole pool (None: unbounded)")
     eviction: str = help_field(
         "oldest", "what leaves first when a cap is hit: oldest | lowest_reward | lowest_relevance"

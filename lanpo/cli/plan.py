@@ -38,7 +38,8 @@ from lanpo.cli.params import Float, Int
 )
 def command(config_path: str, overrides: tuple[str, ...], gpus: int, gpu_memory: float, model: str | None) -> None:
     """Print the peak memory per GPU of each phase of a training step (generate, reference and old log-probs,
-    update, weight sync, checkpoint), the disk of a checkpoint, and whether the recipe fits.
+    update, weight sync, checkpoint), the disk of a checkpoint, whether the recipe fits, and the most a step may
+    generate, by source (rollouts, summaries, MEL's diagnoses and replays).
 
     \b
     From the model's config alone: no weights are loaded or downloaded (the papers' models ship with lanpo, any
@@ -51,12 +52,14 @@ def command(config_path: str, overrides: tuple[str, ...], gpus: int, gpu_memory:
     from lanpo.train.config import load_config
     from lanpo.train.plan import make_plan
     from lanpo.train.plan_shapes import model_shape
+    from lanpo.train.plan_tokens import generation_line
     from lanpo.train.plan_verdict import check_fits, table, tight_hint
 
     cfg = load_config(config_path, list(overrides))
     shape = model_shape(model or cfg.model.name)
     plan = make_plan(cfg, shape, gpus, gpu_memory)
     click.echo(table(plan))
+    click.echo(generation_line(cfg))
     hint = tight_hint(cfg, shape, gpus, gpu_memory, plan)
     if hint:
         click.echo(f"hint: {hint}")

@@ -101,8 +101,16 @@ class SummarizerConfig:
     model: str = help_field("policy", "'policy' (the model being trained) or another model folder / hub id")
     max_new_tokens: int = help_field(2048, "summary length limit (paper: 2048; CPU demos set far less)")
     min_reward: float = help_field(1.0, "a rollout is 'successful' at reward >= this")
-    max_new_per_step: int = help_field(8, "new experiences per problem per step (paper: 8)")
-    max_total_per_step: int = help_field(0, "summaries per step over all problems (0: no limit; CPU demos cap it)")
+    max_new_per_step: int = help_field(
+        8,
+        "lessons summarised per problem per step (appendix 9.2's 8 read per problem; the paper recipes cap the "
+        "step's total instead, max_total_per_step)",
+    )
+    max_total_per_step: int = help_field(
+        0,
+        "lessons summarised per step over every problem and rank (0: no limit; the paper recipes: 8, appendix "
+        "9.2's 'maximum number of feedback saved in each step'), one problem at a time in the step's order",
+    )
     temperature: float = help_field(0.7, "summary sampling temperature")
     always: bool = help_field(
         False,

@@ -20,8 +20,10 @@ Held the whole run (every phase):
 
 Phases (each adds to the above):
 - generate: with `rollout.backend = hf` the policy generates itself, and FSDP unshards the whole fp32 model on
-  every rank (`fsdp.full_weights`) +4P, plus the KV cache of 64 rows (`HFBackend.max_batch`) x S x L x 2 Dkv x a;
-  with an engine nothing is gathered (`FullPolicy.generating`; `Options.unshard_generating = True` counts the
+  every rank (`fsdp.full_weights`) +4P, plus the KV cache of 64 rows (`HFBackend.max_batch`) x S x L x 2 Dkv x a,
+  or of the summaries after them when larger (the policy summarises through the same backend: min(64, a rank's
+  summaries at most) rows of S + `summarizer.max_new_tokens`); with an engine, summaries take the engine's own
+  cache, and nothing is gathered (`FullPolicy.generating`; `Options.unshard_generating = True` counts the
   unshard lanpo did before issue 37).
 - old / reference log-probs (no grad; old only when `ppo_epochs` > 1 or several minibatches): the reference
   visits the GPU whole (alone: +4P) or unit by unit (FSDP: root 4 x (V x H (x2 untied) + H) + 2 layers);
@@ -62,6 +64,7 @@ from dataclasses import dataclass, field
 from lanpo.rollout.config import AUTO_MEMORY_FRACTION
 from lanpo.train.config import TrainConfig
 from lanpo.train.plan_shapes import ModelShape
+from lanpo.train.plan_tokens import summaries_per_step
 
 
 GiB = 2**30
@@ -181,8 +184,12 @@ def make_plan(
     unshard = cfg.rollout.backend == "hf" if options.unshard_generating is None else options.unshard_generating
     if fsdp and unshard:
         gen["FSDP unshard (whole fp32 model)"] = 4 * P
-    if cfg.rollout.backend == "hf":
-        gen["hf KV cache"] = HF_MAX_BATCH * S * L * 2 * shape.kv_dim * a
+    if cfg.rollout.backend == "hf":  # the rollouts' rows, then the summaries' (prompt, response, summary): the larger
+        summary_rows = min(HF_MAX_BATCH, summaries_per_step(cfg, W)[1])
+        kv_rows = max(HF_MAX_BATCH * S, summary_rows * (S + cfg.summarizer.max_new_tokens))
+        gen["hf KV cache"] = kv_rows * L * 2 * shape.kv_dim * a
+    if summaries_per_step(cfg, W)[0] and cfg.summarizer.model != "policy":
+        notes.append(f"generate: the summariser {cfg.summarizer.model} is not counted (its weights, its KV cache)")
 
     # ---- log-probs (no grad): the reference's, and the old policy's
     chunk = cfg.grpo.logprob_chunk_tokens

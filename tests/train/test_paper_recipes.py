@@ -85,7 +85,7 @@ def test_paper_recipe_equals_the_papers_tables(name: str) -> None:
         VERL["grad_clip"],
         VERL["weight_decay"],
     )
-    assert cfg.summarizer.max_new_per_step == PAPER["new_experiences_per_step"]
+    assert cfg.summarizer.max_total_per_step == PAPER["new_experiences_per_step"]  # in all a step
     assert cfg.store.per_problem_cap == PAPER["experiences_per_problem"]
     assert (cfg.eval.dataset, cfg.eval.temperature, cfg.eval.top_p, cfg.eval.k) == (
         PAPER["val_dataset"],
@@ -100,6 +100,22 @@ def test_paper_recipe_equals_the_papers_tables(name: str) -> None:
         assert (cfg.feedback.p_t, cfg.feedback.inter.gamma) == (PAPER["p_t"], PAPER["gamma"])
         assert cfg.feedback.inter.scorer == f"Qwen/Qwen2.5-Math-7B-Instruct|{PROMPT_VERSION}"  # the judge's scores
         assert cfg.summarizer.enabled
+
+
+@pytest.mark.parametrize("name", list(PAPER_RECIPES))
+def test_qwen3_14b_recipes_are_the_7b_ones_on_the_papers_second_model(name: str) -> None:
+    """Table 1's Qwen3-14B-Base-SFT rows: the 7B recipe with the model changed, and memory-only keys (a smaller
+    vLLM share, smaller log-prob chunks) so that it fits 8 x 80 GB."""
+    big, small = recipe(f"qwen3-14b/{name}"), recipe(name)
+    assert big.model.name == f"Qwen/{PAPER['second_model']}-Base" and big.run_name == f"{name}-qwen3-14b"
+    memory_only = replace(
+        big,
+        run_name=small.run_name,
+        model=replace(big.model, name=small.model.name),
+        rollout=replace(big.rollout, vllm=small.rollout.vllm),
+        grpo=replace(big.grpo, logprob_chunk_tokens=small.grpo.logprob_chunk_tokens),
+    )
+    assert memory_only == small
 
 
 def test_table3_recipes_are_lanpo_intra_at_each_feedback_ratio() -> None:

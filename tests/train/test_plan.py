@@ -34,6 +34,7 @@ PAPER_RECIPES = [
     "grpo-baseline-lora", "lanpo-intra-lora", "lanpo-inter-lora", "lanpo-both-lora",
     "table2/grpo-retrieval", "table2/lanpo-inter-nofilter", "table2/lanpo-inter-raw",
     "table3/lanpo-intra-pt025", "table3/lanpo-intra-pt050", "mel-qwen3-4b", "mel-qwen3-8b",
+    "qwen3-14b/grpo-baseline", "qwen3-14b/lanpo-intra", "qwen3-14b/lanpo-inter", "qwen3-14b/lanpo-both",
 ]  # fmt: skip
 GPU_80 = 79.0  # GiB an "80 GB" card reports (torch.cuda.get_device_properties: A100 / H100 80 GB, 79.2-79.6)
 

@@ -26,7 +26,7 @@ from lanpo.train.plumbing.dist import Dist
 from lanpo.train.plumbing.timing import Phases
 from lanpo.train.producer.contexts import StepPrompts
 from lanpo.train.producer.schedule import mix_seed
-from lanpo.train.producer.summarize import Candidate, Summary, choose_candidates, summarise
+from lanpo.train.producer.summarize import Candidate, Summary, choose_for_step, summarise
 
 
 @dataclass
@@ -95,23 +95,21 @@ def summaries_of(
     if summarizer is None:
         return {}
     s_cfg, n, dist = cfg.summarizer, cfg.rollout.n, summarizer.dist
-    chosen = choose_candidates(
-        [
-            Candidate(
-                i, prompts.problem_ids[i // n], prompts.questions[i // n], c.text, g.reward, prompts.answers[i // n]
-            )
-            for i, (c, g) in enumerate(zip(rollouts, graded, strict=True))
-            if g.reward >= s_cfg.min_reward
-        ],
-        per_problem=s_cfg.max_new_per_step,
-        total=-(-s_cfg.max_total_per_step // dist.world) if s_cfg.max_total_per_step else 0,
-    )
+    step_index = [(dist.rank + dist.world * (i // n)) * n + i % n for i in range(len(rollouts))]  # in the whole step
+    pids, questions, answers = (_per_rollout(v, n) for v in (prompts.problem_ids, prompts.questions, prompts.answers))
+    candidates = [
+        Candidate(step_index[i], pids[i], questions[i], c.text, g.reward, answers[i])
+        for i, (c, g) in enumerate(zip(rollouts, graded, strict=True))
+        if g.reward >= s_cfg.min_reward
+    ]
+    chosen = choose_for_step(dist, candidates, s_cfg.max_new_per_step, s_cfg.max_total_per_step)
+    local = {j: i for i, j in enumerate(step_index)}
     seed = mix_seed(cfg.seed, "summarize", step, dist.rank)
     checked = summarise(
         summarizer.backend, summarizer.tokenizer, chosen,
         s_cfg.max_new_tokens, s_cfg.temperature, seed, s_cfg.require_format, s_cfg.scaffold,
     )  # fmt: skip
-    return {c.index: s for c, s in zip(chosen, checked, strict=True)}
+    return {local[c.index]: s for c, s in zip(chosen, checked, strict=True)}
 
 
 def _per_rollout(values: list[Any], n: int) -> list[Any]:

@@ -1,4 +1,5 @@
-"""Distilling successful rollouts into experiences: choose which to summarise, then one batched generation.
+"""Distilling successful rollouts into experiences: choose which to summarise (over the whole step, across ranks),
+then one batched generation.
 
 The summariser is the policy itself (paper default) or a separate model named in `summarizer.model`. It sees the
 problem and the successful response, never a reward; the template asks for an abstract lesson (flow of thought,
@@ -21,6 +22,7 @@ the format, so a step can report the share that did and how many were turned awa
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,6 +30,7 @@ from typing import Any
 from lanpo.models import apply_chat
 from lanpo.prompts import SUMMARY_HEADERS, has_summary_format, repeated_numbers, summary_messages
 from lanpo.rollout import GenerationBackend, SamplingParams
+from lanpo.train.plumbing.dist import Dist
 
 MIN_SUMMARY_CHARS = 20
 REJECTIONS = ("short", "repeats", "format")  # why a generated summary is not admitted to the pool, checked in order
@@ -47,22 +50,52 @@ class Candidate:
 
 
 def choose_candidates(candidates: Sequence[Candidate], per_problem: int, total: int = 0) -> list[Candidate]:
-    """Distinct responses, at most `per_problem` per problem, then at most `total` overall (0: no limit).
+    """Distinct responses, at most `per_problem` per problem, then at most `total` overall (0: no limit); in index
+    order.
 
-    The total cap takes problems round-robin so one easy problem does not fill it.
+    Within a problem the best reward comes first, then the earlier rollout. The total cap takes problems
+    round-robin in the step's order (a problem's place is its first candidate's index: rollouts are numbered in
+    prompt order, and the step's batch is a seeded shuffle of the training set): one lesson of each problem before
+    a second of any, so that one easy problem does not fill the cap, and no problem is favoured step after step by
+    its id.
     """
     by_problem: dict[int, list[Candidate]] = {}
     for cand in sorted(candidates, key=lambda c: (-c.reward, c.index)):
         picked = by_problem.setdefault(cand.problem_id, [])
         if len(picked) < per_problem and all(p.response.strip() != cand.response.strip() for p in picked):
             picked.append(cand)
-    queues = [list(v) for _, v in sorted(by_problem.items())]
+    first: dict[int, int] = {}  # problem -> the index of its first rollout: its place in the step
+    for cand in candidates:
+        first[cand.problem_id] = min(first.get(cand.problem_id, cand.index), cand.index)
+    queues = [list(by_problem[pid]) for pid in sorted(by_problem, key=first.__getitem__)]
     out: list[Candidate] = []
     while any(queues) and (total == 0 or len(out) < total):
         for queue in queues:
             if queue and (total == 0 or len(out) < total):
                 out.append(queue.pop(0))
     return sorted(out, key=lambda c: c.index)
+
+
+def choose_for_step(dist: Dist, candidates: list[Candidate], per_problem: int, total: int) -> list[Candidate]:
+    """This rank's share of `choose_candidates` over the whole step (`Candidate.index` numbers the step's
+    rollouts). With a total cap under torchrun, rank 0 chooses from every rank's candidates at once: the lessons
+    one process would choose from the same rollouts, never more than `total` over the ranks, wherever the
+    successes fall. Only keys travel (index, problem, reward, a digest of the response), never the texts."""
+    if not dist.enabled or total == 0:  # per problem alone, each problem's rollouts are on one rank
+        return choose_candidates(candidates, per_problem, total)
+    keys = [replace(c, question="", response=_digest(c.response), answer=None) for c in candidates]
+    everyone = dist.gather(keys)  # rank 0: one list a rank
+    picked = None
+    if everyone is not None:
+        chosen = {c.index for c in choose_candidates([k for rank in everyone for k in rank], per_problem, total)}
+        picked = [[k.index for k in rank if k.index in chosen] for rank in everyone]
+    mine = set(dist.scatter(picked))
+    return [c for c in candidates if c.index in mine]
+
+
+def _digest(response: str) -> str:
+    """What `choose_candidates` compares of a response (its stripped text), in 40 characters."""
+    return hashlib.sha1(response.strip().encode()).hexdigest()
 
 
 @dataclass(frozen=True)
