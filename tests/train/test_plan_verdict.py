@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ RECIPE = ROOT / "train" / "configs" / "grpo-baseline.toml"
 def _plan_check() -> Any:
     spec = importlib.util.spec_from_file_location("plan_check", ROOT / "bench" / "plan_check.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules["plan_check"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
