@@ -117,8 +117,9 @@ class ServedPolicy:
         generates with the trained model itself). Level 1 under an adapter sync: the base weights go to host RAM
         and come back unchanged, for the new adapter to ride on. Level 2 under a full-weight sync (full fine-tuning,
         merged LoRA): the weights are discarded, since the sync overwrites every one of them (`checked_state`
-        refuses a state with any missing), which saves copying them to host RAM and back (verl's choice too); vLLM
-        keeps the model's buffers (rotary tables) on the host and restores them as the weights wake (vLLM 0.8.5+)."""
+        refuses a state with any missing; woken without a load they are uninitialised memory, vLLM issue 29341),
+        which saves copying them to host RAM and back (verl's default level, 2, for the same reason); vLLM keeps the
+        model's buffers (rotary tables) on the host and restores them as the weights wake (vLLM 0.8.5+)."""
         if self.sleep_level is None or self.asleep:
             return
         self.backend.sleep(self.sleep_level)
