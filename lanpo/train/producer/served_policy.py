@@ -13,6 +13,9 @@
     (tests/vllm_engine/test_full_weights.py), not checked at run time.
   The start is synced too, so the first rollouts carry the start's hash, and a resumed run's engine serves the
   checkpoint it resumed from.
+- Sleep (`rollout.vllm.sleep_during_update`, CUDA): `sleep()` before the reference pass and the update gives the
+  engine's GPU memory to them; the next `sync` wakes the weights, loads the policy into them, then wakes the KV
+  cache, so the engine is whole again before the next generation (validation, the next step's rollouts).
 
 The engine's per-token log-probs (`Completion.logprobs`, vLLM only) come back as the behaviour log-probs of
 the update: `engine/logp_abs_diff` measures how far they sit from the trainer's, and `grpo.tis_cap`
@@ -44,11 +47,15 @@ START_MODEL = "start-model"  # in the run's folder: the merged start, as a model
 class ServedPolicy:
     """The served policy: generate with the current policy; `sync()` after each update, `close()` at the end."""
 
-    def __init__(self, backend: Any, model: Any, kind: str, merged: bool = False) -> None:
+    def __init__(
+        self, backend: Any, model: Any, kind: str, merged: bool = False, sleep_level: int | None = None
+    ) -> None:
         self.backend = backend
         self.model = model  # the trained model: PEFT (LoRA), or plain (full fine-tuning)
         self.kind = kind  # "hf" | "vllm"
         self.merged = merged  # vllm + LoRA: serve the adapter folded into the base weights (lora_sync = merged)
+        self.sleep_level = sleep_level  # the engine sleeps through each update at this level (None: never)
+        self.asleep: tuple[str, ...] = ()  # what of the engine sleeps now: "weights", "kv_cache"
         self.tokenizer = getattr(backend, "tokenizer", None)
         self.expected: str | None = None  # the hash every completion must carry (None: the hf backend's live weights)
         self.served_sha256: str | None = None  # `expected` when it is not the policy's own hash (merged LoRA)
@@ -70,6 +77,20 @@ class ServedPolicy:
         """
         lora = hasattr(self.model, "peft_config")
         own = adapter_sha256(self.model) if lora else None
+        # An engine asleep since `sleep` wakes in two parts, in verl's order (`fsdp_workers.rollout_mode`: resume the
+        # weights, update them, resume the KV cache). The weights first, because the sync writes into them: a full
+        # or merged sync into the engine's parameters, an adapter into LoRA slots allocated with them and on top of
+        # the base weights level 1 kept. The KV cache last, so that the sync's own memory (a gathered tensor, cast
+        # copies, staged buckets) never peaks beside it: the sync phase holds the engine's weights, not its share.
+        self._wake("weights")
+        sha = self._load(lora, own)
+        self._wake("kv_cache")
+        self.expected, self.synced = sha, True
+        self.served_sha256 = sha if lora and sha != own else None
+        return sha
+
+    def _load(self, lora: bool, own: str | None) -> str | None:
+        """Load the policy as it is now into the engine (`sync`'s work); returns the hash it serves."""
         if self.kind == "vllm" and (self.merged or not lora):
             from lanpo.models import merged_state
 
@@ -88,9 +109,26 @@ class ServedPolicy:
                 )
         else:
             sha = own
-        self.expected, self.synced = sha, True
-        self.served_sha256 = sha if lora and sha != own else None
         return sha
+
+    def sleep(self) -> None:
+        """Before the reference pass and the update: the engine gives its GPU memory to them until the next `sync`
+        wakes it (`rollout.vllm.sleep_during_update`; nothing otherwise, and nothing for the hf backend, which
+        generates with the trained model itself). Level 1 under an adapter sync: the base weights go to host RAM
+        and come back unchanged, for the new adapter to ride on. Level 2 under a full-weight sync (full fine-tuning,
+        merged LoRA): the weights are discarded, since the sync overwrites every one of them (`checked_state`
+        refuses a state with any missing; woken without a load they are uninitialised memory, vLLM issue 29341),
+        which saves copying them to host RAM and back (verl's default level, 2, for the same reason); vLLM keeps the
+        model's buffers (rotary tables) on the host and restores them as the weights wake (vLLM 0.8.5+)."""
+        if self.sleep_level is None or self.asleep:
+            return
+        self.backend.sleep(self.sleep_level)
+        self.asleep = ("weights", "kv_cache")
+
+    def _wake(self, part: str) -> None:
+        if part in self.asleep:
+            self.backend.wake_up([part])
+            self.asleep = tuple(p for p in self.asleep if p != part)
 
     def generates_with(self, model: Any) -> bool:
         """Whether generating reads `model`'s own weights: the hf backend over the trained model does; an engine
@@ -100,6 +138,11 @@ class ServedPolicy:
 
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
         """For each prompt, n completions of the synced policy (refuses any served by another adapter)."""
+        if self.asleep:
+            raise LanpoError(
+                f"the served policy was asked to generate while the engine's {' and '.join(self.asleep)} sleep",
+                hint="a step-order bug: the engine sleeps from the update to the weight sync, which wakes it",
+            )
         groups = self.backend.generate(prompts, n, params)
         if self.synced:
             for group in groups:
@@ -124,10 +167,14 @@ class ServedPolicy:
 
 
 def open_served_policy(
-    cfg: Any, model: Any, tokenizer: Any, start_weights: str | None, dist: Any = None
+    cfg: Any, model: Any, tokenizer: Any, start_weights: str | None, dist: Any = None, trains: bool = True
 ) -> ServedPolicy:
     """The served policy of a run: `rollout.backend` over the trained model (hf), or over `start_weights`, the
     folder `start_folder` gave (vllm), serving the policy's adapter from the start.
+
+    `trains`: this process runs the update beside the engine, which then sleeps through it when
+    `rollout.vllm.sleep_during_update` is on. A rollout worker (`trains=False`) generates while the trainer
+    updates elsewhere: its engine never sleeps and is started without sleep mode.
 
     Under torchrun every rank holds its own engine on its own local GPU, beside its own policy shard, through
     vLLM's `external_launcher` executor (the colocated layout TRL uses): each rank generates only its share of
@@ -152,14 +199,25 @@ def open_served_policy(
             vllm_cfg = replace(vllm_cfg, per_rank=True, seed=vllm_cfg.seed + dist.rank)
         sync = vllm_cfg.lora_sync_on(_device_type())
         adapter = hasattr(model, "peft_config") and sync == "adapter"  # else no LoRA slots to pay for
+        level = sleep_level(vllm_cfg.sleep_during_update and trains, adapter)
+        vllm_cfg = replace(vllm_cfg, sleep_during_update=level is not None)  # sleep mode only where it is used
         backend = VLLMBackend(start_weights, tokenizer, vllm_cfg, enable_lora=adapter)
-        served = ServedPolicy(backend, model, "vllm", merged=sync == "merged")
+        served = ServedPolicy(backend, model, "vllm", merged=sync == "merged", sleep_level=level)
     try:
         served.sync()
     except BaseException:
         served.close()
         raise
     return served
+
+
+def sleep_level(sleeps: bool, adapter: bool) -> int | None:
+    """The level a training engine sleeps at through each update (None: it stays awake): 1 when an adapter is
+    synced (the base weights must come back as they were), 2 when the sync loads every weight
+    (`ServedPolicy.sleep`)."""
+    if not sleeps:
+        return None
+    return 1 if adapter else 2
 
 
 def _device_type() -> str:

@@ -157,7 +157,7 @@ class _Worker:
         self.tokenizer = tokenizer
         self.step = -1  # the policy step it serves (none yet)
         self._load(published)
-        self.backend: ServedPolicy = open_served_policy(cfg, self.policy.model, tokenizer, weights)
+        self.backend: ServedPolicy = open_served_policy(cfg, self.policy.model, tokenizer, weights, trains=False)
         self.summarizer = build_summarizer(cfg, self.backend, tokenizer, Dist())
 
     @property
