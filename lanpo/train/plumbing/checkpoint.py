@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from lanpo.errors import InputError
-from lanpo.models.hashing import state_sha256
+from lanpo.models.hashing import adapter_dir_sha256, model_dir_sha256, state_sha256
 from lanpo.train.plumbing.dist import Dist
 
 if TYPE_CHECKING:
@@ -49,6 +49,12 @@ WEIGHTS_DIR = {"lora": ADAPTER_DIR, "full": MODEL_DIR}  # the policy's kind -> i
 
 def step_dir(root: Path, step: int) -> Path:
     return root / f"step-{step:06d}"
+
+
+def weights_sha256(weights: Path, kind: str) -> str:
+    """The policy version's hash of a saved weights folder (`adapter/`, `model/`), as `Policy.save` returned it when
+    it wrote the folder: a rollout worker checks it before it loads them."""
+    return adapter_dir_sha256(weights) if kind == "lora" else model_dir_sha256(weights)
 
 
 def rng_state() -> dict[str, Any]:
