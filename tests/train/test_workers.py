@@ -102,6 +102,36 @@ def test_one_worker_at_staleness_0_is_the_synchronous_run(db: Engine, toy_proble
     assert _served_as_recorded(db, split.run_id) == 3 * 3 * 2
     # the staged versions kept: those of the newest KEEP committed steps that no checkpoint holds (step 2's)
     assert {p.name for p in (split.checkpoint_dir / STAGED_DIR).iterdir()} == {sync_hashes[2].adapter_sha256}
+    _a_worker_follows_a_rollback(db, cfg, split.run_id, [h.adapter_sha256 for h in sync_hashes])
+
+
+def _a_worker_follows_a_rollback(db: Engine, cfg: Any, run_id: int, hashes: list[str]) -> None:
+    """A worker that outlives its trainer serves step 3; a resume rolls step 3 back and commits it again with other
+    weights (those staged for step 2 stand in). The worker reloads for the same step number: it serves a version by
+    its step and hash."""
+    from lanpo.db.engine import transaction
+    from lanpo.db.repo import queue as queue_repo
+    from lanpo.db.repo import steps as steps_repo
+    from lanpo.train.producer import worker as worker_mod
+
+    prompts = _rows(db, "SELECT prompts FROM rollout_work WHERE run_id = :r AND step = 3", r=run_id)[0].prompts
+    worker = worker_mod._Worker(db, run_id, cfg, 30.0)
+    try:
+        assert (worker.step, worker.sha256) == (3, hashes[3])  # from step 3's checkpoint
+        with transaction(db) as session:  # what a resume to step 2 and a redone step 3 leave in the store
+            steps_repo.rollback_uncommitted(session, run_id, 2)
+            steps_repo.commit_step(session, run_id, 3, steps_repo.add_policy_version(session, run_id, 3, hashes[2]))
+            queue_repo.enqueue(session, run_id, 4, prompts, 3)
+        claim = worker.claim()
+        assert claim is not None and worker.serve(claim)
+        assert (worker.step, worker.sha256, worker.versions) == (3, hashes[2], [3, 3])  # reloaded, from staged/
+        served = _rows(db, "SELECT r.policy_step, r.groups FROM rollout_results r JOIN rollout_work w "
+                           "ON w.id = r.work_id WHERE w.run_id = :r AND w.step = 4", r=run_id)  # fmt: skip
+        assert {c["completion"]["served_adapter_sha256"] for g in served[0].groups for c in g["rollouts"]} == {
+            hashes[2]
+        }
+    finally:
+        worker.close()
 
 
 def _served_as_recorded(db: Engine, run_id: int) -> int:
@@ -238,6 +268,7 @@ def test_what_workers_refuse_at_load(tmp_path: Path) -> None:
     assert WorkersConfig(external=True).enabled and WorkersConfig(count=2).enabled and not WorkersConfig().enabled
     tiny_config(tmp_path, batch_size=4, workers=WorkersConfig(count=1)).check_world(2)  # torchrun trainers too
     tiny_config(tmp_path, method="mel", workers=WorkersConfig(count=1))  # and MEL (the workers replay)
+    tiny_config(tmp_path, checkpoint=CheckpointConfig(every=10), workers=WorkersConfig(count=1))  # recipes' cadence
 
 
 # the resume tests' recipe (tiny model, 4 steps, 3 problems x 2 rollouts, both kinds of feedback), asynchronous

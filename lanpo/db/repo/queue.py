@@ -2,7 +2,6 @@
 
     trainer: enqueue(step, prompts) ... finished(step) -> train -> mark(used) in the step's commit
     worker:  claim() -> renew() every few seconds while it generates -> finish(groups) | requeue()
-             (finish only while `version_committed`: the policy it served is still a committed step's)
 
 A claim is a lease: a worker that stops renewing it (killed, its machine gone) loses it when `lease_until` passes,
 and the next claim takes the row again (`claims` counts the takes). Only the holder of a row's current
@@ -106,13 +105,6 @@ def finish(
         },
     )  # fmt: skip
     return True
-
-
-def version_committed(session: Session, run_id: int, step: int, adapter_sha256: str) -> bool:
-    """Whether the run's committed step `step` holds policy version `adapter_sha256`: False once a resume rolled the
-    step back (or committed it again with other weights). A worker finishes a claim only with such a version."""
-    params = {"run_id": run_id, "step": step, "adapter_sha256": adapter_sha256}
-    return session.scalar(sqlfiles.load("queries/rollout_version_committed"), params) is not None
 
 
 def requeue(session: Session, claim: Claim) -> bool:

@@ -18,10 +18,10 @@ whose hash is not the published one. A published version removed before the work
 staged version pruned by the trainer, or staged weights a resume rolled back) is not an error: the worker loads
 the version the store publishes by then.
 
-A resume rolls the store back to its last checkpoint (`lanpo.train.plumbing.checkpoint`): the worker serves a
-version by its step and hash, so it reloads when a redone step commits other weights, and it hands groups back only
-while the version that generated them is still committed (`queue_repo.version_committed`, in the transaction that
-finishes the claim); otherwise it gives the claim back and the step is generated again.
+A resume rolls the store back to its last checkpoint (`lanpo.train.plumbing.checkpoint`), and the rollout work of
+the steps it rolls back with it: a claim of such work is lost (its row is gone, so it can neither renew nor finish
+it), and the groups a rolled-back version generated are never trained on. A worker that outlives its trainer serves
+a version by its step and hash, so it reloads when a redone step commits other weights under the same number.
 
 While it holds a claim a daemon thread renews the lease every third of `lease_s`; a worker that dies stops
 renewing, and the claim is redone by the next worker after `lease_s`. SIGTERM (`lanpo.cli` raises it in the main
@@ -194,11 +194,6 @@ class _Worker:
                 queue_repo.requeue(session, claim)  # nothing half-done stays claimed
             raise
         with transaction(self.engine) as session:
-            if not queue_repo.version_committed(session, self.run_id, self.step, self.sha256):
-                queue_repo.requeue(session, claim)  # a resume rolled the policy back: the step is generated again
-                log.warning("policy step %d (%s) was rolled back while it generated step %d: its groups are not "
-                            "kept", self.step, self.sha256[:12], claim.step)  # fmt: skip
-                return False
             kept = queue_repo.finish(
                 session, claim, self.name, self.step, self.backend.served_sha256, groups_to_json(got), seconds
             )
