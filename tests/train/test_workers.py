@@ -414,18 +414,24 @@ def test_a_worker_that_loses_a_race_with_pruning_serves_the_newer_policy(
 
 
 DIST_RECIPE = (
-    RECIPE.replace("steps = 4", "steps = 2").replace("batch_size = 3", "batch_size = 2")
+    RECIPE.replace("steps = 4", "steps = 2")
+    .replace("batch_size = 3", "batch_size = 2")
+    .replace("learning_rate = 1e-3\n", "learning_rate = 1e-3\nweight_decay = 0.1\n")  # each version its own weights
     + """
 [workers]
 count = 1
 lease_s = 30
+
+[checkpoint]
+every = 2  # step 1 is staged for the worker by both ranks (rank 0 writes), step 2 checkpointed
 """
 )
 
 
 def test_two_gloo_ranks_train_on_one_local_worker(db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path):
     """torchrun with 2 ranks and `workers.count = 1`: rank 0 takes each step from the queue and scatters the ranks
-    their strided shares; every step is generated once, by the worker, trained once and recorded once."""
+    their strided shares; every step is generated once, by the worker, trained once and recorded once. Step 1 has
+    no checkpoint: the worker generates step 2 from the weights the ranks staged."""
     import json
 
     from tests.train.test_dist import _torchrun
@@ -457,4 +463,9 @@ def test_two_gloo_ranks_train_on_one_local_worker(db_env: str, db: Engine, toy_p
         assert [r.response for r in stored] == made
     staleness = _rows(db, "SELECT value FROM run_metrics WHERE name = 'async/staleness' ORDER BY step")
     assert [s.value for s in staleness] == [0.0, 0.0]
+    assert _rows(db, "SELECT step, checkpoint IS NOT NULL FROM run_steps ORDER BY step") == [
+        (0, True), (1, False), (2, True)
+    ]  # fmt: skip
+    assert len({r.adapter_sha256 for r in _rows(db, "SELECT adapter_sha256 FROM policy_versions")}) == 3
+    assert _served_as_recorded(db, _rows(db, "SELECT id FROM runs")[0].id) == 2 * 2 * 2
     assert "step    2" in proc.stdout and proc.stdout.count("step    1") == 1  # rank 0 alone reports
