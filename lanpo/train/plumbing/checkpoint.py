@@ -14,7 +14,8 @@ contexts from the pool in the store (its lessons, their relevance, the caps' evi
 to keep k steps in one open transaction that nothing else sees; live SQL, `lanpo watch`, the rollout queue and the
 run_metrics a researcher reads as the run goes would all lag k steps. Rolling back costs at most `every - 1`
 redone steps after a crash, and the rows a researcher queries are always those of steps the weights went through
-(the TRL integration rolls back to TRL's checkpoint the same way).
+(the TRL integration rolls back to TRL's checkpoint the same way). With rollout workers, which load the policy they
+serve from disk, a step between checkpoints writes its weights alone for them (`lanpo.train.plumbing.staged`).
 
 The weights are the policy's (`lanpo.train.policy`): `adapter/` for a LoRA policy, `model/` (a whole model folder,
 safetensors) under full fine-tuning. Every rank takes part in a save (FSDP gathers its shards onto rank 0) and
