@@ -65,6 +65,7 @@ BENCHES: dict[str, tuple[str, str]] = {
         r"target: update peak full / chunked >= 4x -> [\d.]+x",
     ),
     "plan_check": ("--small --case chunked-update --case fsdp-update", r"within 20%: (yes|NO)"),  # fsdp: 2 ranks
+    "staged_weights": ("--model tiny-random --rounds 1", r"full: staged/checkpoint [\d.]+x bytes"),
     "async": (
         "--model tiny-random --no-sft --rounds 1 --steps 2 --set batch_size=2 --set rollout.n=2 "
         "--set rollout.max_new_tokens=4 --set grpo.minibatch_size=4 --set data.n=8",

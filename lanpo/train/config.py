@@ -275,10 +275,14 @@ class CheckpointConfig:
     continues from the newest checkpointed step c and rolls the store back to it in one transaction (the rows of
     steps after c, and the evictions they made: `lanpo.db.repo.steps.rollback_uncommitted`), so the step after c
     draws from the pool as it stood after step c and no attempt is doubled; up to `every - 1` steps are redone.
+    With rollout workers, a step between checkpoints writes its weights alone for them (`output_dir/staged`, no
+    optimizer state: `lanpo.train.plumbing.staged`).
     """
 
     every: int = help_field(
-        1, "write a checkpoint every N steps, and at the last step (1: every step; a resume redoes up to N - 1 steps)"
+        1,
+        "write a checkpoint every N steps, and at the last step (1: every step; a resume redoes up to N - 1 steps). "
+        "With rollout workers the steps between write their weights alone (no optimizer state) to output_dir/staged",
     )
     keep: int = help_field(2, "checkpoints kept on disk (the newest ones; step 0 too until `keep` newer exist)")
 
@@ -454,12 +458,6 @@ class TrainConfig:
     def check_workers(self) -> None:
         """What off-policy groups need, and max_staleness only where workers serve."""
         w = self.workers
-        _check(
-            not w.enabled or self.checkpoint.every == 1,
-            f"checkpoint.every = {self.checkpoint.every} with rollout workers: a worker loads each step's policy from "
-            "that step's checkpoint",
-            "set checkpoint.every = 1 when workers serve the run",
-        )
         if not w.enabled:
             _check(w.max_staleness == 0, "workers.max_staleness is set, but no worker serves the run",
                    "set workers.count (local workers) or workers.external = true")  # fmt: skip

@@ -35,7 +35,8 @@ stale, and runs the consumer half unchanged. Stale groups carry their generating
 Crash safety: the checkpoint of step s is written (tmp dir + rename) before step s's transaction commits, and
 `commit_step` is the transaction's last statement. Checkpoints are written every `checkpoint.every` steps and at
 the last; resume loads the last checkpointed step's and rolls the store's later steps back to it, their
-evictions too (`lanpo.train.run.open_run`), so the step after it draws from the pool as it stood then.
+evictions too (`lanpo.train.run.open_run`), so the step after it draws from the pool as it stood then. With
+workers, a step between checkpoints stages its weights alone for them (`lanpo.train.plumbing.staged`).
 With `rollout.vllm.sleep_during_update` (CUDA) the vLLM engine sleeps from after the step's last generation (MEL's
 replays included) to the weight sync, so the reference pass and the update have its GPU memory
 (`ServedPolicy.sleep`, `ServedPolicy.sync`).
@@ -72,6 +73,7 @@ from lanpo.train.mel.experiences import MetaStep, meta_experiences
 from lanpo.train.mel.record import record_meta
 from lanpo.train.parts import StepStore
 from lanpo.train.plumbing import checkpoint as ckpt
+from lanpo.train.plumbing import staged
 from lanpo.train.plumbing.dist import Dist, gather_step
 from lanpo.train.plumbing.step_line import validation_line
 from lanpo.train.plumbing.timing import Phases
@@ -217,11 +219,15 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 7. checkpoint (before the DB commit)
     # every `checkpoint.every` steps and at the last; between them the step commits its policy version's hash alone
-    # (a resume goes back to the last checkpointed step and rolls the store back to it: lanpo.train.run.open_run)
+    # (a resume goes back to the last checkpointed step and rolls the store back to it: lanpo.train.run.open_run),
+    # and with rollout workers, who load the policy they serve from disk, its weights alone, staged for them
     saved: tuple[Path | None, str] | None
     if cfg.checkpoint.due(step, cfg.steps):
         with phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes
             saved = ckpt.save_checkpoint(t.checkpoint_root, step, t.policy, t.optimizer, t.scheduler, t.start, t.dist)
+    elif t.queue is not None:
+        with phase("stage"):  # the same gather as a checkpoint's, no optimizer state: lanpo.train.plumbing.staged
+            saved = staged.stage_policy(t.checkpoint_root, t.policy, t.start, t.dist)
     else:
         saved = ckpt.unsaved_version(t.policy, t.dist, getattr(t.backend, "expected", None))
 
@@ -250,9 +256,21 @@ def _commit_step(
         metrics.update(record.rollout_metrics(gathered.rows))
         _write_step(store, step, phase, got, gathered.rows, saved, metrics)
     dist.barrier()
-    if gathered is not None and saved is not None and saved[0] is not None:  # a checkpointed step
-        ckpt.prune_checkpoints(store.checkpoint_root, store.keep_checkpoints, protect=step)
+    if gathered is not None and saved is not None:
+        if saved[0] is not None:  # a checkpointed step
+            ckpt.prune_checkpoints(store.checkpoint_root, store.keep_checkpoints, protect=step)
+        _prune_staged(store)
     return metrics
+
+
+def _prune_staged(store: StepStore) -> None:
+    """Keep the staged weights of the newest `staged.KEEP` committed steps' versions (rank 0, after the commit: till
+    then workers load the version before it)."""
+    if not (store.checkpoint_root / staged.STAGED_DIR).is_dir():  # no workers, or no step between checkpoints yet
+        return
+    with transaction(store.run.engine) as session:
+        keep = steps_repo.newest_versions(session, store.run.run_id, staged.KEEP)
+    staged.prune_staged(store.checkpoint_root, set(keep))
 
 
 def _write_step(

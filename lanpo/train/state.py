@@ -45,6 +45,7 @@ from lanpo.train.consumer.update import minibatches_per_epoch, warmup_schedule
 from lanpo.train.parts import RunRef, Sampler, StepStore
 from lanpo.train.plan_verdict import check_training
 from lanpo.train.plumbing import checkpoint as ckpt
+from lanpo.train.plumbing import staged
 from lanpo.train.plumbing.dist import Dist, init_from_env
 from lanpo.train.plumbing.step_line import duration
 from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
@@ -233,6 +234,7 @@ def _open_in_store(cfg: TrainConfig, engine: Engine, resume: bool, dist: Dist) -
             feedback_inter = asks_inter(cfg.feedback.mode) and cfg.feedback.inter.gamma > 0
             scorer = resolve_scorer(session, cfg.feedback.inter.scorer) if feedback_inter else None
             start = open_run(session, cfg, cfg.model.name, resume)
+        staged.clear(cfg.checkpoint_root())  # weights staged for workers by steps the resume just rolled back
         shared = {"start": start, "ids": problem_ids, "scorer": scorer, "validation": validation}
     return dist.broadcast(shared)
 

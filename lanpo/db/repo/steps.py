@@ -89,6 +89,11 @@ def last_committed_step(session: Session, run_id: int) -> int | None:
     return session.scalar(sqlfiles.load("queries/run_last_committed_step"), {"run_id": run_id})
 
 
+def newest_versions(session: Session, run_id: int, count: int) -> list[str]:
+    """The hashes of the policy versions the newest `count` committed steps name, newest first."""
+    return list(session.scalars(sqlfiles.load("queries/run_newest_versions"), {"run_id": run_id, "count": count}))
+
+
 @dataclass(frozen=True)
 class CommittedStep:
     """What the database says about a committed step: its checkpoint folder and the adapter it holds."""

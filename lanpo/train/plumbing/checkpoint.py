@@ -14,7 +14,8 @@ contexts from the pool in the store (its lessons, their relevance, the caps' evi
 to keep k steps in one open transaction that nothing else sees; `lanpo sql`, `lanpo runs`, the rollout queue and the
 run_metrics a researcher reads as the run goes would all lag k steps. Rolling back costs at most `every - 1`
 redone steps after a crash, and the rows a researcher queries are always those of steps the weights went through
-(the TRL integration rolls back to TRL's checkpoint the same way).
+(the TRL integration rolls back to TRL's checkpoint the same way). With rollout workers, which load the policy they
+serve from disk, a step between checkpoints writes its weights alone for them (`lanpo.train.plumbing.staged`).
 
 The weights are the policy's (`lanpo.train.policy`): `adapter/` for a LoRA policy, `model/` (a whole model folder,
 safetensors) under full fine-tuning. Every rank takes part in a save (FSDP gathers its shards onto rank 0) and
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 
 from lanpo.errors import InputError
-from lanpo.models.hashing import state_sha256
+from lanpo.models.hashing import adapter_dir_sha256, model_dir_sha256, state_sha256
 from lanpo.train.plumbing.dist import Dist
 
 if TYPE_CHECKING:
@@ -49,6 +50,12 @@ WEIGHTS_DIR = {"lora": ADAPTER_DIR, "full": MODEL_DIR}  # the policy's kind -> i
 
 def step_dir(root: Path, step: int) -> Path:
     return root / f"step-{step:06d}"
+
+
+def weights_sha256(weights: Path, kind: str) -> str:
+    """The policy version's hash of a saved weights folder (`adapter/`, `model/`), as `Policy.save` returned it when
+    it wrote the folder: a rollout worker checks it before it loads them."""
+    return adapter_dir_sha256(weights) if kind == "lora" else model_dir_sha256(weights)
 
 
 def rng_state() -> dict[str, Any]:

@@ -5,15 +5,23 @@
     groups, written once)
 
 What a worker needs is the database URL and the run's folder (`output_dir`): the run's config, its problems and
-the queue are in the store; the published policy versions are the committed checkpoints, named in `run_steps`
-and checked by hash against `policy_versions`. On another machine the run's folder must be mounted at the same
-path (a shared file system): a LoRA adapter is a few MB and could live in the store, full weights could not, and
-one channel serves both.
+the queue are in the store; the published policy versions are the committed steps, named in `run_steps` with
+their hash in `policy_versions`. A checkpointed step's weights are in its checkpoint; a step between checkpoints
+(`checkpoint.every > 1`) has its weights staged by the trainer under `staged/<sha256>/`
+(`lanpo.train.plumbing.staged`). Either folder is hashed and checked against the version's hash before it loads.
+On another machine the run's folder must be mounted at the same path (a shared file system): a LoRA adapter is a
+few MB and could live in the store, full weights could not, and one channel serves both.
 
 A worker refuses, with one error line and before it claims anything, a run that does not exist, has finished or
 trains synchronously, a model other than the run's, a database it cannot reach, and weights it cannot load or
-whose hash is not the published one. A committed step pruned by the trainer before the worker read it (a race
-it lost) is not an error: the worker loads the newer step the store publishes.
+whose hash is not the published one. A published version removed before the worker read it (a checkpoint or a
+staged version pruned by the trainer, or staged weights a resume rolled back) is not an error: the worker loads
+the version the store publishes by then.
+
+A resume rolls the store back to its last checkpoint (`lanpo.train.plumbing.checkpoint`), and the rollout work of
+the steps it rolls back with it: a claim of such work is lost (its row is gone, so it can neither renew nor finish
+it), and the groups a rolled-back version generated are never trained on. A worker that outlives its trainer serves
+a version by its step and hash, so it reloads when a redone step commits other weights under the same number.
 
 While it holds a claim a daemon thread renews the lease every third of `lease_s`; a worker that dies stops
 renewing, and the claim is redone by the next worker after `lease_s`. SIGTERM (`lanpo.cli` raises it in the main
@@ -45,6 +53,7 @@ from lanpo.train.mel.experiences import meta_generations
 from lanpo.train.parts import Sampler
 from lanpo.train.plumbing import checkpoint as ckpt
 from lanpo.train.plumbing.dist import Dist
+from lanpo.train.plumbing.staged import staged_weights
 from lanpo.train.plumbing.timing import Phases
 from lanpo.train.policy import Policy, build_policy, load_base
 from lanpo.train.producer.produce import Produced, groups_to_json, produce, prompts_from_store
@@ -54,7 +63,7 @@ from lanpo.train.producer.served_policy import ServedPolicy, open_served_policy,
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5  # between claims while the queue is empty
-PRUNE_RETRIES = 5  # published steps a worker tries in turn when the trainer prunes the one it was about to load
+PRUNE_RETRIES = 5  # published versions a worker tries in turn when the one it was about to load is removed
 
 
 @dataclass
@@ -156,6 +165,7 @@ class _Worker:
         self.policy.model.eval()
         self.tokenizer = tokenizer
         self.step = -1  # the policy step it serves (none yet)
+        self.sha256 = ""  # and that version's hash: a step redone after a resume may hold other weights
         self._load(published)
         self.backend: ServedPolicy = open_served_policy(cfg, self.policy.model, tokenizer, weights, trains=False)
         self.summarizer = build_summarizer(cfg, self.backend, tokenizer, Dist())
@@ -214,56 +224,63 @@ class _Worker:
                 f"{None if published is None else published.step}",
                 hint="a trainer rolled back past queued work; the claim is given back",
             )
-        if published.step != self.step:
+        if (published.step, published.adapter_sha256) != (self.step, self.sha256):
             self._load(published)
             self.backend.sync()
 
     def _load(self, published: queue_repo.PublishedPolicy) -> None:
         """Load a committed step's weights into the policy, checked against the hash the store publishes.
 
-        A step the trainer pruned (`checkpoint.keep`) between the store naming it and the worker reading it is a
-        race the worker lost, not an error: it loads the newer step the store publishes by then (pruning never
-        removes the newest committed step, so the retry finds one). Only a run folder that is not there at all
-        (another machine, not mounted) is a mount problem."""
+        A version removed between the store naming it and the worker reading it (a checkpoint or staged version the
+        trainer pruned, `checkpoint.keep` and `staged.KEEP`; staged weights a resume cleared) is a race the worker
+        lost, not an error: it loads the version the store publishes by then (pruning never removes the newest
+        committed step's, so the retry finds one). Only a run folder that is not there at all (another machine, not
+        mounted) is a mount problem."""
         for _ in range(PRUNE_RETRIES):
             weights = self._weights(published)
             try:
-                self.policy.load(weights)
+                self._check_and_load(weights, published)
                 break
             except Exception:
-                if weights.exists():  # not a folder pruned under the load: a real failure
+                if weights.exists():  # not a folder removed under the load: a real failure
                     raise
             with transaction(self.engine) as session:
                 newer = queue_repo.newest_policy(session, self.run_id)
-            if newer is None or newer.step <= published.step:
+            if newer is None or (newer.step, newer.adapter_sha256) == (published.step, published.adapter_sha256):
                 raise self._unreadable(published, weights)
-            log.info("policy step %d was pruned before this worker read it: serving step %d", published.step,
+            log.info("policy step %d was removed before this worker read it: serving step %d", published.step,
                      newer.step)  # fmt: skip
             published = newer
         else:
             raise LanpoError(
-                f"the trainer pruned {PRUNE_RETRIES} published steps in turn before this worker could read one",
+                f"the trainer removed {PRUNE_RETRIES} published versions in turn before this worker could read one",
                 hint="keep more checkpoints (checkpoint.keep), so a worker has time to load the newest",
             )
-        sha = self.policy.replica_sha256()
-        if sha and sha != published.adapter_sha256:
+        self.step, self.sha256 = published.step, published.adapter_sha256
+        self.versions.append(published.step)
+        log.info("serving policy step %d (%s) from %s", published.step, published.adapter_sha256[:12], weights)
+
+    def _check_and_load(self, weights: Path, published: queue_repo.PublishedPolicy) -> None:
+        """Load `weights` once their hash is the published version's (the hash `Policy.save` returned on writing)."""
+        sha = ckpt.weights_sha256(weights, self.policy.kind)
+        if sha != published.adapter_sha256:
             raise InputError(
                 f"the weights in {weights} hash to {sha[:12]}, but step {published.step} published "
                 f"{published.adapter_sha256[:12]}",
                 hint="the run folder changed after the step committed; do not serve it",
             )
-        self.step = published.step
-        self.versions.append(published.step)
-        log.info("serving policy step %d (%s)", published.step, published.adapter_sha256[:12])
+        self.policy.load(weights)
 
     def _weights(self, published: queue_repo.PublishedPolicy) -> Path:
-        root = self.cfg.checkpoint_root()
-        path = Path(published.checkpoint) if published.checkpoint else ckpt.step_dir(root, published.step)
-        return path / ckpt.WEIGHTS_DIR[self.policy.kind]
+        """The folder of a published version's weights: its checkpoint's, or (a step between checkpoints) the
+        trainer's staged copy, named by its hash."""
+        if published.checkpoint is None:
+            return staged_weights(self.cfg.checkpoint_root(), published.adapter_sha256, self.policy.kind)
+        return Path(published.checkpoint) / ckpt.WEIGHTS_DIR[self.policy.kind]
 
     def _unreadable(self, published: queue_repo.PublishedPolicy, weights: Path) -> InputError:
         """Why a committed step's weights cannot be read: the run's folder is not here, or the step was removed."""
-        folder = weights.parent.parent  # the run's output_dir, which holds step-NNNNNN/
+        folder = self.cfg.checkpoint_root()  # the run's output_dir, which holds step-NNNNNN/ and staged/
         if not folder.is_dir():
             return InputError(
                 f"the published policy of step {published.step} is not readable here: no run folder {folder}",
@@ -271,7 +288,7 @@ class _Worker:
             )
         return InputError(
             f"the published policy of step {published.step} is gone from {folder} ({weights} is missing), and the "
-            "store publishes no newer step",
+            "store publishes no other version",
             hint="something other than the trainer's pruning removed it; resume the run to publish a step again",
         )
 
