@@ -158,3 +158,4 @@ def test_the_sharded_mixed_precision_update_is_the_fp32_one_to_bf16_rounding(sha
     lost = (start_flat + step_mixed).to(BF16) == start_flat.to(BF16)
     assert float(lost.float().mean()) > 0.5
     assert float((step_mixed != 0).float().mean()) > 0.99
+    print(f"against fp32: {error:.4f} of the update in norm; under half a bf16 ulp: {float(lost.float().mean()):.0%}")
