@@ -37,7 +37,8 @@ Phases (each adds to the above):
   weight) + one layer's gradient (4 bytes a weight; mixed precision: its bf16 gradient and the fp32 copy the
   reduce-scatter takes, 2 + 4); autocast's bf16 weight casts 2 (P - V H) (full fine-tuning alone: autocast caches
   the cast of every trainable leaf a matmul reads until the forward ends; the input embedding is looked up, not
-  cast, unless the head shares it; under FSDP mixed precision the weights already are bf16: nothing is cast);
+  cast, unless the head shares it; under FSDP mixed precision the weights already are bf16: nothing is cast;
+  LoRA: the fp32 adapter's casts 2 P_l, the frozen base's casts are not cached);
   activations per position per layer
   A = a (4I + 5 Dq + 2H) + 8H (+ (a + 4)(Dq + Dkv) for Qwen3's q/k norms): m S L A without
   `model.gradient_checkpointing`, m S (L H a + A) with it (layer inputs + one layer recomputed); logits
@@ -163,8 +164,9 @@ def make_plan(
     P, L, V, H = shape.params, shape.num_hidden_layers, shape.vocab_size, shape.hidden_size
     P_l = 0 if full else shape.lora_params(cfg.lora.r, cfg.lora.target_modules)
     b = 4 if full or cfg.model.dtype == "float32" else 2
-    a = 2 if cfg.grpo.autocast in ("bf16", "auto") else b
-    mixed = fsdp and a == 2  # FSDP2 mixed precision (`fsdp.shard(..., compute=bf16)`), not autocast's casts
+    bf16 = cfg.grpo.autocast in ("bf16", "auto")
+    a = 2 if bf16 else b
+    mixed = fsdp and bf16  # FSDP2 mixed precision (`fsdp.shard(..., compute=bf16)`), not autocast's casts
     g = 2 if mixed else 4  # bytes a weight FSDP gathers
     rows, S, prompt, T = micro_positions(cfg)
     share = cfg.grpo.share_prompts and not fsdp and not cfg.model.gradient_checkpointing
@@ -226,10 +228,12 @@ def make_plan(
     upd = dict(held)
     if full:
         upd["grads" + (" (shard)" if fsdp else "")] = 4 * P / s
-        if a == 2 and not mixed:  # autocast caches its cast of every weight a matmul reads (not the lookup's)
+        if bf16 and not mixed:  # autocast caches its cast of every weight a matmul reads (not the lookup's)
             upd["autocast bf16 weight casts"] = 2 * (P - (0 if shape.tie_word_embeddings else V * H))
     else:
         upd["LoRA grads"] = 4 * P_l * (2 if W > 1 else 1)
+        if bf16:  # the fp32 adapter's casts (a frozen base's are not cached)
+            upd["autocast bf16 weight casts"] = 2 * P_l
     if fsdp:  # + one layer's gradient: fp32, or (mixed) bf16 beside the fp32 copy its reduce-scatter takes
         upd["FSDP units gathered"] = units + (2 + 4 if mixed else 4) * shape.layer_params
     A = activation_per_position(shape, a)
@@ -270,7 +274,7 @@ def make_plan(
     phases.append(Phase("checkpoint", ckpt))
     if mixed:
         notes.append("bf16 compute: FSDP2 mixed precision (units gathered in bf16, gradients reduced in fp32)")
-    elif full and a == 2:
+    elif full and bf16:
         notes.append("bf16 compute: torch.autocast, which caches a bf16 copy of every trained weight it casts")
     if fsdp:
         notes.append(

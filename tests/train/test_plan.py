@@ -251,3 +251,8 @@ def test_fsdp_mixed_precision_terms_by_hand() -> None:
     alone = {p.name: p.terms for p in make_plan(cfg, shape, 1, 80.0).phases}
     assert alone["update"]["autocast bf16 weight casts"] == 2 * (P - 152_064 * 256)
     assert "FSDP units gathered" not in alone["update"]
+    # LoRA keeps autocast (DDP): it caches the casts of the fp32 adapter only, 2 bytes an adapter weight
+    lora = replace(cfg, lora=replace(cfg.lora, enabled=True))
+    terms = {p.name: p.terms for p in make_plan(lora, shape, 2, 80.0).phases}["update"]
+    assert terms["autocast bf16 weight casts"] == 2 * shape.lora_params(lora.lora.r, lora.lora.target_modules) > 0
+    assert "FSDP units gathered" not in terms
