@@ -17,6 +17,13 @@ model folder loads (`model.dtype = auto`: bf16 on a GPU). Rows:
                        unsharded. Passes when their gradient norms agree within 1%, more than 90% of the weights
                        moved, and the two land closer to each other than a tenth of the way they moved (an Adam
                        step is about lr * sign(gradient), so a gradient near 0 may flip: no bit-for-bit bar).
+  bf16 mixed precision against fp32
+                       one SGD update (the step is -lr x the clipped gradient) of the full policy sharded over the
+                       one-rank group, from one start on the same rollouts, in FSDP2 mixed precision (bf16 units,
+                       fp32 reduction), in bf16 autocast over fp32 units (lanpo before it) and in fp32. Passes when
+                       the mixed update is the fp32 one to bf16 rounding in norm (above 1e-4, at most 2 sqrt(K)
+                       2^-8 with K the bf16 roundings on the longest path: tests/train/test_mixed_precision.py), its
+                       gradient norm too, and (on a GPU) its peak is below autocast's (no bf16 copy of the weights).
   sync to engine       what `VLLMBackend.load_weights` does before vLLM, for full weights (streamed from the FSDP
                        shards, `lanpo.rollout.weights.send_weights`: one tensor gathered, hashed, cast and packed at
                        a time) and merged LoRA: checked against the model folder's names and shapes, hashed, cast to
@@ -271,9 +278,9 @@ def full_ft(env: Env, row: Row) -> None:
     row.ok = result.steps == [1, 2] and share > 0.9 and all(t.dtype == torch.float32 for t in trained.values())
 
 
-def _synthetic_update(env: Env, policy: Any, dist: Any) -> Any:
+def _synthetic_update(env: Env, policy: Any, dist: Any, autocast: str = "auto", sgd_lr: float = 0.0) -> Any:
     """One GRPO update of `policy` on fixed random rollouts, 8 prompts x 2 of 64 + 64 tokens (8 + 8 small): its
-    stats."""
+    stats. `sgd_lr`: SGD at that rate instead of AdamW (the step is then -lr x the clipped gradient)."""
     from lanpo.train.config import GRPOConfig
     from lanpo.train.consumer.batch import build_batch
     from lanpo.train.consumer.update import update_policy, warmup_schedule
@@ -286,18 +293,32 @@ def _synthetic_update(env: Env, policy: Any, dist: Any) -> Any:
     advantages = torch.randn(8, 2, generator=generator)
     advantages = (advantages - advantages.mean(dim=1, keepdim=True)).flatten().to(env.device)
     batch = build_batch(prompts, completions, 0, env.device)
-    cfg = GRPOConfig(learning_rate=1e-5, warmup_ratio=0.0, autocast="auto", share_prompts=False, minibatch_size=16)
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate)
+    cfg = GRPOConfig(learning_rate=1e-5, warmup_ratio=0.0, autocast=autocast, share_prompts=False, minibatch_size=16)
+    params = policy.trainable_parameters()
+    optimizer = torch.optim.SGD(params, lr=sgd_lr) if sgd_lr else torch.optim.AdamW(params, lr=cfg.learning_rate)
     schedule = warmup_schedule(optimizer, 4, 0.0)
     return update_policy(policy, optimizer, schedule, batch, advantages, cfg, seed=0, dist=dist)
 
 
-def _load_full(env: Env, dist: Any) -> Any:
+def _load_full(env: Env, dist: Any, compute: torch.dtype | None = None) -> Any:
     from lanpo.models import load_causal_lm
     from lanpo.train.policy import FullPolicy
 
     model, tokenizer = load_causal_lm(env.model_dir, dtype=env.dtype, device=env.device)
-    return FullPolicy(model, tokenizer, dist)
+    return FullPolicy(model, tokenizer, dist, compute)
+
+
+def _join_one_rank(env: Env) -> str:
+    """A one-rank process group (once), as `lanpo train` under torchrun makes it: its backend."""
+    import torch.distributed as torch_dist
+
+    from lanpo.train.plumbing.dist import process_group_backend
+
+    backend = process_group_backend()  # NCCL for CUDA tensors, gloo for the CPU's
+    if not torch_dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        torch_dist.init_process_group(backend, init_method=f"file://{env.work / 'pg'}", rank=0, world_size=1)
+    return backend
 
 
 class Shared:
@@ -307,20 +328,16 @@ class Shared:
 
 
 def fsdp_ws1(env: Env, row: Row) -> None:
-    import torch.distributed as torch_dist
-
     from lanpo.models import read_model_state
     from lanpo.train.plumbing import fsdp
-    from lanpo.train.plumbing.dist import Dist, process_group_backend
+    from lanpo.train.plumbing.dist import Dist
 
     start = {n: t.float() for n, t in read_model_state(env.model_dir).items()}
     plain = _load_full(env, Dist())
     plain_stats = _synthetic_update(env, plain, Dist())
     want = {n: p.detach().to("cpu", torch.float32) for n, p in plain.model.state_dict().items() if n in start}
     del plain
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    backend = process_group_backend()  # as `lanpo train` under torchrun: NCCL for CUDA tensors, gloo for the CPU's
-    torch_dist.init_process_group(backend, init_method=f"file://{env.work / 'pg'}", rank=0, world_size=1)
+    backend = _join_one_rank(env)
     dist = Dist(joined=True)
     sharded = _load_full(env, dist)
     started = time.perf_counter()
@@ -341,6 +358,52 @@ def fsdp_ws1(env: Env, row: Row) -> None:
     Shared.sharded = sharded
     row.ok = fsdp.is_sharded(sharded.model) and set(want) == set(start) and norm_gap <= 1e-2 and moved > 0.9
     row.ok = row.ok and apart <= 0.1 * travelled
+
+
+# (name, FullPolicy's compute dtype: FSDP2's param_dtype, grpo.autocast)
+PRECISIONS = (("mixed", torch.bfloat16, "bf16"), ("autocast", None, "bf16"), ("fp32", None, "off"))
+
+
+def mixed_precision(env: Env, row: Row) -> None:
+    """bf16 mixed precision against fp32: one SGD update (the step is -lr x the clipped gradient) of the full
+    policy sharded over a one-rank group, from the same start on the same rollouts, three ways: FSDP2 mixed
+    precision (bf16 units, fp32 reduction: `grpo.autocast = bf16` under torchrun), bf16 under autocast over fp32
+    units (lanpo before mixed precision), and fp32."""
+    from lanpo.models import read_model_state
+    from lanpo.train.plumbing import fsdp
+    from lanpo.train.plumbing.dist import Dist
+
+    _join_one_rank(env)
+    start = {n: t.float() for n, t in read_model_state(env.model_dir).items()}
+    steps: dict[str, torch.Tensor] = {}
+    peaks: dict[str, float] = {}
+    norms: dict[str, float] = {}
+    for name, compute, autocast in PRECISIONS:
+        policy = _load_full(env, Dist(joined=True), compute)
+        if env.gpu:
+            torch.cuda.synchronize(env.device)
+            torch.cuda.reset_peak_memory_stats(env.device)
+            base = torch.cuda.memory_allocated(env.device)
+        norms[name] = _synthetic_update(env, policy, Dist(joined=True), autocast, sgd_lr=1.0).grad_norm
+        if env.gpu:
+            torch.cuda.synchronize(env.device)
+            peaks[name] = (torch.cuda.max_memory_allocated(env.device) - base) / 2**20
+        got = fsdp.full_state(policy.model)
+        steps[name] = torch.cat([(got[n].float() - t).flatten() for n, t in start.items()])
+        del policy, got
+        if env.gpu:
+            torch.cuda.empty_cache()
+    # tests/train/test_mixed_precision.py's bound: 2 sqrt(K) x 2^-8, K = 2 (1 + 10 L + 1) bf16 roundings on the
+    # longest forward and backward path of L decoder layers (about 10 stored tensors a layer)
+    layers = SMALL_SHAPE["layers"] if env.small else SMOLLM2_SHAPE["layers"]
+    bound = 2 * (2 * (2 + 10 * layers)) ** 0.5 * 2.0**-8
+    error = float((steps["mixed"] - steps["fp32"]).norm() / steps["fp32"].norm())
+    row.figures["mixed vs fp32 (update, in norm)"] = f"{error:.2e} (bound {bound:.3f})"
+    row.figures["grad norm gap"] = f"{abs(norms['mixed'] - norms['fp32']) / norms['fp32']:.1e}"
+    row.ok = 1e-4 < error <= bound and abs(norms["mixed"] - norms["fp32"]) <= bound * norms["fp32"]
+    if env.gpu:  # the update's peak above the sharded policy: no bf16 copy of the weights under mixed precision
+        row.figures["update peak MiB mixed/autocast/fp32"] = "/".join(f"{peaks[k]:.0f}" for k in peaks)
+        row.ok = row.ok and peaks["mixed"] < peaks["autocast"]
 
 
 def _send(worker: Any, sent: list[Any], expected: dict[str, tuple[int, ...]]) -> None:
@@ -550,6 +613,7 @@ ROWS: dict[str, Callable[[Env, Row], None]] = {
     "hf step, LoRA": hf_step,
     "full fine-tuning": full_ft,
     "FSDP2, world 1": fsdp_ws1,
+    "bf16 mixed precision against fp32": mixed_precision,
     "sync to engine": sync_to_engine,
     "plan vs measured": plan_check,
     "log-prob memory": logprob_memory,

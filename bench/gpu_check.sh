@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check of issue 25 (section 6), run only where a device is lent: the HF backend's GRPO step on CUDA in bf16,
-# full fine-tuning, FSDP2 at world size 1 and the weight sync up to the engine's boundary, on the real store
-# (embedded Postgres), with the machine's own torch, transformers and peft; no hub. The row "engine asleep during
-# the update" needs the machine's own vLLM and says it skipped without one. bench/gpu_check.py says what each row
-# runs and when it passes; this wrapper installs the carried wheels and keeps the log.
+# full fine-tuning, FSDP2 at world size 1, bf16 mixed precision against fp32, the weight sync up to the engine's
+# boundary, lanpo plan against measured peaks and the log-prob memory, on the real store (embedded Postgres), with
+# the machine's own torch, transformers and peft; no hub. The row "engine asleep during the update" needs the
+# machine's own vLLM and says it skipped without one. bench/gpu_check.py says what each row runs and when it
+# passes; this wrapper installs the carried wheels and keeps the log.
 #
 #   bash bench/gpu_wheels.sh                                   # here, once: the store's wheels into .whl/
 #   device run: carry [".whl"], timeout_s 540, command "bash bench/gpu_check.sh"

@@ -2,8 +2,9 @@
 
 Each case is a Qwen2-shaped decoder built from its config (transformers' Qwen2ForCausalLM, random weights, no
 download) with the real 152,064-token vocabulary (Qwen2.5's; untied head, as Qwen2.5-7B) and a tiny hidden size,
-fully fine-tuned in fp32 (`lanpo.train.policy.FullPolicy`, AdamW) on one batch of 1-2K-token responses, alone or
-(the `fsdp-*` cases) sharded with FSDP2 over 2 gloo ranks, each with its share of the rows. Each case runs in a
+fully fine-tuned over fp32 weights (`lanpo.train.policy.FullPolicy`, AdamW) on one batch of 1-2K-token responses,
+alone or (the `fsdp-*` cases) sharded with FSDP2 over 2 gloo ranks, each with its share of the rows (`fsdp-bf16-*`:
+in FSDP2 mixed precision, bf16 units and fp32 reduction). Each case runs in a
 fresh subprocess (`--case NAME`; a sharded case spawns its ranks there), which measures one phase of lanpo's own
 code:
 
@@ -56,8 +57,9 @@ class Case:
     budget_rows: int = 0  # grpo.max_tokens_per_micro_batch = this many full rows (0: off)
     checkpointing: bool = False  # model.gradient_checkpointing
     autocast: str = "off"  # grpo.autocast: "bf16" counts a = 2 (bf16 activations, fp32 logit copies, weight casts)
-    world: int = 1  # ranks: > 1 shards the policy with FSDP2 over gloo (each rank its share of the rows); the
-    # measure is the largest rank's
+    world: int = 1  # ranks: > 1 shards the policy with FSDP2 over gloo (each rank its share of the rows; with
+    # autocast bf16 in FSDP2 mixed precision: bf16 units, fp32 reduction, no weight casts); the measure is the
+    # largest rank's
 
 
 PROMPT = 64
@@ -71,6 +73,7 @@ CASES = {
     "bf16-update": Case("update", rows=2, n=2, completion=2048, chunk=512, checkpointing=True, autocast="bf16"),
     "fsdp-update": Case("update", rows=2, n=4, completion=1024, chunk=512, world=2),
     "fsdp-reference": Case("reference", rows=2, n=4, completion=2048, chunk=1024, world=2),
+    "fsdp-bf16-update": Case("update", rows=2, n=4, completion=1024, chunk=512, world=2, autocast="bf16"),
 }
 # On a GPU (bench/gpu_check.py's row "plan vs measured"): the paper recipe's micro-batch as it ships, one row of a
 # 8,192-token response under the 11,264-token budget with chunks of 4,096 and bf16 autocast, and a budget of 2 rows
@@ -149,7 +152,8 @@ def measure(case: Case, device: str, dist: Any = None) -> float:
     model = Qwen2ForCausalLM(Qwen2Config(**SHAPE)).to(dev)
     if case.checkpointing:
         enable_checkpointing(model)
-    policy = FullPolicy(model, dist=dist)  # FSDP2-sharded when `dist` is joined
+    compute = autocast_dtype(case.autocast, dev)  # sharded: FSDP2 mixed precision, as `lanpo train` builds it
+    policy = FullPolicy(model, dist=dist, compute=compute)  # FSDP2-sharded when `dist` is joined
     optimizer, scheduler = optimizer_and_schedule(cfg, policy)
     for p in policy.trainable_parameters():  # the AdamW moments exist from the first step on: allocate them now
         p.grad = torch.zeros_like(p)
@@ -237,8 +241,8 @@ def main() -> int:
         return 0
     print(
         f"shape: {SHAPE['num_hidden_layers']} layers, hidden {SHAPE['hidden_size']}, intermediate "
-        f"{SHAPE['intermediate_size']}, vocabulary {VOCAB:,} (untied); full fine-tuning, fp32; prompt {PROMPT} "
-        f"tokens; device {args.device}; measure: "
+        f"{SHAPE['intermediate_size']}, vocabulary {VOCAB:,} (untied); full fine-tuning, fp32 weights; "
+        f"prompt {PROMPT} tokens; device {args.device}; measure: "
         + ("peak RSS above the baseline" if args.device == "cpu" else "max_memory_allocated above the baseline")
     )
     print(

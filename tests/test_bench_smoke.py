@@ -53,7 +53,7 @@ BENCHES: dict[str, tuple[str, str]] = {
         r"(?m)^step +[\d.]+ +[\d.]+ +[\d.]+x",
     ),
     # bf16 weights, as on a GPU; the engine-asleep row needs vLLM on CUDA, and says it skipped
-    "gpu_check": ("--device cpu --small --dtype bfloat16", r"gpu check: 6 of 6 ok, 1 skipped"),
+    "gpu_check": ("--device cpu --small --dtype bfloat16", r"gpu check: 7 of 7 ok, 1 skipped"),
     "engine_sleep": ("--device cpu", r"plan asleep/awake peak: grpo-baseline [\d.]+x"),  # the engine: GPU only
     "fresh_stats": (
         "--steps 2 --rounds 1",

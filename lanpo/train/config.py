@@ -173,9 +173,11 @@ class GRPOConfig:
     )
     autocast: str = help_field(
         "off",
-        "off | bf16 | auto: the trainer's forwards under torch.autocast bf16 with fp32 weights and an fp32 "
-        "log-softmax (faster on CPUs with fast bf16 matmuls and on GPUs; log-probs differ by bf16 rounding); auto: "
-        "bf16 where a bf16 matmul measures at least 1.25x faster than fp32 on this machine (models.bf16_pays)",
+        "off | bf16 | auto: the trainer computes in bf16 over fp32 master weights, the log-softmax in fp32: full "
+        "fine-tuning under torchrun through FSDP2 mixed precision (bf16 units, fp32 gradient reduction, as verl), "
+        "otherwise under torch.autocast (faster on CPUs with fast bf16 matmuls and on GPUs; log-probs differ by "
+        "bf16 rounding); auto: bf16 where a bf16 matmul measures at least 1.25x faster than fp32 on this machine "
+        "(models.bf16_pays)",
     )
     max_grad_norm: float = help_field(1.0, "gradient clipping")
     skip_zero_spread: bool = help_field(

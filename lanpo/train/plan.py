@@ -8,6 +8,10 @@ Rows m = `grpo.micro_batch_size` (fewer when `grpo.max_tokens_per_micro_batch` c
 positions a row (`rollout.max_prompt_tokens` + the longest completion limit: padded batches reach it).
 Weight bytes b = 4 (full fine-tuning: fp32 master weights, `lanpo.train.policy.FullPolicy`) or the loaded
 dtype (LoRA: bf16 on a GPU); compute bytes a = 2 under `grpo.autocast` bf16 (auto is bf16 on a GPU), else b.
+bf16 compute runs two ways (`lanpo.train.policy`): sharded full fine-tuning (FSDP, W > 1) through FSDP2 mixed
+precision, whose units are gathered in bf16 and whose gradients are reduced in fp32 into fp32 shards, so a gathered
+weight takes g = 2 bytes (else g = 4) and no weight is ever cast by autocast; everything else (full fine-tuning
+alone, LoRA) under `torch.autocast`.
 
 Held the whole run (every phase):
 - engine = f x M, f = `rollout.vllm.memory_fraction` (0.45 on CUDA): vLLM reserves it at start. None with
@@ -23,22 +27,25 @@ Held the whole run (every phase):
 - the step's batch on the device: 3 x 8 bytes x (rows of this rank) x S (ids, mask, positions).
 
 Phases (each adds to the above):
-- generate: with `rollout.backend = hf` the policy generates itself, and FSDP unshards the whole fp32 model on
-  every rank (`fsdp.full_weights`) +4P, plus the KV cache of 64 rows (`HFBackend.max_batch`) x S x L x 2 Dkv x a,
+- generate: with `rollout.backend = hf` the policy generates itself, and FSDP unshards the whole model on
+  every rank (`fsdp.full_weights`) + g P, plus the KV cache of 64 rows (`HFBackend.max_batch`) x S x L x 2 Dkv x a,
   or of the summaries after them when larger (the policy summarises through the same backend: min(64, a rank's
   summaries at most) rows of S + `summarizer.max_new_tokens`); with an engine, summaries take the engine's own
   cache, and nothing is gathered (`FullPolicy.generating`; `Options.unshard_generating = True` counts the
   unshard lanpo did before issue 37).
 - old / reference log-probs (no grad; old only when `ppo_epochs` > 1 or several minibatches): the reference
-  visits the GPU whole (alone: +4P) or unit by unit (FSDP: root 4 x (V x H (x2 untied) + H) + 2 layers);
+  visits the GPU whole (alone: +4P) or unit by unit (FSDP: root g x (V x H (x2 untied) + H) + 2 layers);
   one layer's working set m S (3I + 2Dq + 2H) a; the shared-prompt KV cache m P_tok L 2 Dkv a; the logits
   N x V x (a + 4 + 4) (model output, fp32 copy when a = 2, logsumexp's exp; + 4 for logits / temperature when
   the temperature is not 1), N = m x T positions; chunked, C x V x 8 (the fp32 copy and the tempered one
   replace the head's output in `_chunk_logprobs` instead of sitting beside it).
-- update: + grads (full 4P/s, LoRA 4 P_l, +4 P_l DDP buckets); FSDP units gathered (root + 2 layers) + one
-  layer's gradient; autocast's bf16 weight casts 2 (P - V H) (full fine-tuning: autocast caches the cast of
-  every trainable leaf a matmul reads until the forward ends; the input embedding is looked up, not cast, unless
-  the head shares it); activations per position per layer
+- update: + grads (full 4P/s, LoRA 4 P_l, +4 P_l DDP buckets); FSDP units gathered (root + 2 layers, g bytes a
+  weight) + one layer's gradient (4 bytes a weight; mixed precision: its bf16 gradient and the fp32 copy the
+  reduce-scatter takes, 2 + 4); autocast's bf16 weight casts 2 (P - V H) (full fine-tuning alone: autocast caches
+  the cast of every trainable leaf a matmul reads until the forward ends; the input embedding is looked up, not
+  cast, unless the head shares it; under FSDP mixed precision the weights already are bf16: nothing is cast;
+  LoRA: the fp32 adapter's casts 2 P_l, the frozen base's casts are not cached);
+  activations per position per layer
   A = a (4I + 5 Dq + 2H) + 8H (+ (a + 4)(Dq + Dkv) for Qwen3's q/k norms): m S L A without
   `model.gradient_checkpointing`, m S (L H a + A) with it (layer inputs + one layer recomputed); logits
   N x V x (a + 4 + 12) at the forward's end (model output, fp32 copy, the entropy's log-softmax, exp and product)
@@ -166,7 +173,10 @@ def make_plan(
     P, L, V, H = shape.params, shape.num_hidden_layers, shape.vocab_size, shape.hidden_size
     P_l = 0 if full else shape.lora_params(cfg.lora.r, cfg.lora.target_modules)
     b = 4 if full or cfg.model.dtype == "float32" else 2
-    a = 2 if cfg.grpo.autocast in ("bf16", "auto") else b
+    bf16 = cfg.grpo.autocast in ("bf16", "auto")
+    a = 2 if bf16 else b
+    mixed = fsdp and bf16  # FSDP2 mixed precision (`fsdp.shard(..., compute=bf16)`), not autocast's casts
+    g = 2 if mixed else 4  # bytes a weight FSDP gathers
     rows, S, prompt, T = micro_positions(cfg)
     share = cfg.grpo.share_prompts and not fsdp and not cfg.model.gradient_checkpointing
     n = cfg.rollout.n
@@ -194,7 +204,7 @@ def make_plan(
     gen = dict(held) | engine_in("generate")
     unshard = cfg.rollout.backend == "hf" if options.unshard_generating is None else options.unshard_generating
     if fsdp and unshard:
-        gen["FSDP unshard (whole fp32 model)"] = 4 * P
+        gen[f"FSDP unshard (whole {'bf16' if mixed else 'fp32'} model)"] = g * P
     if cfg.rollout.backend == "hf":  # the rollouts' rows, then the summaries' (prompt, response, summary): the larger
         summary_rows = min(HF_MAX_BATCH, summaries_per_step(cfg, W)[1])
         kv_rows = max(HF_MAX_BATCH * S, summary_rows * (S + cfg.summarizer.max_new_tokens))
@@ -219,7 +229,7 @@ def make_plan(
     }
     if share:
         working["shared-prompt KV cache"] = rows * prompt * L * 2 * shape.kv_dim * a
-    units = 4 * (shape.outer_params + 2 * shape.layer_params)
+    units = g * (shape.outer_params + 2 * shape.layer_params)
     ref = dict(held) | working | engine_in("reference log-probs")
     if fsdp:
         ref["reference FSDP units"] = units
@@ -232,12 +242,14 @@ def make_plan(
     upd = dict(held) | engine_in("update")
     if full:
         upd["grads" + (" (shard)" if fsdp else "")] = 4 * P / s
-        if a == 2:  # autocast caches its cast of every weight a matmul reads (not the input embedding's lookup)
+        if bf16 and not mixed:  # autocast caches its cast of every weight a matmul reads (not the lookup's)
             upd["autocast bf16 weight casts"] = 2 * (P - (0 if shape.tie_word_embeddings else V * H))
     else:
         upd["LoRA grads"] = 4 * P_l * (2 if W > 1 else 1)
-    if fsdp:
-        upd["FSDP units gathered"] = units + 4 * shape.layer_params
+        if bf16:  # the fp32 adapter's casts (a frozen base's are not cached)
+            upd["autocast bf16 weight casts"] = 2 * P_l
+    if fsdp:  # + one layer's gradient: fp32, or (mixed) bf16 beside the fp32 copy its reduce-scatter takes
+        upd["FSDP units gathered"] = units + (2 + 4 if mixed else 4) * shape.layer_params
     A = activation_per_position(shape, a)
     if cfg.model.gradient_checkpointing:
         upd["activations (checkpointed)"] = positions * (L * H * a + A)
@@ -276,6 +288,10 @@ def make_plan(
     if sync is not None:
         phases.append(Phase("weight sync", sync))
     phases.append(Phase("checkpoint", ckpt))
+    if mixed:
+        notes.append("bf16 compute: FSDP2 mixed precision (units gathered in bf16, gradients reduced in fp32)")
+    elif full and bf16:
+        notes.append("bf16 compute: torch.autocast, which caches a bf16 copy of every trained weight it casts")
     if fsdp:
         notes.append(
             "generate: FSDP unshards the whole model on every rank (the policy generates itself)"

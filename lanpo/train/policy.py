@@ -7,11 +7,23 @@ policy is that start, so the KL at step 1 is exactly 0 for both kinds:
 - `LoraPolicy` (`lora.enabled`, the default): a fresh adapter on the start (B = 0); the reference is the same
   model with the adapter disabled, no second copy. Under torchrun DDP all-reduces the adapter's gradients.
 - `FullPolicy` (`lora.enabled = false`, as the paper trains): every weight trains; the reference is a frozen copy
-  of the start's weights. Both are fp32 whatever `model.dtype` loaded (bf16 weights would not move at lr 1e-6;
-  the forwards take bf16 from `grpo.autocast`). Alone, the copy lives on the CPU and visits the policy's device
-  for its forward pass only; under torchrun the policy and the copy are both sharded with FSDP2
-  (`lanpo.train.plumbing.fsdp`), the copy's shards on the CPU when the policy is on a GPU. A checkpoint holds the full
-  weights (`save_pretrained`, with the tokenizer): a complete model folder that `lanpo infer --model` loads.
+  of the start's weights. Both are fp32 whatever `model.dtype` loaded (bf16 weights would not move at lr 1e-6).
+  Alone, the copy lives on the CPU and visits the policy's device for its forward pass only; under torchrun the
+  policy and the copy are both sharded with FSDP2 (`lanpo.train.plumbing.fsdp`), the copy's shards on the CPU when
+  the policy is on a GPU. A checkpoint holds the full weights (`save_pretrained`, with the tokenizer): a complete
+  model folder that `lanpo infer --model` loads.
+
+bf16 compute (`grpo.autocast` bf16, or auto where bf16 pays) over the fp32 master weights, by kind:
+- full fine-tuning under torchrun: FSDP2 mixed precision, as verl (`fsdp.shard(..., compute=bf16)`: units
+  gathered in bf16, gradients reduced in fp32 into fp32 shards), the policy and its reference alike, so the KL at
+  step 1 stays exactly 0. No rank ever holds a bf16 copy of the whole model.
+- full fine-tuning alone: `torch.autocast` around the forwards, which caches the bf16 cast of every trained weight
+  a matmul reads until its backward (2 bytes a weight: `lanpo plan` counts it).
+- LoRA (alone or under DDP): `torch.autocast`. The base is frozen and stays as loaded (bf16 on a GPU already); its
+  casts, if any, are not cached (autocast caches casts of trainable leaves only). The adapter is the fp32 master
+  (PEFT keeps it fp32 on a bf16 base): autocast casts it to bf16 for its matmuls, its gradients come back fp32 and
+  DDP all-reduces them in fp32. That is already verl's mixed precision for an adapter; FSDP has nothing to shard
+  there that DDP does not (the base trains no state), so LoRA keeps DDP.
 
 The update, the loop and the checkpoint see only `Policy`; nothing else branches on the kind.
 
@@ -174,7 +186,11 @@ class FullPolicy:
 
     kind = "full"
 
-    def __init__(self, model: Any, tokenizer: Any = None, dist: Dist | None = None) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any = None, dist: Dist | None = None, compute: torch.dtype | None = None
+    ) -> None:
+        """`compute`: the dtype the forwards compute in (`autocast_dtype(grpo.autocast)`; None: fp32). Sharded, FSDP2
+        mixed precision brings it; alone, the update's `torch.autocast` does (this argument changes nothing)."""
         self.dist = dist or Dist()
         self.collective_forwards = self.dist.enabled  # sharded below: FSDP gathers each unit for its forward
         self.tokenizer = tokenizer  # saved with the weights, so that a checkpoint is a complete model folder
@@ -183,8 +199,8 @@ class FullPolicy:
         # fp32 master weights, as verl's actor ("we have to create model in fp32. Otherwise, the optimizer is in
         # bf16, which is incorrect"): AdamW's step at the paper's lr 1e-6 (LANPO appendix 9.2, Table 6: "Actor
         # Learning Rate 1e-6") is below half a bf16 ulp of nearly every weight, so bf16 weights (model.dtype auto
-        # on a GPU) would not move at all. The forwards still run in bf16 under grpo.autocast; the upcast is
-        # exact, so the policy computes as the loaded start did.
+        # on a GPU) would not move at all. The forwards still run in bf16 (grpo.autocast: FSDP2 mixed precision,
+        # or autocast alone); the upcast is exact, so the policy computes as the loaded start did.
         if loaded != torch.float32:
             log.info("full fine-tuning: the %s start upcast to float32 master weights", loaded)
             model.float()
@@ -192,9 +208,10 @@ class FullPolicy:
         self.model = self.trained = model.requires_grad_(True)
         self.engine_generates = False  # `lanpo.train.state.setup` sets it once the served policy is open
         self._offloaded = False
+        self.mixed_precision = compute if self.dist.enabled else None  # FSDP2's param_dtype (None: fp32 units)
         if self.dist.enabled:
-            fsdp.shard(model)
-            fsdp.shard(reference, offload=self.device.type != "cpu")
+            fsdp.shard(model, compute=self.mixed_precision)
+            fsdp.shard(reference, offload=self.device.type != "cpu", compute=self.mixed_precision)
         elif self.device.type != "cpu":
             reference.to("cpu")
             self._offloaded = True
@@ -283,11 +300,19 @@ class FullPolicy:
         fsdp.load_full_optimizer_state(self.model, optimizer, state)
 
 
-def build_policy(start: Any, tokenizer: Any, lora_cfg: LoraConfig, seed: int, dist: Dist | None = None) -> Policy:
-    """The policy RL trains from `start`: a fresh adapter on it, or (`lora.enabled = false`) all of its weights."""
+def build_policy(
+    start: Any,
+    tokenizer: Any,
+    lora_cfg: LoraConfig,
+    seed: int,
+    dist: Dist | None = None,
+    compute: torch.dtype | None = None,
+) -> Policy:
+    """The policy RL trains from `start`: a fresh adapter on it, or (`lora.enabled = false`) all of its weights.
+    `compute`: the forwards' dtype (`FullPolicy`: FSDP2 mixed precision when sharded; LoRA: autocast alone)."""
     if lora_cfg.enabled:
         return LoraPolicy(with_fresh_adapter(start, lora_cfg, seed), dist)
-    return FullPolicy(start, tokenizer, dist)
+    return FullPolicy(start, tokenizer, dist, compute)
 
 
 # --------------------------------------------------------------------------- loading

@@ -66,11 +66,12 @@ def grpo_update(rank: int, world: int, chunked: bool = False) -> tuple[dict[str,
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, steps
 
 
-def full_policy(dist: Dist, checkpointing: bool = False) -> FullPolicy:
-    """The tiny model with every weight trainable (FSDP-sharded at world > 1), the same start in every process."""
+def full_policy(dist: Dist, checkpointing: bool = False, compute: torch.dtype | None = None) -> FullPolicy:
+    """The tiny model with every weight trainable (FSDP-sharded at world > 1, in mixed precision when `compute` is
+    bf16), the same start in every process."""
     torch.set_num_threads(1)
     model, tokenizer = load_base(ModelConfig(name="tiny-random", threads=1, gradient_checkpointing=checkpointing))
-    return FullPolicy(model, tokenizer, dist)
+    return FullPolicy(model, tokenizer, dist, compute)
 
 
 def full_update(
@@ -87,11 +88,43 @@ def full_update(
     return fsdp.full_state(policy.model), stats, steps
 
 
-def _update(trained: Policy, rank: int, world: int, cfg: GRPOConfig = GRPO) -> tuple[UpdateStats, int]:
+# Mixed precision (tests/train/test_mixed_precision.py): bf16 compute, one row a micro-batch (a row's bf16 gradient
+# is then the same computation whichever rank or process runs it); SGD_LR for the runs held against fp32.
+MIXED = replace(GRPO, share_prompts=False, micro_batch_size=1, autocast="bf16")
+SGD_LR = 1e-3
+
+
+def mixed_update(rank: int, world: int) -> dict[str, Any]:
+    """The FSDP2 mixed-precision update of every weight on this rank's share, with AdamW and with SGD (full weights
+    on rank 0, stats, steps each), and whether a sharded forward gave bit for bit the logits of the unsharded
+    start with its parameters cast to bf16 (`forward_exact`)."""
+    prompts, completions, _ = global_rollouts()
+    mine = share(rank, world)
+    batch = build_batch([prompts[i] for i in mine], [completions[i] for i in mine], 0, torch.device("cpu"))
+    out: dict[str, Any] = {}
+    for name in ("adamw", "sgd"):
+        policy = full_policy(Dist(rank=rank, world=world), compute=torch.bfloat16)
+        if name == "adamw":
+            plain = full_policy(Dist()).model
+            for p in plain.parameters():  # FSDP casts the parameters, not the buffers (the rotary frequencies)
+                p.data = p.data.to(torch.bfloat16)
+            with torch.no_grad():
+                sharded = policy.reference(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+                unsharded = plain(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            out["forward_exact"] = sharded.dtype == torch.bfloat16 and torch.equal(sharded, unsharded)
+        stats, steps = _update(policy, rank, world, MIXED, sgd=name == "sgd")
+        out[name] = (fsdp.full_state(policy.model), stats, steps)
+    return out
+
+
+def _update(
+    trained: Policy, rank: int, world: int, cfg: GRPOConfig = GRPO, sgd: bool = False
+) -> tuple[UpdateStats, int]:
     prompts, completions, advantages = global_rollouts()
     mine = share(rank, world)
     batch = build_batch([prompts[i] for i in mine], [completions[i] for i in mine], 0, torch.device("cpu"))
-    optimizer = torch.optim.AdamW(trained.trainable_parameters(), lr=cfg.learning_rate)
+    params = trained.trainable_parameters()
+    optimizer = torch.optim.SGD(params, lr=SGD_LR) if sgd else torch.optim.AdamW(params, lr=cfg.learning_rate)
     scheduler = warmup_schedule(optimizer, 10, 0.0)
     dist = Dist(rank=rank, world=world)
     stats = update_policy(trained, optimizer, scheduler, batch, advantages[mine], cfg, seed=0, dist=dist)
@@ -137,6 +170,8 @@ def worker(rank: int, world: int, store: str, job: str, out: str) -> None:
     try:
         if job.startswith("grpo"):  # "grpo", or "grpo-chunked"
             result: Any = grpo_update(rank, world, chunked=job == "grpo-chunked")
+        elif job == "full-mixed":
+            result = mixed_update(rank, world)
         elif job.startswith("full"):  # "full", "full-checkpointing" or "full-chunked"
             result = full_update(rank, world, checkpointing=job == "full-checkpointing", chunked=job == "full-chunked")
         else:  # "sft", or "sft-micro": one pair per forward, gradients accumulated

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+import torch
 from sqlalchemy.engine import Engine
 
 from tests.train.test_resume import RECIPE
@@ -94,6 +95,9 @@ def test_paper_recipe_shapes_at_world_size(world: int, db_env: str, db: Engine, 
         "feedback.inter.scorer": '"test"',
         "sft.enabled": "false",  # the recipe's SFT reads teacher pairs from a file this test has not made
         "eval.every": "0",  # its validation set (AIME 2024) is not imported here
+        # fp32: bf16 compute on 2 x 8,192 rows costs this test 70 s more on a 2-core CPU (245 s against 172); the
+        # FSDP test below runs bf16 mixed precision through torchrun
+        "grpo.autocast": '"off"',
     }
     sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
     proc = _torchrun(world, "--config", str(ROOT / "train/configs/lanpo-both.toml"), *sets, timeout=1200)
@@ -115,13 +119,15 @@ def test_paper_recipe_shapes_at_world_size(world: int, db_env: str, db: Engine, 
 def test_full_fine_tuning_on_two_fsdp_ranks_then_resumed_alone(
     db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path
 ) -> None:
-    """`lora.enabled = false` under torchrun: FSDP2 shards every weight over 2 gloo ranks. The ranks generate with
-    the full weights gathered (validation gives rank 0 the one problem and rank 1 none: 8 forward passes against 0,
-    which per-forward all-gathers could not do), the checkpoint is one whole model written by rank 0, and the run
-    resumes in a single process from it."""
+    """`lora.enabled = false` under torchrun: FSDP2 shards every weight over 2 gloo ranks, in bf16 mixed precision
+    (`grpo.autocast = bf16`, as the paper recipes). The ranks generate with the full weights gathered (in bf16;
+    validation gives rank 0 the one problem and rank 1 none: 8 forward passes against 0, which per-forward
+    all-gathers could not do), the KL at step 1 is exactly 0 (the reference computes as the policy does), the
+    checkpoint is one whole fp32 model written by rank 0, and the run resumes in a single process from it (bf16
+    under autocast there)."""
     from lanpo.db.engine import transaction
     from lanpo.db.repo.problems import ProblemIn, upsert_problems
-    from lanpo.models import model_dir_sha256
+    from lanpo.models import model_dir_sha256, read_model_state
 
     with transaction(db) as session:
         upsert_problems(session, "toy-val", [ProblemIn("v1", "What is 7 * 3?", "21")])
@@ -131,7 +137,7 @@ def test_full_fine_tuning_on_two_fsdp_ranks_then_resumed_alone(
         .replace("batch_size = 3", "batch_size = 2")
     )
     recipe = recipe.replace("[lora]\n", "[lora]\nenabled = false\n")
-    recipe = recipe.replace("learning_rate = 1e-3\n", "learning_rate = 1e-3\nweight_decay = 0.5\n")
+    recipe = recipe.replace("learning_rate = 1e-3\n", 'learning_rate = 1e-3\nweight_decay = 0.5\nautocast = "bf16"\n')
     config = tmp_path / "recipe.toml"
     config.write_text(recipe + "\n[eval]\nevery = 1\nn = 1\nk = 2\nmax_new_tokens = 8\n")
     proc = _torchrun(2, "--config", str(config), timeout=300)
@@ -156,6 +162,8 @@ def test_full_fine_tuning_on_two_fsdp_ranks_then_resumed_alone(
     _, sha, folder = rows[-1]
     assert model_dir_sha256(Path(folder) / "model") == sha  # the version is the hash of what rank 0 wrote
     AutoModelForCausalLM.from_pretrained(Path(folder) / "model")  # a model folder of its own
+    saved = read_model_state(Path(folder) / "model")
+    assert {t.dtype for t in saved.values()} == {torch.float32}  # the master weights, not their bf16 casts
     with db.connect() as conn:
         kl = conn.execute(sa.text("SELECT value FROM run_metrics WHERE step = 1 AND name = 'kl'")).scalar()
         validated = conn.execute(

@@ -37,6 +37,7 @@ PAPER_RECIPES = [
     "qwen3-14b/grpo-baseline", "qwen3-14b/lanpo-intra", "qwen3-14b/lanpo-inter", "qwen3-14b/lanpo-both",
 ]  # fmt: skip
 GPU_80 = 79.0  # GiB an "80 GB" card reports (torch.cuda.get_device_properties: A100 / H100 80 GB, 79.2-79.6)
+BF16_BUDGET, FP32_BUDGET = 22528, 11264  # the token budgets `lanpo plan` hints for grpo-baseline without its own
 
 
 def _recipe(name: str, overrides: list[str] | None = None) -> TrainConfig:
@@ -57,15 +58,18 @@ def test_plan_refuses_a_7b_full_fine_tune_on_one_24_gb_gpu(capsys: pytest.Captur
 
 def test_the_hint_names_the_key_that_makes_it_fit(capsys: pytest.CaptureFixture[str]) -> None:
     """The recipe without its token budget (8 full-length rows a micro-batch) on 8 x 80 GB: the hint gives the
-    budget that fits, and the recipe with it fits; and with the engine awake through the update on smaller GPUs,
-    the hint puts it to sleep first (a sleep and a wake a step, before any smaller micro-batch)."""
-    args = ["--config", str(CONFIGS / "grpo-baseline.toml"), "--gpus", "8", "--gpu-memory", str(GPU_80)]
-    assert main(["plan", *args, "--set", "grpo.max_tokens_per_micro_batch=0"]) == 2
-    err = capsys.readouterr().err
-    assert "hint: set grpo.max_tokens_per_micro_batch = 45056 (peak" in err, err
-    assert main(["plan", *args, "--set", "grpo.max_tokens_per_micro_batch=45056"]) == 0
-    assert "verdict: fits" in capsys.readouterr().out
-    awake = [*args[:-1], "60", "--set", "rollout.vllm.sleep_during_update=false"]
+    budget that fits, and the recipe with it fits, in bf16 compute (as it ships) and in fp32 (bf16 activations take
+    half the bytes); and with the engine awake through the update on smaller GPUs, the hint puts it to sleep first
+    (a sleep and a wake a step, before any smaller micro-batch)."""
+    recipe = ["--config", str(CONFIGS / "grpo-baseline.toml"), "--gpus", "8", "--gpu-memory", str(GPU_80)]
+    for autocast, budget in (("bf16", BF16_BUDGET), ("off", FP32_BUDGET)):
+        args = [*recipe, "--set", f"grpo.autocast='{autocast}'"]
+        assert main(["plan", *args, "--set", "grpo.max_tokens_per_micro_batch=0"]) == 2
+        err = capsys.readouterr().err
+        assert f"hint: set grpo.max_tokens_per_micro_batch = {budget} (peak" in err, err
+        assert main(["plan", *args, "--set", f"grpo.max_tokens_per_micro_batch={budget}"]) == 0
+        assert "verdict: fits" in capsys.readouterr().out
+    awake = [*recipe[:-1], "60", "--set", "rollout.vllm.sleep_during_update=false"]
     assert main(["plan", *awake]) == 2
     assert "hint: set rollout.vllm.sleep_during_update = true (peak" in capsys.readouterr().err
 
@@ -77,10 +81,10 @@ def test_the_shipped_recipes_fit_8_x_80_gb(name: str) -> None:
 
 
 def test_mel_14b_fits_8_x_80_gb_only_without_the_whole_model_gathered() -> None:
-    """What docs/scaling.md says of mel-qwen3-14b: it fits 8 x 80 GB as it ships, because generation beside the
-    engine gathers nothing under FSDP and the sync gathers one tensor at a time; counted as the code was before
+    """What docs/scaling.md says of mel-qwen3-14b: it fits 8 x 80 GB in fp32 compute, because generation beside
+    the engine gathers nothing under FSDP and the sync gathers one tensor at a time; counted as the code was before
     (the whole fp32 model on every rank for both, 55 GiB at 14B), it fits only 8 x 141 GB."""
-    cfg = _recipe("mel-qwen3-14b")
+    cfg = _recipe("mel-qwen3-14b", ["grpo.autocast='off'"])  # the code before issue 37 computed in fp32
     shape = model_shape(cfg.model.name)
     assert make_plan(cfg, shape, 8, GPU_80).fits
     before = Options(unshard_generating=True, streamed_sync=False)
@@ -88,6 +92,21 @@ def test_mel_14b_fits_8_x_80_gb_only_without_the_whole_model_gathered() -> None:
     assert not old.fits and old.peak.name in ("generate", "weight sync")
     assert old.phases[0].terms["FSDP unshard (whole fp32 model)"] == 4 * shape.params  # generate
     assert make_plan(cfg, shape, 8, 139.0, before).fits
+
+
+def test_the_paper_recipes_compute_in_bf16_through_fsdp_mixed_precision() -> None:
+    """The paper's full fine-tuning recipes compute in bf16 as verl does (FSDP2 mixed precision), which leaves more
+    room on 8 x 80 GB than fp32 compute; under autocast (every weight's bf16 cast cached) grpo-baseline would not
+    fit (84.1 GiB before mixed precision)."""
+    for name in ("grpo-baseline", "lanpo-both", "mel-qwen3-8b", "mel-qwen3-14b"):
+        cfg = _recipe(name)
+        assert cfg.grpo.autocast == "bf16" and not cfg.lora.enabled, name
+        shape = model_shape(cfg.model.name)
+        mixed = make_plan(cfg, shape, 8, GPU_80)
+        fp32 = make_plan(_recipe(name, ["grpo.autocast='off'"]), shape, 8, GPU_80)
+        assert mixed.fits and mixed.peak.peak < fp32.peak.peak, name
+        assert "autocast bf16 weight casts" not in mixed.peak.terms, name
+        assert any("FSDP2 mixed precision" in note for note in mixed.notes), name
 
 
 TINY = {  # bench/plan_check.py's shape: Qwen2, 152,064-token vocabulary, untied head
@@ -242,3 +261,34 @@ def test_the_docs_tables_are_the_plans_own(name: str) -> None:
     """docs/scaling.md, "Planning memory": each recipe's table and verdicts, as `lanpo plan` prints them now."""
     docs = (Path(__file__).resolve().parents[2] / "docs" / "scaling.md").read_text()
     assert recipe_report(str(CONFIGS / f"{name}.toml")) in docs, f"regenerate {name}'s entry: recipe_report()"
+
+
+def test_fsdp_mixed_precision_terms_by_hand() -> None:
+    """Full fine-tuning on 2 ranks in bf16: FSDP2 mixed precision gathers units in bf16 (2 bytes a weight, 4 in
+    fp32), reduces a layer's bf16 gradient through an fp32 copy (2 + 4 bytes a weight), keeps fp32 gradient shards,
+    and casts no weight (no autocast term); alone, the same recipe runs under autocast, which caches its casts."""
+    cfg = load_config(CONFIGS / "demo-cpu.toml", [])
+    cfg = replace(cfg, batch_size=2, lora=replace(cfg.lora, enabled=False))
+    cfg.rollout.backend, cfg.rollout.n, cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens = "hf", 2, 64, 1024
+    cfg.grpo.micro_batch_size, cfg.grpo.autocast, cfg.grpo.logprob_chunk_tokens = 2, "bf16", 512
+    shape = shape_from_config(TINY, "tiny", "test")
+    P, layer, outer = shape.params, 590_848, 2 * 152_064 * 256 + 256  # a layer (see above); embedding, head, norm
+    assert (shape.layer_params, shape.outer_params, P) == (layer, outer, outer + 4 * layer)
+    mixed = make_plan(cfg, shape, 2, 80.0)
+    phases = {p.name: p.terms for p in mixed.phases}
+    assert phases["generate"]["FSDP unshard (whole bf16 model)"] == 2 * P  # the hf backend generates on the policy
+    assert phases["reference log-probs"]["reference FSDP units"] == 2 * (outer + 2 * layer)
+    assert phases["update"]["FSDP units gathered"] == 2 * (outer + 2 * layer) + (2 + 4) * layer
+    assert phases["update"]["grads (shard)"] == 4 * P / 2
+    assert "autocast bf16 weight casts" not in phases["update"]
+    fp32 = {p.name: p.terms for p in make_plan(replace(cfg, grpo=replace(cfg.grpo, autocast="off")), shape, 2).phases}
+    assert fp32["generate"]["FSDP unshard (whole fp32 model)"] == 4 * P
+    assert fp32["update"]["FSDP units gathered"] == 4 * (outer + 2 * layer) + 4 * layer
+    alone = {p.name: p.terms for p in make_plan(cfg, shape, 1, 80.0).phases}
+    assert alone["update"]["autocast bf16 weight casts"] == 2 * (P - 152_064 * 256)
+    assert "FSDP units gathered" not in alone["update"]
+    # LoRA keeps autocast (DDP): it caches the casts of the fp32 adapter only, 2 bytes an adapter weight
+    lora = replace(cfg, lora=replace(cfg.lora, enabled=True))
+    terms = {p.name: p.terms for p in make_plan(lora, shape, 2, 80.0).phases}["update"]
+    assert terms["autocast bf16 weight casts"] == 2 * shape.lora_params(lora.lora.r, lora.lora.target_modules) > 0
+    assert "FSDP units gathered" not in terms

@@ -4,12 +4,18 @@
   (embeddings, final norm, head). Each rank keeps 1/W of every weight, gradient and optimizer state as DTensor
   shards; a unit's weights are all-gathered for its forward and backward and freed after. Gradients are
   reduce-scattered as averages, as DDP's all-reduce averages them, so the update scales losses the same way.
+  `compute = bf16` (`grpo.autocast`): FSDP2 mixed precision, as verl's actor (`param_dtype` bf16, `reduce_dtype`
+  fp32): the shards stay fp32 master weights, each unit is all-gathered as bf16 for its forward and backward (2
+  bytes a weight, half the traffic) and freed after, and its bf16 gradients are reduce-scattered in fp32 into fp32
+  gradient shards, where AdamW steps. Buffers (the rotary frequencies) stay fp32. The forwards run on weights that
+  already are bf16, so the `torch.autocast` the update still wraps them in (verl's actor does too) casts no weight
+  and caches none: no bf16 copy of the whole model exists on any rank, as it does under autocast alone.
 - `full_weights`: while every rank generates on its own prompts with the hf backend (the policy's own model), the
   ranks run different numbers of forward passes (sequences stop at different lengths), which per-forward
   all-gathers cannot do. So the whole model is gathered once on every rank for the phase (the memory of one
-  unsharded copy, 4 bytes a weight, as DDP holds all the time), its forwards run without collectives, and the
-  shards come back after. With an engine of its own (vLLM) nothing is gathered to generate
-  (`lanpo.train.policy.FullPolicy.generating`).
+  unsharded copy, 4 bytes a weight, as DDP holds all the time; 2 under mixed precision, which the hf backend then
+  generates in), its forwards run without collectives, and the shards come back after. With an engine of its own
+  (vLLM) nothing is gathered to generate (`lanpo.train.policy.FullPolicy.generating`).
 - The weight sync into an engine takes no helper here: `model.state_dict()` of a sharded model holds DTensor
   shards, and `lanpo.rollout.weights.gathered` all-gathers them one tensor at a time on their way into the engine
   (cast to its dtype and freed before the next), so no rank holds the full state. `full_state_everywhere` is the
@@ -19,7 +25,9 @@
   its shard. The same calls work on an unsharded module, so a checkpoint loads at any world size.
 
 Measured with gloo on CPU (torch 2.13): `fully_shard` runs there, and a sharded forward gives bit for bit the
-logits of the unsharded model, so the frozen reference's KL is exactly 0 at step 1 at any world size.
+logits of the unsharded model, so the frozen reference's KL is exactly 0 at step 1 at any world size. Under mixed
+precision a sharded forward gives bit for bit the logits of the unsharded model with its parameters (not its
+buffers) cast to bf16, autocast around it or not (tests/train/test_mixed_precision.py).
 """
 
 from __future__ import annotations
@@ -41,18 +49,20 @@ GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)  # full tensor
 LOAD = StateDictOptions(full_state_dict=True)  # every rank passes the full state; each keeps its shard
 
 
-def shard(model: Any, offload: bool = False) -> Any:
-    """`model` sharded in place over the default process group (`offload`: shards live on the CPU)."""
-    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+def shard(model: Any, offload: bool = False, compute: torch.dtype | None = None) -> Any:
+    """`model` sharded in place over the default process group (`offload`: shards live on the CPU; `compute`: the
+    dtype its units are gathered and run in, gradients reduced in fp32; None: the shards' own, no cast)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     policy = CPUOffloadPolicy() if offload else OffloadPolicy()
+    precision = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32 if compute else None)
     layer_classes = set(getattr(model, "_no_split_modules", None) or ())
     layers = [m for m in model.modules() if type(m).__name__ in layer_classes]
     if not layers:
         raise ValueError(f"{type(model).__name__} names no decoder layer class (_no_split_modules) to shard by")
     for layer in layers:
-        fully_shard(layer, reshard_after_forward=True, offload_policy=policy)
-    fully_shard(model, reshard_after_forward=True, offload_policy=policy)
+        fully_shard(layer, reshard_after_forward=True, offload_policy=policy, mp_policy=precision)
+    fully_shard(model, reshard_after_forward=True, offload_policy=policy, mp_policy=precision)
     return model
 
 
