@@ -53,7 +53,9 @@ class Case:
     rows: int  # grpo.micro_batch_size
     n: int  # rollouts a prompt (the batch: one prompt x n)
     completion: int  # tokens each response (every row full length)
-    chunk: int = 0  # grpo.logprob_chunk_tokens (0: the full logits)
+    chunk: int = 0  # grpo.logprob_chunk_tokens: positions a chunk (0: chunks sized by `mb`)
+    mb: int = 0  # grpo.logprob_chunk_mb (0, with chunk 0: the full logits; 256: the default)
+    fused: bool = True  # grpo.logprob_fused: the fused head (false: the head's own forward under checkpointing)
     budget_rows: int = 0  # grpo.max_tokens_per_micro_batch = this many full rows (0: off)
     checkpointing: bool = False  # model.gradient_checkpointing
     autocast: str = "off"  # grpo.autocast: "bf16" counts a = 2 (bf16 activations, fp32 logit copies, weight casts)
@@ -63,27 +65,41 @@ class Case:
 
 
 PROMPT = 64
+UNFUSED = {"fused": False}  # chunks of a fixed count through the head's own forward (the code before issue 50)
 CASES = {
     "full-reference": Case("reference", rows=1, n=2, completion=2048),
     "full-update": Case("update", rows=1, n=2, completion=1024),
-    "chunked-reference": Case("reference", rows=2, n=2, completion=2048, chunk=1024),
-    "chunked-update": Case("update", rows=2, n=2, completion=2048, chunk=512),
-    "budget-update": Case("update", rows=4, n=4, completion=1024, chunk=512, budget_rows=2),
-    "checkpointed-update": Case("update", rows=2, n=2, completion=2048, chunk=512, checkpointing=True),
-    "bf16-update": Case("update", rows=2, n=2, completion=2048, chunk=512, checkpointing=True, autocast="bf16"),
-    "fsdp-update": Case("update", rows=2, n=4, completion=1024, chunk=512, world=2),
-    "fsdp-reference": Case("reference", rows=2, n=4, completion=2048, chunk=1024, world=2),
-    "fsdp-bf16-update": Case("update", rows=2, n=4, completion=1024, chunk=512, world=2, autocast="bf16"),
+    "chunked-reference": Case("reference", rows=2, n=2, completion=2048, chunk=1024, **UNFUSED),
+    "chunked-update": Case("update", rows=2, n=2, completion=2048, chunk=512, **UNFUSED),
+    "default-reference": Case("reference", rows=2, n=2, completion=2048, mb=256),
+    "default-update": Case("update", rows=2, n=2, completion=2048, mb=256),
+    "budget-update": Case("update", rows=4, n=4, completion=1024, chunk=512, budget_rows=2, **UNFUSED),
+    "checkpointed-update": Case("update", rows=2, n=2, completion=2048, chunk=512, checkpointing=True, **UNFUSED),
+    "bf16-update": Case(
+        "update", rows=2, n=2, completion=2048, chunk=512, checkpointing=True, autocast="bf16", **UNFUSED
+    ),
+    "fsdp-update": Case("update", rows=2, n=4, completion=1024, chunk=512, world=2, **UNFUSED),
+    "fsdp-reference": Case("reference", rows=2, n=4, completion=2048, chunk=1024, world=2, **UNFUSED),
+    "fsdp-bf16-update": Case("update", rows=2, n=4, completion=1024, chunk=512, world=2, autocast="bf16", **UNFUSED),
 }
 # On a GPU (bench/gpu_check.py's row "plan vs measured"): the paper recipe's micro-batch as it ships, one row of a
-# 8,192-token response under the 11,264-token budget with chunks of 4,096 and bf16 autocast, and a budget of 2 rows
-# at 4,096 tokens; each needs several GiB, more than the CPU check's machine should hold.
+# 8,192-token response under the 11,264-token budget with the default chunks (256 MiB, fused) and bf16 autocast, and
+# a budget of 2 rows at 4,096 tokens with chunks of 4,096; each needs several GiB, more than the CPU check's machine
+# should hold.
 GPU_CASES = {
     "paper-row-update": Case(
-        "update", rows=8, n=2, completion=8192, chunk=4096, budget_rows=1, checkpointing=True, autocast="bf16"
+        "update", rows=8, n=2, completion=8192, mb=256, budget_rows=1, checkpointing=True, autocast="bf16"
     ),
     "bf16-budget-update": Case(
-        "update", rows=4, n=4, completion=4096, chunk=4096, budget_rows=2, checkpointing=True, autocast="bf16"
+        "update",
+        rows=4,
+        n=4,
+        completion=4096,
+        chunk=4096,
+        budget_rows=2,
+        checkpointing=True,
+        autocast="bf16",
+        **UNFUSED,
     ),
 }
 ALL_CASES = CASES | GPU_CASES
@@ -95,8 +111,8 @@ SHAPE = {  # Qwen2.5-7B's config.json with the sizes cut down: the vocabulary, u
 
 
 def small(case: Case) -> Case:
-    """The case at 128-token responses and chunks of at most 64 (the smoke's size)."""
-    return replace(case, completion=128, chunk=min(case.chunk, 64))
+    """The case at 128-token responses and chunks of at most 64 positions or 64 MiB (the smoke's size)."""
+    return replace(case, completion=128, chunk=min(case.chunk, 64), mb=min(case.mb, 64))
 
 
 def recipe(case: Case) -> TrainConfig:
@@ -107,7 +123,7 @@ def recipe(case: Case) -> TrainConfig:
     cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens, cfg.rollout.temperature = PROMPT, case.completion, 1.0
     cfg.grpo.micro_batch_size, cfg.grpo.minibatch_size, cfg.grpo.ppo_epochs = case.rows, 0, 1
     cfg.grpo.autocast, cfg.grpo.share_prompts, cfg.grpo.beta = case.autocast, True, 5e-4
-    cfg.grpo.logprob_chunk_tokens = case.chunk
+    cfg.grpo.logprob_chunk_tokens, cfg.grpo.logprob_chunk_mb, cfg.grpo.logprob_fused = case.chunk, case.mb, case.fused
     cfg.grpo.max_tokens_per_micro_batch = case.budget_rows * (PROMPT + case.completion)
     return cfg
 
@@ -141,6 +157,7 @@ def measure(case: Case, device: str, dist: Any = None) -> float:
 
     from lanpo.rl.advantages import group_advantages
     from lanpo.train.consumer.batch import autocast_dtype, build_batch
+    from lanpo.train.consumer.chunking import Chunking
     from lanpo.train.consumer.update import update_policy
     from lanpo.train.policy import FullPolicy, enable_checkpointing
     from lanpo.train.state import optimizer_and_schedule
@@ -182,7 +199,7 @@ def measure(case: Case, device: str, dist: Any = None) -> float:
     if case.phase == "reference":
         policy.reference_logprobs(
             batch, g.micro_batch_size, g.share_prompts, autocast_dtype(g.autocast, dev), 1.0,
-            g.max_tokens_per_micro_batch, g.logprob_chunk_tokens,
+            g.max_tokens_per_micro_batch, Chunking.of(g),
         )  # fmt: skip
     else:
         update_policy(policy, optimizer, scheduler, batch, advantages, g, seed=0, dist=dist)
@@ -216,6 +233,14 @@ def measure_ranks(case: Case, device: str) -> float:
     with tempfile.TemporaryDirectory(prefix="plan-check-") as folder:
         mp.spawn(_rank, args=(case, device, folder), nprocs=case.world)
         return max(json.loads(Path(folder, f"rank{r}.json").read_text()) for r in range(case.world))
+
+
+def _chunk(case: Case) -> str:
+    """The case's chunks as the table prints them: positions or MiB, fused or not; "-" for the full logits."""
+    if not (case.chunk or case.mb):
+        return "-"
+    size = f"{case.chunk}" if case.chunk else f"{case.mb} MiB"
+    return f"{size}{' fused' if case.fused else ''}"
 
 
 def main() -> int:
@@ -273,7 +298,7 @@ def main() -> int:
         ok &= abs(ratio - 1) <= args.tolerance
         budget = f"{case.budget_rows} rows" if case.budget_rows else "-"
         print(
-            f"| {name} | {case.phase} | {case.world} | {case.rows} x {case.completion} | {case.chunk or '-'} | "
+            f"| {name} | {case.phase} | {case.world} | {case.rows} x {case.completion} | {_chunk(case)} | "
             f"{budget} | "
             f"{'yes' if case.checkpointing else 'no'} | {case.autocast} | {plan / 2**20:,.0f} | "
             f"{measured / 2**20:,.0f} | {ratio:.2f} |",

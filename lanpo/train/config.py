@@ -160,11 +160,22 @@ class GRPOConfig:
         "completion tokens, never more than micro_batch_size rows (verl's ppo_max_token_len_per_gpu; 0: "
         "micro_batch_size rows each); the loss is the same token-mean",
     )
+    logprob_chunk_mb: int = help_field(
+        256,
+        "MiB the log-prob head's logits may hold at once: a micro-batch whose full logits would hold more takes "
+        "its positions in chunks of this / (vocabulary x 8 bytes; 16 unfused), each recomputed in backward, so "
+        "log-prob memory is bounded at every shape (0: off, the full logits)",
+    )
     logprob_chunk_tokens: int = help_field(
-        4096,
-        "log-prob and entropy in chunks of this many positions (the head's logits of one chunk at a time, "
-        "recomputed in backward), when a micro-batch has more completion positions (rows x columns) than this; "
-        "peak memory grows as chunk x vocabulary (0: off, the full logits)",
+        0,
+        "chunks of this many completion positions instead of logprob_chunk_mb's, when a micro-batch has more "
+        "(rows x columns) than this (0: chunks sized by logprob_chunk_mb)",
+    )
+    logprob_fused: bool = help_field(
+        True,
+        "chunks through one autograd function (head, log-softmax, gather) that keeps no logits for backward, for "
+        "a plain linear head (false: the head's own forward under activation checkpointing, twice the memory a "
+        "position)",
     )
     share_prompts: bool = help_field(
         True,
@@ -220,6 +231,11 @@ class GRPOConfig:
         _check(
             self.logprob_chunk_tokens >= 0,
             f"grpo.logprob_chunk_tokens must be >= 0, got {self.logprob_chunk_tokens}",
+            "0 sizes the chunks by grpo.logprob_chunk_mb",
+        )
+        _check(
+            self.logprob_chunk_mb >= 0,
+            f"grpo.logprob_chunk_mb must be >= 0, got {self.logprob_chunk_mb}",
             "0 turns the chunked log-prob off",
         )
         _check(self.autocast in AUTOCASTS, f"grpo.autocast must be off, bf16 or auto, got {self.autocast!r}")

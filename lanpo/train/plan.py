@@ -37,8 +37,11 @@ Phases (each adds to the above):
   visits the GPU whole (alone: +4P) or unit by unit (FSDP: root g x (V x H (x2 untied) + H) + 2 layers);
   one layer's working set m S (3I + 2Dq + 2H) a; the shared-prompt KV cache m P_tok L 2 Dkv a; the logits
   N x V x (a + 4 + 4) (model output, fp32 copy when a = 2, logsumexp's exp; + 4 for logits / temperature when
-  the temperature is not 1), N = m x T positions; chunked, C x V x 8 (the fp32 copy and the tempered one
-  replace the head's output in `_chunk_logprobs` instead of sitting beside it).
+  the temperature is not 1), N = m x T positions; chunked (`lanpo.train.consumer.chunking`: N x V x 24 over
+  `grpo.logprob_chunk_mb` B, chunks of C = B / (V x 8) positions, B / (V x 16) unfused; or
+  `grpo.logprob_chunk_tokens` C when N > C): fused, C x V x (4 + 2 when a = 2) (the fp32 logits, exponentiated in
+  place, beside the matmul's bf16 output); unfused, C x V x 8 (the fp32 copy and the tempered one replace the
+  head's output in `_chunk_logprobs` instead of sitting beside it).
 - update: + grads (full 4P/s, LoRA 4 P_l, +4 P_l DDP buckets); FSDP units gathered (root + 2 layers, g bytes a
   weight) + one layer's gradient (4 bytes a weight; mixed precision: its bf16 gradient and the fp32 copy the
   reduce-scatter takes, 2 + 4); autocast's bf16 weight casts 2 (P - V H) (full fine-tuning alone: autocast caches
@@ -49,9 +52,10 @@ Phases (each adds to the above):
   A = a (4I + 5 Dq + 2H) + 8H (+ (a + 4)(Dq + Dkv) for Qwen3's q/k norms): m S L A without
   `model.gradient_checkpointing`, m S (L H a + A) with it (layer inputs + one layer recomputed); logits
   N x V x (a + 4 + 12) at the forward's end (model output, fp32 copy, the entropy's log-softmax, exp and product)
-  or N x V x 12 in backward (saved fp32 logits, softmax, gather's gradient), whichever is larger.
-  `grpo.logprob_chunk_tokens` C (when a micro-batch has more than C completion positions) puts C in place of N:
-  one chunk's logits exist at a time, recomputed in backward, C x V x 16 (fp32 logits and the entropy's three).
+  or N x V x 12 in backward (saved fp32 logits, softmax, gather's gradient), whichever is larger. Chunked (as for
+  the log-probs), C in place of N, one chunk's logits at a time, recomputed in backward: fused, C x V x 8 (fp32
+  logits and their exp, for the entropy; backward 4 + 2 when a = 2); unfused, C x V x 16 (fp32 logits and the
+  entropy's three).
 - sync (full weights into vLLM: full fine-tuning, or `lora_sync = merged`): one tensor at a time
   (`lanpo.rollout.weights.gathered`): FSDP gathers it in fp32 and casts it to the engine's dtype, + 6 V x H for the
   largest; alone the state dict is the model's own, + 2 V x H for the cast (`Options.streamed_sync = False`
@@ -74,6 +78,7 @@ from dataclasses import dataclass, field
 
 from lanpo.rollout.config import AUTO_MEMORY_FRACTION
 from lanpo.train.config import TrainConfig
+from lanpo.train.consumer.chunking import FUSED_BYTES, Chunking
 from lanpo.train.plan_shapes import ModelShape
 from lanpo.train.plan_tokens import summaries_per_step
 
@@ -213,15 +218,19 @@ def make_plan(
         notes.append(f"generate: the summariser {cfg.summarizer.model} is not counted (its weights, its KV cache)")
 
     # ---- log-probs (no grad): the reference's, and the old policy's
-    chunk = cfg.grpo.logprob_chunk_tokens
-    chunked = bool(chunk) and rows * T > chunk
-    logit_positions = chunk if chunked else rows * T
-    if chunked:  # `_chunk_logprobs`: the fp32 copy and the tempered one replace the head's output, not beside it
-        ref_bytes, forward_bytes = 4 + 4, 4 + 12  # fp32 logits + logsumexp's exp (+ the entropy's three)
+    chunking = Chunking.of(cfg.grpo)
+    fused = chunking.fused and not (cfg.lora.enabled and "lm_head" in cfg.lora.target_modules)
+    chunk = chunking.chunk(rows * T, V, fused)
+    logit_positions = chunk or rows * T
+    if chunk and fused:  # `head_logprobs`: fp32 logits beside the bf16 output, in place; + their exp (entropy)
+        ref_bytes, forward_bytes, backward_bytes = 4 + (2 if a == 2 else 0), FUSED_BYTES, 4 + (2 if a == 2 else 0)
+    elif chunk:  # `_chunk_logprobs`: the fp32 copy and the tempered one replace the head's output, not beside it
+        ref_bytes, forward_bytes, backward_bytes = 4 + 4, 4 + 12, 12  # fp32 logits + logsumexp's exp (+ entropy)
     else:  # the model's output stays referenced while its fp32 copy (bf16) and the tempered copy are made
         fp32_copy = 4 if a == 2 else 0
         tempered = 4 if cfg.rollout.temperature != 1.0 else 0
         ref_bytes, forward_bytes = a + fp32_copy + tempered + 4, a + fp32_copy + tempered + 12
+        backward_bytes = 12
     positions = distinct * prompt + rows * T if share else rows * S
     working = {
         "one layer's working set": positions * (3 * shape.intermediate_size + 2 * shape.q_dim + 2 * H) * a,
@@ -257,7 +266,7 @@ def make_plan(
         upd["activations"] = positions * L * A
     if share:
         upd["shared-prompt KV cache"] = rows * prompt * L * 2 * shape.kv_dim * a
-    upd["logits (+ entropy, backward)"] = logit_positions * V * max(forward_bytes, 12)
+    upd["logits (+ entropy, backward)"] = logit_positions * V * max(forward_bytes, backward_bytes)
 
     # ---- sync and checkpoint
     sync_needed = engine and (full or cfg.rollout.vllm.lora_sync_on("cuda") == "merged")

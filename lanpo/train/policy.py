@@ -59,6 +59,7 @@ from lanpo.models import (
 )
 from lanpo.train.config import LoraConfig, ModelConfig
 from lanpo.train.consumer.batch import RolloutBatch, chunked_logprobs
+from lanpo.train.consumer.chunking import NO_CHUNKS, Chunking
 from lanpo.train.plumbing import fsdp
 from lanpo.train.plumbing.dist import Dist
 
@@ -86,13 +87,13 @@ class Policy(Protocol):
         autocast: torch.dtype | None = None,
         temperature: float = 1.0,
         max_tokens: int = 0,
-        chunk_tokens: int = 0,
+        chunking: Chunking = NO_CHUNKS,
     ) -> torch.Tensor:
         """log p of `batch`'s completion tokens under the reference policy (the start), (B, T), no gradient; its
         forwards under `torch.autocast(autocast)` when one is given, its log-probs those of softmax(logits /
         temperature), the policy's own temperature (verl too; `lanpo.train.consumer.batch.completion_logprobs`).
-        `max_tokens`, `chunk_tokens`: `grpo.max_tokens_per_micro_batch` and `grpo.logprob_chunk_tokens`
-        (`lanpo.train.consumer.batch.chunked_logprobs`)."""
+        `max_tokens`, `chunking`: `grpo.max_tokens_per_micro_batch` and the log-prob head's chunks
+        (`Chunking.of(grpo config)`; `lanpo.train.consumer.batch.chunked_logprobs`)."""
         ...
 
     def generating(self) -> AbstractContextManager[None]:
@@ -146,11 +147,11 @@ class LoraPolicy:
         autocast: torch.dtype | None = None,
         temperature: float = 1.0,
         max_tokens: int = 0,
-        chunk_tokens: int = 0,
+        chunking: Chunking = NO_CHUNKS,
     ) -> torch.Tensor:
         with self.model.disable_adapter():  # the unwrapped model: no collective, the ranks' counts may differ
             return chunked_logprobs(
-                self.model, batch, micro_batch_size, share_prompts, autocast, temperature, max_tokens, chunk_tokens
+                self.model, batch, micro_batch_size, share_prompts, autocast, temperature, max_tokens, chunking
             )
 
     def generating(self) -> AbstractContextManager[None]:
@@ -228,13 +229,13 @@ class FullPolicy:
         autocast: torch.dtype | None = None,
         temperature: float = 1.0,
         max_tokens: int = 0,
-        chunk_tokens: int = 0,
+        chunking: Chunking = NO_CHUNKS,
     ) -> torch.Tensor:
         collective = self.dist if self.collective_forwards else None  # sharded: the ranks run as many forwards
         with self._reference_on_device():
             return chunked_logprobs(
                 self.reference, batch, micro_batch_size, share_prompts, autocast, temperature, max_tokens,
-                chunk_tokens, collective,
+                chunking, collective,
             )  # fmt: skip
 
     @contextmanager

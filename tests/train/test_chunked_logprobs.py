@@ -1,11 +1,13 @@
-"""Log-probs without the full logits (`lanpo.train.consumer.batch`): the head's logits a chunk of positions at a time
-(`grpo.logprob_chunk_tokens`), and token-budgeted micro-batches (`grpo.max_tokens_per_micro_batch`).
+"""Log-probs without the full logits (`lanpo.train.consumer.chunked`): the head's logits a chunk of positions at a
+time (`grpo.logprob_chunk_mb`, `grpo.logprob_chunk_tokens`, through the fused head or the checkpointed one), and
+token-budgeted micro-batches (`grpo.max_tokens_per_micro_batch`).
 
 The reference is a loop: every completion token's log p (and entropy) from a plain forward of its own row, unpadded,
 up to that token, and a log_softmax of the last position's logits. The chunked path must give the same values and,
 after a backward of a weighted sum, the same parameter gradients: LoRA and full fine-tuning, prompts shared or not,
-temperature 1 and 0.7, the tiny model's 101-token vocabulary and Qwen2.5's 152,064 at a small hidden size. The
-budgeted micro-batches must give the same update as `micro_batch_size` rows each, every micro-batch within budget.
+temperature 1 and 0.7, fused or not, the tiny model's 101-token vocabulary and Qwen2.5's 152,064 at a small hidden
+size. The chunk sizes follow the byte budget at, below and above each of its limits. The budgeted micro-batches
+must give the same update as `micro_batch_size` rows each, every micro-batch within budget.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from typing import Any
 import pytest
 import torch
 
-import lanpo.train.consumer.batch as batch_module
+import lanpo.rl.head_logprobs as fused_module
+import lanpo.train.consumer.chunked as chunked_module
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
 from lanpo.train.consumer import update as update_module
 from lanpo.train.consumer.batch import RolloutBatch, build_batch, chunked_logprobs, completion_logprobs, micro_batches
+from lanpo.train.consumer.chunking import CHECKPOINTED_BYTES, FULL_BYTES, FUSED_BYTES, Chunking
 from lanpo.train.consumer.update import update_policy, warmup_schedule
 from lanpo.train.policy import FullPolicy, LoraPolicy, load_base, load_policy
 
@@ -99,24 +103,37 @@ def _assert_close(got: torch.Tensor, want: torch.Tensor, rel: float, name: str) 
 
 
 class ChunkCount:
-    """How many chunks the chunked path ran (so a test knows it was engaged), and their largest size."""
+    """The chunks the chunked path ran, forward only (so a test knows it was engaged, and through which head), and
+    their sizes: the fused head's (`fused`) and the checkpointed one's (`checkpointed`, a checkpoint's recompute
+    included)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.sizes: list[int] = []
-        own = batch_module._chunk_logprobs
+        self.fused: list[int] = []
+        self.checkpointed: list[int] = []
+        own, logits = chunked_module._chunk_logprobs, fused_module._logits
 
         def counted(head: Any, states: torch.Tensor, *args: Any) -> Any:
-            self.sizes.append(int(states.shape[0]))
+            self.checkpointed.append(int(states.shape[0]))
             return own(head, states, *args)
 
-        monkeypatch.setattr(batch_module, "_chunk_logprobs", counted)
+        def fused(x: torch.Tensor, *args: Any) -> torch.Tensor:
+            if torch._C._current_graph_task_id() == -1:  # a forward's chunk, not backward's recompute
+                self.fused.append(int(x.shape[0]))
+            return logits(x, *args)
+
+        monkeypatch.setattr(chunked_module, "_chunk_logprobs", counted)
+        monkeypatch.setattr(fused_module, "_logits", fused)
+
+    @property
+    def sizes(self) -> list[int]:
+        return self.fused + self.checkpointed
 
 
-def _assert_matches_loop(model: Any, batch: RolloutBatch, share: bool, temperature: float, chunk: int) -> None:
+def _assert_matches_loop(model: Any, batch: RolloutBatch, share: bool, temperature: float, chunking: Chunking) -> None:
     model.train()
     ref_logp, ref_entropy = _loop_reference(model, batch, temperature)
     ref_grads = _grads(model, ref_logp, batch)
-    logp, entropy = completion_logprobs(model, batch, True, share, None, temperature, chunk_tokens=chunk)
+    logp, entropy = completion_logprobs(model, batch, True, share, None, temperature, chunking)
     mask = batch.completion_mask.bool()
     torch.testing.assert_close(logp[mask], ref_logp[mask], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(entropy[mask], ref_entropy[mask], rtol=1e-5, atol=1e-5)  # type: ignore[index]
@@ -129,43 +146,97 @@ def _assert_matches_loop(model: Any, batch: RolloutBatch, share: bool, temperatu
 @pytest.mark.parametrize("kind", ["lora", "full", "full-checkpointing"])
 @pytest.mark.parametrize("share", [True, False])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("fused", [True, False])
 def test_chunked_logprobs_equal_the_per_token_loop_in_value_and_gradient(
-    kind: str, share: bool, temperature: float, monkeypatch: pytest.MonkeyPatch
+    kind: str, share: bool, temperature: float, fused: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = _lora() if kind == "lora" else _full(checkpointing=kind == "full-checkpointing")
     batch = _rollouts(vocab=100)
     share = share and kind != "full-checkpointing"  # a checkpointed model in training returns no cache: rows whole
     chunks = ChunkCount(monkeypatch)
-    _assert_matches_loop(model, batch, share, temperature, chunk=4)  # chunks that cross rows
-    assert chunks.sizes and max(chunks.sizes) == 4
-    assert len(chunks.sizes) >= 2 * (int(batch.completion_mask.sum()) - (batch.size if share else 0)) // 4
+    _assert_matches_loop(model, batch, share, temperature, Chunking(tokens=4, fused=fused))  # chunks across rows
+    ran, other = (chunks.fused, chunks.checkpointed) if fused else (chunks.checkpointed, chunks.fused)
+    assert ran and max(ran) == 4 and not other
+    real = int(batch.completion_mask.sum()) - (batch.size if share else 0)  # shared: each row's first via the prompt
+    assert len(ran) >= (1 if fused else 2) * real // 4  # checkpointed: each chunk again in backward
 
 
-def test_chunked_logprobs_at_qwens_152064_token_vocabulary(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Full fine-tuning of an untied head over the real vocabulary: value, entropy and every gradient."""
+@pytest.mark.parametrize("fused", [True, False])
+def test_chunked_logprobs_at_qwens_152064_token_vocabulary(fused: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full fine-tuning of an untied head over the real vocabulary: value, entropy and every gradient, the chunks
+    sized by a byte budget (5 positions a chunk at the fused head's 8 bytes, or the checkpointed head's 16)."""
     chunks = ChunkCount(monkeypatch)
-    _assert_matches_loop(_qwen_shaped(), _rollouts(vocab=QWEN_VOCAB), share=True, temperature=0.7, chunk=5)
-    assert chunks.sizes
+    budget = 5 * QWEN_VOCAB * (FUSED_BYTES if fused else CHECKPOINTED_BYTES)
+    _assert_matches_loop(_qwen_shaped(), _rollouts(vocab=QWEN_VOCAB), True, 0.7, Chunking(budget, fused=fused))
+    assert max(chunks.fused if fused else chunks.checkpointed) == 5
 
 
 def test_the_old_path_is_untouched_at_or_under_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
-    """0 turns chunking off, and a micro-batch of at most `chunk_tokens` positions keeps today's path, bit for bit."""
+    """Chunking off, a micro-batch of at most `tokens` positions, or one whose full logits fit the byte budget
+    (N x V x 24 bytes) keeps today's path, bit for bit; one position more chunks."""
     model, batch = _lora(), _rollouts(vocab=100)
+    N, V = batch.completion_ids.numel(), model.get_output_embeddings().out_features
     chunks = ChunkCount(monkeypatch)
     plain = completion_logprobs(model, batch, True, True, None, 0.7)
-    for chunk in (0, batch.completion_ids.numel()):
-        logp, entropy = completion_logprobs(model, batch, True, True, None, 0.7, chunk_tokens=chunk)
+    for unchunked in (Chunking(), Chunking(tokens=N), Chunking(tokens=N + 1), Chunking(N * V * FULL_BYTES)):
+        logp, entropy = completion_logprobs(model, batch, True, True, None, 0.7, unchunked)
         assert torch.equal(logp, plain[0]) and torch.equal(entropy, plain[1])  # type: ignore[arg-type]
     assert chunks.sizes == []
+    for chunking in (Chunking(tokens=N - 1), Chunking(N * V * FULL_BYTES - 1)):
+        logp, _ = completion_logprobs(model, batch, True, True, None, 0.7, chunking)
+        assert chunks.sizes, chunking
+        mask = batch.completion_mask.bool()  # the full logits score pads too, the chunks give them 0
+        torch.testing.assert_close(logp[mask], plain[0][mask], rtol=1e-5, atol=1e-5)
+        chunks.fused.clear()
 
 
-def test_chunked_logprobs_under_bf16_autocast_match_the_full_logits() -> None:
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_micro_batch_at_below_and_above_the_chunk_size(fused: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget sets C = budget / (V x bytes a position): a micro-batch of exactly C real positions is one chunk,
+    C - 1 one chunk, C + 1 two (C and 1); every one equal to the full logits."""
+    model, batch = _full(), _rollouts(vocab=100)
+    model.train()
+    V, R = model.get_output_embeddings().out_features, int(batch.completion_mask.sum())
+    mask = batch.completion_mask.bool()
+    plain = completion_logprobs(model, batch, True, False, None, 0.7)
+    chunks = ChunkCount(monkeypatch)
+    for C, want in ((R, [R]), (R + 1, [R]), (R - 1, [R - 1, 1])):  # rows whole: every real position in the chunks
+        chunking = Chunking(C * V * (FUSED_BYTES if fused else CHECKPOINTED_BYTES), fused=fused)
+        assert chunking.sizes(V, fused)[1] == C
+        with torch.no_grad():  # forward only: each chunk counted once
+            logp, entropy = completion_logprobs(model, batch, True, False, None, 0.7, chunking)
+        assert (chunks.fused if fused else chunks.checkpointed) == want, C
+        assert not (chunks.checkpointed if fused else chunks.fused)
+        chunks.fused.clear(), chunks.checkpointed.clear()
+        torch.testing.assert_close(logp[mask], plain[0][mask], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(entropy[mask], plain[1][mask], rtol=1e-5, atol=1e-5)  # type: ignore[index]
+
+
+def test_the_default_budget_at_qwens_vocabulary() -> None:
+    """`grpo.logprob_chunk_mb`'s default at 152,064 tokens: chunks of 220 positions (fused; 110 unfused), the full
+    logits only up to 73 positions; so a micro-batch of 4 x 1,024 positions holds at most 220 / 4,096 of its full
+    fp32 logits in chunk logits (a quarter copy would be 1,024 x 4 bytes a position; the fused head holds 8), and
+    8 x 8,192 the same 256 MiB."""
+    chunking = Chunking.of(GRPOConfig())
+    assert chunking.budget == 256 * 2**20 and chunking.fused and chunking.tokens == 0
+    assert chunking.sizes(QWEN_VOCAB, True) == (73, 220)
+    assert chunking.sizes(QWEN_VOCAB, False) == (73, 110)
+    for positions in (4 * 1024, 8 * 8192):
+        chunk = chunking.chunk(positions, QWEN_VOCAB, True)
+        assert chunk * QWEN_VOCAB * FUSED_BYTES <= chunking.budget
+        assert chunk * QWEN_VOCAB * FUSED_BYTES <= 0.25 * 4 * 1024 * QWEN_VOCAB * 4
+    assert chunking.chunk(73, QWEN_VOCAB, True) == 0 and chunking.chunk(74, QWEN_VOCAB, True) == 220
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_chunked_logprobs_under_bf16_autocast_match_the_full_logits(fused: bool) -> None:
     """Under bf16 autocast the chunked path and the full logits round alike (a looser tolerance than fp32)."""
     model, batch = _lora(), _rollouts(vocab=100)
     model.train()
     mask = batch.completion_mask.bool()
     plain, plain_entropy = completion_logprobs(model, batch, True, True, torch.bfloat16, 0.7)
-    logp, entropy = completion_logprobs(model, batch, True, True, torch.bfloat16, 0.7, chunk_tokens=4)
+    chunking = Chunking(tokens=4, fused=fused)
+    logp, entropy = completion_logprobs(model, batch, True, True, torch.bfloat16, 0.7, chunking)
     torch.testing.assert_close(logp[mask], plain[mask], rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(entropy[mask], plain_entropy[mask], rtol=2e-2, atol=2e-2)  # type: ignore[index]
     plain_grads, grads = _grads(model, plain, batch), _grads(model, logp, batch)
@@ -204,7 +275,7 @@ def test_token_budgeted_micro_batches_give_the_row_micro_batches_update(
 ) -> None:
     cfg = GRPOConfig(
         learning_rate=1.0, warmup_ratio=0.0, beta=0.05, minibatch_size=6, micro_batch_size=4, max_grad_norm=1e9,
-        loss_agg=loss_agg, logprob_chunk_tokens=0,
+        loss_agg=loss_agg, logprob_chunk_mb=0,
     )  # fmt: skip
     rows = _lora_update(cfg)
     seen: list[torch.Tensor] = []
@@ -228,8 +299,9 @@ def test_reference_logprobs_with_a_budget_and_chunks_equal_the_plain_ones() -> N
     model = _full()
     batch = _rollouts(vocab=100)
     plain = chunked_logprobs(model, batch, 4)
-    both = chunked_logprobs(model, batch, 4, max_tokens=9, chunk_tokens=3)
+    both = chunked_logprobs(model, batch, 4, max_tokens=9, chunking=Chunking(tokens=3))
     mask = batch.completion_mask.bool()
     torch.testing.assert_close(both[mask], plain[mask], rtol=1e-5, atol=1e-6)
     policy = FullPolicy(_full())
-    torch.testing.assert_close(policy.reference_logprobs(batch, 4, max_tokens=9, chunk_tokens=3)[mask], plain[mask])
+    chunking = Chunking(tokens=3, fused=False)
+    torch.testing.assert_close(policy.reference_logprobs(batch, 4, max_tokens=9, chunking=chunking)[mask], plain[mask])

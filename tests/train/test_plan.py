@@ -15,6 +15,7 @@ The cards round to the digits they print, so each count is held to those digits.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,7 +38,6 @@ PAPER_RECIPES = [
     "qwen3-14b/grpo-baseline", "qwen3-14b/lanpo-intra", "qwen3-14b/lanpo-inter", "qwen3-14b/lanpo-both",
 ]  # fmt: skip
 GPU_80 = 79.0  # GiB an "80 GB" card reports (torch.cuda.get_device_properties: A100 / H100 80 GB, 79.2-79.6)
-BF16_BUDGET, FP32_BUDGET = 22528, 11264  # the token budgets `lanpo plan` hints for grpo-baseline without its own
 
 
 def _recipe(name: str, overrides: list[str] | None = None) -> TrainConfig:
@@ -58,15 +58,18 @@ def test_plan_refuses_a_7b_full_fine_tune_on_one_24_gb_gpu(capsys: pytest.Captur
 
 def test_the_hint_names_the_key_that_makes_it_fit(capsys: pytest.CaptureFixture[str]) -> None:
     """The recipe without its token budget (8 full-length rows a micro-batch) on 8 x 80 GB: the hint gives the
-    budget that fits, and the recipe with it fits, in bf16 compute (as it ships) and in fp32 (bf16 activations take
-    half the bytes); and with the engine awake through the update on smaller GPUs, the hint puts it to sleep first
-    (a sleep and a wake a step, before any smaller micro-batch)."""
+    budget that fits (whole rows of 3,072 + 8,192 tokens, fewer than the recipe's 8), and the recipe with it fits,
+    in bf16 compute (as it ships) and in fp32; and with the engine awake through the update on smaller GPUs, the
+    hint puts it to sleep first (a sleep and a wake a step, before any smaller micro-batch)."""
     recipe = ["--config", str(CONFIGS / "grpo-baseline.toml"), "--gpus", "8", "--gpu-memory", str(GPU_80)]
-    for autocast, budget in (("bf16", BF16_BUDGET), ("off", FP32_BUDGET)):
+    for autocast in ("bf16", "off"):
         args = [*recipe, "--set", f"grpo.autocast='{autocast}'"]
         assert main(["plan", *args, "--set", "grpo.max_tokens_per_micro_batch=0"]) == 2
         err = capsys.readouterr().err
-        assert f"hint: set grpo.max_tokens_per_micro_batch = {budget} (peak" in err, err
+        found = re.search(r"hint: set grpo\.max_tokens_per_micro_batch = (\d+) \(peak", err)
+        assert found, err
+        budget = int(found.group(1))
+        assert budget % 11264 == 0 and 0 < budget < 8 * 11264, budget
         assert main(["plan", *args, "--set", f"grpo.max_tokens_per_micro_batch={budget}"]) == 0
         assert "verdict: fits" in capsys.readouterr().out
     awake = [*recipe[:-1], "60", "--set", "rollout.vllm.sleep_during_update=false"]
@@ -123,7 +126,7 @@ def test_reference_phase_by_hand() -> None:
     cfg.model.gradient_checkpointing, cfg.rollout.n, cfg.rollout.temperature = False, 2, 1.0
     cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens, cfg.rollout.feedback_max_new_tokens = 64, 2048, 0
     cfg.grpo.micro_batch_size, cfg.grpo.autocast, cfg.grpo.share_prompts = 1, "off", True
-    cfg.grpo.logprob_chunk_tokens, cfg.grpo.max_tokens_per_micro_batch = 0, 0
+    cfg.grpo.logprob_chunk_mb, cfg.grpo.max_tokens_per_micro_batch = 0, 0
     plan = make_plan(cfg, shape_from_config(TINY, "tiny", "test"), 1, 80.0, device="cpu")
     ref = next(p for p in plan.phases if p.name == "reference log-probs")
     # positions 64 + 2,048 = 2,112; working set 2,112 x (3 x 512 + 2 x 256 + 2 x 256) x 4 B = 21,626,880
@@ -133,27 +136,57 @@ def test_reference_phase_by_hand() -> None:
     # held: P = 4 x 590,848 + 2 x 152,064 x 256 + 256 = 80,220,416; weights 4P, moments 8P, reference 4P;
     # the batch: 3 x 8 B x 2 rows x 2,112 positions
     assert sum(plan.held.values()) == 16 * 80_220_416 + 3 * 8 * 2 * 2112
-    chunked = make_plan(replace(cfg, grpo=replace(cfg.grpo, logprob_chunk_tokens=512)), plan.shape, device="cpu")
-    terms = next(p for p in chunked.phases if p.name == "reference log-probs").terms
-    assert terms["logits (model, fp32, logsumexp)"] == 512 * 152064 * 8  # one chunk at a time
+    key = "logits (model, fp32, logsumexp)"
+    for grpo, want in (
+        (replace(cfg.grpo, logprob_chunk_tokens=512, logprob_fused=False), 512 * 152064 * 8),  # fp32 + its exp
+        (replace(cfg.grpo, logprob_chunk_tokens=512), 512 * 152064 * 4),  # fused: exponentiated in place
+        (replace(cfg.grpo, logprob_chunk_mb=256), 220 * 152064 * 4),  # the default: 256 MiB / (V x 8) = 220
+    ):
+        chunked = make_plan(replace(cfg, grpo=grpo), plan.shape, device="cpu")
+        assert next(p for p in chunked.phases if p.name == "reference log-probs").terms[key] == want, grpo
+
+
+def test_the_logits_terms_at_below_and_above_the_full_logits_limit() -> None:
+    """The default budget (256 MiB) at 152,064 tokens takes the full logits up to 73 positions (N x V x 24 <= B):
+    at 73 the full logits' terms, at 74 one fused chunk of 220 positions, however many positions beyond."""
+    cfg = load_config(CONFIGS / "demo-cpu.toml", [])
+    cfg = replace(cfg, batch_size=1, lora=replace(cfg.lora, enabled=False))
+    cfg.rollout.n, cfg.rollout.max_prompt_tokens, cfg.rollout.feedback_max_new_tokens = 1, 64, 0
+    cfg.rollout.temperature, cfg.grpo.micro_batch_size, cfg.grpo.autocast = 1.0, 1, "off"
+    shape = shape_from_config(TINY, "tiny", "test")
+    for T, ref, upd in (
+        (72, 72 * 8, 72 * 16),
+        (73, 73 * 8, 73 * 16),
+        (74, 220 * 4, 220 * 8),
+        (8192, 220 * 4, 220 * 8),
+    ):
+        cfg.rollout.max_new_tokens = T
+        phases = {p.name: p.terms for p in make_plan(cfg, shape, 1, 80.0, device="cpu").phases}
+        assert phases["reference log-probs"]["logits (model, fp32, logsumexp)"] == ref * 152064, T
+        assert phases["update"]["logits (+ entropy, backward)"] == upd * 152064, T
 
 
 def test_bf16_update_terms_by_hand() -> None:
-    """Under bf16 autocast with chunks (the H200 measured both, bench/gpu_check.py): a chunk's logits cost 16 bytes
-    a position and vocabulary entry in the update (fp32 logits and the entropy's three; the head's bf16 output is
-    replaced by its fp32 copy, not kept beside it) and 8 in the reference pass; autocast caches a bf16 copy of every
-    weight a matmul reads, which leaves out an untied input embedding."""
+    """Under bf16 autocast with chunks of the head's own forward (the H200 measured both, bench/gpu_check.py): a
+    chunk's logits cost 16 bytes a position and vocabulary entry in the update (fp32 logits and the entropy's
+    three; the head's bf16 output is replaced by its fp32 copy, not kept beside it) and 8 in the reference pass;
+    fused, 8 (fp32 logits and their exp) and 6 (the bf16 output beside its fp32 copy); autocast caches a bf16 copy
+    of every weight a matmul reads, which leaves out an untied input embedding."""
     cfg = load_config(CONFIGS / "demo-cpu.toml", [])
     cfg = replace(cfg, batch_size=1, lora=replace(cfg.lora, enabled=False))
     cfg.rollout.n, cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens = 2, 64, 2048
     cfg.rollout.feedback_max_new_tokens, cfg.rollout.temperature = 0, 0.7
     cfg.grpo.micro_batch_size, cfg.grpo.autocast, cfg.grpo.logprob_chunk_tokens = 2, "bf16", 512
+    cfg.grpo.logprob_fused = False
     shape = shape_from_config(TINY, "tiny", "test")
     phases = {p.name: p.terms for p in make_plan(cfg, shape, 1, 80.0).phases}
     assert phases["update"]["logits (+ entropy, backward)"] == 512 * 152064 * 16
     assert phases["reference log-probs"]["logits (model, fp32, logsumexp)"] == 512 * 152064 * 8
     assert phases["update"]["autocast bf16 weight casts"] == 2 * (shape.params - 152064 * 256)
-    unchunked = replace(cfg, grpo=replace(cfg.grpo, logprob_chunk_tokens=0))
+    fused = {p.name: p.terms for p in make_plan(_with_grpo(cfg, logprob_fused=True), shape, 1, 80.0).phases}
+    assert fused["update"]["logits (+ entropy, backward)"] == 512 * 152064 * 8
+    assert fused["reference log-probs"]["logits (model, fp32, logsumexp)"] == 512 * 152064 * 6
+    unchunked = replace(cfg, grpo=replace(cfg.grpo, logprob_chunk_tokens=0, logprob_chunk_mb=0))
     terms = {p.name: p.terms for p in make_plan(unchunked, shape, 1, 80.0).phases}["update"]
     # the full logits: bf16 output, its fp32 copy, the tempered copy and the entropy's three stay alive together
     assert terms["logits (+ entropy, backward)"] == 2 * 2048 * 152064 * (2 + 4 + 4 + 12)
@@ -186,6 +219,10 @@ def test_the_engine_term_asleep_by_hand() -> None:
     lora_plan = make_plan(lora, shape, 8, 79.0)
     assert lora.rollout.vllm.sleep_during_update and "weight sync" not in [p.name for p in lora_plan.phases]
     assert lora_plan.host_peak == weights
+
+
+def _with_grpo(cfg: TrainConfig, **changes: object) -> TrainConfig:
+    return replace(cfg, grpo=replace(cfg.grpo, **changes))
 
 
 @pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])

@@ -26,21 +26,10 @@ bit for bit those of a run before the setting existed. The division runs in fp32
 place (a model's own ops may have saved its logits for backward). `rollout.top_p` is not applied, as in verl and
 TRL: below 1 the rollouts come from the renormalised nucleus of softmax(logits / T), not from all of it.
 
-Chunked log-probs (`grpo.logprob_chunk_tokens`, C): the fp32 logits of a micro-batch are rows x T x V (the paper's
-8 rows of 8,192 tokens over Qwen2.5's 152,064 tokens: 39.9 GB a copy, and the logsumexp's backward and the entropy
-each add one). Above C positions (rows x T), the model's head is swapped, for the one forward, for a function that
-takes the hidden states of the real (unpadded) completion positions C at a time through the head's own forward,
-then the same fp32 upcast, division by the temperature, logsumexp, gather and (no gradient) entropy, each chunk under
-`torch.utils.checkpoint` (`use_reentrant=False`): backward recomputes a chunk's logits instead of keeping them
-(verl bounds the same memory with `entropy_from_logits_with_chunking`, `entropy_checkpointing` and
-`use_fused_kernels`). Peak memory grows as C x V, not rows x T x V. The head is
-called from inside the model's own forward, so it works unchanged under PEFT (LoRA), DDP, tied embeddings and FSDP2
-(the head's weights are in the root unit, gathered for its forward and again for its backward, where the
-recompute runs). With shared prompts, the prompts' forward keeps its (U, 1, V) logits (the first completion token
-of each row) and the completions' forward goes through the chunks. Completion columns that pad every row are
-dropped first, and padded positions give 0 (masked everywhere). The result equals the full logits' to float
-rounding (tests/train/test_chunked_logprobs.py: against a per-token loop, in value and in gradient). At or under C
-positions, or C = 0, the full-logits path runs as before, bit for bit.
+Chunked log-probs (`chunking`: `grpo.logprob_chunk_mb`, `grpo.logprob_chunk_tokens`, `grpo.logprob_fused`): above
+a limit that the vocabulary sets (`lanpo.train.consumer.chunking`), the head's logits exist a chunk of positions at
+a time, recomputed in backward (`lanpo.train.consumer.chunked`), so that they never hold more than the budget. At or
+under the limit, or with chunking off, the full-logits path runs as before, bit for bit.
 
 Token-budgeted micro-batches (`grpo.max_tokens_per_micro_batch`, `micro_batches`): consecutive rows up to a
 budget of real prompt + completion tokens (verl's `ppo_max_token_len_per_gpu` with `use_dynamic_bsz`), never more
@@ -51,16 +40,16 @@ others zero-weight fillers (`lanpo.train.consumer.update`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from lanpo.models import bf16_pays, cache_kwarg, default_device, returned_cache
 from lanpo.rl.logprobs import entropy_from_logits, token_logprobs
+from lanpo.train.consumer.chunking import NO_CHUNKS, Chunking
 from lanpo.train.plumbing import fsdp
 from lanpo.train.plumbing.dist import Dist
 
@@ -141,7 +130,7 @@ def completion_logprobs(
     share_prompts: bool = True,
     autocast: torch.dtype | None = None,
     temperature: float = 1.0,
-    chunk_tokens: int = 0,
+    chunking: Chunking = NO_CHUNKS,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log p of the completion tokens (B, T), and optionally the entropy (B, T, detached); float32.
 
@@ -149,16 +138,20 @@ def completion_logprobs(
     reference the shared forward is tested against. Either way columns that pad every row are skipped.
     `autocast`: the forwards run under `torch.autocast` in this dtype (None: as the weights are); the log-softmax
     runs in fp32 on upcast logits either way. `temperature`: of softmax(logits / temperature), the sampling
-    distribution (see the module docstring); 1 divides nothing. `chunk_tokens` (`grpo.logprob_chunk_tokens`):
-    above B x T = this many positions, the head's logits exist a chunk of this many positions at a time (see the
-    module docstring), and the padded positions give 0; 0: never.
+    distribution (see the module docstring); 1 divides nothing. `chunking` (`Chunking.of(grpo config)`): above
+    its limit of B x T positions at the head's vocabulary, the head's logits exist a chunk of positions at a time
+    (see the module docstring), and the padded positions give 0; the default, NO_CHUNKS: never.
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    if chunk_tokens and batch.completion_ids.numel() > chunk_tokens and _chunkable_head(model) is not None:
-        return _chunked_completion_logprobs(
-            model, batch, with_entropy, share_prompts, autocast, temperature, chunk_tokens
-        )
+    if chunking.on:
+        from lanpo.train.consumer import chunked  # it builds on this module's forwards
+
+        chunk, fused = chunked.head_chunk(model, batch.completion_ids.numel(), chunking)
+        if chunk:
+            return chunked.chunked_completion_logprobs(
+                model, batch, with_entropy, share_prompts, autocast, temperature, chunk, fused
+            )
     T = batch.completion_ids.shape[1]
     P = batch.input_ids.shape[1] - T
     cut = _padding_columns(batch.attention_mask[:, :P])
@@ -260,187 +253,6 @@ def _shared_prompt_logits(
     return torch.cat([first, rest], dim=1)
 
 
-def _chunkable_head(model: Any) -> torch.nn.Module | None:
-    """The output embedding (the head) of `model`, under a DDP, PEFT or FSDP wrapper, when the chunked path can
-    stand in for it: the model hands the head's output back as its logits, untouched (None where it would not:
-    Gemma-2's final soft-capping; and where the model names no output embedding)."""
-    inner = getattr(model, "module", model)  # DistributedDataParallel
-    if getattr(getattr(inner, "config", None), "final_logit_softcapping", None) is not None:
-        return None
-    get = getattr(inner, "get_output_embeddings", None)
-    head = get() if callable(get) else None
-    return head if isinstance(head, torch.nn.Module) else None
-
-
-def _chunked_completion_logprobs(
-    model: Any,
-    batch: RolloutBatch,
-    with_entropy: bool,
-    share_prompts: bool,
-    autocast: torch.dtype | None,
-    temperature: float,
-    chunk: int,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`completion_logprobs` with the head's logits a `chunk` of positions at a time (the module docstring): the
-    same forwards (rows whole, or shared prompts), the completion columns that pad every row dropped first, the
-    padded positions 0."""
-    T = batch.completion_ids.shape[1]
-    P = batch.input_ids.shape[1] - T
-    columns = batch.attention_mask[:, P:].sum(dim=0).nonzero()
-    keep = int(columns.max()) + 1 if columns.numel() else 1  # completion columns up to the longest row's end
-    sub = RolloutBatch(
-        batch.input_ids[:, : P + keep],
-        batch.attention_mask[:, : P + keep],
-        batch.position_ids[:, : P + keep],
-        batch.completion_ids[:, :keep],
-        batch.completion_mask[:, :keep],
-    )
-    cut = _padding_columns(sub.attention_mask[:, :P])
-    prompts, rows = None, None
-    if share_prompts and _can_share(model):
-        prompts, rows = _distinct_prompts(sub.input_ids[:, cut:P], sub.attention_mask[:, cut:P])
-    if prompts is not None and rows is not None and len(prompts) < sub.size:
-        logp, entropy = _shared_prompt_chunks(
-            model, sub, cut, prompts, rows, with_entropy, autocast, temperature, chunk
-        )
-    else:
-        logp, entropy = _head_chunks(
-            model, sub, sub.completion_ids, sub.completion_mask, with_entropy, autocast, temperature, chunk,
-            input_ids=sub.input_ids[:, cut:], attention_mask=sub.attention_mask[:, cut:],
-            position_ids=sub.position_ids[:, cut:], logits_to_keep=keep + 1, use_cache=False,
-        )  # fmt: skip
-    pad = (0, T - keep)
-    return torch.nn.functional.pad(logp, pad), None if entropy is None else torch.nn.functional.pad(entropy, pad)
-
-
-def _shared_prompt_chunks(
-    model: Any,
-    batch: RolloutBatch,
-    cut: int,
-    prompts: torch.Tensor,
-    rows: torch.Tensor,
-    with_entropy: bool,
-    autocast: torch.dtype | None,
-    temperature: float,
-    chunk: int,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`_shared_prompt_logits` in chunks: the prompts' forward keeps its (U, 1, V) logits, which predict each row's
-    first completion token; the completions' forward on the repeated cache goes through the chunked head."""
-    T = batch.completion_ids.shape[1]
-    P = batch.input_ids.shape[1] - T
-    out = _prompts_forward(model, batch, cut, prompts, autocast)
-    first = out.logits[rows].float()  # (B, 1, V): small, one position a row
-    if temperature != 1.0:
-        first = first / temperature
-    logp = token_logprobs(first, batch.completion_ids[:, :1])  # (B, 1)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = entropy_from_logits(first.detach())
-    del first
-    if T == 1:
-        return logp, entropy
-    cache = returned_cache(out)
-    cache.batch_select_indices(rows)  # (U, ...) -> (B, ...); autograd sums the rows' gradients back
-    rest, rest_entropy = _head_chunks(
-        model, batch, batch.completion_ids[:, 1:], batch.completion_mask[:, 1:], with_entropy, autocast,
-        temperature, chunk, input_ids=batch.completion_ids[:, :-1],
-        attention_mask=batch.attention_mask[:, cut : P + T - 1], position_ids=batch.position_ids[:, P : P + T - 1],
-        **{cache_kwarg(model): cache}, logits_to_keep=T - 1, use_cache=True,
-    )  # fmt: skip
-    logp = torch.cat([logp, rest], dim=1)
-    if entropy is not None and rest_entropy is not None:
-        entropy = torch.cat([entropy, rest_entropy], dim=1)
-    return logp, entropy
-
-
-def _head_chunks(
-    model: Any,
-    batch: RolloutBatch,
-    targets: torch.Tensor,
-    mask: torch.Tensor,
-    with_entropy: bool,
-    autocast: torch.dtype | None,
-    temperature: float,
-    chunk: int,
-    **forward: Any,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One forward of `model` (keywords `forward`) whose head, for its kept positions (the first n =
-    targets.shape[1] of them predicting `targets` (B, n)), returns log p of the targets instead of logits: the
-    hidden states of the `mask`ed positions, a `chunk` at a time, through the head's own forward, each chunk under
-    activation checkpointing (backward recomputes its logits rather than keeping them). The head runs inside the
-    model's forward, so an FSDP root unit has its weights gathered for it as for its logits. Returns (B, n) log p
-    and entropy (detached), 0 at the positions `mask` leaves out."""
-    head = _chunkable_head(model)
-    assert head is not None
-    own = head.forward  # the head's forward (a bound method, or a wrapper's instance attribute)
-    entropies: list[torch.Tensor] = []
-
-    def chunked(hidden: torch.Tensor) -> torch.Tensor:  # (B, K, H), K >= n
-        B, n = targets.shape
-        flat = hidden[:, :n].reshape(B * n, hidden.shape[-1])
-        where = mask.reshape(-1).nonzero().squeeze(1)  # (N,) the real positions
-        if where.numel() == 0:  # nothing to score: zeros, still in the graph (a backward runs through them)
-            entropies.append(torch.zeros(B, n, device=hidden.device))
-            return (flat[:, 0].float() * 0.0).view(B, n)
-        states, ids = flat.index_select(0, where), targets.reshape(-1).index_select(0, where)
-        parts, ents = [], []
-        for start in range(0, len(where), chunk):
-            part = (own, states[start : start + chunk], ids[start : start + chunk], temperature, with_entropy)
-            if torch.is_grad_enabled():
-                logp, ent = checkpoint(_chunk_logprobs, *part, use_reentrant=False)
-            else:  # no backward, nothing to recompute (the reference and the old log-probs)
-                logp, ent = _chunk_logprobs(*part)
-            parts.append(logp)
-            ents.append(ent)
-        out = torch.zeros(B * n, dtype=torch.float32, device=hidden.device).index_copy(0, where, torch.cat(parts))
-        if with_entropy:
-            full = torch.zeros(B * n, dtype=torch.float32, device=hidden.device)
-            entropies.append(full.index_copy_(0, where, torch.cat(ents)).view(B, n))
-        return out.view(B, n)
-
-    with _head_forward(head, chunked), _forward_precision(batch, autocast):
-        logp = model(**forward).logits  # (B, n): what `chunked` returned
-    return logp, (entropies[-1] if with_entropy else None)
-
-
-def _chunk_logprobs(
-    head: Callable[[torch.Tensor], torch.Tensor],
-    states: torch.Tensor,
-    ids: torch.Tensor,
-    temperature: float,
-    with_entropy: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p of `ids` (C,) from hidden `states` (C, H) through `head`, and the entropy (no gradient): the same ops
-    on the same fp32 logits as `completion_logprobs`, on C positions. The entropy comes last, so a checkpoint's
-    recompute (which stops once it has what backward saved) never recomputes it."""
-    logits = head(states)  # (C, V), under the forward's autocast
-    with torch.autocast(states.device.type, enabled=False):  # the log-softmax in fp32, as on the full logits
-        logits = logits.float()
-        if temperature != 1.0:
-            logits = logits / temperature
-        logp = token_logprobs(logits, ids)
-        entropy = None
-        if with_entropy:
-            with torch.no_grad():
-                entropy = entropy_from_logits(logits.detach())
-    return logp, entropy
-
-
-@contextmanager
-def _head_forward(head: torch.nn.Module, forward: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
-    """Inside, `head`'s forward is `forward` (an instance attribute shadowing the class's); restored after."""
-    had, before = "forward" in head.__dict__, head.__dict__.get("forward")
-    head.forward = forward
-    try:
-        yield
-    finally:
-        if had:
-            head.forward = before
-        else:
-            del head.forward
-
-
 def micro_batches(lengths: torch.Tensor, rows: int, max_tokens: int = 0) -> list[slice]:
     """Consecutive micro-batches over rows of `lengths` (B,) real tokens each: `rows` rows each (max_tokens 0, as
     before the setting), else as many consecutive rows as `max_tokens` tokens hold, at most `rows` (a row longer
@@ -476,11 +288,11 @@ def chunked_logprobs(
     autocast: torch.dtype | None = None,
     temperature: float = 1.0,
     max_tokens: int = 0,
-    chunk_tokens: int = 0,
+    chunking: Chunking = NO_CHUNKS,
     dist: Dist | None = None,
 ) -> torch.Tensor:
     """log p of the completion tokens (B, T) without gradients, `micro_batch_size` sequences per forward (or
-    fewer: `max_tokens`, `grpo.max_tokens_per_micro_batch`, see `micro_batches`; `chunk_tokens`:
+    fewer: `max_tokens`, `grpo.max_tokens_per_micro_batch`, see `micro_batches`; `chunking`:
     `completion_logprobs`).
 
     The reference's log-probs (`Policy.reference_logprobs` runs it on the reference), and old_logp when several
@@ -493,7 +305,7 @@ def chunked_logprobs(
     parts = []
     for r in range(rounds):
         sub = batch.select(groups[r] if r < len(groups) else slice(0, 1))
-        logp, _ = completion_logprobs(model, sub, False, share_prompts, autocast, temperature, chunk_tokens)
+        logp, _ = completion_logprobs(model, sub, False, share_prompts, autocast, temperature, chunking)
         if r < len(groups):
             parts.append(logp)
     return torch.cat(parts)

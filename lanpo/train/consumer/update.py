@@ -49,6 +49,7 @@ from lanpo.train.consumer.batch import (
     lockstep_rounds,
     micro_batches,
 )
+from lanpo.train.consumer.chunking import NO_CHUNKS, Chunking
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import Policy
 
@@ -145,7 +146,7 @@ def micro_batch_loss(
     """
     autocast = autocast_dtype(cfg.autocast, sub.input_ids.device)
     logp, entropy = completion_logprobs(
-        model, sub, True, cfg.share_prompts, autocast, temperature, cfg.logprob_chunk_tokens
+        model, sub, True, cfg.share_prompts, autocast, temperature, Chunking.of(cfg)
     )  # (m, T)
     old = logp.detach() if old_logp is None else old_logp
     loss, stats = policy_loss(
@@ -175,7 +176,7 @@ def nll_backward(
     share_prompts: bool = True,
     autocast: torch.dtype | None = None,
     filler: RolloutBatch | None = None,
-    chunk_tokens: int = 0,
+    chunking: Chunking = NO_CHUNKS,
 ) -> tuple[float, float]:
     """Backward of `coef` * the token-mean NLL of `batch[index]` over every rank's share; returns (that NLL, its
     global token count). Nothing runs when no rank has a token (every rank sees the same count).
@@ -198,7 +199,7 @@ def nll_backward(
             weight = coef * dist.world / tokens  # times the world size: DDP and FSDP average the ranks' gradients
         else:
             sub, weight = filler, 0.0  # type: ignore[assignment]
-        logp, _ = completion_logprobs(model, sub, False, share_prompts, autocast, 1.0, chunk_tokens)  # (m, T)
+        logp, _ = completion_logprobs(model, sub, False, share_prompts, autocast, 1.0, chunking)  # (m, T)
         summed = nll_sum_of(logp, sub.completion_mask)
         (summed * weight).backward()
         nll_sum += float(summed.detach()) if weight else 0.0
@@ -219,20 +220,20 @@ def _measure_only(
     share_prompts: bool,
     autocast: torch.dtype | None = None,
     temperature: float = 1.0,
-    chunk_tokens: int = 0,
+    chunking: Chunking = NO_CHUNKS,
 ) -> dict[str, float]:
     """KL and entropy of a batch nothing was learned from (every group skipped): no gradient, no step. Also
     returns the seconds of its reference pass (`ref`) and of its policy pass (`policy`): a step that learns
     nothing still spends them."""
     kl_sum = entropy_sum = tokens = 0.0
     started = time.perf_counter()
-    ref = policy.reference_logprobs(batch, micro, share_prompts, autocast, temperature, chunk_tokens=chunk_tokens)
+    ref = policy.reference_logprobs(batch, micro, share_prompts, autocast, temperature, chunking=chunking)
     seconds_ref = time.perf_counter() - started
     with torch.no_grad():
         for start in range(0, batch.size, micro):
             sub = batch.select(slice(start, start + micro))
             logp, entropy = completion_logprobs(
-                policy.model, sub, True, share_prompts, autocast, temperature, chunk_tokens
+                policy.model, sub, True, share_prompts, autocast, temperature, chunking
             )
             mask = sub.completion_mask.float()
             kl_sum += float((kl_k3(logp, ref[start : start + micro]) * mask).sum())
@@ -283,7 +284,7 @@ def update_policy(
 
     started = time.perf_counter()
     micro, share = cfg.micro_batch_size, cfg.share_prompts
-    sizes = {"max_tokens": cfg.max_tokens_per_micro_batch, "chunk_tokens": cfg.logprob_chunk_tokens}
+    sizes = {"max_tokens": cfg.max_tokens_per_micro_batch, "chunking": Chunking.of(cfg)}
     ref_logp = policy.reference_logprobs(batch, micro, share, autocast, temperature, **sizes)  # (B, T): KL
     # Several updates per batch: the ratio needs log-probs of the policy that generated it, taken before any step.
     on_policy = cfg.ppo_epochs == 1 and n_minibatches == 1
@@ -365,7 +366,7 @@ class _Update:
             filler = batch.select(mb[:1].to(batch.input_ids.device)) if self.policy.collective_forwards else None
             mb_nll, nll_tokens = nll_backward(
                 self.policy.model, self.nll.batch, nll_share, self.nll.coef, cfg.micro_batch_size, dist,
-                cfg.share_prompts, self.autocast, filler, cfg.logprob_chunk_tokens,
+                cfg.share_prompts, self.autocast, filler, Chunking.of(cfg),
             )  # fmt: skip
             if nll_tokens:
                 self.nll_updates, self.nll_total = self.nll_updates + 1, self.nll_total + mb_nll
@@ -465,7 +466,7 @@ def _nothing_to_learn(
     would have (each step moving nothing)."""
     autocast = autocast_dtype(cfg.autocast, batch.input_ids.device)
     measured = _measure_only(
-        policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast, temperature, cfg.logprob_chunk_tokens
+        policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast, temperature, Chunking.of(cfg)
     )
     for _ in range(cfg.ppo_epochs * n_minibatches):
         _skip_update(optimizer, scheduler)

@@ -49,6 +49,7 @@ from lanpo.procs import tag_gone
 from lanpo.rollout import Completion
 from lanpo.train.config import TrainConfig
 from lanpo.train.consumer.batch import build_batch, chunked_logprobs
+from lanpo.train.consumer.chunking import Chunking
 from lanpo.train.mel.experiences import meta_generations
 from lanpo.train.parts import Sampler
 from lanpo.train.plumbing import checkpoint as ckpt
@@ -304,7 +305,7 @@ class _Worker:
         g = self.cfg.grpo  # the step's whole batch: micro-batched and chunked as the trainer's own log-probs
         logp = chunked_logprobs(
             self.policy.model, batch, g.micro_batch_size, temperature=self.cfg.rollout.temperature,
-            max_tokens=g.max_tokens_per_micro_batch, chunk_tokens=g.logprob_chunk_tokens,
+            max_tokens=g.max_tokens_per_micro_batch, chunking=Chunking.of(g),
         )  # fmt: skip
         it = iter(replace(c, logprobs=tuple(logp[b, : len(c.token_ids)].tolist())) for b, c in enumerate(flat))
         return [[next(it) for _ in group] for group in groups]
