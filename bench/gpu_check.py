@@ -38,8 +38,9 @@ model folder loads (`model.dtype = auto`: bf16 on a GPU). Rows:
                        vocabulary against torch.cuda.max_memory_allocated above the baseline, each in a fresh
                        process. Passes when every case is within 20 % (figures: predicted/measured MiB (ratio)).
   log-prob memory      bench/logprob_memory.py on the device: the full logits against `grpo.logprob_chunk_tokens`
-                       4096 at the paper's 8,192-token responses (2 rows, and the recipe's former 8), the update's
-                       and the reference's peaks. Passes when the chunked arm is at least 4x lower in every phase
+                       1024 (through the head's own forward and through the fused head) and 4096 at the paper's
+                       8,192-token responses (2 rows, and the recipe's former 8), the update's and the reference's
+                       peaks. Passes when the chunked arm is at least 4x lower in every phase
                        (or the full arm runs out of memory) and the two arms' log-probs agree to 1e-3.
   engine asleep during the update
                        bench/engine_sleep.py on the device (CUDA with vLLM only, else skipped): the model folder in a
@@ -571,9 +572,10 @@ PLAN_CASES = (
     "bf16-update", "paper-row-update", "bf16-budget-update",
 )  # fmt: skip
 PLAN_CASES_SMALL = ("chunked-reference",)
-# bench/logprob_memory.py: (rows, response tokens, chunk) at the paper's 8,192-token responses; small, a smoke
-LOGPROB_SHAPES = ((2, 8192, 1024), (8, 8192, 4096))
-LOGPROB_SHAPES_SMALL = ((1, 64, 16),)
+# bench/logprob_memory.py: (rows, response tokens, chunk, through the fused head) at the paper's 8,192-token
+# responses; small, a smoke
+LOGPROB_SHAPES = ((2, 8192, 1024, False), (2, 8192, 1024, True), (8, 8192, 4096, False))
+LOGPROB_SHAPES_SMALL = ((1, 64, 16, False),)
 
 
 def logprob_memory(env: Env, row: Row) -> None:
@@ -581,12 +583,13 @@ def logprob_memory(env: Env, row: Row) -> None:
     import re
 
     ok = True
-    for rows, tokens, chunk in LOGPROB_SHAPES_SMALL if env.small else LOGPROB_SHAPES:
+    for rows, tokens, chunk, fused in LOGPROB_SHAPES_SMALL if env.small else LOGPROB_SHAPES:
         args = [f"--rows={rows}", f"--response-tokens={tokens}", f"--chunk={chunk}", "--rounds=1", "--hidden=256"]
+        args += ["--fused"] * fused
         done = _bench(env, "logprob_memory.py", args, timeout=300)
         ok &= done.returncode == 0
         for phase, result in re.findall(r"target: (\w+) peak full / chunked >= 4x -> (.+)", done.stdout):
-            row.figures[f"{rows}x{tokens} {phase}"] = result
+            row.figures[f"{rows}x{tokens}{' fused' if fused else ''} {phase}"] = result
             met = "full arm ran out of memory" in result or (result.endswith("x") and float(result[:-1]) >= 4)
             ok &= met or env.small  # --small: a smoke, any ratio
         for diff in re.findall(r"max abs logp diff (\S+) \|", done.stdout):

@@ -7,8 +7,10 @@ A Qwen2-shaped model built from a config (random weights, the real 152,064-token
   update      `micro_batch_loss` (log-prob, entropy, the clipped GRPO loss) and its backward: the policy's micro-step
   reference   `chunked_logprobs` without gradients: the reference and the old log-probs
 
-and two arms: `full` (`grpo.logprob_chunk_tokens = 0`, the logits of every position at once) and `chunked`
-(`--chunk` positions a time). The measure: peak resident memory (Linux VmHWM) above the process's resident memory
+and two arms: `full` (`grpo.logprob_chunk_mb = 0`, the logits of every position at once) and `chunked`
+(`--chunk` positions a time, through the head's own forward under checkpointing; `--fused`: through the fused head,
+`lanpo.rl.head_logprobs`); bench/logprob_train.py measures the default settings through `lanpo train`. The
+measure: peak resident memory (Linux VmHWM) above the process's resident memory
 just before the phase, in a fresh process per (arm, phase, round), the peak reset (`/proc/self/clear_refs` 5)
 after the model and the batch are built; with `--device cuda`, torch.cuda.max_memory_allocated above
 memory_allocated at the same point (an arm that runs out of the GPU's memory says so). The arms run interleaved,
@@ -53,6 +55,7 @@ def child(args: argparse.Namespace) -> None:
 
     from lanpo.train.config import GRPOConfig
     from lanpo.train.consumer.batch import build_batch, chunked_logprobs
+    from lanpo.train.consumer.chunking import NO_CHUNKS, Chunking
     from lanpo.train.consumer.update import micro_batch_loss
 
     torch.set_num_threads(args.threads)
@@ -69,8 +72,10 @@ def child(args: argparse.Namespace) -> None:
     prompt = torch.randint(3, VOCAB, (args.prompt_tokens,), generator=g).tolist()
     completions = [torch.randint(3, VOCAB, (args.response_tokens,), generator=g).tolist() for _ in range(args.rows)]
     batch = build_batch([prompt] * args.rows, completions, 0, device)
-    chunk = args.chunk if args.arm == "chunked" else 0
-    cfg = GRPOConfig(micro_batch_size=args.rows, logprob_chunk_tokens=chunk)
+    chunking = Chunking(tokens=args.chunk, fused=args.fused) if args.arm == "chunked" else NO_CHUNKS
+    cfg = GRPOConfig(
+        micro_batch_size=args.rows, logprob_chunk_mb=0, logprob_chunk_tokens=chunking.tokens, logprob_fused=args.fused
+    )
     advantages = torch.linspace(-1.0, 1.0, args.rows, device=device)
     reference = torch.zeros(batch.completion_ids.shape, device=device)
 
@@ -89,7 +94,7 @@ def child(args: argparse.Namespace) -> None:
             loss.backward()
             logp = None
         else:
-            logp = chunked_logprobs(model, batch, args.rows, chunk_tokens=chunk)
+            logp = chunked_logprobs(model, batch, args.rows, chunking=chunking)
     except torch.OutOfMemoryError:  # the arm does not fit this device: a result, not a failure
         print(json.dumps({"peak": None, "seconds": time.perf_counter() - started, "logp": None}))
         return
@@ -99,7 +104,7 @@ def child(args: argparse.Namespace) -> None:
     peak = (torch.cuda.max_memory_allocated() if cuda else _status("VmHWM")) - before
     if logp is None:  # the update's log-probs, for the comparison (after the measure)
         with torch.no_grad():
-            logp = chunked_logprobs(model, batch, args.rows, chunk_tokens=chunk)
+            logp = chunked_logprobs(model, batch, args.rows, chunking=chunking)
     print(json.dumps({"peak": peak, "seconds": seconds, "logp": logp[batch.completion_mask.bool()].cpu().tolist()}))
 
 
@@ -110,6 +115,7 @@ def main() -> None:
     parser.add_argument("--response-tokens", type=int, default=1024)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--chunk", type=int, default=128, help="grpo.logprob_chunk_tokens of the chunked arm")
+    parser.add_argument("--fused", action="store_true", help="the chunked arm through the fused head")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--phases", nargs="+", default=list(PHASES), choices=PHASES)
@@ -124,7 +130,10 @@ def main() -> None:
         parser.error(f"--chunk {args.chunk} must be below rows x response tokens, or nothing is chunked")
     shape = f"{args.rows} x {args.response_tokens} positions, vocabulary {VOCAB:,}, hidden {args.hidden}"
     measure = "peak RSS" if args.device == "cpu" else "peak CUDA memory allocated"
-    print(f"log-prob memory: {shape}, chunk {args.chunk}; {measure} above the phase's start, fresh process each")
+    head = "the fused head" if args.fused else "the head's own forward, checkpointed"
+    print(
+        f"log-prob memory: {shape}, chunk {args.chunk} ({head}); {measure} above the phase's start, fresh process each"
+    )
     peaks: dict[tuple[str, str], list[int | None]] = {}
     seconds: dict[tuple[str, str], list[float]] = {}
     logps: dict[tuple[str, str], list[float] | None] = {}
@@ -135,6 +144,7 @@ def main() -> None:
         f"--chunk={args.chunk}",
         f"--threads={args.threads}",
         f"--device={args.device}",
+        *(["--fused"] * args.fused),
     ]
     for round_ in range(args.rounds):
         for arm in rotated(ARMS, round_):

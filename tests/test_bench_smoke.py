@@ -64,6 +64,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "--response-tokens 64 --chunk 16 --rounds 1 --phases update",
         r"target: update peak full / chunked >= 4x -> [\d.]+x",
     ),
+    "logprob_train": (  # four `lanpo train` processes of 2 x 16 or 32 tokens (most of it starting them)
+        "--rows 2 --response-tokens 32 --arms default --threads 1",
+        r"target: the default adds <= 1 full-logits copy \(the fused head: <= 0.25\) -> default -?[\d.]+ copies",
+    ),
     "plan_check": ("--small --case chunked-update --case fsdp-update", r"within 20%: (yes|NO)"),  # fsdp: 2 ranks
     "staged_weights": ("--model tiny-random --rounds 1", r"full: staged/checkpoint [\d.]+x bytes"),
     "async": (
