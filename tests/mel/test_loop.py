@@ -238,8 +238,8 @@ def test_mel_with_a_worker_is_the_synchronous_run_and_the_worker_replays(
     assert insert_toy_problems(db) == toy_problems
     real = worker_mod.open_served_policy
 
-    def scripted_worker(cfg: object, model: object, tokenizer: object, *args: object):  # the worker's engine too
-        engine = real(cfg, model, tokenizer, *args)
+    def scripted_worker(cfg: object, model: object, tokenizer: object, *args: object, **kwargs: object):
+        engine = real(cfg, model, tokenizer, *args, **kwargs)  # the worker's engine too
         scripted.append(MelScript(tokenizer, served=engine.backend.served_adapter_sha256))
         engine.backend = scripted[-1]
         return engine
