@@ -189,5 +189,5 @@ def test_the_hf_kv_cache_holds_the_summaries_rows_when_they_are_longer(total: in
     )
     shape = model_shape(cfg.model.name)
     kv = next(p for p in make_plan(cfg, shape, 8, 79.0).phases if p.name == "generate").terms["hf KV cache"]
-    per_row = shape.num_hidden_layers * 2 * shape.kv_dim * 4  # fp32 weights: a = 4 with autocast off
+    per_row = shape.num_hidden_layers * 2 * shape.kv_dim * 2  # a = 2: the recipes compute in bf16
     assert kv == max(64 * (3072 + 8192), rows * (3072 + 8192 + 2048)) * per_row
