@@ -36,7 +36,8 @@ model folder loads (`model.dtype = auto`: bf16 on a GPU). Rows:
                        update (full logits, chunked log-probs, token budgets, gradient checkpointing, bf16 autocast,
                        the paper recipe's one 8,192-token row) of a Qwen2-shaped model with the 152,064-token
                        vocabulary against torch.cuda.max_memory_allocated above the baseline, each in a fresh
-                       process. Passes when every case is within 20 % (figures: predicted/measured MiB (ratio)).
+                       process. Passes when every case is in plan_check's band (WORST_RATIO to 1.5; figures:
+                       predicted/measured MiB (ratio)).
   log-prob memory      bench/logprob_memory.py on the device: the full logits against `grpo.logprob_chunk_tokens`
                        1024 (through the head's own forward and through the fused head) and 4096 at the paper's
                        8,192-token responses (2 rows, and the recipe's former 8), the update's and the reference's
@@ -553,7 +554,7 @@ def _bench(env: Env, script: str, args: list[str], timeout: int) -> subprocess.C
 
 def plan_check(env: Env, row: Row) -> None:
     """bench/plan_check.py on this device, each case in a fresh process: `lanpo plan`'s predicted peak of a phase
-    against torch.cuda.max_memory_allocated (on the CPU: peak RSS) above the baseline."""
+    against torch.cuda.max_memory_allocated (on the CPU: the peak of live tensor bytes) above the baseline."""
     import json
 
     cases = PLAN_CASES_SMALL if env.small else PLAN_CASES
@@ -563,7 +564,7 @@ def plan_check(env: Env, row: Row) -> None:
     results = json.loads(out.read_text()) if out.exists() else []
     for r in results:
         row.figures[r["case"]] = f"{r['predicted'] / 2**20:.0f}/{r['measured'] / 2**20:.0f} MiB ({r['ratio']:.2f})"
-    row.ok = len(results) == len(cases) and (done.returncode == 0 or env.small)  # --small: a smoke, any ratio
+    row.ok = len(results) == len(cases) and done.returncode == 0  # every case in its band, --small too
 
 
 # every case of bench/plan_check.py, and on a GPU the ones too large for the CPU's check

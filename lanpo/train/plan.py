@@ -41,21 +41,28 @@ Phases (each adds to the above):
   `grpo.logprob_chunk_mb` B, chunks of C = B / (V x 8) positions, B / (V x 16) unfused; or
   `grpo.logprob_chunk_tokens` C when N > C): fused, C x V x (4 + 2 when a = 2) (the fp32 logits, exponentiated in
   place, beside the matmul's bf16 output); unfused, C x V x 8 (the fp32 copy and the tempered one replace the
-  head's output in `_chunk_logprobs` instead of sitting beside it).
-- update: + grads (full 4P/s, LoRA 4 P_l, +4 P_l DDP buckets); FSDP units gathered (root + 2 layers, g bytes a
-  weight) + one layer's gradient (4 bytes a weight; mixed precision: its bf16 gradient and the fp32 copy the
-  reduce-scatter takes, 2 + 4); autocast's bf16 weight casts 2 (P - V H) (full fine-tuning alone: autocast caches
-  the cast of every trainable leaf a matmul reads until the forward ends; the input embedding is looked up, not
-  cast, unless the head shares it; under FSDP mixed precision the weights already are bf16: nothing is cast;
-  LoRA: the fp32 adapter's casts 2 P_l, the frozen base's casts are not cached);
-  activations per position per layer
-  A = a (4I + 5 Dq + 2H) + 8H (+ (a + 4)(Dq + Dkv) for Qwen3's q/k norms): m S L A without
-  `model.gradient_checkpointing`, m S (L H a + A) with it (layer inputs + one layer recomputed); logits
-  N x V x (a + 4 + 12) at the forward's end (model output, fp32 copy, the entropy's log-softmax, exp and product)
-  or N x V x 12 in backward (saved fp32 logits, softmax, gather's gradient), whichever is larger. Chunked (as for
-  the log-probs), C in place of N, one chunk's logits at a time, recomputed in backward: fused, C x V x 8 (fp32
-  logits and their exp, for the entropy; backward 4 + 2 when a = 2); unfused, C x V x 16 (fp32 logits and the
-  entropy's three).
+  head's output in `_chunk_logprobs` instead of sitting beside it). Under FSDP the reference pass is also the
+  larger of that and the moment the root unit is all-gathered: its output buffer beside the parameters copied out
+  of it, + g x (the root's weights).
+- update: the larger of two moments, the forward's end and a chunk's backward. Both hold the FSDP units gathered
+  (root + 2 layers, g bytes a weight) + one layer's gradient (4 bytes a weight; mixed precision: its bf16 gradient
+  and the fp32 copy the reduce-scatter takes, 2 + 4); autocast's bf16 weight casts 2 (P - V H) (full fine-tuning
+  alone: autocast caches the cast of every trainable leaf a matmul reads until the forward ends; the input
+  embedding is looked up, not cast, unless the head shares it; under FSDP mixed precision the weights already are
+  bf16: nothing is cast; LoRA: the fp32 adapter's casts 2 P_l, the frozen base's casts are not cached); and the
+  activations, per position per layer A = a (4I + 5 Dq + 2H) + 8H (+ (a + 4)(Dq + Dkv) for Qwen3's q/k norms):
+  m S L A without `model.gradient_checkpointing`, m S (L H a + A) with it (layer inputs + one layer recomputed).
+  The forward's end holds the logits N x V x (a + 4 + 12) (model output, fp32 copy, the entropy's log-softmax, exp
+  and product), and the gradients (full 4P/s, LoRA 4 P_l, +4 P_l DDP buckets) only from a minibatch's second
+  micro-batch on. A backward holds N x V x 12 (saved fp32 logits, softmax, gather's gradient), every gradient, and
+  a trained untied head's fp32 gradient while backward sums it: 4 V H, or 8 V H over chunks through the head's own
+  forward (autograd's running sum and the next chunk's). Chunked (as for the log-probs), C in place of N, one
+  chunk's logits at a time, recomputed in backward: fused, C x V x 8 at the forward's end (fp32 logits and their
+  exp, for the entropy) and 4 (+ 2 when a = 2) in backward; unfused, 16 and 16 (the recomputed 12 and their
+  gradient).
+- optimizer step: every gradient and AdamW's temporaries, as torch runs it by default: on CUDA the multi-tensor
+  implementation takes the sqrt of every second moment at once (4P/s; LoRA 4 P_l), on a CPU one tensor at a time
+  (the largest tensor's sqrt and quotient, 2 x 4 V H / s).
 - sync (full weights into vLLM: full fine-tuning, or `lora_sync = merged`): one tensor at a time
   (`lanpo.rollout.weights.gathered`): FSDP gathers it in fp32 and casts it to the engine's dtype, + 6 V x H for the
   largest; alone the state dict is the model's own, + 2 V x H for the cast (`Options.streamed_sync = False`
@@ -67,8 +74,9 @@ Phases (each adds to the above):
 - disk a checkpoint: full 4P (fp32 safetensors) + 8P (AdamW moments); LoRA 4 P_l + 8 P_l. On disk at once:
   `checkpoint.keep` of them, plus step 0.
 
-Validated against measured peaks on a CPU at small shapes with a 152,064-token vocabulary (bench/plan_check.py;
-docs/scaling.md, "Planning memory: lanpo plan").
+Validated against measured peaks (live tensor bytes) on a CPU and an H200 at small shapes with a 152,064-token
+vocabulary (bench/plan_check.py; docs/scaling.md, "Planning memory: lanpo plan"); the lowest ratio measured is the
+verdict's margin (`lanpo.train.plan_verdict.WORST_RATIO`).
 """
 
 from __future__ import annotations
@@ -225,7 +233,7 @@ def make_plan(
     if chunk and fused:  # `head_logprobs`: fp32 logits beside the bf16 output, in place; + their exp (entropy)
         ref_bytes, forward_bytes, backward_bytes = 4 + (2 if a == 2 else 0), FUSED_BYTES, 4 + (2 if a == 2 else 0)
     elif chunk:  # `_chunk_logprobs`: the fp32 copy and the tempered one replace the head's output, not beside it
-        ref_bytes, forward_bytes, backward_bytes = 4 + 4, 4 + 12, 12  # fp32 logits + logsumexp's exp (+ entropy)
+        ref_bytes, forward_bytes, backward_bytes = 4 + 4, 4 + 12, 16  # + the recomputed 12 and their gradient
     else:  # the model's output stays referenced while its fp32 copy (bf16) and the tempered copy are made
         fp32_copy = 4 if a == 2 else 0
         tempered = 4 if cfg.rollout.temperature != 1.0 else 0
@@ -242,19 +250,26 @@ def make_plan(
     ref = dict(held) | working | engine_in("reference log-probs")
     if fsdp:
         ref["reference FSDP units"] = units
+        # the root unit's all-gather: its output buffer beside the parameters copied out of it, before any
+        # forward of the unit's own (the larger of that moment and the logits')
+        gathering = dict(held) | engine_in("reference log-probs")
+        gathering["reference FSDP units"] = units
+        gathering["the root unit's all-gather buffer"] = g * shape.outer_params
+        ref = max(ref, gathering, key=lambda terms: sum(terms.values()))
     elif full and cuda:
         ref["reference visiting (fp32)"] = 4 * P
     on_policy = cfg.grpo.ppo_epochs == 1 and _minibatches(cfg) == 1
     old = None if on_policy else dict(held) | working | engine_in("old log-probs")
 
-    # ---- update
+    # ---- update: the larger of two moments, the forward's end and a chunk's backward
     upd = dict(held) | engine_in("update")
+    grads: dict[str, float] = {}
     if full:
-        upd["grads" + (" (shard)" if fsdp else "")] = 4 * P / s
+        grads["grads" + (" (shard)" if fsdp else "")] = 4 * P / s
         if bf16 and not mixed:  # autocast caches its cast of every weight a matmul reads (not the lookup's)
             upd["autocast bf16 weight casts"] = 2 * (P - (0 if shape.tie_word_embeddings else V * H))
     else:
-        upd["LoRA grads"] = 4 * P_l * (2 if W > 1 else 1)
+        grads["LoRA grads"] = 4 * P_l * (2 if W > 1 else 1)
         if bf16:  # the fp32 adapter's casts (a frozen base's are not cached)
             upd["autocast bf16 weight casts"] = 2 * P_l
     if fsdp:  # + one layer's gradient: fp32, or (mixed) bf16 beside the fp32 copy its reduce-scatter takes
@@ -266,7 +281,25 @@ def make_plan(
         upd["activations"] = positions * L * A
     if share:
         upd["shared-prompt KV cache"] = rows * prompt * L * 2 * shape.kv_dim * a
-    upd["logits (+ entropy, backward)"] = logit_positions * V * max(forward_bytes, backward_bytes)
+    # the forward's end: the gradients exist only from a minibatch's second micro-batch on
+    forward_end = dict(upd) | (grads if _micro_batches(cfg, W) > 1 else {})
+    forward_end["logits (+ entropy), the forward's end"] = logit_positions * V * forward_bytes
+    # a chunk's backward: every gradient (the layers' come after, as the activations go: counted together), the
+    # head's fp32 gradient while backward sums it over the chunks (autograd's sum and the next chunk's; the fused
+    # head's own accumulator), and the chunk's logits turned into their gradient
+    backward = dict(upd) | grads
+    backward["logits (+ entropy), backward"] = logit_positions * V * backward_bytes
+    if full and not shape.tie_word_embeddings:
+        backward["head gradient being summed"] = (4 if fused or not chunk else 8) * V * H  # whole, under FSDP too
+    upd = max(forward_end, backward, key=lambda terms: sum(terms.values()))
+
+    # ---- the optimizer step: every gradient, and AdamW's temporaries (torch's default implementation: on CUDA
+    # `_multi_tensor_adam`, whose sqrt of every second moment is a copy of them all; elsewhere one tensor at a time,
+    # its sqrt and the quotient beside it)
+    opt = dict(held) | engine_in("update") | grads
+    trained = 4 * P / s if full else 4 * P_l
+    largest = 4 * V * H / s if full else 4 * cfg.lora.r * max(H, shape.intermediate_size)
+    opt["AdamW temporaries"] = trained if cuda else 2 * largest
 
     # ---- sync and checkpoint
     sync_needed = engine and (full or cfg.rollout.vllm.lora_sync_on("cuda") == "merged")
@@ -294,6 +327,7 @@ def make_plan(
     if old is not None:
         phases.append(Phase("old log-probs", old))
     phases.append(Phase("update", upd))
+    phases.append(Phase("optimizer step", opt))
     if sync is not None:
         phases.append(Phase("weight sync", sync))
     phases.append(Phase("checkpoint", ckpt))
@@ -333,6 +367,12 @@ def _engine_terms(cfg: TrainConfig, params: int, memory: float, phase: str) -> d
         weights = (4 if vllm.dtype == "float32" else 2) * params / vllm.tensor_parallel_size
         return {"vLLM engine asleep": ENGINE_ASLEEP, "vLLM weights woken for the sync": weights}
     return {"vLLM engine asleep": ENGINE_ASLEEP} if phase != "held" else {}
+
+
+def _micro_batches(cfg: TrainConfig, world: int) -> int:
+    """Micro-batches a rank runs for one minibatch (rows at the full length)."""
+    local = math.ceil(cfg.batch_size * cfg.rollout.n / _minibatches(cfg) / world)
+    return math.ceil(local / micro_positions(cfg)[0])
 
 
 def _minibatches(cfg: TrainConfig) -> int:

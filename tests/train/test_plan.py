@@ -27,14 +27,14 @@ from lanpo.errors import InputError
 from lanpo.train.config import TrainConfig, load_config
 from lanpo.train.plan import Options, make_plan
 from lanpo.train.plan_shapes import model_shape, shape_from_config, shipped_shapes
-from lanpo.train.plan_verdict import check_training, recipe_report, suggestion
+from lanpo.train.plan_verdict import check_training, margin, recipe_report, suggestion, verdict, verdict_word
 
 CONFIGS = Path(__file__).resolve().parents[2] / "train" / "configs"
 PAPER_RECIPES = [
     "grpo-baseline", "lanpo-intra", "lanpo-inter", "lanpo-both",
     "grpo-baseline-lora", "lanpo-intra-lora", "lanpo-inter-lora", "lanpo-both-lora",
     "table2/grpo-retrieval", "table2/lanpo-inter-nofilter", "table2/lanpo-inter-raw",
-    "table3/lanpo-intra-pt025", "table3/lanpo-intra-pt050", "mel-qwen3-4b", "mel-qwen3-8b",
+    "table3/lanpo-intra-pt025", "table3/lanpo-intra-pt050", "mel-qwen3-4b", "mel-qwen3-8b", "mel-qwen3-14b",
     "qwen3-14b/grpo-baseline", "qwen3-14b/lanpo-intra", "qwen3-14b/lanpo-inter", "qwen3-14b/lanpo-both",
 ]  # fmt: skip
 GPU_80 = 79.0  # GiB an "80 GB" card reports (torch.cuda.get_device_properties: A100 / H100 80 GB, 79.2-79.6)
@@ -59,9 +59,10 @@ def test_plan_refuses_a_7b_full_fine_tune_on_one_24_gb_gpu(capsys: pytest.Captur
 def test_the_hint_names_the_key_that_makes_it_fit(capsys: pytest.CaptureFixture[str]) -> None:
     """The recipe without its token budget (8 full-length rows a micro-batch) on 8 x 80 GB: the hint gives the
     budget that fits (whole rows of 3,072 + 8,192 tokens, fewer than the recipe's 8), and the recipe with it fits,
-    in bf16 compute (as it ships) and in fp32; and with the engine awake through the update on smaller GPUs, the
-    hint puts it to sleep first (a sleep and a wake a step, before any smaller micro-batch)."""
-    recipe = ["--config", str(CONFIGS / "grpo-baseline.toml"), "--gpus", "8", "--gpu-memory", str(GPU_80)]
+    in bf16 compute (as it ships) and in fp32, on 8 x 48 GB GPUs (on 80 GB, asleep and in bf16, the 8 rows fit);
+    and with the engine awake through the update, the hint puts it to sleep first (a sleep and a wake a step,
+    before any smaller micro-batch)."""
+    recipe = ["--config", str(CONFIGS / "grpo-baseline.toml"), "--gpus", "8", "--gpu-memory", "48"]
     for autocast in ("bf16", "off"):
         args = [*recipe, "--set", f"grpo.autocast='{autocast}'"]
         assert main(["plan", *args, "--set", "grpo.max_tokens_per_micro_batch=0"]) == 2
@@ -72,15 +73,20 @@ def test_the_hint_names_the_key_that_makes_it_fit(capsys: pytest.CaptureFixture[
         assert budget % 11264 == 0 and 0 < budget < 8 * 11264, budget
         assert main(["plan", *args, "--set", f"grpo.max_tokens_per_micro_batch={budget}"]) == 0
         assert "verdict: fits" in capsys.readouterr().out
-    awake = [*recipe[:-1], "60", "--set", "rollout.vllm.sleep_during_update=false"]
-    assert main(["plan", *awake]) == 2
-    assert "hint: set rollout.vllm.sleep_during_update = true (peak" in capsys.readouterr().err
+    awake = [*recipe, "--set", "rollout.vllm.sleep_during_update=false"]
+    assert main(["plan", *awake]) == 0  # tight: it fits by less than the plan's error, and says what to set
+    out = capsys.readouterr().out
+    assert "verdict: tight" in out and "set rollout.vllm.sleep_during_update = true (peak" in out, out
 
 
 @pytest.mark.parametrize("name", PAPER_RECIPES)
 def test_the_shipped_recipes_fit_8_x_80_gb(name: str) -> None:
+    """Every paper and MEL recipe fits 8 x 80 GB in bf16 compute with at least 15 % of the GPU to spare, more than
+    the plan's own measured error needs (the verdict says "fits", not "tight")."""
     cfg = _recipe(name)
-    assert make_plan(cfg, model_shape(cfg.model.name), 8, GPU_80).fits
+    assert cfg.grpo.autocast == "bf16"
+    plan = make_plan(cfg, model_shape(cfg.model.name), 8, GPU_80)
+    assert margin(plan) >= 0.15 and verdict_word(plan) == "fits", verdict(plan)
 
 
 def test_mel_14b_fits_8_x_80_gb_only_without_the_whole_model_gathered() -> None:
@@ -107,8 +113,9 @@ def test_the_paper_recipes_compute_in_bf16_through_fsdp_mixed_precision() -> Non
         shape = model_shape(cfg.model.name)
         mixed = make_plan(cfg, shape, 8, GPU_80)
         fp32 = make_plan(_recipe(name, ["grpo.autocast='off'"]), shape, 8, GPU_80)
-        assert mixed.fits and mixed.peak.peak < fp32.peak.peak, name
-        assert "autocast bf16 weight casts" not in mixed.peak.terms, name
+        mixed_update, fp32_update = (next(p for p in plan.phases if p.name == "update") for plan in (mixed, fp32))
+        assert mixed.fits and mixed_update.peak < fp32_update.peak, name  # the peak may be another phase's
+        assert "autocast bf16 weight casts" not in mixed_update.terms, name
         assert any("FSDP2 mixed precision" in note for note in mixed.notes), name
 
 
@@ -154,16 +161,16 @@ def test_the_logits_terms_at_below_and_above_the_full_logits_limit() -> None:
     cfg.rollout.n, cfg.rollout.max_prompt_tokens, cfg.rollout.feedback_max_new_tokens = 1, 64, 0
     cfg.rollout.temperature, cfg.grpo.micro_batch_size, cfg.grpo.autocast = 1.0, 1, "off"
     shape = shape_from_config(TINY, "tiny", "test")
-    for T, ref, upd in (
-        (72, 72 * 8, 72 * 16),
-        (73, 73 * 8, 73 * 16),
-        (74, 220 * 4, 220 * 8),
-        (8192, 220 * 4, 220 * 8),
+    for T, ref, forward, backward in (
+        (72, 72 * 8, 72 * 16, 72 * 12),
+        (73, 73 * 8, 73 * 16, 73 * 12),
+        (74, 220 * 4, 220 * 8, 220 * 4),
+        (8192, 220 * 4, 220 * 8, 220 * 4),
     ):
         cfg.rollout.max_new_tokens = T
         phases = {p.name: p.terms for p in make_plan(cfg, shape, 1, 80.0, device="cpu").phases}
         assert phases["reference log-probs"]["logits (model, fp32, logsumexp)"] == ref * 152064, T
-        assert phases["update"]["logits (+ entropy, backward)"] == upd * 152064, T
+        assert update_logits(phases["update"], forward * 152064, backward * 152064), T
 
 
 def test_bf16_update_terms_by_hand() -> None:
@@ -180,16 +187,16 @@ def test_bf16_update_terms_by_hand() -> None:
     cfg.grpo.logprob_fused = False
     shape = shape_from_config(TINY, "tiny", "test")
     phases = {p.name: p.terms for p in make_plan(cfg, shape, 1, 80.0).phases}
-    assert phases["update"]["logits (+ entropy, backward)"] == 512 * 152064 * 16
+    assert update_logits(phases["update"], 512 * 152064 * 16, 512 * 152064 * 16)
     assert phases["reference log-probs"]["logits (model, fp32, logsumexp)"] == 512 * 152064 * 8
     assert phases["update"]["autocast bf16 weight casts"] == 2 * (shape.params - 152064 * 256)
     fused = {p.name: p.terms for p in make_plan(_with_grpo(cfg, logprob_fused=True), shape, 1, 80.0).phases}
-    assert fused["update"]["logits (+ entropy, backward)"] == 512 * 152064 * 8
+    assert update_logits(fused["update"], 512 * 152064 * 8, 512 * 152064 * 6)
     assert fused["reference log-probs"]["logits (model, fp32, logsumexp)"] == 512 * 152064 * 6
     unchunked = replace(cfg, grpo=replace(cfg.grpo, logprob_chunk_tokens=0, logprob_chunk_mb=0))
     terms = {p.name: p.terms for p in make_plan(unchunked, shape, 1, 80.0).phases}["update"]
     # the full logits: bf16 output, its fp32 copy, the tempered copy and the entropy's three stay alive together
-    assert terms["logits (+ entropy, backward)"] == 2 * 2048 * 152064 * (2 + 4 + 4 + 12)
+    assert update_logits(terms, 2 * 2048 * 152064 * (2 + 4 + 4 + 12), 2 * 2048 * 152064 * 12)
 
 
 def test_the_engine_term_asleep_by_hand() -> None:
@@ -206,11 +213,11 @@ def test_the_engine_term_asleep_by_hand() -> None:
     }
     awake, slept = ({p.name: p for p in plans[k].phases} for k in ("false", "true"))
     assert sum(plans["false"].held.values()) - sum(plans["true"].held.values()) == share
-    phases = ["generate", "reference log-probs", "old log-probs", "update", "weight sync", "checkpoint"]
-    assert list(awake) == list(slept) == phases
+    phases = ["generate", "reference log-probs", "old log-probs", "update", "optimizer step", "weight sync"]
+    assert list(awake) == list(slept) == [*phases, "checkpoint"]
     for name in ("generate", "checkpoint"):
         assert slept[name].terms == awake[name].terms
-    for name in ("reference log-probs", "old log-probs", "update"):
+    for name in ("reference log-probs", "old log-probs", "update", "optimizer step"):
         assert slept[name].peak == pytest.approx(awake[name].peak - share + asleep, abs=1)
         assert slept[name].terms["vLLM engine asleep"] == asleep
     assert slept["weight sync"].peak == pytest.approx(awake["weight sync"].peak - share + asleep + weights, abs=1)
@@ -219,6 +226,14 @@ def test_the_engine_term_asleep_by_hand() -> None:
     lora_plan = make_plan(lora, shape, 8, 79.0)
     assert lora.rollout.vllm.sleep_during_update and "weight sync" not in [p.name for p in lora_plan.phases]
     assert lora_plan.host_peak == weights
+
+
+def update_logits(terms: dict[str, float], forward: float, backward: float) -> bool:
+    """The update phase is the larger of two moments: its logits term is the forward's end's or a backward
+    chunk's; True when it is the expected one of the moment the plan chose."""
+    if "logits (+ entropy), the forward's end" in terms:
+        return terms["logits (+ entropy), the forward's end"] == forward
+    return terms["logits (+ entropy), backward"] == backward
 
 
 def _with_grpo(cfg: TrainConfig, **changes: object) -> TrainConfig:
@@ -285,7 +300,7 @@ def test_train_runs_the_check_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_suggestion_keeps_gradient_checkpointing_on_under_later_changes() -> None:
     cfg = _recipe("grpo-baseline", ["model.gradient_checkpointing=false", "grpo.max_tokens_per_micro_batch=0"])
-    change, plan = suggestion(cfg, model_shape(cfg.model.name), 8, GPU_80)  # type: ignore[misc]
+    change, plan = suggestion(cfg, model_shape(cfg.model.name), 8, 48.0)  # type: ignore[misc]
     assert change.startswith("model.gradient_checkpointing = true and grpo.max_tokens_per_micro_batch = ")
     assert plan.fits
 
@@ -329,3 +344,34 @@ def test_fsdp_mixed_precision_terms_by_hand() -> None:
     terms = {p.name: p.terms for p in make_plan(lora, shape, 2, 80.0).phases}["update"]
     assert terms["autocast bf16 weight casts"] == 2 * shape.lora_params(lora.lora.r, lora.lora.target_modules) > 0
     assert "FSDP units gathered" not in terms
+
+
+def test_update_moments_and_the_optimizer_step_by_hand() -> None:
+    """The update is the larger of two moments. A chunk's backward holds every gradient and, for a trained untied
+    head, its fp32 gradient while backward sums it over the chunks: the running sum and the next chunk's (8 V H)
+    through the head's own forward, the fused head's accumulator (4 V H). The forward's end holds the gradients
+    only from a minibatch's second micro-batch on (LoRA here, whose forward's end is the larger moment). The
+    optimizer step holds every gradient and AdamW's temporaries: one tensor at a time on a CPU (the largest
+    one's sqrt and quotient, 2 x 4 V H), every tensor's sqrt at once on CUDA (torch's multi-tensor AdamW, 4P)."""
+    cfg = load_config(CONFIGS / "demo-cpu.toml", [])
+    cfg = replace(cfg, batch_size=1, lora=replace(cfg.lora, enabled=False))
+    cfg.rollout.n, cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens = 2, 64, 2048
+    cfg.rollout.feedback_max_new_tokens, cfg.rollout.temperature = 0, 1.0
+    cfg.grpo.micro_batch_size, cfg.grpo.autocast, cfg.grpo.minibatch_size = 2, "off", 0
+    shape = shape_from_config(TINY, "tiny", "test")
+    V, H, P = 152064, 256, shape.params
+    for fused, head in ((False, 8 * V * H), (True, 4 * V * H)):
+        plan = make_plan(_with_grpo(cfg, logprob_fused=fused, logprob_chunk_tokens=512), shape, 1, 80.0, device="cpu")
+        phases = {p.name: p.terms for p in plan.phases}
+        assert phases["update"]["head gradient being summed"] == head, fused
+        assert phases["update"]["grads"] == 4 * P
+        assert phases["optimizer step"]["AdamW temporaries"] == 2 * 4 * V * H
+        assert phases["optimizer step"]["grads"] == 4 * P
+    on_cuda = {p.name: p.terms for p in make_plan(cfg, shape, 1, 80.0).phases}
+    assert on_cuda["optimizer step"]["AdamW temporaries"] == 4 * P
+    lora = replace(cfg, lora=replace(cfg.lora, enabled=True))
+    for rows, grads in ((2, False), (1, True)):  # 2 rows: one micro-batch; 1 row: two, the second after the first's
+        plan = make_plan(_with_grpo(lora, micro_batch_size=rows), shape, 1, 80.0, device="cpu")
+        update = next(p for p in plan.phases if p.name == "update").terms
+        assert "logits (+ entropy), the forward's end" in update and "head gradient being summed" not in update
+        assert ("LoRA grads" in update) is grads, rows
