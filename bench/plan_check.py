@@ -348,9 +348,7 @@ def main() -> int:
         rows.append({"case": name, "predicted": plan, "measured": measured, "ratio": ratio})
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    print(
-        f"within {WORST_RATIO:.2f} to {args.over:.2f}: {'yes' if ok else 'NO'}" + (" (--small sizes)" * args.small)
-    )
+    print(f"within {WORST_RATIO:.2f} to {args.over:.2f}: {'yes' if ok else 'NO'}" + (" (--small sizes)" * args.small))
     return 0 if ok else 1
 
 
