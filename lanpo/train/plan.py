@@ -165,6 +165,81 @@ def activation_per_position(shape: ModelShape, a: int) -> float:
     return saved + ((a + 4) * (q + kv) if shape.qk_norm else 0)
 
 
+@dataclass(frozen=True)
+class _Step:
+    """What every phase's arithmetic reads (the module docstring's notation), computed once from the recipe."""
+
+    cfg: TrainConfig
+    shape: ModelShape
+    options: Options
+    W: int  # GPUs
+    M: float  # bytes a GPU
+    cuda: bool
+    full: bool  # every weight trains (else LoRA)
+    fsdp: bool
+    s: int  # shards of the trained state
+    P_l: int  # LoRA parameters
+    b: int  # bytes a base weight
+    bf16: bool
+    a: int  # compute bytes
+    mixed: bool  # FSDP2 mixed precision (`fsdp.shard(..., compute=bf16)`), not autocast's casts
+    g: int  # bytes a weight FSDP gathers
+    rows: int
+    S: int
+    prompt: int
+    T: int
+    share: bool  # shared-prompt forwards
+    positions: int  # positions a micro-batch's forward runs
+    engine: bool
+    fused: bool
+    chunk: int  # positions a chunk of the head's logits (0: the full logits)
+    ref_bytes: int  # a position and vocabulary entry: the no-grad passes
+    forward_bytes: int  # the update's forward's end
+    backward_bytes: int  # a chunk's backward
+
+    @property
+    def logit_positions(self) -> int:
+        return self.chunk or self.rows * self.T
+
+    @property
+    def units(self) -> int:
+        """FSDP's units gathered at once: the root and two layers."""
+        return self.g * (self.shape.outer_params + 2 * self.shape.layer_params)
+
+    def engine_in(self, phase: str) -> dict[str, float]:
+        """The engine's term in `phase` ("held": in every phase)."""
+        return _engine_terms(self.cfg, self.shape.params, self.M, phase) if self.engine else {}
+
+
+def _step(cfg: TrainConfig, shape: ModelShape, gpus: int, memory: float, options: Options, device: str) -> _Step:
+    full = not cfg.lora.enabled
+    fsdp = full and gpus > 1
+    b = 4 if full or cfg.model.dtype == "float32" else 2
+    bf16 = cfg.grpo.autocast in ("bf16", "auto")
+    a = 2 if bf16 else b
+    rows, S, prompt, T = micro_positions(cfg)
+    share = cfg.grpo.share_prompts and not fsdp and not cfg.model.gradient_checkpointing
+    n = cfg.rollout.n
+    distinct = min(rows, math.ceil(rows / n) + (1 if rows % n else 0))
+    chunking = Chunking.of(cfg.grpo)
+    fused = chunking.fused and not (cfg.lora.enabled and "lm_head" in cfg.lora.target_modules)
+    chunk = chunking.chunk(rows * T, shape.vocab_size, fused)
+    if chunk and fused:  # `head_logprobs`: fp32 logits beside the bf16 output, in place; + their exp (entropy)
+        ref_bytes, forward_bytes, backward_bytes = 4 + (2 if a == 2 else 0), FUSED_BYTES, 4 + (2 if a == 2 else 0)
+    elif chunk:  # `_chunk_logprobs`: the fp32 copy and the tempered one replace the head's output, not beside it
+        ref_bytes, forward_bytes, backward_bytes = 4 + 4, 4 + 12, 16  # + the recomputed 12 and their gradient
+    else:  # the model's output stays referenced while its fp32 copy (bf16) and the tempered copy are made
+        copies = (4 if a == 2 else 0) + (4 if cfg.rollout.temperature != 1.0 else 0)
+        ref_bytes, forward_bytes, backward_bytes = a + copies + 4, a + copies + 12, 12
+    return _Step(
+        cfg, shape, options, gpus, memory, device == "cuda", full, fsdp, gpus if fsdp else 1,
+        0 if full else shape.lora_params(cfg.lora.r, cfg.lora.target_modules), b, bf16, a, fsdp and bf16,
+        2 if fsdp and bf16 else 4, rows, S, prompt, T, share,
+        distinct * prompt + rows * T if share else rows * S, cfg.rollout.backend == "vllm" and device == "cuda",
+        fused, chunk, ref_bytes, forward_bytes, backward_bytes,
+    )  # fmt: skip
+
+
 def make_plan(
     cfg: TrainConfig,
     shape: ModelShape,
@@ -178,177 +253,185 @@ def make_plan(
     `device = "cpu"`: the same phases in a CPU process's memory, as bench/plan_check.py measures them: no CUDA
     context and no engine reservation, and the full fine-tuning reference resident (lanpo moves it off the GPU
     only)."""
-    W, M = gpus, gpu_memory_gib * GiB
-    cuda = device == "cuda"
-    full = not cfg.lora.enabled
-    fsdp = full and W > 1
-    s = W if fsdp else 1
-    P, L, V, H = shape.params, shape.num_hidden_layers, shape.vocab_size, shape.hidden_size
-    P_l = 0 if full else shape.lora_params(cfg.lora.r, cfg.lora.target_modules)
-    b = 4 if full or cfg.model.dtype == "float32" else 2
-    bf16 = cfg.grpo.autocast in ("bf16", "auto")
-    a = 2 if bf16 else b
-    mixed = fsdp and bf16  # FSDP2 mixed precision (`fsdp.shard(..., compute=bf16)`), not autocast's casts
-    g = 2 if mixed else 4  # bytes a weight FSDP gathers
-    rows, S, prompt, T = micro_positions(cfg)
-    share = cfg.grpo.share_prompts and not fsdp and not cfg.model.gradient_checkpointing
-    n = cfg.rollout.n
-    distinct = min(rows, math.ceil(rows / n) + (1 if rows % n else 0))
-    engine = cfg.rollout.backend == "vllm" and cuda
-    notes: list[str] = []
+    st = _step(cfg, shape, gpus, gpu_memory_gib * GiB, options, device)
+    held = _held(st)
+    ref, old = _logprob_passes(st, held)
+    upd, grads = _update(st, held)
+    sync, ckpt, host = _sync_and_checkpoint(st, held)
+    phases = [Phase("generate", _generate(st, held)), Phase("reference log-probs", ref)]
+    if old is not None:
+        phases.append(Phase("old log-probs", old))
+    phases += [Phase("update", upd), Phase("optimizer step", _optimizer_step(st, held, grads))]
+    if sync is not None:
+        phases.append(Phase("weight sync", sync))
+    phases.append(Phase("checkpoint", ckpt))
+    disk = 12 * shape.params if st.full else 12 * st.P_l
+    return Plan(shape, gpus, st.M, phases, disk, cfg.checkpoint.keep + 1, host, held, _notes(st, sync is not None))
 
-    def engine_in(phase: str) -> dict[str, float]:  # the engine's term in `phase` ("held": in every phase)
-        return _engine_terms(cfg, P, M, phase) if engine else {}
 
-    held: dict[str, float] = {"CUDA context": CUDA_CONTEXT} if cuda else {}
-    held |= engine_in("held")
-    if full:
-        held["fp32 weights" + (" (shard)" if fsdp else "")] = 4 * P / s
-        held["AdamW moments" + (" (shard)" if fsdp else "")] = 8 * P / s
+def _held(st: _Step) -> dict[str, float]:
+    """What every phase holds: the CUDA context, the engine's share, the weights and their AdamW state, the batch."""
+    P, cfg = st.shape.params, st.cfg
+    held: dict[str, float] = {"CUDA context": CUDA_CONTEXT} if st.cuda else {}
+    held |= st.engine_in("held")
+    shard = " (shard)" if st.fsdp else ""
+    if st.full:
+        held["fp32 weights" + shard] = 4 * P / st.s
+        held["AdamW moments" + shard] = 8 * P / st.s
     else:
-        held["base weights"] = b * P
-        held["LoRA weights + AdamW"] = 12 * P_l
-    if full and not fsdp and not cuda:
+        held["base weights"] = st.b * P
+        held["LoRA weights + AdamW"] = 12 * st.P_l
+    if st.full and not st.fsdp and not st.cuda:
         held["reference (fp32, resident)"] = 4 * P
-    local_rows = math.ceil(cfg.batch_size * n / W)
-    held["step batch (ids, masks)"] = 3 * 8 * local_rows * S
+    held["step batch (ids, masks)"] = 3 * 8 * math.ceil(cfg.batch_size * cfg.rollout.n / st.W) * st.S
+    return held
 
-    # ---- generate
-    gen = dict(held) | engine_in("generate")
-    unshard = cfg.rollout.backend == "hf" if options.unshard_generating is None else options.unshard_generating
-    if fsdp and unshard:
-        gen[f"FSDP unshard (whole {'bf16' if mixed else 'fp32'} model)"] = g * P
+
+def _unshards(st: _Step) -> bool:
+    """FSDP gathers the whole model to generate: only when the policy generates itself (the hf backend)."""
+    unshard = st.options.unshard_generating
+    return st.cfg.rollout.backend == "hf" if unshard is None else unshard
+
+
+def _generate(st: _Step, held: dict[str, float]) -> dict[str, float]:
+    cfg, shape = st.cfg, st.shape
+    gen = dict(held) | st.engine_in("generate")
+    if st.fsdp and _unshards(st):
+        gen[f"FSDP unshard (whole {'bf16' if st.mixed else 'fp32'} model)"] = st.g * shape.params
     if cfg.rollout.backend == "hf":  # the rollouts' rows, then the summaries' (prompt, response, summary): the larger
-        summary_rows = min(HF_MAX_BATCH, summaries_per_step(cfg, W)[1])
-        kv_rows = max(HF_MAX_BATCH * S, summary_rows * (S + cfg.summarizer.max_new_tokens))
-        gen["hf KV cache"] = kv_rows * L * 2 * shape.kv_dim * a
-    if summaries_per_step(cfg, W)[0] and cfg.summarizer.model != "policy":
-        notes.append(f"generate: the summariser {cfg.summarizer.model} is not counted (its weights, its KV cache)")
+        summary_rows = min(HF_MAX_BATCH, summaries_per_step(cfg, st.W)[1])
+        kv_rows = max(HF_MAX_BATCH * st.S, summary_rows * (st.S + cfg.summarizer.max_new_tokens))
+        gen["hf KV cache"] = kv_rows * shape.num_hidden_layers * 2 * shape.kv_dim * st.a
+    return gen
 
-    # ---- log-probs (no grad): the reference's, and the old policy's
-    chunking = Chunking.of(cfg.grpo)
-    fused = chunking.fused and not (cfg.lora.enabled and "lm_head" in cfg.lora.target_modules)
-    chunk = chunking.chunk(rows * T, V, fused)
-    logit_positions = chunk or rows * T
-    if chunk and fused:  # `head_logprobs`: fp32 logits beside the bf16 output, in place; + their exp (entropy)
-        ref_bytes, forward_bytes, backward_bytes = 4 + (2 if a == 2 else 0), FUSED_BYTES, 4 + (2 if a == 2 else 0)
-    elif chunk:  # `_chunk_logprobs`: the fp32 copy and the tempered one replace the head's output, not beside it
-        ref_bytes, forward_bytes, backward_bytes = 4 + 4, 4 + 12, 16  # + the recomputed 12 and their gradient
-    else:  # the model's output stays referenced while its fp32 copy (bf16) and the tempered copy are made
-        fp32_copy = 4 if a == 2 else 0
-        tempered = 4 if cfg.rollout.temperature != 1.0 else 0
-        ref_bytes, forward_bytes = a + fp32_copy + tempered + 4, a + fp32_copy + tempered + 12
-        backward_bytes = 12
-    positions = distinct * prompt + rows * T if share else rows * S
+
+def _kv_cache(st: _Step) -> float:
+    """The shared prompts' KV cache a micro-batch's forward keeps."""
+    return st.rows * st.prompt * st.shape.num_hidden_layers * 2 * st.shape.kv_dim * st.a
+
+
+def _logprob_passes(st: _Step, held: dict[str, float]) -> tuple[dict[str, float], dict[str, float] | None]:
+    """The reference pass and (off-policy only) the old policy's: no gradient, one layer's working set, the logits."""
+    shape = st.shape
+    layer = 3 * shape.intermediate_size + 2 * shape.q_dim + 2 * shape.hidden_size  # a position's working bytes / a
     working = {
-        "one layer's working set": positions * (3 * shape.intermediate_size + 2 * shape.q_dim + 2 * H) * a,
-        "logits (model, fp32, logsumexp)": logit_positions * V * ref_bytes,
+        "one layer's working set": st.positions * layer * st.a,
+        "logits (model, fp32, logsumexp)": st.logit_positions * shape.vocab_size * st.ref_bytes,
     }
-    if share:
-        working["shared-prompt KV cache"] = rows * prompt * L * 2 * shape.kv_dim * a
-    units = g * (shape.outer_params + 2 * shape.layer_params)
-    ref = dict(held) | working | engine_in("reference log-probs")
-    if fsdp:
-        ref["reference FSDP units"] = units
+    if st.share:
+        working["shared-prompt KV cache"] = _kv_cache(st)
+    ref = dict(held) | working | st.engine_in("reference log-probs")
+    if st.fsdp:
+        ref["reference FSDP units"] = st.units
         # the root unit's all-gather: its output buffer beside the parameters copied out of it, before any
         # forward of the unit's own (the larger of that moment and the logits')
-        gathering = dict(held) | engine_in("reference log-probs")
-        gathering["reference FSDP units"] = units
-        gathering["the root unit's all-gather buffer"] = g * shape.outer_params
+        gathering = dict(held) | st.engine_in("reference log-probs")
+        gathering["reference FSDP units"] = st.units
+        gathering["the root unit's all-gather buffer"] = st.g * shape.outer_params
         ref = max(ref, gathering, key=lambda terms: sum(terms.values()))
-    elif full and cuda:
-        ref["reference visiting (fp32)"] = 4 * P
-    on_policy = cfg.grpo.ppo_epochs == 1 and _minibatches(cfg) == 1
-    old = None if on_policy else dict(held) | working | engine_in("old log-probs")
+    elif st.full and st.cuda:
+        ref["reference visiting (fp32)"] = 4 * shape.params
+    on_policy = st.cfg.grpo.ppo_epochs == 1 and _minibatches(st.cfg) == 1
+    return ref, None if on_policy else dict(held) | working | st.engine_in("old log-probs")
 
-    # ---- update: the larger of two moments, the forward's end and a chunk's backward
-    upd = dict(held) | engine_in("update")
+
+def _update(st: _Step, held: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """The update's peak, the larger of the forward's end and a chunk's backward, and the gradients it holds."""
+    shape, P, V, H = st.shape, st.shape.params, st.shape.vocab_size, st.shape.hidden_size
+    upd = dict(held) | st.engine_in("update")
     grads: dict[str, float] = {}
-    if full:
-        grads["grads" + (" (shard)" if fsdp else "")] = 4 * P / s
-        if bf16 and not mixed:  # autocast caches its cast of every weight a matmul reads (not the lookup's)
+    if st.full:
+        grads["grads" + (" (shard)" if st.fsdp else "")] = 4 * P / st.s
+        if st.bf16 and not st.mixed:  # autocast caches its cast of every weight a matmul reads (not the lookup's)
             upd["autocast bf16 weight casts"] = 2 * (P - (0 if shape.tie_word_embeddings else V * H))
     else:
-        grads["LoRA grads"] = 4 * P_l * (2 if W > 1 else 1)
-        if bf16:  # the fp32 adapter's casts (a frozen base's are not cached)
-            upd["autocast bf16 weight casts"] = 2 * P_l
-    if fsdp:  # + one layer's gradient: fp32, or (mixed) bf16 beside the fp32 copy its reduce-scatter takes
-        upd["FSDP units gathered"] = units + (2 + 4 if mixed else 4) * shape.layer_params
-    A = activation_per_position(shape, a)
-    if cfg.model.gradient_checkpointing:
-        upd["activations (checkpointed)"] = positions * (L * H * a + A)
+        grads["LoRA grads"] = 4 * st.P_l * (2 if st.W > 1 else 1)
+        if st.bf16:  # the fp32 adapter's casts (a frozen base's are not cached)
+            upd["autocast bf16 weight casts"] = 2 * st.P_l
+    if st.fsdp:  # + one layer's gradient: fp32, or (mixed) bf16 beside the fp32 copy its reduce-scatter takes
+        upd["FSDP units gathered"] = st.units + (2 + 4 if st.mixed else 4) * shape.layer_params
+    A, L = activation_per_position(shape, st.a), shape.num_hidden_layers
+    if st.cfg.model.gradient_checkpointing:
+        upd["activations (checkpointed)"] = st.positions * (L * H * st.a + A)
     else:
-        upd["activations"] = positions * L * A
-    if share:
-        upd["shared-prompt KV cache"] = rows * prompt * L * 2 * shape.kv_dim * a
+        upd["activations"] = st.positions * L * A
+    if st.share:
+        upd["shared-prompt KV cache"] = _kv_cache(st)
     # the forward's end: the gradients exist only from a minibatch's second micro-batch on
-    forward_end = dict(upd) | (grads if _micro_batches(cfg, W) > 1 else {})
-    forward_end["logits (+ entropy), the forward's end"] = logit_positions * V * forward_bytes
+    forward_end = dict(upd) | (grads if _micro_batches(st.cfg, st.W) > 1 else {})
+    forward_end["logits (+ entropy), the forward's end"] = st.logit_positions * V * st.forward_bytes
     # a chunk's backward: every gradient (the layers' come after, as the activations go: counted together), the
     # head's fp32 gradient while backward sums it over the chunks (autograd's sum and the next chunk's; the fused
     # head's own accumulator), and the chunk's logits turned into their gradient
     backward = dict(upd) | grads
-    backward["logits (+ entropy), backward"] = logit_positions * V * backward_bytes
-    if full and not shape.tie_word_embeddings:
-        backward["head gradient being summed"] = (4 if fused or not chunk else 8) * V * H  # whole, under FSDP too
-    upd = max(forward_end, backward, key=lambda terms: sum(terms.values()))
+    backward["logits (+ entropy), backward"] = st.logit_positions * V * st.backward_bytes
+    if st.full and not shape.tie_word_embeddings:
+        backward["head gradient being summed"] = (4 if st.fused or not st.chunk else 8) * V * H  # whole, FSDP too
+    return max(forward_end, backward, key=lambda terms: sum(terms.values())), grads
 
-    # ---- the optimizer step: every gradient, and AdamW's temporaries (torch's default implementation: on CUDA
-    # `_multi_tensor_adam`, whose sqrt of every second moment is a copy of them all; elsewhere one tensor at a time,
-    # its sqrt and the quotient beside it)
-    opt = dict(held) | engine_in("update") | grads
-    trained = 4 * P / s if full else 4 * P_l
-    largest = 4 * V * H / s if full else 4 * cfg.lora.r * max(H, shape.intermediate_size)
-    opt["AdamW temporaries"] = trained if cuda else 2 * largest
 
-    # ---- sync and checkpoint
-    sync_needed = engine and (full or cfg.rollout.vllm.lora_sync_on("cuda") == "merged")
+def _optimizer_step(st: _Step, held: dict[str, float], grads: dict[str, float]) -> dict[str, float]:
+    """Every gradient, and AdamW's temporaries as torch runs it by default: on CUDA `_multi_tensor_adam`, whose sqrt
+    of every second moment is a copy of them all; elsewhere one tensor at a time, its sqrt and the quotient."""
+    shape = st.shape
+    opt = dict(held) | st.engine_in("update") | grads
+    trained = 4 * shape.params / st.s if st.full else 4 * st.P_l
+    largest = (
+        4 * shape.vocab_size * shape.hidden_size / st.s
+        if st.full
+        else 4 * st.cfg.lora.r * max(shape.hidden_size, shape.intermediate_size)
+    )
+    opt["AdamW temporaries"] = trained if st.cuda else 2 * largest
+    return opt
+
+
+def _sync_and_checkpoint(st: _Step, held: dict[str, float]) -> tuple[dict[str, float] | None, dict[str, float], float]:
+    """The weight sync into the engine (None: no full-weight sync), the checkpoint, and the host RAM at the peak."""
+    cfg, P, VH = st.cfg, st.shape.params, st.shape.vocab_size * st.shape.hidden_size
+    sync_needed = st.engine and (st.full or cfg.rollout.vllm.lora_sync_on("cuda") == "merged")
     sync = None
     host = 0.0
     if sync_needed:
-        sync = dict(held) | engine_in("weight sync")
-        if full and fsdp and not options.streamed_sync:
+        sync = dict(held) | st.engine_in("weight sync")
+        if st.full and st.fsdp and not st.options.streamed_sync:
             sync["full fp32 state gathered"] = 4 * P
-        elif full:  # one tensor at a time, the largest V x H: gathered in fp32 (FSDP), cast to the engine's dtype
-            sync["largest tensor gathered and cast"] = (6 if fsdp else 2) * V * H
+        elif st.full:  # one tensor at a time, the largest V x H: gathered in fp32 (FSDP), cast to the engine's dtype
+            sync["largest tensor gathered and cast"] = (6 if st.fsdp else 2) * VH
         else:
-            sync["merged adapted weights"] = b * _adapted_weights(shape, cfg.lora.target_modules)
+            sync["merged adapted weights"] = st.b * _adapted_weights(st.shape, cfg.lora.target_modules)
         # host: the engine's staged copy in its dtype, one packed bucket, the hashed tensor's fp32 copy
-        host = 2 * P + cfg.rollout.vllm.sync_bucket_mb * 2**20 + 4 * V * H
-    ckpt = dict(held) | engine_in("checkpoint")
-    if engine and cfg.rollout.vllm.sleep_during_update and not sync_needed:  # level 1: weights offloaded to the host
+        host = 2 * P + cfg.rollout.vllm.sync_bucket_mb * 2**20 + 4 * VH
+    ckpt = dict(held) | st.engine_in("checkpoint")
+    if st.engine and cfg.rollout.vllm.sleep_during_update and not sync_needed:  # level 1: weights in host RAM
         host = max(host, 2 * P / cfg.rollout.vllm.tensor_parallel_size)
-    if fsdp:
-        ckpt["largest tensor gathered"] = 4 * V * H
+    if st.fsdp:
+        ckpt["largest tensor gathered"] = 4 * VH
         host = max(host, 12 * P)
-    disk = (12 * P) if full else (12 * P_l)
+    return sync, ckpt, host
 
-    phases = [Phase("generate", gen), Phase("reference log-probs", ref)]
-    if old is not None:
-        phases.append(Phase("old log-probs", old))
-    phases.append(Phase("update", upd))
-    phases.append(Phase("optimizer step", opt))
-    if sync is not None:
-        phases.append(Phase("weight sync", sync))
-    phases.append(Phase("checkpoint", ckpt))
-    if mixed:
+
+def _notes(st: _Step, syncs: bool) -> list[str]:
+    cfg = st.cfg
+    notes = []
+    if summaries_per_step(cfg, st.W)[0] and cfg.summarizer.model != "policy":
+        notes.append(f"generate: the summariser {cfg.summarizer.model} is not counted (its weights, its KV cache)")
+    if st.mixed:
         notes.append("bf16 compute: FSDP2 mixed precision (units gathered in bf16, gradients reduced in fp32)")
-    elif full and bf16:
+    elif st.full and st.bf16:
         notes.append("bf16 compute: torch.autocast, which caches a bf16 copy of every trained weight it casts")
-    if fsdp:
+    if st.fsdp:
         notes.append(
             "generate: FSDP unshards the whole model on every rank (the policy generates itself)"
-            if unshard
+            if _unshards(st)
             else "generate: no FSDP unshard (the engine generates)"
         )
-        if sync is not None:
+        if syncs:
             notes.append(
                 "weight sync: one tensor gathered at a time"
-                if options.streamed_sync
+                if st.options.streamed_sync
                 else "weight sync: the full fp32 state gathered on every rank (lanpo before issue 37)"
             )
-    keep = cfg.checkpoint.keep
-    return Plan(shape, W, M, phases, disk, keep + 1, host, held, notes)
+    return notes
 
 
 def _engine_terms(cfg: TrainConfig, params: int, memory: float, phase: str) -> dict[str, float]:
