@@ -86,7 +86,7 @@ from dataclasses import dataclass, field
 
 from lanpo.rollout.config import AUTO_MEMORY_FRACTION
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer.chunking import FUSED_BYTES, Chunking
+from lanpo.train.consumer.chunking import CHECKPOINTED_BYTES, FUSED_BYTES, Chunking
 from lanpo.train.plan_shapes import ModelShape
 from lanpo.train.plan_tokens import summaries_per_step
 
@@ -227,7 +227,8 @@ def _step(cfg: TrainConfig, shape: ModelShape, gpus: int, memory: float, options
     if chunk and fused:  # `head_logprobs`: fp32 logits beside the bf16 output, in place; + their exp (entropy)
         ref_bytes, forward_bytes, backward_bytes = 4 + (2 if a == 2 else 0), FUSED_BYTES, 4 + (2 if a == 2 else 0)
     elif chunk:  # `_chunk_logprobs`: the fp32 copy and the tempered one replace the head's output, not beside it
-        ref_bytes, forward_bytes, backward_bytes = 4 + 4, 4 + 12, 16  # + the recomputed 12 and their gradient
+        # backward: the recomputed 12 and their gradient
+        ref_bytes, forward_bytes, backward_bytes = 4 + 4, CHECKPOINTED_BYTES, CHECKPOINTED_BYTES
     else:  # the model's output stays referenced while its fp32 copy (bf16) and the tempered copy are made
         copies = (4 if a == 2 else 0) + (4 if cfg.rollout.temperature != 1.0 else 0)
         ref_bytes, forward_bytes, backward_bytes = a + copies + 4, a + copies + 12, 12

@@ -203,8 +203,8 @@ def check_fits(
     plan is returned, after a warning naming the key (`warn`; `lanpo plan` prints `tight_hint` instead)."""
     plan = plan or make_plan(cfg, shape, gpus, gpu_memory_gib)
     if plan.fits:
-        hint = tight_hint(cfg, shape, gpus, gpu_memory_gib, plan)
-        if hint and warn:
+        hint = tight_hint(cfg, shape, gpus, gpu_memory_gib, plan) if warn else None  # `lanpo plan` printed it
+        if hint:
             log.warning("%s on %d x %g GiB is tight: %s", shape.name, gpus, gpu_memory_gib, hint)
         return plan
     peak = plan.peak
