@@ -76,7 +76,7 @@ def stats_cmd(dataset: str | None, pool_name: str | None) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Draw:
+class DrawRequest:
     """What `pool sample` and `pool context` draw from: the problems, the mode and the trainer's draw settings."""
 
     refs: tuple[str, ...]
@@ -91,12 +91,12 @@ class Draw:
 
 
 def _mode_options(f: Callable[..., None]) -> Callable[..., None]:
-    """The draw's options on a command, handed to it bundled as its first argument, a `Draw`."""
-    names = [field.name for field in dataclasses.fields(Draw)]
+    """The draw's options on a command, handed to it bundled as its first argument, a `DrawRequest`."""
+    names = [field.name for field in dataclasses.fields(DrawRequest)]
 
     @functools.wraps(f)
     def bundled(**kwargs: object) -> None:
-        f(Draw(**{name: kwargs.pop(name) for name in names}), **kwargs)  # type: ignore[arg-type]
+        f(DrawRequest(**{name: kwargs.pop(name) for name in names}), **kwargs)  # type: ignore[arg-type]
 
     for option in reversed(
         [
@@ -127,7 +127,7 @@ def _mode_options(f: Callable[..., None]) -> Callable[..., None]:
 Items = dict[int, list[contexts.IntraItem]] | dict[int, list[contexts.InterItem]]
 
 
-def _draw(session: Session, draw: Draw) -> tuple[list[int], Items]:
+def _draw(session: Session, draw: DrawRequest) -> tuple[list[int], Items]:
     ids = problems.resolve_refs(session, list(draw.refs))
     k, candidates, seed = draw.k, draw.candidates, draw.seed
     if draw.mode == "intra":
@@ -147,7 +147,7 @@ def _draw(session: Session, draw: Draw) -> tuple[list[int], Items]:
 @command.command("sample")
 @_mode_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per problem instead of a table.")
-def sample_cmd(draw: Draw, as_json: bool) -> None:
+def sample_cmd(draw: DrawRequest, as_json: bool) -> None:
     """Draw K feedback items per problem, exactly as the trainer would (weighted, without replacement)."""
     with transaction(connect()) as session:
         ids, drawn = _draw(session, draw)
@@ -176,7 +176,7 @@ def _short(text: str, width: int = 80) -> str:
 @command.command("context")
 @_mode_options
 @click.option("--messages", is_flag=True, help="Print the whole chat prompt (lanpo.prompts), not only the context.")
-def context_cmd(draw: Draw, messages: bool) -> None:
+def context_cmd(draw: DrawRequest, messages: bool) -> None:
     """Print the exact context text that would go into the prompt of each problem."""
     with transaction(connect()) as session:
         ids, drawn = _draw(session, draw)

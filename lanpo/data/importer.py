@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -142,13 +141,3 @@ def store_problems(
     report.inserted, report.unchanged, report.updated = result.inserted, result.unchanged, result.updated
     report.imported = True
     return report
-
-
-def summary_of(report: ImportReport) -> dict[str, Any]:
-    return {
-        "lines": report.lines,
-        "inserted": report.inserted,
-        "unchanged": report.unchanged,
-        "updated": report.updated,
-        "bad": len(report.bad),
-    }

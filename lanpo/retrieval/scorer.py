@@ -20,7 +20,7 @@ Three names, one meaning each, from the CLI to the SQL parameter:
           (`Judge.identity`): change the prompt, bump `PROMPT_VERSION`, and nothing cached is reused.
 `JudgePrompt` builds and tokenises the prompt; `HFJudge` scores it with a HF model, `VLLMJudge` with the vLLM
 engine's next-token log-probs (same identity: the same model and prompt are the same judge, up to the vLLM engine's
-bf16 arithmetic). `RelevanceScorer`, `VLLMRelevanceScorer` and `load_scorer` are the old, deprecated names.
+bf16 arithmetic).
 """
 
 from __future__ import annotations
@@ -264,7 +264,3 @@ def load_judge(
 
     model, tokenizer = load_causal_lm(judge, dtype=dtype, device=device)
     return HFJudge(model, tokenizer, model_id=str(judge), batch_size=batch_size)
-
-
-RelevanceScorer = HFJudge  # deprecated name
-load_scorer = load_judge  # deprecated name

@@ -8,7 +8,6 @@ vLLM's prefix cache, as they share a KV cache in the HF judge.
 
 The judge is the policy the vLLM engine serves when the `VLLMJudge` is built (base model or adapter): its hash is
 pinned, and scoring under another adapter is refused, since the identity would then name the wrong weights.
-`VLLMRelevanceScorer` is its old, deprecated name.
 """
 
 from __future__ import annotations
@@ -60,6 +59,3 @@ class VLLMJudge(JudgePrompt):
             probs = yes_no_probability(logprobs, yes, no)  # (B, Y + N) log-probs -> (B,)
             scores.extend(min(1.0, max(0.0, float(p))) for p in probs.tolist())
         return scores
-
-
-VLLMRelevanceScorer = VLLMJudge  # deprecated name

@@ -115,7 +115,7 @@ def small_layout(session: Session) -> Layout:
 
 def _draw(
     session: Session, layout: Layout, mode: str, problem_ids: list[int], seed: int, k: int = K, candidates: int = POOL
-) -> dict[int, list[sampling.Draw]]:
+) -> dict[int, list[sampling.DrawnCandidate]]:
     if mode == "intra":
         return sampling.sample_intra(session, problem_ids, k=k, candidates=candidates, seed=seed)
     return sampling.sample_inter(

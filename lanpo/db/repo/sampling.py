@@ -24,7 +24,7 @@ from lanpo.errors import InputError
 
 
 @dataclass(frozen=True)
-class Draw:
+class DrawnCandidate:
     """One drawn candidate: an attempt (intra) or experience version (inter) for `problem_id`.
 
     `rank`: its place in the ranked pool (0 = most relevant / most recent); `position`: draw order.
@@ -54,11 +54,11 @@ def _check(problem_ids: Sequence[int], k: int, candidates: int, seed: int) -> li
     return sorted({int(p) for p in problem_ids})
 
 
-def _group(rows: object, problem_ids: list[int], with_score: bool) -> dict[int, list[Draw]]:
-    out: dict[int, list[Draw]] = {p: [] for p in problem_ids}
+def _group(rows: object, problem_ids: list[int], with_score: bool) -> dict[int, list[DrawnCandidate]]:
+    out: dict[int, list[DrawnCandidate]] = {p: [] for p in problem_ids}
     for r in rows:  # type: ignore[attr-defined]
         out[r.problem_id].append(
-            Draw(
+            DrawnCandidate(
                 r.problem_id,
                 r.candidate_id,
                 r.rank,
@@ -78,7 +78,7 @@ def sample_intra(
     candidates: int,
     seed: int,
     run_id: int | None = None,
-) -> dict[int, list[Draw]]:
+) -> dict[int, list[DrawnCandidate]]:
     """problem id -> up to k of its own recent attempts (of `run_id` if given; never validation attempts), drawn by
     recency weight."""
     ids = _check(problem_ids, k, candidates, seed)
@@ -102,7 +102,7 @@ def sample_inter(
     pool_id: int,
     kinds: Sequence[str] | None = None,
     shows_response: bool = False,
-) -> dict[int, list[Draw]]:
+) -> dict[int, list[DrawnCandidate]]:
     """problem id -> up to k current versions of active experiences of pool `pool_id` (of `kinds` only, when given:
     summary | meta), from OTHER problems with relevance >= gamma. `shows_response`: the text is the source
     rollout's response, not the summary (lanpo's raw-response ablation)."""
@@ -139,7 +139,7 @@ def sample_inter_unfiltered(
     pool_id: int,
     kinds: Sequence[str] | None = None,
     shows_response: bool = False,
-) -> dict[int, list[Draw]]:
+) -> dict[int, list[DrawnCandidate]]:
     """problem id -> up to k current versions of active experiences of pool `pool_id` (of `kinds` only, when given)
     from OTHER problems, with no relevance filter: the whole pool is the candidate set, ranked by recency (gamma = 0:
     lanpo's reading of Table 2's w/o filtering, which only drops the threshold)."""
