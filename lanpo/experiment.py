@@ -310,7 +310,7 @@ def side_by_side_order(cfgs: list[TrainConfig]) -> list[TrainConfig]:
     carry a context, MEL replays and diagnoses: their steps are longer), so that the short runs fill the end and no
     worker idles while another finishes a long one. Measured at the default (two workers, three seeds, bf16
     autocast): GRPO runs 25-29 minutes, LANPO-both 33-35; in the file's order (GRPO first) the last LANPO-both run
-    trained alone for its final ~18 minutes (docs/results.md)."""
+    trained alone for its final ~18 minutes (docs/log.md, the bf16-autocast run)."""
 
     def cost(cfg: TrainConfig) -> int:
         return int(cfg.feedback.mode != "none" or cfg.resolved_method() == "mel")

@@ -12,7 +12,7 @@ Format bonus, by `reward.format_rule` (`FORMAT_RULES`):
   bonus for responses that adhere to the correct format when language feedback is utilized").
 - "correct_only" (the default and the CPU recipes): +0.1 when a feedback-mode response carries its mode's headers
   *and* ends in a boxed answer, paid only on top of a correct answer. A departure, listed in docs/papers.md. Both
-  conditions were learnt the hard way on the CPU experiment (docs/results.md, "How the format bonus was gamed"),
+  conditions were learnt the hard way on the CPU experiment (docs/log.md, "How the format bonus was gamed"),
   where feedback-prompt rollouts were almost all wrong, so that in their groups the bonus was the only reward
   spread and the std-normalised advantage turned its 0.1 points into a full unit:
   - paid for headers alone (the paper's rule), 28% of inter rollouts won it without a box, and zero-shot answers

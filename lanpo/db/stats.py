@@ -4,7 +4,7 @@ Postgres plans a query from the statistics ANALYZE last took (`pg_class.reltuple
 refreshes them once 50 + 10% of a table's rows changed, but on its own schedule (`autovacuum_naptime`, a minute by
 default), and a trainer's first draws run seconds after the write that filled the pool. Planned on the statistics
 of empty tables, the inter draw over 32,000 attempts and 16,000 lessons took 2.7 s; after an ANALYZE, 0.07 s
-(issue 35; `python bench/fresh_stats.py` measures it on 100,000 attempts).
+(`python bench/fresh_stats.py` measures it on 100,000 attempts).
 
 So every bulk write notes the tables it wrote in its session, with the rows it added (`note_write`, called by
 `lanpo.db.repo.bulk` and the few bulk INSERTs), and once that session's OUTERMOST transaction commits, each noted
@@ -25,9 +25,9 @@ step.
 
 Only the outermost commit refreshes: SQLAlchemy also fires `after_commit` when a savepoint is released
 (`Session.begin_nested`, which `lanpo data import` uses), while the rows are still invisible to any other
-connection. An ANALYZE then counted none of 20,000 imported problems (reltuples 0 over 278 pages), and the
-import's own commit, the tables already taken, refreshed nothing (issue 50). A table left at reltuples 0 over
-pages by that is analyzed again by its next bulk write.
+connection. An ANALYZE there counts none of 20,000 imported problems (reltuples 0 over 278 pages), and the
+import's own commit, the tables already taken, would refresh nothing. A table left at reltuples 0 over pages (by
+an older lanpo) is analyzed again by its next bulk write.
 
 Each refresh is `ANALYZE (SKIP_LOCKED)`: a table another session is analyzing (or vacuuming) right now is skipped
 rather than waited for, so concurrent writers never queue behind each other; run outside the writing transaction,

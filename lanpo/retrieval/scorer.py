@@ -3,8 +3,8 @@
 The prompt follows the structure of the paper's judge prompt, in our own words: the judge's role (system), the
 problem, the candidate feedback (another problem's question, or an experience summary), what counts as relevant
 (a method, principle or pitfall that carries over -- not shared wording or numbers), and the yes / no question.
-(v2 added the criterion; measured on SmolLM2-135M it still ranks the same problem above a related one above an
-unrelated one: 0.62 / 0.56 / 0.47.) The score is the probability mass of
+(With the criterion SmolLM2-135M ranks the same problem above a related one above an unrelated one:
+0.62 / 0.56 / 0.47.) The score is the probability mass of
 "yes" against "no" in the next-token distribution. Tokenizers split these words differently ("yes", " yes",
 "Yes", ...; some into several pieces), so each side takes the first token of every variant and combines
 their logits with logsumexp; a token that starts both a yes and a no variant is dropped from both.

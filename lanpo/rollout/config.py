@@ -25,12 +25,12 @@ and `f = memory_fraction` must satisfy f·M + trainer ≤ M. vLLM refuses to sta
 sequence of `max_model_len` tokens: lower `max_model_len` (prompt + completion, e.g. `rollout.max_prompt_tokens +
 rollout.max_new_tokens`) before raising f.
 
-- SmolLM2-135M on the 2-core development machine: on CPU, M is the memory of the NUMA node as
-  `/sys/devices/system/node/node0/meminfo` reports it (23.5 GiB on the 24 GiB machine of 2026-12-03; 11.5–12.6
-  GiB on earlier ones). In-process (`reproducible`, the CPU default) lanpo sizes the KV cache as f·M less the
-  bf16 weights: 3.53 − 0.25 = 3.28 GiB = 152,880 tokens (30 · 2 · 3 · 64 · 2 B = 22.5 KiB each); the runtime comes
-  on top, as on CUDA. With the engine in its own processes vLLM takes f·M less its worker's whole RSS (0.52 GiB of
-  KV on the earlier machines). `VLLM_CPU_KVCACHE_SPACE` (GiB) overrides either.
+- SmolLM2-135M on a 24 GiB CPU machine: on CPU, M is the memory of the NUMA node as
+  `/sys/devices/system/node/node0/meminfo` reports it (23.5 GiB there; docs/log.md has the machines measured).
+  In-process (`reproducible`, the CPU default) lanpo sizes the KV cache as f·M less the bf16 weights:
+  3.53 − 0.25 = 3.28 GiB = 152,880 tokens (30 · 2 · 3 · 64 · 2 B = 22.5 KiB each); the runtime comes on top, as on
+  CUDA. With the engine in its own processes vLLM takes f·M less its worker's whole RSS, which leaves far less KV
+  (0.52 GiB on a 12 GiB node). `VLLM_CPU_KVCACHE_SPACE` (GiB) overrides either.
   The trainer beside it: 0.54 GB of fp32 weights + 1.84 M LoRA parameters (r16 q/k/v/o) · 16 B = 29 MB.
 - Qwen2.5-7B on an 80 GiB GPU, f = 0.45: 36 GiB = 14.2 GiB bf16 weights + 0.08 GiB LoRA slots (rank 16, every
   linear layer) + ~1.5 GiB runtime + ~20 GiB KV, i.e. ~370k tokens at 56 KiB each: 8 prompts × 16 rollouts of
