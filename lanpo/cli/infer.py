@@ -7,18 +7,21 @@ dataclass field (`RetrievalSettings`, `SamplingSettings`, `EvalConfig`), so that
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from lanpo.cli.params import SEED, Float, Int, field_option
-from lanpo.config import DTYPE_NAMES
+from lanpo.config import DTYPE_NAMES, apply_overrides, from_mapping
 from lanpo.inference.config import BACKENDS, INFERENCE_MODES, EvalConfig, RetrievalSettings, SamplingSettings
+from lanpo.inference.io import read_questions, write_jsonl
+from lanpo.inference.run import InferenceRun, answering, default_dataset, pool_id
+from lanpo.paths import output_file
 from lanpo.retrieval import STAGE1
+from lanpo.rollout.config import VLLMConfig
 
 if TYPE_CHECKING:
     from lanpo.inference.answerer import Solution
-    from lanpo.inference.run import InferenceRun
 
 MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_MODES)
 
@@ -115,14 +118,9 @@ def command(
     Answers are the last \\boxed{} of the final turn; records carry `correct` when the input has an `answer`.
     Unless --no-store, the questions become problems of --dataset and every turn an attempt of an `infer` run.
     """
-    from lanpo.config import apply_overrides, from_mapping
     from lanpo.db.engine import connect
-    from lanpo.inference.answerer import Answerer
+    from lanpo.inference.answerer import Answerer  # loads torch
     from lanpo.inference.config import normalise_mode
-    from lanpo.inference.io import read_questions, write_jsonl
-    from lanpo.inference.run import InferenceRun, answering, default_dataset, default_name, pool_id
-    from lanpo.paths import output_file
-    from lanpo.rollout.config import VLLMConfig
 
     mode = normalise_mode(mode)
     questions = read_questions(input_path)
@@ -133,10 +131,9 @@ def command(
     db = connect() if (mode == "retrieval" or not no_store) else None
     pool = pool_id(db, pool_name) if mode == "retrieval" else None  # before the model loads, as every check
     dataset = default_dataset(input_path) if dataset is None else dataset
-    run = None
+    run = None  # checked by a dry run: what the store refuses fails before the model loads
     if not no_store:
-        name = run_name if run_name is not None else default_name("infer")
-        run = InferenceRun.check(db, name, "infer", model, pool_id=pool, dataset=dataset, questions=questions)
+        run = InferenceRun.check(db, run_name, "infer", model, pool_id=pool, dataset=dataset, questions=questions)
     answerer = Answerer(
         model,
         adapter,
@@ -151,17 +148,7 @@ def command(
     )
     try:  # the vLLM engine runs in its own processes: end them however this ends
         if run is not None:
-            config = {
-                "mode": mode,
-                "input": str(input_path),
-                "samples": samples,
-                "dataset": dataset,
-                "adapter": str(adapter) if adapter else None,
-                "backend": backend,
-                "vllm": vllm.__dict__ if backend == "vllm" else None,
-                "sampling": sampling.__dict__,
-                "retrieval": retrieval.__dict__ if mode == "retrieval" else None,
-            }
+            config = _run_config(mode, input_path, samples, dataset, adapter, backend, vllm, sampling, retrieval)
             questions = run.open(config, answerer.adapter_sha256, questions)
         with answering(run, len(questions), mode) as (_, keep):  # failed if this raises, finished otherwise
             solutions = answerer.solve(questions, mode, samples, on_batch=keep)
@@ -169,6 +156,31 @@ def command(
         click.echo(_summary(solutions, out_path, samples, run), err=True)
     finally:
         answerer.close()
+
+
+def _run_config(
+    mode: str,
+    input_path: Path,
+    samples: int,
+    dataset: str,
+    adapter: Path | None,
+    backend: str,
+    vllm: VLLMConfig,
+    sampling: SamplingSettings,
+    retrieval: RetrievalSettings,
+) -> dict[str, Any]:
+    """The infer run's config in the store: what made its answers."""
+    return {
+        "mode": mode,
+        "input": str(input_path),
+        "samples": samples,
+        "dataset": dataset,
+        "adapter": str(adapter) if adapter else None,
+        "backend": backend,
+        "vllm": vllm.__dict__ if backend == "vllm" else None,
+        "sampling": sampling.__dict__,
+        "retrieval": retrieval.__dict__ if mode == "retrieval" else None,
+    }
 
 
 def _summary(solutions: list[Solution], out_path: Path, samples: int, run: InferenceRun | None) -> str:

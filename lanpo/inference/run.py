@@ -8,7 +8,8 @@
    run (reading its pool) and, when an adapter is served, its policy version, in one transaction.
 3. record: `run.record(solutions)` stores every turn as an attempt (`lanpo.inference.store.record_solutions`), each
    retrieval group with the lesson versions its prompt read; a zero-shot fallback reads none (the reason is the
-   solution's `fallback`). One transaction per call: a batch, or a single answer, is kept once recorded.
+   solution's `fallback`). One transaction per call: a batch, or a single answer (with its question, when that is
+   not a problem yet), is kept once recorded; the final attempts' ids come back.
 4. finish: `with run.running():` around the answering: the run beats while it works (`lanpo.db.heartbeat`), is
    marked finished when the body returns and failed when it raises (Ctrl-C too); each mark is its own
    transaction, so nothing recorded is lost. `run.record_metrics` stores its figures. `answering(run, ...)` is
@@ -24,7 +25,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,7 +78,7 @@ class InferenceRun:
     def check(
         cls,
         db: Database | None,
-        name: str,
+        name: str | None,
         kind: str,
         model: str,
         *,
@@ -85,12 +86,13 @@ class InferenceRun:
         dataset: str | None = None,
         questions: Sequence[Question] = (),
     ) -> InferenceRun:
-        """The run to open, after a dry run of opening it: what the store refuses fails here, and nothing is
-        written."""
+        """The run to open (named `name`, else `<kind>-<UTC time>`), after a dry run of opening it: what the store
+        refuses fails here, and nothing is written."""
         from lanpo.db.engine import session_factory
         from lanpo.inference import store
 
         assert db is not None, "a run is recorded in the store"
+        name = default_name(kind) if name is None else name
         with session_factory(db)() as session:
             if dataset is not None:
                 store.import_questions(session, dataset, questions)
@@ -124,11 +126,19 @@ class InferenceRun:
             yield self
 
     def record(self, solutions: list[Solution]) -> list[int]:
-        """Every turn of `solutions` as an attempt of the run, in one transaction; the final-turn attempt ids."""
+        """Every turn of `solutions` as an attempt of the run, in one transaction; the final-turn attempt ids. A
+        question not stored yet (one request to a server) becomes a problem of the run's dataset in it too."""
         from lanpo.db.engine import transaction
         from lanpo.inference import store
 
         with transaction(self.db) as session:
+            new = [s.question for s in solutions if s.question.problem_id is None]
+            if new and self.dataset is not None:
+                stored = {q.id: q for q in store.import_questions(session, self.dataset, new)}
+                solutions = [
+                    s if s.question.problem_id is not None else replace(s, question=stored[s.question.id])
+                    for s in solutions
+                ]
             return store.record_solutions(session, solutions, self._opened(), self.version_id)
 
     def record_metrics(self, metrics: dict[str, float], step: int = 0) -> None:

@@ -82,3 +82,20 @@ def test_recording_needs_an_open_run(db: SAEngine) -> None:
     run = InferenceRun.check(db, "unopened", "infer", "tiny")
     with pytest.raises(RuntimeError, match="not open"):
         run.record([])
+
+
+def test_one_request_at_a_time_stores_its_question_with_its_answer(
+    db: SAEngine, session: Session, make_answerer: Callable[..., Answerer]
+) -> None:
+    """A server's way: no questions at open; each answer recorded alone, its question becoming a problem then."""
+    answerer = make_answerer()
+    run = InferenceRun.check(db, None, "infer", "tiny", dataset="requests")
+    assert run.name.startswith("infer-")
+    run.open({}, None)
+    with run.running():
+        ids = [run.record(answerer.solve(["What is 3+4?"], "zero_shot", 2))[0] for _ in range(2)]  # asked twice
+    problems = session.execute(sa.text("SELECT dataset, question FROM problems")).all()
+    assert problems == [("requests", "What is 3+4?")]  # one problem, however often it is asked
+    answered = sa.text("SELECT a.id FROM attempts a JOIN rollout_groups g ON g.id = a.group_id WHERE g.run_id = :r")
+    stored = set(session.scalars(answered, {"r": run.run_id}))
+    assert len(stored) == 4 and set(ids) <= stored
