@@ -30,9 +30,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tqdm import tqdm
+
+from lanpo.db.engine import session_factory, transaction
+from lanpo.db.repo.pools import resolve_pool
+from lanpo.db.repo.runs import record_metrics, run_lifecycle
+from lanpo.inference import store
+
 if TYPE_CHECKING:
     from sqlalchemy import Engine as Database
-    from tqdm import tqdm
 
     from lanpo.inference.io import Question
     from lanpo.inference.results import Solution
@@ -53,9 +59,6 @@ def default_dataset(input_path: Path) -> str:
 def pool_id(db: Database | None, name: str | None) -> int:
     """The id of the pool retrieval reads (`name`, else the store's only pool): an unknown or ambiguous name is an
     InputError here, before any model loads."""
-    from lanpo.db.engine import transaction
-    from lanpo.db.repo.pools import resolve_pool
-
     assert db is not None, "retrieval reads the store"
     with transaction(db) as session:
         return resolve_pool(session, name).id
@@ -88,9 +91,6 @@ class InferenceRun:
     ) -> InferenceRun:
         """The run to open (named `name`, else `<kind>-<UTC time>`), after a dry run of opening it: what the store
         refuses fails here, and nothing is written."""
-        from lanpo.db.engine import session_factory
-        from lanpo.inference import store
-
         assert db is not None, "a run is recorded in the store"
         name = default_name(kind) if name is None else name
         with session_factory(db)() as session:
@@ -105,9 +105,6 @@ class InferenceRun:
     ) -> list[Question]:
         """Store `questions` as problems of the run's dataset and start the run; the questions come back with their
         problem ids."""
-        from lanpo.db.engine import transaction
-        from lanpo.inference import store
-
         stored = list(questions)
         with transaction(self.db) as session:
             if self.dataset is not None:
@@ -120,17 +117,12 @@ class InferenceRun:
     @contextmanager
     def running(self) -> Iterator[InferenceRun]:
         """The run's work: failed if the body raises, finished if it returns; what was recorded stays either way."""
-        from lanpo.db.repo.runs import run_lifecycle
-
         with run_lifecycle(self.db, self._opened()):
             yield self
 
     def record(self, solutions: list[Solution]) -> list[int]:
         """Every turn of `solutions` as an attempt of the run, in one transaction; the final-turn attempt ids. A
         question not stored yet (one request to a server) becomes a problem of the run's dataset in it too."""
-        from lanpo.db.engine import transaction
-        from lanpo.inference import store
-
         with transaction(self.db) as session:
             new = [s.question for s in solutions if s.question.problem_id is None]
             if new and self.dataset is not None:
@@ -142,9 +134,7 @@ class InferenceRun:
             return store.record_solutions(session, solutions, self._opened(), self.version_id)
 
     def record_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        from lanpo.db.engine import transaction
-        from lanpo.db.repo.runs import record_metrics
-
+        """Store the run's figures (`name -> value` at `step`)."""
         with transaction(self.db) as session:
             record_metrics(session, self._opened(), step, metrics)
 
@@ -159,8 +149,6 @@ def answering(run: InferenceRun | None, total: int, desc: str, show: bool = True
     """The work of `run` (None: nothing is recorded) under a progress bar over `total` problems on stderr: yields the
     bar and the `on_batch` callback that records each batch in the run and moves the bar. The run is marked failed
     if the body raises, finished if it returns."""
-    from tqdm import tqdm
-
     bar = tqdm(total=total, unit="problem", desc=desc, file=sys.stderr, disable=not show, dynamic_ncols=True)
 
     def keep(batch: list[Solution]) -> None:
