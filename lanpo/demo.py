@@ -409,10 +409,16 @@ def _answer_held_out(
     echo(click.style(f"      {verdict}", bold=True))
     echo(f"      stored as run {cfg.run_name}-infer (both modes, step 0: experience_usage compares them)")
     return [
-        {"id": z.question.id, "question": z.question.question, "gold": z.question.answer,
-         "zero_shot": z.to_record(), "retrieval": r.to_record(), "verdict": verdict}
+        {
+            "id": z.question.id,
+            "question": z.question.question,
+            "gold": z.question.answer,
+            "zero_shot": z.to_record(),
+            "retrieval": r.to_record(),
+            "verdict": verdict,
+        }
         for z, r in zip(zero_shot, retrieval, strict=True)
-    ]  # fmt: skip
+    ]
 
 
 def side_by_side(zero_shot: Sequence[Any], retrieval: Sequence[Any]) -> list[str]:
