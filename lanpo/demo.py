@@ -368,14 +368,16 @@ def _answer_held_out(
     the run's pool. Both go into one `infer` run (step 0, one policy version), so `experience_usage` compares them."""
     from lanpo.db.engine import transaction
     from lanpo.db.repo.pools import active_size
-    from lanpo.db.repo.runs import finish_run
     from lanpo.inference.answerer import Answerer
     from lanpo.inference.config import RetrievalSettings, SamplingSettings
-    from lanpo.inference.store import dataset_questions, record_solutions, start_run
+    from lanpo.inference.run import InferenceRun, answering, pool_id
+    from lanpo.inference.store import dataset_questions
 
     adapters = sorted(checkpoint_root.glob("step-*/adapter"))
     with transaction(engine) as session:
         questions = dataset_questions(session, test_dataset, limit=cfg.eval.n)  # the set validation read
+    pool = pool_id(engine, cfg.pool_name())
+    run = InferenceRun.check(engine, f"{cfg.run_name}-infer", "infer", cfg.model.name, pool_id=pool)
     answerer = Answerer(
         cfg.model.name,
         adapters[-1] if adapters else None,
@@ -390,22 +392,12 @@ def _answer_held_out(
         notify=lambda message: echo(f"      note: {message}"),
     )
     with transaction(engine) as session:
-        lessons = active_size(session, answerer.pool().id)
+        lessons = active_size(session, pool)
     echo(f"      pool {cfg.pool_name()}: {lessons} active lesson(s)")
-    zero_shot = answerer.solve(questions, "zero_shot", 1)
-    retrieval = answerer.solve(questions, "retrieval", 1)
-    with transaction(engine) as session:
-        run_id, version = start_run(
-            session,
-            f"{cfg.run_name}-infer",
-            "infer",
-            {"modes": ["zero_shot", "retrieval"], "dataset": test_dataset},
-            cfg.model.name,
-            answerer.adapter_sha256,
-            pool_id=answerer.pool().id,
-        )
-        record_solutions(session, [*zero_shot, *retrieval], run_id, version)
-        finish_run(session, run_id)  # its work is this transaction: committed finished, or not at all
+    run.open({"modes": ["zero_shot", "retrieval"], "dataset": test_dataset}, answerer.adapter_sha256)
+    with answering(run, 2 * len(questions), "held out", show=False) as (_, keep):  # each batch stored as it ends
+        zero_shot = answerer.solve(questions, "zero_shot", 1, on_batch=keep)
+        retrieval = answerer.solve(questions, "retrieval", 1, on_batch=keep)
     for line in side_by_side(zero_shot, retrieval):
         echo("      " + line)
     verdict = retrieval_verdict(
@@ -417,10 +409,16 @@ def _answer_held_out(
     echo(click.style(f"      {verdict}", bold=True))
     echo(f"      stored as run {cfg.run_name}-infer (both modes, step 0: experience_usage compares them)")
     return [
-        {"id": z.question.id, "question": z.question.question, "gold": z.question.answer,
-         "zero_shot": z.to_record(), "retrieval": r.to_record(), "verdict": verdict}
+        {
+            "id": z.question.id,
+            "question": z.question.question,
+            "gold": z.question.answer,
+            "zero_shot": z.to_record(),
+            "retrieval": r.to_record(),
+            "verdict": verdict,
+        }
         for z, r in zip(zero_shot, retrieval, strict=True)
-    ]  # fmt: skip
+    ]
 
 
 def side_by_side(zero_shot: Sequence[Any], retrieval: Sequence[Any]) -> list[str]:

@@ -6,25 +6,22 @@ dataclass field (`RetrievalSettings`, `SamplingSettings`, `EvalConfig`), so that
 
 from __future__ import annotations
 
-import re
-import sys
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from lanpo.cli.params import SEED, Float, Int, field_option
-from lanpo.config import DTYPE_NAMES
+from lanpo.config import DTYPE_NAMES, apply_overrides, from_mapping
 from lanpo.inference.config import BACKENDS, INFERENCE_MODES, EvalConfig, RetrievalSettings, SamplingSettings
+from lanpo.inference.io import read_questions, write_jsonl
+from lanpo.inference.run import InferenceRun, answering, default_dataset, pool_id
+from lanpo.paths import output_file
 from lanpo.retrieval import STAGE1
+from lanpo.rollout.config import VLLMConfig
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine as Database
-
-    from lanpo.inference.answerer import Answerer, Solution
-    from lanpo.inference.io import Question
+    from lanpo.inference.answerer import Solution
 
 MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_MODES)
 
@@ -121,13 +118,9 @@ def command(
     Answers are the last \\boxed{} of the final turn; records carry `correct` when the input has an `answer`.
     Unless --no-store, the questions become problems of --dataset and every turn an attempt of an `infer` run.
     """
-    from lanpo.config import apply_overrides, from_mapping
     from lanpo.db.engine import connect
-    from lanpo.inference.answerer import Answerer
+    from lanpo.inference.answerer import Answerer  # loads torch
     from lanpo.inference.config import normalise_mode
-    from lanpo.inference.io import read_questions
-    from lanpo.paths import output_file
-    from lanpo.rollout.config import VLLMConfig
 
     mode = normalise_mode(mode)
     questions = read_questions(input_path)
@@ -136,128 +129,61 @@ def command(
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
     vllm = from_mapping(VLLMConfig, apply_overrides({}, list(vllm_settings)), prefix="vllm.")
     db = connect() if (mode == "retrieval" or not no_store) else None
-    pool_id = _pool_id(db, pool_name) if mode == "retrieval" else None  # before the model loads, as every check
-    run = None if no_store else _StoredRun.checked(db, questions, input_path, dataset, run_name, model, pool_id)
+    pool = pool_id(db, pool_name) if mode == "retrieval" else None  # before the model loads, as every check
+    dataset = default_dataset(input_path) if dataset is None else dataset
+    run = None  # checked by a dry run: what the store refuses fails before the model loads
+    if not no_store:
+        run = InferenceRun.check(db, run_name, "infer", model, pool_id=pool, dataset=dataset, questions=questions)
     answerer = Answerer(
-        model, adapter, backend, dtype=dtype, device=device, sampling=sampling, retrieval=retrieval, db=db,
-        batch_size=batch_size, vllm=vllm,
-    )  # fmt: skip
+        model,
+        adapter,
+        backend,
+        dtype=dtype,
+        device=device,
+        sampling=sampling,
+        retrieval=retrieval,
+        db=db,
+        batch_size=batch_size,
+        vllm=vllm,
+    )
     try:  # the vLLM engine runs in its own processes: end them however this ends
         if run is not None:
-            config = {
-                "mode": mode, "input": str(input_path), "samples": samples, "dataset": run.dataset,
-                "adapter": str(adapter) if adapter else None, "backend": backend,
-                "vllm": vllm.__dict__ if backend == "vllm" else None, "sampling": sampling.__dict__,
-                "retrieval": retrieval.__dict__ if mode == "retrieval" else None,
-            }  # fmt: skip
-            questions = run.start(questions, config, answerer.adapter_sha256)
-        solutions = _solve(answerer, questions, mode, samples, out_path, run)
+            config = _run_config(mode, input_path, samples, dataset, adapter, backend, vllm, sampling, retrieval)
+            questions = run.open(config, answerer.adapter_sha256, questions)
+        with answering(run, len(questions), mode) as (_, keep):  # failed if this raises, finished otherwise
+            solutions = answerer.solve(questions, mode, samples, on_batch=keep)
+            write_jsonl(out_path, (s.to_record() for s in solutions))
         click.echo(_summary(solutions, out_path, samples, run), err=True)
     finally:
         answerer.close()
 
 
-def _pool_id(db: Database | None, pool_name: str | None) -> int:
-    """The id of the pool retrieval reads: an unknown or ambiguous name fails here, before any model loads."""
-    from lanpo.db.engine import transaction
-    from lanpo.db.repo.pools import resolve_pool
-
-    with transaction(db) as session:
-        return resolve_pool(session, pool_name).id
-
-
-@dataclass
-class _StoredRun:
-    """The `infer` run that records the answers: its store, names, and ids once started."""
-
-    db: Database
-    dataset: str
-    name: str
-    model: str
-    pool_id: int | None
-    run_id: int | None = None
-    version_id: int | None = None
-
-    @classmethod
-    def checked(
-        cls,
-        db: Database | None,
-        questions: list[Question],
-        input_path: Path,
-        dataset: str | None,
-        run_name: str | None,
-        model: str,
-        pool_id: int | None,
-    ) -> _StoredRun:
-        """The run to record, after a dry run of it: what the store refuses fails before the model loads."""
-        from datetime import UTC, datetime
-
-        from lanpo.db.engine import session_factory
-        from lanpo.inference import store
-
-        assert db is not None
-        if dataset is None:
-            dataset = "infer-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", input_path.stem).strip("-") or "input")
-        name = run_name if run_name is not None else f"infer-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-        with session_factory(db)() as session:
-            store.import_questions(session, dataset, questions)
-            store.start_run(session, name, "infer", {}, model, None, pool_id=pool_id)
-            session.rollback()
-        return cls(db, dataset, name, model, pool_id)
-
-    def start(self, questions: list[Question], config: dict[str, Any], adapter_sha256: str | None) -> list[Question]:
-        """Store the questions as problems and start the run; the questions come back with their problem ids."""
-        from lanpo.db.engine import transaction
-        from lanpo.inference import store
-
-        with transaction(self.db) as session:
-            questions = store.import_questions(session, self.dataset, questions)
-            self.run_id, self.version_id = store.start_run(
-                session, self.name, "infer", config, self.model, adapter_sha256, pool_id=self.pool_id
-            )
-        return questions
-
-    def lifecycle(self) -> AbstractContextManager[None]:
-        """The run is marked failed if the body raises, finished if it returns."""
-        from lanpo.db.repo.runs import run_lifecycle
-
-        return run_lifecycle(self.db, self.run_id)
-
-    def record(self, batch: list[Solution]) -> None:
-        """Every turn of `batch` as an attempt of the run."""
-        from lanpo.db.engine import transaction
-        from lanpo.inference import store
-
-        with transaction(self.db) as session:
-            store.record_solutions(session, batch, self.run_id, self.version_id)
+def _run_config(
+    mode: str,
+    input_path: Path,
+    samples: int,
+    dataset: str,
+    adapter: Path | None,
+    backend: str,
+    vllm: VLLMConfig,
+    sampling: SamplingSettings,
+    retrieval: RetrievalSettings,
+) -> dict[str, Any]:
+    """The infer run's config in the store: what made its answers."""
+    return {
+        "mode": mode,
+        "input": str(input_path),
+        "samples": samples,
+        "dataset": dataset,
+        "adapter": str(adapter) if adapter else None,
+        "backend": backend,
+        "vllm": vllm.__dict__ if backend == "vllm" else None,
+        "sampling": sampling.__dict__,
+        "retrieval": retrieval.__dict__ if mode == "retrieval" else None,
+    }
 
 
-def _solve(
-    answerer: Answerer, questions: list[Question], mode: str, samples: int, out_path: Path, run: _StoredRun | None
-) -> list[Solution]:
-    """Answer `questions` with a progress bar, recording each batch as it comes; the run is marked failed if this
-    raises, finished otherwise."""
-    from tqdm import tqdm
-
-    from lanpo.inference.io import write_jsonl
-
-    bar = tqdm(total=len(questions), unit="problem", desc=mode, file=sys.stderr, dynamic_ncols=True)
-
-    def keep(batch: list[Solution]) -> None:
-        if run is not None:
-            run.record(batch)
-        bar.update(len(batch))
-
-    try:
-        with run.lifecycle() if run is not None else nullcontext():
-            solutions = answerer.solve(questions, mode, samples, on_batch=keep)
-            write_jsonl(out_path, (s.to_record() for s in solutions))
-    finally:
-        bar.close()
-    return solutions
-
-
-def _summary(solutions: list[Solution], out_path: Path, samples: int, run: _StoredRun | None) -> str:
+def _summary(solutions: list[Solution], out_path: Path, samples: int, run: InferenceRun | None) -> str:
     """The closing line on stderr: answers written, mean@k over the graded ones, fallbacks, the run id."""
     graded = [s.mean_correct for s in solutions if s.mean_correct is not None]
     summary = f"wrote {len(solutions)} answers to {out_path}"

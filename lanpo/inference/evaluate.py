@@ -18,26 +18,21 @@ correct sample) at the sampling temperature, and with `pass_at_1 = true` Pass@1 
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from lanpo.config import lanpo_home, to_mapping
 from lanpo.db.engine import transaction
-from lanpo.db.repo.pools import resolve_pool
-from lanpo.db.repo.runs import record_metrics, require_name_free, run_lifecycle
 from lanpo.errors import InputError
 from lanpo.inference import store
 from lanpo.inference.answerer import Answerer
 from lanpo.inference.config import EvalConfig
 from lanpo.inference.io import Question, read_questions
 from lanpo.inference.results import Solution
+from lanpo.inference.run import InferenceRun, answering, default_name, pool_id
 from lanpo.inference.table import Table, mean_at_k, pass_markdown, recount
 from lanpo.paths import atomic_write, output_dir
 
@@ -129,11 +124,10 @@ def run_methods(
         )
         for m in config.methods
     }
-    with transaction(db) as session:  # every name and pool, before the first model loads
-        for sub in subs.values():
-            require_name_free(session, str(sub.run_name))
-            if "retrieval" in config.modes:
-                resolve_pool(session, sub.retrieval.pool)
+    for sub in subs.values():  # every name and pool, before the first model loads
+        InferenceRun.check(db, str(sub.run_name), "eval", sub.model)
+        if "retrieval" in config.modes:
+            pool_id(db, sub.retrieval.pool)
     results = {}
     for method, sub in subs.items():
         echo(f"== {method}")
@@ -161,60 +155,51 @@ def run_eval(
 ) -> EvalResult:
     """Run the evaluation, store it, write table.md / table.csv and return the recounted table."""
     name, out_dir = _name_and_out_dir(config)
-    with transaction(db) as session:  # before the model loads: a taken name fails in a second
-        require_name_free(session, name)
-        if config.pass_at_1:
-            require_name_free(session, f"{name}-greedy")
+    # before the model loads: a taken name, a missing dataset or an unknown or ambiguous pool fails in a second
+    run = InferenceRun.check(db, name, "eval", config.model)
+    greedy_run = InferenceRun.check(db, f"{name}-greedy", "eval", config.model) if config.pass_at_1 else None
     questions = load_questions(db, config, Path(config_dir))
-    pool_id = None
-    if "retrieval" in config.modes:  # before the model loads: an unknown or ambiguous pool fails at once
-        with transaction(db) as session:
-            pool_id = resolve_pool(session, config.retrieval.pool).id
+    if "retrieval" in config.modes:
+        run.pool_id = pool_id(db, config.retrieval.pool)
+        if greedy_run is not None:
+            greedy_run.pool_id = run.pool_id
     answerer = answerer or build_answerer(config, db)
-    with transaction(db) as session:
-        run_id, version_id = store.start_run(
-            session, name, "eval", to_mapping(config), config.model, answerer.adapter_sha256, pool_id=pool_id
-        )
+    run.open(to_mapping(config), answerer.adapter_sha256)
     datasets = [d.name for d in config.datasets]
     outcomes: list[tuple[str, str, object, bool]] = []
     metrics: dict[str, float] = {}
     total = sum(len(q) for q in questions.values()) * len(config.modes)
     started = time.perf_counter()
-    bar, keep = _recorder(db, run_id, version_id, total, "eval", show_progress)
-    try:
-        with run_lifecycle(db, run_id):  # the run is marked failed if this raises, finished otherwise
-            for mode in config.modes:
-                for dataset in datasets:
-                    bar.set_description(f"{mode} {dataset}")
-                    solutions = answerer.solve(questions[dataset], mode, config.k_samples, on_batch=keep)
-                    for s in solutions:
-                        outcomes.extend(
-                            (mode, dataset, s.question.problem_id, bool(x.final.correct)) for x in s.samples
-                        )
-                    metrics.update(_cell_metrics(mode, dataset, solutions))
-            seconds = time.perf_counter() - started
-            computed = mean_at_k(outcomes, config.modes, datasets, config.k_samples)
-            for (mode, dataset), cell in computed.cells.items():
-                metrics[f"mean@k/{mode}/{dataset}"] = cell.mean
-                metrics[f"pass@k/{mode}/{dataset}"] = float(cell.pass_at_k or 0.0)
-            greedy = None
-            if config.pass_at_1:
-                greedy = _greedy_pass(config, db, answerer, questions, name, pool_id, show_progress)
-                metrics.update({f"pass@1/{m}/{d}": cell.mean for (m, d), cell in greedy.cells.items()})
-            rate = metrics["problems_per_second"] = total / seconds if seconds > 0 else 0.0
-            with transaction(db) as session:
-                record_metrics(session, run_id, 0, metrics)
-                table = recount(session, run_id, config.modes, datasets, config.k_samples)
-    finally:
-        bar.close()
+    with answering(run, total, "eval", show_progress) as (bar, keep):  # failed if this raises, finished otherwise
+        for mode in config.modes:
+            for dataset in datasets:
+                bar.set_description(f"{mode} {dataset}")
+                solutions = answerer.solve(questions[dataset], mode, config.k_samples, on_batch=keep)
+                outcomes.extend(
+                    (mode, dataset, s.question.problem_id, bool(x.final.correct)) for s in solutions for x in s.samples
+                )
+                metrics.update(_cell_metrics(mode, dataset, solutions))
+        seconds = time.perf_counter() - started
+        computed = mean_at_k(outcomes, config.modes, datasets, config.k_samples)
+        for (mode, dataset), cell in computed.cells.items():
+            metrics[f"mean@k/{mode}/{dataset}"] = cell.mean
+            metrics[f"pass@k/{mode}/{dataset}"] = float(cell.pass_at_k or 0.0)
+        greedy = None
+        if greedy_run is not None:
+            greedy = _greedy_pass(config, greedy_run, answerer, questions, show_progress)
+            metrics.update({f"pass@1/{m}/{d}": cell.mean for (m, d), cell in greedy.cells.items()})
+        rate = metrics["problems_per_second"] = total / seconds if seconds > 0 else 0.0
+        run.record_metrics(metrics)
+        with transaction(db) as session:
+            table = recount(session, run.run_id, config.modes, datasets, config.k_samples)
     markdown_path, csv_path, pass_path, passes = _write_tables(out_dir, table, greedy, answerer.sampling.temperature)
     echo(table.to_markdown())
     echo(passes)
     echo(
-        f"run {name} (id {run_id}): {total} problem-mode pairs x {config.k_samples} samples in {seconds:.1f}s "
+        f"run {name} (id {run.run_id}): {total} problem-mode pairs x {config.k_samples} samples in {seconds:.1f}s "
         f"({rate:.2f} problems/s); wrote {markdown_path}, {pass_path} and {csv_path}"
     )
-    return EvalResult(run_id, name, table, computed, markdown_path, csv_path, seconds, rate, greedy, pass_path)
+    return EvalResult(run.run_id, name, table, computed, markdown_path, csv_path, seconds, rate, greedy, pass_path)
 
 
 def _write_tables(
@@ -229,7 +214,7 @@ def _write_tables(
 
 def _name_and_out_dir(config: EvalConfig) -> tuple[str, Path]:
     """The eval run's name (`run_name`, else `eval-<UTC time>`) and the folder its tables go to (checked writable)."""
-    name = config.run_name or f"eval-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    name = config.run_name or default_name("eval")
     folder = Path(config.out_dir).expanduser() if config.out_dir else lanpo_home() / "eval" / name
     return name, output_dir(folder, "out_dir")
 
@@ -247,50 +232,27 @@ def _write(out_dir: Path, texts: dict[str, str]) -> list[Path]:
 
 def _greedy_pass(
     config: EvalConfig,
-    db: Any,
+    run: InferenceRun,
     answerer: Answerer,
     questions: dict[str, list[Question]],
-    name: str,
-    pool_id: int | None,
     show_progress: bool,
 ) -> Table:
     """Every question once more, greedily, in every mode, stored as the eval run `<name>-greedy`; its mean@1 table
     (recounted from the stored attempts) is Pass@1 at temperature 0."""
-    greedy_name = f"{name}-greedy"
-    with transaction(db) as session:
-        require_name_free(session, greedy_name)
-        run_id, version_id = store.start_run(
-            session, greedy_name, "eval", to_mapping(config), config.model, answerer.adapter_sha256, pool_id=pool_id
-        )
+    run.open(to_mapping(config), answerer.adapter_sha256)
     sampling = answerer.sampling
     answerer.sampling = replace(sampling, temperature=0.0)
     datasets = list(questions)
     total = sum(len(q) for q in questions.values()) * len(config.modes)
-    bar, keep = _recorder(db, run_id, version_id, total, "greedy", show_progress)
     try:
-        with run_lifecycle(db, run_id):
+        with answering(run, total, "greedy", show_progress) as (_, keep):
             for mode in config.modes:
                 for dataset in datasets:
                     answerer.solve(questions[dataset], mode, 1, on_batch=keep)
-            with transaction(db) as session:
-                return recount(session, run_id, config.modes, datasets, 1)
+            with transaction(run.db) as session:
+                return recount(session, run.run_id, config.modes, datasets, 1)
     finally:
         answerer.sampling = sampling
-        bar.close()
-
-
-def _recorder(
-    db: Any, run_id: int, version_id: int, total: int, desc: str, show_progress: bool
-) -> tuple[tqdm, Callable[[list[Solution]], None]]:
-    """A progress bar over `total` problems and the `on_batch` callback that stores each batch in the run."""
-    bar = tqdm(total=total, unit="problem", desc=desc, file=sys.stderr, disable=not show_progress, dynamic_ncols=True)
-
-    def keep(batch: list[Solution]) -> None:
-        with transaction(db) as session:
-            store.record_solutions(session, batch, run_id, version_id)
-        bar.update(len(batch))
-
-    return bar, keep
 
 
 def _cell_metrics(mode: str, dataset: str, solutions: list[Solution]) -> dict[str, float]:
