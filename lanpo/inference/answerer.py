@@ -196,9 +196,6 @@ class Answerer:
                 self._rater = load_judge(self.model_id if judge == "policy" else judge)
         return self._rater
 
-    scorer = rater  # deprecated name
-    scorer_identity = judge_model_id  # deprecated name
-
     # ------------------------------------------------------------------ solving
 
     def render(self, messages: list[dict[str, str]]) -> str:
