@@ -6,18 +6,12 @@ from pathlib import Path
 
 import click
 
-from lanpo.cli.params import Int
+from lanpo.cli.params import Int, recipe_option, set_option
 from lanpo.demo import DemoOptions
 
 
 @click.command("demo")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Training recipe (default: train/configs/demo-cpu.toml).",
-)
+@recipe_option("Training recipe (default: train/configs/demo-cpu.toml).", required=False)
 @click.option("--steps", type=Int(1), default=None, help="GRPO steps (default: the recipe's).")
 @click.option(
     "--n-train", type=Int(2), default=DemoOptions.n_train, show_default=True, help="Training problems generated."
@@ -36,7 +30,7 @@ from lanpo.demo import DemoOptions
     help="Training run name, one no run has yet (default: demo, or demo-2, demo-3, ... when taken). The demo "
     "prints it; its pool has the same name.",
 )
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe field.")
+@set_option("Override a recipe field.")
 def command(
     config_path: Path | None, steps: int | None, n_train: int, n_test: int, run_name: str | None, overrides: tuple
 ) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from lanpo.cli.keys import keys_option
+from lanpo.cli.params import set_option
 
 
 @click.command("eval")
@@ -14,17 +15,11 @@ from lanpo.cli.keys import keys_option
 @click.option(
     "--config",
     "config_path",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path),  # a folder is refused by load_toml, with the eval's own message
     required=True,
     help="Eval TOML (see train/configs/eval-*.toml).",
 )
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a config key, e.g. --set k_samples=8 --set retrieval.gamma=0.8 (repeatable).",
-)
+@set_option("Override a config key, e.g. --set k_samples=8 --set retrieval.gamma=0.8 (repeatable).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def command(config_path: Path, overrides: tuple[str, ...], no_progress: bool) -> None:
     """Evaluate a policy on datasets in every mode; print the table and write it as markdown and CSV.

@@ -7,28 +7,17 @@ from pathlib import Path
 import click
 
 from lanpo.cli.keys import keys_option
+from lanpo.cli.params import recipe_option, set_option
 
 
 @click.command("experiment")
 @keys_option("lanpo.experiment:ExperimentConfig")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Experiment file (train/experiments/*.toml): the recipe, the arms, the seeds.",
-)
+@recipe_option("Experiment file (train/experiments/*.toml): the recipe, the arms, the seeds.")
 @click.option(
     "--arms", default=None, help="Comma-separated arms to run instead of the file's (e.g. grpo,lanpo-intra)."
 )
 @click.option("--seeds", default=None, help="Comma-separated seeds instead of the file's (e.g. 0,1,2).")
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a key of the recipe every arm shares, e.g. --set steps=10 (repeatable).",
-)
+@set_option("Override a key of the recipe every arm shares, e.g. --set steps=10 (repeatable).")
 @click.option(
     "--jobs",
     default="auto",

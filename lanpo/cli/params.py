@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -33,6 +34,17 @@ class Float(click.FloatRange):
 
 
 SEED = Int(-(2**63), BIGINT_MAX)  # a signed 64-bit seed, what the SQL hash and torch accept
+
+
+def recipe_option(help: str, required: bool = True) -> Callable[[F], F]:
+    """`--config FILE`, the command's TOML, handed to it as the Path `config_path`."""
+    path = click.Path(dir_okay=False, path_type=Path)
+    return click.option("--config", "config_path", required=required, default=None, type=path, help=help)
+
+
+def set_option(help: str) -> Callable[[F], F]:
+    """`--set KEY=VALUE`, repeatable: overrides of the TOML's keys, handed to the command as the tuple `overrides`."""
+    return click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=help)
 
 
 def field_option(

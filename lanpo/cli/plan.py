@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from lanpo.cli.params import Float, Int
+from lanpo.cli.params import Float, Int, recipe_option, set_option
 
 
 @click.command("plan")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="TOML recipe (train/configs/*.toml).",
-)
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a config field, as `lanpo train --set` does, e.g. --set grpo.micro_batch_size=2.",
-)
+@recipe_option("TOML recipe (train/configs/*.toml).")
+@set_option("Override a config field, as `lanpo train --set` does, e.g. --set grpo.micro_batch_size=2.")
 @click.option("--gpus", type=Int(1, 4096), default=1, show_default=True, help="GPUs the run gets (torchrun ranks).")
 @click.option(
     "--gpu-memory",
@@ -36,7 +26,7 @@ from lanpo.cli.params import Float, Int
     help="Plan for this model instead of the recipe's model.name: a shipped shape (Qwen/Qwen2.5-7B, "
     "Qwen/Qwen3-4B-Base, -8B-Base, -14B-Base), a folder with a config.json, or a hub id in the local HF cache.",
 )
-def command(config_path: str, overrides: tuple[str, ...], gpus: int, gpu_memory: float, model: str | None) -> None:
+def command(config_path: Path, overrides: tuple[str, ...], gpus: int, gpu_memory: float, model: str | None) -> None:
     """Print the peak memory per GPU of each phase of a training step (generate, reference and old log-probs,
     update, weight sync, checkpoint), the disk of a checkpoint, whether the recipe fits, and the most a step may
     generate, by source (rollouts, summaries, MEL's diagnoses and replays).

@@ -3,20 +3,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from lanpo.cli.keys import keys_option
-from lanpo.cli.params import SEED, Float, Int
+from lanpo.cli.params import SEED, Float, Int, recipe_option, set_option
 from lanpo.config import DTYPE_NAMES
 
 
 @click.group("sft", invoke_without_command=True)
 @keys_option("lanpo.train.config:TrainConfig")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    help="TOML recipe; uses its model, lora, data and sft sections (required unless a sub-command is given).",
+@recipe_option(
+    "TOML recipe; uses its model, lora, data and sft sections (required unless a sub-command is given).",
+    required=False,
 )
 @click.option(
     "--data",
@@ -24,13 +24,7 @@ from lanpo.config import DTYPE_NAMES
     type=click.Path(dir_okay=False, exists=True),
     help='Chat pairs JSONL, one {"messages": [...]} per line (default: built from data.task).',
 )
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a config field, e.g. --set sft.max_steps=20.",
-)
+@set_option("Override a config field, e.g. --set sft.max_steps=20.")
 @click.option(
     "--out",
     "out_dir",
@@ -44,7 +38,7 @@ from lanpo.config import DTYPE_NAMES
 @click.pass_context
 def command(
     ctx: click.Context,
-    config_path: str | None,
+    config_path: Path | None,
     data_path: str | None,
     overrides: tuple[str, ...],
     out_dir: str | None,

@@ -3,29 +3,19 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import click
 
 from lanpo.cli.keys import keys_option
+from lanpo.cli.params import recipe_option, set_option
 from lanpo.train.plumbing.step_line import StepClock, step_line
 
 
 @click.command("train")
 @keys_option("lanpo.train.config:TrainConfig")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="TOML recipe (train/configs/*.toml).",
-)
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a config field, e.g. --set steps=5 --set feedback.p_t=0.75.",
-)
+@recipe_option("TOML recipe (train/configs/*.toml).")
+@set_option("Override a config field, e.g. --set steps=5 --set feedback.p_t=0.75.")
 @click.option(
     "--resume",
     is_flag=True,
@@ -46,7 +36,7 @@ from lanpo.train.plumbing.step_line import StepClock, step_line
     "workers.max_staleness bounds how stale a trained group may be).",
 )
 def command(
-    config_path: str, overrides: tuple[str, ...], resume: bool, no_progress: bool, workers: int | None
+    config_path: Path, overrides: tuple[str, ...], resume: bool, no_progress: bool, workers: int | None
 ) -> None:
     """Train with GRPO + language feedback (LANPO) or meta-experiences (MEL, method = "mel") from the store.
 
