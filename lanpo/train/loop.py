@@ -66,9 +66,9 @@ from lanpo.rl.advantages import group_advantages
 from lanpo.rollout import Completion
 from lanpo.train.config import TrainConfig
 from lanpo.train.consumer import record
-from lanpo.train.consumer.batch import RolloutBatch, autocast_dtype, build_batch
 from lanpo.train.consumer.record import GroupRecord, RolloutRecord
 from lanpo.train.consumer.update import update_policy
+from lanpo.train.forward.batch import RolloutBatch, autocast_dtype, build_batch
 from lanpo.train.mel.experiences import MetaStep, meta_experiences
 from lanpo.train.mel.record import record_meta
 from lanpo.train.parts import StepStore

@@ -23,9 +23,9 @@ GRPO, bit for bit.
 
 `temperature` (the loop passes `rollout.temperature`): the policy's, the old and the reference log-probs, and the
 entropy, are of softmax(logits / T), the distribution the rollouts were sampled from (verl and TRL do the same;
-`lanpo.train.consumer.batch`). The engine's behaviour log-probs are at T too (`lanpo.rollout.vllm`), so TIS weighs like
-with like. MEL's NLL term stays at T = 1: it is the likelihood of target text, not of a sample (the paper's MEL recipes
-sample at 1.0, where the two agree).
+`lanpo.train.forward.logprobs`). The engine's behaviour log-probs are at T too (`lanpo.rollout.vllm`), so TIS weighs
+like with like. MEL's NLL term stays at T = 1: it is the likelihood of target text, not of a sample (the paper's MEL
+recipes sample at 1.0, where the two agree).
 """
 
 from __future__ import annotations
@@ -41,15 +41,9 @@ import torch
 
 from lanpo.rl.loss import kl_k3, nll_sum_of, policy_loss
 from lanpo.train.config import GRPOConfig
-from lanpo.train.consumer.batch import (
-    RolloutBatch,
-    autocast_dtype,
-    chunked_logprobs,
-    completion_logprobs,
-    lockstep_rounds,
-    micro_batches,
-)
-from lanpo.train.consumer.chunking import NO_CHUNKS, Chunking
+from lanpo.train.forward.batch import RolloutBatch, autocast_dtype
+from lanpo.train.forward.chunking import NO_CHUNKS, Chunking
+from lanpo.train.forward.logprobs import chunked_logprobs, completion_logprobs, lockstep_rounds, micro_batches
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import Policy
 
