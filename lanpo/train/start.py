@@ -51,10 +51,10 @@ def load_start(
         if notify is not None:
             notify(f"SFT warm start: {_sft_plan(cfg)}")
         sft_model = with_fresh_adapter(base, cfg.lora, cfg.seed)
+        ddp = dist.wrap(sft_model) if dist.enabled else None
         warm = run_sft(
-            cfg, cfg.sft.data, engine=engine, progress=False, policy=(sft_model, tokenizer), dist=dist,
-            ddp=dist.wrap(sft_model) if dist.enabled else None,
-        )  # fmt: skip
+            cfg, cfg.sft.data, engine=engine, progress=False, policy=(sft_model, tokenizer), dist=dist, ddp=ddp
+        )
         log.info("SFT warm start: %d pairs, loss %.3f -> %.3f", warm.pairs, warm.losses[0], warm.losses[-1])
         if notify is not None:
             notify(
