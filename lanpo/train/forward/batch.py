@@ -4,8 +4,8 @@ Layout (as TRL): prompts left-padded to P, completions right-padded to T, so eve
 P. The forwards (`lanpo.train.forward.logprobs`) keep logits for the completion positions only.
 
 Shared prompts: a GRPO group is n completions of one prompt, so the forwards run each distinct prompt once
-(`distinct_prompts`, `prompts_forward`) where the model allows it (`can_share`), after dropping the columns that
-pad every row (`padding_columns`).
+(`prompts_forward`) where the model allows it; `shared_prompts` finds them, after dropping the columns that pad
+every row.
 
 `autocast` (`grpo.autocast`): the model's forwards run under `torch.autocast` in that dtype (bf16), the weights
 staying fp32 (`forward_precision`); the logits are upcast to fp32 before the log-softmax and the entropy, and
@@ -119,6 +119,21 @@ def can_share(model: Any) -> bool:
     if fsdp.is_sharded(model):
         return False
     return not (model.training and any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules()))
+
+
+def shared_prompts(
+    model: Any, batch: RolloutBatch, share: bool
+) -> tuple[int, torch.Tensor | None, torch.Tensor | None]:
+    """(how many leading columns pad every row, the distinct prompts (U,), and which of them each row holds (B,)):
+    the prompts only when `share` (`grpo.share_prompts`), the model allows it (`can_share`) and fewer than B are
+    distinct (else None, None: every row runs whole)."""
+    P = batch.input_ids.shape[1] - batch.completion_ids.shape[1]
+    cut = padding_columns(batch.attention_mask[:, :P])
+    if share and can_share(model):  # only then is it worth finding the distinct prompts
+        prompts, rows = distinct_prompts(batch.input_ids[:, cut:P], batch.attention_mask[:, cut:P])
+        if len(prompts) < batch.size:
+            return cut, prompts, rows
+    return cut, None, None
 
 
 def prompts_forward(

@@ -36,14 +36,7 @@ from torch.utils.checkpoint import checkpoint
 from lanpo.models import cache_kwarg, returned_cache
 from lanpo.rl.head_logprobs import head_logprobs
 from lanpo.rl.logprobs import entropy_from_logits, token_logprobs
-from lanpo.train.forward.batch import (
-    RolloutBatch,
-    can_share,
-    distinct_prompts,
-    forward_precision,
-    padding_columns,
-    prompts_forward,
-)
+from lanpo.train.forward.batch import RolloutBatch, forward_precision, prompts_forward, shared_prompts
 from lanpo.train.forward.chunking import Chunking
 
 
@@ -109,11 +102,8 @@ def chunked_completion_logprobs(
         batch.completion_ids[:, :keep],
         batch.completion_mask[:, :keep],
     )
-    cut = padding_columns(sub.attention_mask[:, :P])
-    prompts, rows = None, None
-    if share_prompts and can_share(model):
-        prompts, rows = distinct_prompts(sub.input_ids[:, cut:P], sub.attention_mask[:, cut:P])
-    if prompts is not None and rows is not None and len(prompts) < sub.size:
+    cut, prompts, rows = shared_prompts(model, sub, share_prompts)
+    if prompts is not None and rows is not None:
         logp, entropy = _shared_prompt_chunks(
             model, sub, cut, prompts, rows, with_entropy, autocast, temperature, chunk, fused
         )

@@ -45,14 +45,7 @@ import torch
 from lanpo.models import cache_kwarg, returned_cache
 from lanpo.rl.logprobs import entropy_from_logits, token_logprobs
 from lanpo.train.forward import chunked
-from lanpo.train.forward.batch import (
-    RolloutBatch,
-    can_share,
-    distinct_prompts,
-    forward_precision,
-    padding_columns,
-    prompts_forward,
-)
+from lanpo.train.forward.batch import RolloutBatch, forward_precision, prompts_forward, shared_prompts
 from lanpo.train.forward.chunking import NO_CHUNKS, Chunking
 from lanpo.train.plumbing.dist import Dist
 
@@ -85,12 +78,8 @@ def completion_logprobs(
                 model, batch, with_entropy, share_prompts, autocast, temperature, chunk, fused
             )
     T = batch.completion_ids.shape[1]
-    P = batch.input_ids.shape[1] - T
-    cut = padding_columns(batch.attention_mask[:, :P])
-    prompts, rows = None, None
-    if share_prompts and can_share(model):  # only then is it worth finding the distinct prompts
-        prompts, rows = distinct_prompts(batch.input_ids[:, cut:P], batch.attention_mask[:, cut:P])
-    if prompts is not None and rows is not None and len(prompts) < batch.size:
+    cut, prompts, rows = shared_prompts(model, batch, share_prompts)
+    if prompts is not None and rows is not None:
         logits = _shared_prompt_logits(model, batch, cut, prompts, rows, autocast)
     else:
         with forward_precision(batch, autocast):
