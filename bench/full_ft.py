@@ -40,8 +40,8 @@ def child(args: argparse.Namespace, kind: str) -> dict[str, float]:
     sys.path.insert(0, str(ROOT))
     from lanpo.models import tiny_causal_lm
     from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
-    from lanpo.train.consumer.batch import build_batch
     from lanpo.train.consumer.update import update_policy, warmup_schedule
+    from lanpo.train.forward.batch import build_batch
     from lanpo.train.plumbing import checkpoint as ckpt
     from lanpo.train.policy import build_policy, enable_checkpointing, load_base
 

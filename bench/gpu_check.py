@@ -284,8 +284,8 @@ def _synthetic_update(env: Env, policy: Any, dist: Any, autocast: str = "auto", 
     """One GRPO update of `policy` on fixed random rollouts, 8 prompts x 2 of 64 + 64 tokens (8 + 8 small): its
     stats. `sgd_lr`: SGD at that rate instead of AdamW (the step is then -lr x the clipped gradient)."""
     from lanpo.train.config import GRPOConfig
-    from lanpo.train.consumer.batch import build_batch
     from lanpo.train.consumer.update import update_policy, warmup_schedule
+    from lanpo.train.forward.batch import build_batch
 
     length = 8 if env.small else 64
     generator = torch.Generator().manual_seed(2)

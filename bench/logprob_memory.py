@@ -54,9 +54,10 @@ def child(args: argparse.Namespace) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from lanpo.train.config import GRPOConfig
-    from lanpo.train.consumer.batch import build_batch, chunked_logprobs
-    from lanpo.train.consumer.chunking import NO_CHUNKS, Chunking
     from lanpo.train.consumer.update import micro_batch_loss
+    from lanpo.train.forward.batch import build_batch
+    from lanpo.train.forward.chunking import NO_CHUNKS, Chunking
+    from lanpo.train.forward.logprobs import chunked_logprobs
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -162,9 +162,9 @@ def measure(case: Case, device: str, dist: Any = None) -> float:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from lanpo.rl.advantages import group_advantages
-    from lanpo.train.consumer.batch import autocast_dtype, build_batch
-    from lanpo.train.consumer.chunking import Chunking
     from lanpo.train.consumer.update import update_policy
+    from lanpo.train.forward.batch import autocast_dtype, build_batch
+    from lanpo.train.forward.chunking import Chunking
     from lanpo.train.policy import FullPolicy, enable_checkpointing
     from lanpo.train.state import optimizer_and_schedule
 

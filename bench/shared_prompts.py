@@ -3,8 +3,8 @@
 A GRPO group is n completions of one prompt, and a LANPO feedback prompt carries its context. Run whole, every
 row of a group pushes that prompt through the model again: n prefills in `generate` (transformers'
 `num_return_sequences`), n prompt forwards in the reference pass and in the update. lanpo runs each distinct
-prompt once and its completions on its key/value cache (`lanpo.rollout.hf`, `lanpo.train.consumer.batch`). This script
-takes the prompts one step of a training run really served (`rollout_groups`, as stored: zero-shot, intra and
+prompt once and its completions on its key/value cache (`lanpo.rollout.hf`, `lanpo.train.forward.logprobs`). This
+script takes the prompts one step of a training run really served (`rollout_groups`, as stored: zero-shot, intra and
 inter prompts mixed) and times the trainer's own phases both ways, interleaved (the order alternates every round;
 round 1 is warm-up and not counted), medians:
 
@@ -63,8 +63,8 @@ def main() -> int:
     from lanpo.rollout import SamplingParams
     from lanpo.rollout.hf import HFBackend
     from lanpo.train.config import GRPOConfig
-    from lanpo.train.consumer.batch import build_batch
     from lanpo.train.consumer.update import micro_batch_loss
+    from lanpo.train.forward.batch import build_batch
     from lanpo.train.policy import LoraPolicy
 
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))

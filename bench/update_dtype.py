@@ -57,8 +57,8 @@ def main() -> int:
     from lanpo.rollout import SamplingParams
     from lanpo.rollout.hf import HFBackend
     from lanpo.train.config import GRPOConfig
-    from lanpo.train.consumer.batch import autocast_dtype, build_batch
     from lanpo.train.consumer.update import micro_batch_loss
+    from lanpo.train.forward.batch import autocast_dtype, build_batch
     from lanpo.train.policy import LoraPolicy
     from lanpo.train.producer.contexts import fit_prompt
 

@@ -55,7 +55,8 @@ def misaligned_copy(module: torch.nn.Module) -> torch.nn.Module:
 
 def main() -> None:  # the measurement quoted above
     from lanpo.models import tiny_causal_lm
-    from lanpo.train.consumer.batch import build_batch, chunked_logprobs
+    from lanpo.train.forward.batch import build_batch
+    from lanpo.train.forward.logprobs import chunked_logprobs
     from tests.train import multirank_workers as w
 
     prompts, completions, _ = w.global_rollouts()

@@ -26,8 +26,8 @@ from lanpo.db.engine import connect
 from lanpo.models import merge_adapter, set_threads
 from lanpo.rl.advantages import group_advantages
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer.batch import build_batch
 from lanpo.train.consumer.update import update_policy
+from lanpo.train.forward.batch import build_batch
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import build_policy, load_base
 from lanpo.train.producer.schedule import mix_seed

@@ -22,7 +22,8 @@ from lanpo.db.engine import connect
 from lanpo.models import load_causal_lm, merge_adapter
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
-from lanpo.train.consumer.batch import build_batch, chunked_logprobs
+from lanpo.train.forward.batch import build_batch
+from lanpo.train.forward.logprobs import chunked_logprobs
 from lanpo.train.policy import LoraPolicy
 
 PROMPTS = (

@@ -15,8 +15,8 @@ Truncated importance sampling (TIS): when the rollouts came from another engine 
 computes logp (the trainer), the sampler's log-probs `behavior_logp` differ a little from `old_logp`. The policy-
 gradient term of each token is then weighted by `min(exp(old_logp - behavior_logp), tis_cap)` (detached), which
 corrects for the mismatch with bounded variance; the KL term is not weighted. All three log-probs must be of the
-same distribution: the trainer's are at the rollout temperature (`lanpo.train.consumer.batch.completion_logprobs`), and
-so are vLLM's (`lanpo.rollout.vllm`).
+same distribution: the trainer's are at the rollout temperature
+(`lanpo.train.forward.logprobs.completion_logprobs`), and so are vLLM's (`lanpo.rollout.vllm`).
 
 Against verl (the paper trains with it; `verl/trainer/ppo/core_algos.py` at volcengine/verl b178a3c, read, not
 recalled):

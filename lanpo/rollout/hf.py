@@ -5,7 +5,7 @@ every completion, as the vLLM backend's does; the trainer's forward pass is the 
 `Completion.logprobs` stays None here (no behaviour log-probs, so no TIS: the config refuses `grpo.tis_cap` with
 this backend). The rows are sampled from softmax(logits / T) (transformers' `TemperatureLogitsWarper` divides the
 scores by T; then top-p), and the trainer's log-probs at `rollout.temperature` are of that softmax
-(`lanpo.train.consumer.batch`): the same model, the same distribution, all of it when `rollout.top_p = 1`.
+(`lanpo.train.forward.logprobs`): the same model, the same distribution, all of it when `rollout.top_p = 1`.
 
 Decoding is lanpo's own loop over the model's forward (`_decode`), for two savings `model.generate` does not make:
 

@@ -31,7 +31,7 @@
   rollout, `verl/trainer/config/rollout/rollout.yaml`), i.e. the log-softmax of logits / temperature after
   top-p. vLLM's own default, "raw_logprobs", is the log-softmax of the raw logits (temperature 1) whatever the
   request's temperature (vLLM 0.32, `v1/sample/sampler.py`: "Use the original logits (before any penalties or
-  temperature scaling)"). The trainer's log-probs are of softmax(logits / T) (`lanpo.train.consumer.batch`), so with
+  temperature scaling)"). The trainer's log-probs are of softmax(logits / T) (`lanpo.train.forward.logprobs`), so with
   `rollout.top_p = 1` (lanpo's and verl's default) the TIS weight and `engine/logp_abs_diff` compare one
   distribution on both sides, at any temperature; at T = 1 and top_p = 1 the processed log-probs are the raw
   ones (but for `min_new_tokens`, a benchmark setting: EOS is masked before the log-softmax). With

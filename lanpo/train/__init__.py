@@ -1,13 +1,18 @@
 """The LANPO GRPO trainer. `loop.grpo_step` is the method, read top to bottom; the folder follows it:
 
 - `config`, `feedback_config`: the trainer's dataclasses, filled from TOML;
-- `state`, `run`, `parts`, `policy`: what a step needs, built once (the run in the store, the policy and its start);
+- `state`, `run`, `parts`, `policy`, `start`: what a step needs, built once (the run in the store, the policy and
+  the start it trains from);
+- `forward/`: the policy's forwards (padded batches, log-probs, the log-prob head in chunks);
 - `producer/`: the step's producer half (schedule, feedback contexts, generate, grade, summarise; the served policy;
   the rollout queue and its workers);
-- `consumer/`: its consumer half (padded batches and log-probs, the GRPO update, the rows the step records);
+- `consumer/`: its consumer half (the GRPO update, the rows the step records);
 - `mel/`: MEL's phase of a step and what it records; `validate`: held-out validation during training;
 - `plumbing/`: ranks, FSDP, checkpoints, phase timers, the test pause hook, the printed step line;
 - `sft/`: the SFT warm start before RL (its pairs, a teacher that writes them, the adapter).
+
+Imports run down: plumbing, the configs, forward, policy, consumer, sft / mel / plan, start, producer, validate,
+state, loop (tests/test_layers.py holds the order).
 
 The pure maths is in lanpo.rl, the rewards in lanpo.rewards, the modes in lanpo.feedback_modes.
 """

@@ -32,7 +32,7 @@ from lanpo.train.feedback_config import (  # noqa: F401 (re-exported: the feedba
 METHODS = ("auto", "grpo", "lanpo", "mel")
 AGGREGATIONS = ("token-mean", "seq-mean")
 LR_SCHEDULES = ("cosine", "constant")  # after the warmup (lanpo.train.consumer.update.warmup_schedule)
-AUTOCASTS = ("off", "bf16", "auto")  # grpo.autocast (lanpo.train.consumer.batch.AUTOCAST_DTYPES maps them to dtypes)
+AUTOCASTS = ("off", "bf16", "auto")  # grpo.autocast (lanpo.train.forward.batch.AUTOCAST_DTYPES maps them to dtypes)
 
 
 @dataclass

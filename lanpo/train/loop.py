@@ -66,9 +66,9 @@ from lanpo.rl.advantages import group_advantages
 from lanpo.rollout import Completion
 from lanpo.train.config import TrainConfig
 from lanpo.train.consumer import record
-from lanpo.train.consumer.batch import RolloutBatch, autocast_dtype, build_batch
 from lanpo.train.consumer.record import GroupRecord, RolloutRecord
 from lanpo.train.consumer.update import update_policy
+from lanpo.train.forward.batch import RolloutBatch, autocast_dtype, build_batch
 from lanpo.train.mel.experiences import MetaStep, meta_experiences
 from lanpo.train.mel.record import record_meta
 from lanpo.train.parts import StepStore
@@ -218,22 +218,25 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     metrics["autocast/bf16"] = float(autocast_dtype(cfg.grpo.autocast, device) is torch.bfloat16)  # "auto"'s choice
 
     # ------------------------------------------------------------------ 7. checkpoint (before the DB commit)
-    # every `checkpoint.every` steps and at the last; between them the step commits its policy version's hash alone
-    # (a resume goes back to the last checkpointed step and rolls the store back to it: lanpo.train.run.open_run),
-    # and with rollout workers, who load the policy they serve from disk, its weights alone, staged for them
-    saved: tuple[Path | None, str] | None
-    if cfg.checkpoint.due(step, cfg.steps):
-        with phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes
-            saved = ckpt.save_checkpoint(t.checkpoint_root, step, t.policy, t.optimizer, t.scheduler, t.start, t.dist)
-    elif t.queue is not None:
-        with phase("stage"):  # the same gather as a checkpoint's, no optimizer state: lanpo.train.plumbing.staged
-            saved = staged.stage_policy(t.checkpoint_root, t.policy, t.start, t.dist)
-    else:
-        saved = ckpt.unsaved_version(t.policy, t.dist, getattr(t.backend, "expected", None))
+    saved = _save_policy(t, step, phase)  # a checkpoint, the weights staged for workers, or the version's hash
 
     # ------------------------------------------------------------------ 8. record: every rank's rows, one commit
     local = group_records(got, meta)  # (G,) groups of n rollouts
     return _commit_step(t.store, t.policy, t.dist, step, phase, got, local, saved, metrics)
+
+
+def _save_policy(t: Trainer, step: int, phase: Phases) -> tuple[Path | None, str] | None:
+    """The step's policy version, before its commit: a checkpoint every `checkpoint.every` steps and at the last;
+    between them the version's hash alone (a resume goes back to the last checkpointed step and rolls the store back
+    to it: lanpo.train.run.open_run), and with rollout workers, who load the policy they serve from disk, its
+    weights alone, staged for them. Returns (the checkpoint folder or None, the weights' sha256) on rank 0."""
+    if t.cfg.checkpoint.due(step, t.cfg.steps):
+        with phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes
+            return ckpt.save_checkpoint(t.checkpoint_root, step, t.policy, t.optimizer, t.scheduler, t.start, t.dist)
+    if t.queue is not None:
+        with phase("stage"):  # the same gather as a checkpoint's, no optimizer state: lanpo.train.plumbing.staged
+            return staged.stage_policy(t.checkpoint_root, t.policy, t.start, t.dist)
+    return ckpt.unsaved_version(t.policy, t.dist, getattr(t.backend, "expected", None))
 
 
 def _commit_step(

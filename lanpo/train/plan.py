@@ -37,7 +37,7 @@ Phases (each adds to the above):
   visits the GPU whole (alone: +4P) or unit by unit (FSDP: root g x (V x H (x2 untied) + H) + 2 layers);
   one layer's working set m S (3I + 2Dq + 2H) a; the shared-prompt KV cache m P_tok L 2 Dkv a; the logits
   N x V x (a + 4 + 4) (model output, fp32 copy when a = 2, logsumexp's exp; + 4 for logits / temperature when
-  the temperature is not 1), N = m x T positions; chunked (`lanpo.train.consumer.chunking`: N x V x 24 over
+  the temperature is not 1), N = m x T positions; chunked (`lanpo.train.forward.chunking`: N x V x 24 over
   `grpo.logprob_chunk_mb` B, chunks of C = B / (V x 8) positions, B / (V x 16) unfused; or
   `grpo.logprob_chunk_tokens` C when N > C): fused, C x V x (4 + 2 when a = 2) (the fp32 logits, exponentiated in
   place, beside the matmul's bf16 output); unfused, C x V x 8 (the fp32 copy and the tempered one replace the
@@ -86,7 +86,7 @@ from dataclasses import dataclass, field
 
 from lanpo.rollout.config import AUTO_MEMORY_FRACTION
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer.chunking import CHECKPOINTED_BYTES, FUSED_BYTES, Chunking
+from lanpo.train.forward.chunking import CHECKPOINTED_BYTES, FUSED_BYTES, Chunking
 from lanpo.train.plan_shapes import ModelShape
 from lanpo.train.plan_tokens import summaries_per_step
 

@@ -1,7 +1,7 @@
 """The policy GRPO trains, behind one small interface: a LoRA adapter on the start, or every weight of it.
 
 RL starts from the SFT model, as the paper does: the SFT adapter (`model.init_adapter`, or the run's own warm
-start) is merged into the base weights (`lanpo.train.state.load_start`) and RL trains from there. The reference
+start) is merged into the base weights (`lanpo.train.start.load_start`) and RL trains from there. The reference
 policy is that start, so the KL at step 1 is exactly 0 for both kinds:
 
 - `LoraPolicy` (`lora.enabled`, the default): a fresh adapter on the start (B = 0); the reference is the same
@@ -58,8 +58,9 @@ from lanpo.models import (
     write_start,
 )
 from lanpo.train.config import LoraConfig, ModelConfig
-from lanpo.train.consumer.batch import RolloutBatch, chunked_logprobs
-from lanpo.train.consumer.chunking import NO_CHUNKS, Chunking
+from lanpo.train.forward.batch import RolloutBatch
+from lanpo.train.forward.chunking import NO_CHUNKS, Chunking
+from lanpo.train.forward.logprobs import chunked_logprobs
 from lanpo.train.plumbing import fsdp
 from lanpo.train.plumbing.dist import Dist
 
@@ -91,9 +92,9 @@ class Policy(Protocol):
     ) -> torch.Tensor:
         """log p of `batch`'s completion tokens under the reference policy (the start), (B, T), no gradient; its
         forwards under `torch.autocast(autocast)` when one is given, its log-probs those of softmax(logits /
-        temperature), the policy's own temperature (verl too; `lanpo.train.consumer.batch.completion_logprobs`).
+        temperature), the policy's own temperature (verl too; `lanpo.train.forward.logprobs.completion_logprobs`).
         `max_tokens`, `chunking`: `grpo.max_tokens_per_micro_batch` and the log-prob head's chunks
-        (`Chunking.of(grpo config)`; `lanpo.train.consumer.batch.chunked_logprobs`)."""
+        (`Chunking.of(grpo config)`; `lanpo.train.forward.logprobs.chunked_logprobs`)."""
         ...
 
     def generating(self) -> AbstractContextManager[None]:

@@ -8,10 +8,9 @@ they need by broadcast and load the same weights.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,36 +26,31 @@ from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import InputError
 from lanpo.feedback_modes import asks_inter
 from lanpo.models import (
-    adapter_sha256,
     bf16_pays,
     check_adapter_dir,
     check_device,
     check_model_ref,
     cpu_name,
     default_device,
-    merge_adapter,
     set_threads,
 )
 from lanpo.paths import input_file, output_dir
-from lanpo.rollout import make_backend
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer.batch import autocast_dtype
 from lanpo.train.consumer.update import minibatches_per_epoch, warmup_schedule
+from lanpo.train.forward.batch import autocast_dtype
 from lanpo.train.parts import RunRef, Sampler, StepStore
 from lanpo.train.plan_verdict import check_training
 from lanpo.train.plumbing import checkpoint as ckpt
 from lanpo.train.plumbing import staged
 from lanpo.train.plumbing.dist import Dist, init_from_env
-from lanpo.train.plumbing.step_line import duration
-from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
+from lanpo.train.policy import Policy, build_policy, load_base
 from lanpo.train.producer.rollout_queue import RolloutQueue
-from lanpo.train.producer.served_policy import ServedPolicy, open_served_policy, start_folder
+from lanpo.train.producer.served_policy import ServedPolicy, build_summarizer, open_served_policy, start_folder
 from lanpo.train.run import RunStart, ensure_dataset, open_run, require_relevance, resolve_scorer
+from lanpo.train.start import load_start
 from lanpo.train.validate import ValidationSet, prepare_validation
 
 log = logging.getLogger(__name__)
-
-START_RECORD = "start.json"  # in the run's folder: the model and start adapter RL began from
 
 
 @dataclass
@@ -79,7 +73,7 @@ class Trainer:
     summary_author: str  # experience_versions.author of the lessons it writes
     checkpoint_root: Path
     dist: Dist
-    start: dict[str, Any]  # what RL started from: the model and the start adapter merged into it (START_RECORD)
+    start: dict[str, Any]  # what RL started from: the model and the start adapter merged into it (`lanpo.train.start`)
     validation: ValidationSet | None  # the held-out problems `eval` validates on (None: eval.every = 0)
     queue: RolloutQueue | None = None  # `workers`: the step's rollouts come from workers through the store
 
@@ -244,95 +238,6 @@ def _open_in_store(cfg: TrainConfig, engine: Engine, resume: bool, dist: Dist) -
         staged.clear(cfg.checkpoint_root())  # weights staged for workers by steps the resume just rolled back
         shared = {"start": start, "ids": problem_ids, "scorer": scorer, "validation": validation}
     return dist.broadcast(shared)
-
-
-def build_summarizer(cfg: TrainConfig, backend: ServedPolicy, tokenizer: Any, dist: Dist) -> Sampler | None:
-    """What writes the lessons: the policy's own engine, another model beside it, or nothing (summaries off)."""
-    if not (cfg.summarizer.enabled and (asks_inter(cfg.feedback.mode) or cfg.summarizer.always)):
-        return None
-    if cfg.summarizer.model == "policy":
-        return Sampler(backend, tokenizer, dist)  # the same engine, serving the policy before the update
-    # another model: transformers generate beside the engine
-    s_model, s_tok = load_base(replace(cfg.model, name=cfg.summarizer.model, init_adapter=None), cfg.seed)
-    return Sampler(make_backend("hf", s_model, s_tok), s_tok, dist)
-
-
-def load_start(
-    cfg: TrainConfig,
-    engine: Engine,
-    start: RunStart,
-    base: Any,
-    tokenizer: Any,
-    root: Path,
-    dist: Dist,
-    notify: Callable[[str], None] | None = None,
-) -> tuple[Any, dict[str, Any]]:
-    """The model RL starts from: `base` with the start adapter merged in (the paper starts RL from its SFT model).
-
-    A new run takes `model.init_adapter`, or trains its own SFT warm start (every rank, data-parallel) when
-    `sft.enabled`; a resumed run merges the adapter its `start.json` names, checked by hash. Returns the model
-    and the start record (also written next to every checkpoint's adapter, so inference rebuilds the same base).
-    """
-    record_path = root / START_RECORD
-    if start.last_step is not None:
-        return recorded_start(base, root)
-    folder, sha = cfg.model.init_adapter, None
-    if folder is None and cfg.sft.enabled:
-        from lanpo.train.sft.warm_start import run_sft
-
-        if notify is not None:
-            notify(f"SFT warm start: {_sft_plan(cfg)}")
-        sft_model = with_fresh_adapter(base, cfg.lora, cfg.seed)
-        warm = run_sft(
-            cfg, cfg.sft.data, engine=engine, progress=False, policy=(sft_model, tokenizer), dist=dist,
-            ddp=dist.wrap(sft_model) if dist.enabled else None,
-        )  # fmt: skip
-        log.info("SFT warm start: %d pairs, loss %.3f -> %.3f", warm.pairs, warm.losses[0], warm.losses[-1])
-        if notify is not None:
-            notify(
-                f"SFT warm start done in {duration(warm.seconds)}: {warm.pairs} pairs, {len(warm.losses)} steps, "
-                f"loss {warm.losses[0]:.3f} -> {warm.losses[-1]:.3f}; RL starts from its merged adapter"
-            )
-        sha = adapter_sha256(sft_model)
-        base = sft_model.merge_and_unload()
-        folder = str(warm.adapter_dir)
-        dist.barrier()  # rank 0 has written the adapter
-    elif folder is not None:
-        base, sha = merge_adapter(base, folder)
-    record = {"model": cfg.model.name, "adapter": None if folder is None else str(Path(folder).resolve())}
-    if sha is not None:
-        record["adapter_sha256"] = sha
-    if dist.is_main:
-        root.mkdir(parents=True, exist_ok=True)
-        record_path.write_text(json.dumps(record, indent=1) + "\n")
-    return base, record
-
-
-def _sft_plan(cfg: TrainConfig) -> str:
-    """What the warm start is about to do, in one line (before it does it)."""
-    sft = cfg.sft
-    pairs = f"the chat pairs of {sft.data}" if sft.data else "chat pairs built from the training problems"
-    length = f"at most {sft.max_steps} steps" if sft.max_steps else f"{sft.epochs} epoch(s)"
-    return (
-        f"a LoRA adapter trained on {pairs} (the answer format, and reflection, exploration and summary), {length} "
-        f"of {sft.batch_size} pairs"
-    )
-
-
-def recorded_start(base: Any, root: Path) -> tuple[Any, dict[str, Any]]:
-    """The start a run in `root` recorded (`START_RECORD`): `base` with its start adapter merged, checked by hash
-    (what a resumed trainer and a rollout worker build)."""
-    record_path = root / START_RECORD
-    recorded = json.loads(record_path.read_text()) if record_path.is_file() else {"adapter": None}
-    if not recorded.get("adapter"):
-        return base, recorded
-    merged, sha = merge_adapter(base, recorded["adapter"])
-    if sha != recorded.get("adapter_sha256"):
-        raise InputError(
-            f"the start adapter {recorded['adapter']} changed since this run started from it",
-            hint="restore it, or start a new run_name",
-        )
-    return merged, recorded
 
 
 def _resume_from(

@@ -16,6 +16,7 @@ import pytest
 
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.train import state
+from lanpo.train.producer import served_policy
 from lanpo.train.producer.served_policy import ServedPolicy
 from tests.train.conftest import toy_problems  # noqa: F401  (the toy dataset fixture)
 
@@ -94,5 +95,5 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> list[MelScript]:
         return made[-1]
 
     monkeypatch.setattr(state, "open_served_policy", open_served_policy)
-    monkeypatch.setattr(state, "make_backend", make_backend)
+    monkeypatch.setattr(served_policy, "make_backend", make_backend)  # the summariser's (build_summarizer)
     return made

@@ -9,8 +9,8 @@ from dataclasses import replace
 import torch
 import torch.distributed as torch_dist
 
-from lanpo.train.consumer.batch import build_batch
 from lanpo.train.consumer.update import NLLTerm, update_policy, warmup_schedule
+from lanpo.train.forward.batch import build_batch
 from lanpo.train.plumbing import fsdp
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import LoraPolicy

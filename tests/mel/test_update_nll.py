@@ -13,8 +13,9 @@ import torch.multiprocessing as mp
 
 from lanpo.rl.loss import nll_sum_of
 from lanpo.train.config import GRPOConfig
-from lanpo.train.consumer.batch import build_batch, completion_logprobs
 from lanpo.train.consumer.update import NLLTerm, update_policy, warmup_schedule
+from lanpo.train.forward.batch import build_batch
+from lanpo.train.forward.logprobs import completion_logprobs
 from lanpo.train.policy import LoraPolicy
 from tests.mel import nll_workers as w
 from tests.train import multirank_workers as grpo

@@ -13,8 +13,8 @@ import torch
 import torch.distributed as torch_dist
 
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig, SFTConfig, TrainConfig
-from lanpo.train.consumer.batch import build_batch
 from lanpo.train.consumer.update import UpdateStats, update_policy, warmup_schedule
+from lanpo.train.forward.batch import build_batch
 from lanpo.train.plumbing import fsdp
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import FullPolicy, LoraPolicy, Policy, load_base, load_policy
@@ -82,7 +82,7 @@ def full_update(
     The stats carry the gradient's norm before clipping: Adam's step hardly changes when the gradient is scaled,
     the norm does."""
     policy = full_policy(Dist(rank=rank, world=world), checkpointing)
-    # A sharded model runs every row whole (lanpo.train.consumer.batch._can_share); the single process does the same.
+    # A sharded model runs every row whole (lanpo.train.forward.batch.can_share); the single process does the same.
     cfg = replace(GRPO, share_prompts=False, **(CHUNKED if chunked else {}))
     stats, steps = _update(policy, rank, world, cfg)
     return fsdp.full_state(policy.model), stats, steps

@@ -18,9 +18,10 @@ from lanpo.errors import ConfigError
 from lanpo.models import default_device, tiny_causal_lm
 from lanpo.rl.advantages import group_advantages
 from lanpo.train.config import GRPOConfig
-from lanpo.train.consumer import batch as batch_module
-from lanpo.train.consumer.batch import autocast_dtype, build_batch, chunked_logprobs, completion_logprobs
 from lanpo.train.consumer.update import NLLTerm, micro_batch_loss, update_policy, warmup_schedule
+from lanpo.train.forward import logprobs as logprobs_module
+from lanpo.train.forward.batch import autocast_dtype, build_batch
+from lanpo.train.forward.logprobs import chunked_logprobs, completion_logprobs
 from lanpo.train.loop import train
 from lanpo.train.policy import FullPolicy, LoraPolicy
 from tests.mel import nll_workers
@@ -38,15 +39,16 @@ MAX_DIFF, MEAN_DIFF = 1e-2, 2e-3
 
 
 def _record_autocast(monkeypatch: pytest.MonkeyPatch) -> list[torch.dtype | None]:
-    """The `autocast` every trainer forward is asked for (`lanpo.train.consumer.batch._forward_precision`)."""
+    """The `autocast` every trainer forward is asked for (`forward_precision`, as `lanpo.train.forward.logprobs`
+    calls it)."""
     seen: list[torch.dtype | None] = []
-    real = batch_module._forward_precision
+    real = logprobs_module.forward_precision
 
     def recording(batch: Any, autocast: torch.dtype | None) -> Any:
         seen.append(autocast)
         return real(batch, autocast)
 
-    monkeypatch.setattr(batch_module, "_forward_precision", recording)
+    monkeypatch.setattr(logprobs_module, "forward_precision", recording)
     return seen
 
 
@@ -66,7 +68,7 @@ def test_autocast_maps_the_setting_and_the_config_refuses_other_values(monkeypat
     asked: list[torch.device] = []
     for pays, want in ((True, BF16), (False, None)):
         monkeypatch.setattr(
-            "lanpo.train.consumer.batch.bf16_pays", lambda device, pays=pays: asked.append(device) or pays
+            "lanpo.train.forward.batch.bf16_pays", lambda device, pays=pays: asked.append(device) or pays
         )
         assert autocast_dtype("auto") is want
         assert autocast_dtype("auto", torch.device("meta")) is want
@@ -151,7 +153,7 @@ def test_the_lora_gradient_under_autocast_points_where_fp32s_does() -> None:
 def test_every_forward_of_an_update_follows_the_setting(setting: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The reference, old log-probs (two PPO epochs), the update, MEL's NLL forwards, and the measure-only pass
     of a batch without spread. auto, where bf16 pays, is bf16."""
-    monkeypatch.setattr("lanpo.train.consumer.batch.bf16_pays", lambda device: True)
+    monkeypatch.setattr("lanpo.train.forward.batch.bf16_pays", lambda device: True)
     model, _ = w.policy()
     prompts, completions, advantages = w.global_rollouts()
     batch = build_batch(prompts, completions, 0, torch.device("cpu"))

@@ -1,4 +1,4 @@
-"""Log-probs without the full logits (`lanpo.train.consumer.chunked`): the head's logits a chunk of positions at a
+"""Log-probs without the full logits (`lanpo.train.forward.chunked`): the head's logits a chunk of positions at a
 time (`grpo.logprob_chunk_mb`, `grpo.logprob_chunk_tokens`, through the fused head or the checkpointed one), and
 token-budgeted micro-batches (`grpo.max_tokens_per_micro_batch`).
 
@@ -19,12 +19,13 @@ import pytest
 import torch
 
 import lanpo.rl.head_logprobs as fused_module
-import lanpo.train.consumer.chunked as chunked_module
+import lanpo.train.forward.chunked as chunked_module
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
 from lanpo.train.consumer import update as update_module
-from lanpo.train.consumer.batch import RolloutBatch, build_batch, chunked_logprobs, completion_logprobs, micro_batches
-from lanpo.train.consumer.chunking import CHECKPOINTED_BYTES, FULL_BYTES, FUSED_BYTES, Chunking
 from lanpo.train.consumer.update import update_policy, warmup_schedule
+from lanpo.train.forward.batch import RolloutBatch, build_batch
+from lanpo.train.forward.chunking import CHECKPOINTED_BYTES, FULL_BYTES, FUSED_BYTES, Chunking
+from lanpo.train.forward.logprobs import chunked_logprobs, completion_logprobs, micro_batches
 from lanpo.train.policy import FullPolicy, LoraPolicy, load_base, load_policy
 
 QWEN_VOCAB = 152_064  # Qwen2.5's vocabulary (config.json "vocab_size")

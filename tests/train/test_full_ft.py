@@ -21,8 +21,9 @@ from lanpo.models import model_dir_sha256, tiny_causal_lm
 from lanpo.rewards import Graded
 from lanpo.rl.loss import kl_k3
 from lanpo.train.config import FeedbackConfig, GRPOConfig, LoraConfig, SFTConfig
-from lanpo.train.consumer.batch import build_batch, chunked_logprobs, completion_logprobs
 from lanpo.train.consumer.update import update_policy, warmup_schedule
+from lanpo.train.forward.batch import build_batch
+from lanpo.train.forward.logprobs import chunked_logprobs, completion_logprobs
 from lanpo.train.loop import train
 from lanpo.train.policy import FullPolicy
 from lanpo.train.sft.warm_start import write_pairs

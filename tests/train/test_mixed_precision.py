@@ -25,8 +25,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from lanpo.train.consumer.batch import RolloutBatch, chunked_logprobs
 from lanpo.train.consumer.update import UpdateStats
+from lanpo.train.forward.batch import RolloutBatch
+from lanpo.train.forward.logprobs import chunked_logprobs
 from lanpo.train.plumbing.dist import Dist
 from tests.train import multirank_workers as w
 

@@ -1,5 +1,5 @@
 """Shared-prompt forwards: each distinct prompt of a micro-batch runs once and its completions run on its cache
-(`lanpo.train.consumer.batch`), and n samples share a prompt's prefill in `generate` (`lanpo.rollout.hf`). Both must
+(`lanpo.train.forward.logprobs`), and n samples share a prompt's prefill in `generate` (`lanpo.rollout.hf`). Both must
 give what running every row whole gives, and must actually share (counted forwards), on batches shaped as a training
 step writes them: groups of n rows of one prompt, prompts of uneven length, completions ending at different
 lengths, rows of a group not always next to each other."""
@@ -15,7 +15,8 @@ from lanpo.models import tiny_causal_lm
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
 from lanpo.train.config import LoraConfig, ModelConfig
-from lanpo.train.consumer.batch import RolloutBatch, build_batch, completion_logprobs
+from lanpo.train.forward.batch import RolloutBatch, build_batch
+from lanpo.train.forward.logprobs import completion_logprobs
 from lanpo.train.policy import load_base, load_policy
 
 PAD = 0

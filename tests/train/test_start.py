@@ -11,7 +11,8 @@ import torch
 from sqlalchemy.engine import Engine
 
 from lanpo.train.config import FeedbackConfig, SFTConfig
-from lanpo.train.consumer.batch import build_batch, completion_logprobs
+from lanpo.train.forward.batch import build_batch
+from lanpo.train.forward.logprobs import completion_logprobs
 from lanpo.train.loop import train
 from lanpo.train.sft.warm_start import write_pairs
 from tests.train.conftest import tiny_config

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
-from lanpo.train.consumer.batch import RolloutBatch, build_batch, completion_logprobs
 from lanpo.train.consumer.update import update_policy, warmup_schedule
+from lanpo.train.forward.batch import RolloutBatch, build_batch
+from lanpo.train.forward.logprobs import completion_logprobs
 from lanpo.train.policy import LoraPolicy, load_policy
 
 T = 0.7

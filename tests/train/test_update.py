@@ -13,8 +13,9 @@ from lanpo.models import apply_chat
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
-from lanpo.train.consumer.batch import build_batch, completion_logprobs
 from lanpo.train.consumer.update import update_policy, warmup_schedule
+from lanpo.train.forward.batch import build_batch
+from lanpo.train.forward.logprobs import completion_logprobs
 from lanpo.train.policy import LoraPolicy, build_policy, load_base, load_policy
 from tests.train import multirank_workers as w
 

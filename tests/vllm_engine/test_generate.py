@@ -56,7 +56,8 @@ def test_engine_logprobs_match_the_trainers(backend: Any, hf_smollm2: tuple[Any,
     the trainer's own path (`build_batch`, `behavior_logprobs`, `completion_logprobs` at T), so that TIS compares
     like with like. (The second was tests/train/test_temperature.py's vLLM test, which started an engine of its
     own for the same rollouts; `logprobs_mode` is set whether or not the engine has LoRA slots.)"""
-    from lanpo.train.consumer.batch import build_batch, completion_logprobs
+    from lanpo.train.forward.batch import build_batch
+    from lanpo.train.forward.logprobs import completion_logprobs
     from lanpo.train.producer.served_policy import behavior_logprobs
 
     model, _ = hf_smollm2

@@ -1,2 +1,2 @@
-"""The consumer half of a training step: rollouts as padded tensors, the GRPO update, and the rows the step
-writes in its one transaction."""
+"""The consumer half of a training step: the GRPO update, and the rows the step writes in its one transaction
+(its padded batches and log-probs are `lanpo.train.forward`'s)."""

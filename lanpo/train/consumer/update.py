@@ -23,9 +23,9 @@ GRPO, bit for bit.
 
 `temperature` (the loop passes `rollout.temperature`): the policy's, the old and the reference log-probs, and the
 entropy, are of softmax(logits / T), the distribution the rollouts were sampled from (verl and TRL do the same;
-`lanpo.train.consumer.batch`). The engine's behaviour log-probs are at T too (`lanpo.rollout.vllm`), so TIS weighs like
-with like. MEL's NLL term stays at T = 1: it is the likelihood of target text, not of a sample (the paper's MEL recipes
-sample at 1.0, where the two agree).
+`lanpo.train.forward.logprobs`). The engine's behaviour log-probs are at T too (`lanpo.rollout.vllm`), so TIS weighs
+like with like. MEL's NLL term stays at T = 1: it is the likelihood of target text, not of a sample (the paper's MEL
+recipes sample at 1.0, where the two agree).
 """
 
 from __future__ import annotations
@@ -41,15 +41,9 @@ import torch
 
 from lanpo.rl.loss import kl_k3, nll_sum_of, policy_loss
 from lanpo.train.config import GRPOConfig
-from lanpo.train.consumer.batch import (
-    RolloutBatch,
-    autocast_dtype,
-    chunked_logprobs,
-    completion_logprobs,
-    lockstep_rounds,
-    micro_batches,
-)
-from lanpo.train.consumer.chunking import NO_CHUNKS, Chunking
+from lanpo.train.forward.batch import RolloutBatch, autocast_dtype
+from lanpo.train.forward.chunking import NO_CHUNKS, Chunking
+from lanpo.train.forward.logprobs import chunked_logprobs, completion_logprobs, lockstep_rounds, micro_batches
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import Policy
 
@@ -283,17 +277,7 @@ def update_policy(
         behavior_logp = None if behavior_logp is None else behavior_logp[keep]
 
     started = time.perf_counter()
-    micro, share = cfg.micro_batch_size, cfg.share_prompts
-    sizes = {"max_tokens": cfg.max_tokens_per_micro_batch, "chunking": Chunking.of(cfg)}
-    ref_logp = policy.reference_logprobs(batch, micro, share, autocast, temperature, **sizes)  # (B, T): KL
-    # Several updates per batch: the ratio needs log-probs of the policy that generated it, taken before any step.
-    on_policy = cfg.ppo_epochs == 1 and n_minibatches == 1
-    collective = dist if policy.collective_forwards else None
-    old_logp = (
-        None
-        if on_policy
-        else chunked_logprobs(policy.model, batch, micro, share, autocast, temperature, **sizes, dist=collective)
-    )
+    ref_logp, old_logp = _reference_and_old_logp(policy, batch, cfg, n_minibatches, autocast, temperature, dist)
     seconds_ref = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -309,6 +293,29 @@ def update_policy(
         update.optimizer_step(optimizer, scheduler, mb, nll_share)
     optimizer.zero_grad(set_to_none=True)
     return update.stats(zero_spread, seconds_ref, time.perf_counter() - started)
+
+
+def _reference_and_old_logp(
+    policy: Policy,
+    batch: RolloutBatch,
+    cfg: GRPOConfig,
+    n_minibatches: int,
+    autocast: torch.dtype | None,
+    temperature: float,
+    dist: Dist,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The no-grad passes before the update: the reference's log-probs (B, T), for the KL term, and the old
+    policy's (B, T), for the ratio, when several updates reuse the batch (None: on-policy, where the ratio's
+    old_logp is the detached log-prob of the forward that carries the gradient)."""
+    micro, share = cfg.micro_batch_size, cfg.share_prompts
+    sizes = {"max_tokens": cfg.max_tokens_per_micro_batch, "chunking": Chunking.of(cfg)}
+    ref_logp = policy.reference_logprobs(batch, micro, share, autocast, temperature, **sizes)  # (B, T): KL
+    # Several updates per batch: the ratio needs log-probs of the policy that generated it, taken before any step.
+    if cfg.ppo_epochs == 1 and n_minibatches == 1:
+        return ref_logp, None
+    collective = dist if policy.collective_forwards else None
+    old_logp = chunked_logprobs(policy.model, batch, micro, share, autocast, temperature, **sizes, dist=collective)
+    return ref_logp, old_logp
 
 
 def _minibatches(

@@ -41,9 +41,9 @@ from lanpo.prompts import actor_messages
 from lanpo.rewards import Graded, grade
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer.batch import RolloutBatch, build_batch
 from lanpo.train.consumer.record import RolloutRecord
 from lanpo.train.consumer.update import NLLTerm
+from lanpo.train.forward.batch import RolloutBatch, build_batch
 from lanpo.train.mel.record import MetaRecord
 from lanpo.train.parts import Sampler
 from lanpo.train.producer.contexts import StepPrompts

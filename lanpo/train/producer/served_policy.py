@@ -20,6 +20,8 @@
 The engine's per-token log-probs (`Completion.logprobs`, vLLM only) come back as the behaviour log-probs of
 the update: `engine/logp_abs_diff` measures how far they sit from the trainer's, and `grpo.tis_cap`
 corrects for it (truncated importance sampling).
+
+The summariser (`build_summarizer`) is this served policy itself, or another model beside it.
 """
 
 from __future__ import annotations
@@ -36,8 +38,13 @@ from typing import Any
 import torch
 
 from lanpo.errors import ConfigError, LanpoError
+from lanpo.feedback_modes import asks_inter
 from lanpo.models import adapter_sha256
-from lanpo.rollout import Completion, SamplingParams
+from lanpo.rollout import Completion, SamplingParams, make_backend
+from lanpo.train.config import TrainConfig
+from lanpo.train.parts import Sampler
+from lanpo.train.plumbing.dist import Dist
+from lanpo.train.policy import TINY, load_base
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +238,6 @@ def start_folder(cfg: Any, base: Any, tokenizer: Any, root: Path, start: dict[st
     """A model folder holding the start's weights, for the vLLM engine: the model's own folder, or (when a start
     adapter was merged in) `base` written once next to the run. Call it before an adapter is attached to `base`."""
     from lanpo.models import resolve_model
-    from lanpo.train.policy import TINY
 
     if cfg.model.name == TINY:
         raise ConfigError(
@@ -270,3 +276,14 @@ def behavior_logprobs(rollouts: Sequence[Completion], width: int, device: torch.
         if values:
             out[b, : len(values)] = torch.tensor(values, dtype=torch.float32)
     return out.to(device)
+
+
+def build_summarizer(cfg: TrainConfig, backend: ServedPolicy, tokenizer: Any, dist: Dist) -> Sampler | None:
+    """What writes the lessons: the policy's own engine, another model beside it, or nothing (summaries off)."""
+    if not (cfg.summarizer.enabled and (asks_inter(cfg.feedback.mode) or cfg.summarizer.always)):
+        return None
+    if cfg.summarizer.model == "policy":
+        return Sampler(backend, tokenizer, dist)  # the same engine, serving the policy before the update
+    # another model: transformers generate beside the engine
+    s_model, s_tok = load_base(replace(cfg.model, name=cfg.summarizer.model, init_adapter=None), cfg.seed)
+    return Sampler(make_backend("hf", s_model, s_tok), s_tok, dist)

@@ -48,8 +48,9 @@ from lanpo.models import check_model_ref, set_threads
 from lanpo.procs import tag_gone
 from lanpo.rollout import Completion
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer.batch import build_batch, chunked_logprobs
-from lanpo.train.consumer.chunking import Chunking
+from lanpo.train.forward.batch import build_batch
+from lanpo.train.forward.chunking import Chunking
+from lanpo.train.forward.logprobs import chunked_logprobs
 from lanpo.train.mel.experiences import meta_generations
 from lanpo.train.parts import Sampler
 from lanpo.train.plumbing import checkpoint as ckpt
@@ -59,7 +60,8 @@ from lanpo.train.plumbing.timing import Phases
 from lanpo.train.policy import Policy, build_policy, load_base
 from lanpo.train.producer.produce import Produced, groups_to_json, produce, prompts_from_store
 from lanpo.train.producer.rollout_queue import OWNER_ENV
-from lanpo.train.producer.served_policy import ServedPolicy, open_served_policy, start_folder
+from lanpo.train.producer.served_policy import ServedPolicy, build_summarizer, open_served_policy, start_folder
+from lanpo.train.start import START_RECORD, recorded_start
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +138,7 @@ def _check_run(engine: Engine, run_name: str, model: str | None) -> tuple[int, T
             hint="leave --model out: a worker loads the run's own model",
         )
     check_model_ref(cfg.model.name, "the run's model.name")
-    start = cfg.checkpoint_root() / "start.json"
+    start = cfg.checkpoint_root() / START_RECORD
     if not start.is_file():
         raise InputError(
             f"the run's folder {cfg.checkpoint_root()} is not readable here (no {start.name})",
@@ -149,8 +151,6 @@ class _Worker:
     """The engine, the policy it serves, and one claim at a time."""
 
     def __init__(self, engine: Engine, run_id: int, cfg: TrainConfig, lease_s: float) -> None:
-        from lanpo.train.state import build_summarizer, recorded_start
-
         self.engine, self.run_id, self.cfg, self.lease_s = engine, run_id, cfg, lease_s
         self.name = f"worker {owner_tag()}"
         self.versions: list[int] = []

@@ -1,5 +1,5 @@
 """The log-prob head in chunks (`grpo.logprob_chunk_mb`, `grpo.logprob_chunk_tokens`; sizes in
-`lanpo.train.consumer.chunking`): the head's logits of a micro-batch never exist whole.
+`lanpo.train.forward.chunking`): the head's logits of a micro-batch never exist whole.
 
 The fp32 logits of a micro-batch are rows x T x V (the paper's 8 rows of 8,192 tokens over Qwen2.5's 152,064 tokens:
 39.9 GB a copy, and the logsumexp's backward and the entropy each add one). Beyond the full-logits limit, the model's
@@ -36,15 +36,8 @@ from torch.utils.checkpoint import checkpoint
 from lanpo.models import cache_kwarg, returned_cache
 from lanpo.rl.head_logprobs import head_logprobs
 from lanpo.rl.logprobs import entropy_from_logits, token_logprobs
-from lanpo.train.consumer.batch import (
-    RolloutBatch,
-    _can_share,
-    _distinct_prompts,
-    _forward_precision,
-    _padding_columns,
-    _prompts_forward,
-)
-from lanpo.train.consumer.chunking import Chunking
+from lanpo.train.forward.batch import RolloutBatch, forward_precision, prompts_forward, shared_prompts
+from lanpo.train.forward.chunking import Chunking
 
 
 def head_chunk(model: Any, positions: int, chunking: Chunking) -> tuple[int, bool]:
@@ -109,11 +102,8 @@ def chunked_completion_logprobs(
         batch.completion_ids[:, :keep],
         batch.completion_mask[:, :keep],
     )
-    cut = _padding_columns(sub.attention_mask[:, :P])
-    prompts, rows = None, None
-    if share_prompts and _can_share(model):
-        prompts, rows = _distinct_prompts(sub.input_ids[:, cut:P], sub.attention_mask[:, cut:P])
-    if prompts is not None and rows is not None and len(prompts) < sub.size:
+    cut, prompts, rows = shared_prompts(model, sub, share_prompts)
+    if prompts is not None and rows is not None:
         logp, entropy = _shared_prompt_chunks(
             model, sub, cut, prompts, rows, with_entropy, autocast, temperature, chunk, fused
         )
@@ -143,7 +133,7 @@ def _shared_prompt_chunks(
     first completion token; the completions' forward on the repeated cache goes through the chunked head."""
     T = batch.completion_ids.shape[1]
     P = batch.input_ids.shape[1] - T
-    out = _prompts_forward(model, batch, cut, prompts, autocast)
+    out = prompts_forward(model, batch, cut, prompts, autocast)
     first = out.logits[rows].float()  # (B, 1, V): small, one position a row
     if temperature != 1.0:
         first = first / temperature
@@ -212,7 +202,7 @@ def _head_chunks(
             entropies.append(full.index_copy_(0, where, ent).view(B, n))
         return out.view(B, n)
 
-    with _head_forward(head, chunked), _forward_precision(batch, autocast):
+    with _head_forward(head, chunked), forward_precision(batch, autocast):
         logp = model(**forward).logits  # (B, n): what `chunked` returned
     return logp, (entropies[-1] if with_entropy else None)
 
