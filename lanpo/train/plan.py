@@ -32,7 +32,7 @@ Phases (each adds to the above):
   or of the summaries after them when larger (the policy summarises through the same backend: min(64, a rank's
   summaries at most) rows of S + `summarizer.max_new_tokens`); with an engine, summaries take the engine's own
   cache, and nothing is gathered (`FullPolicy.generating`; `Options.unshard_generating = True` counts the
-  unshard lanpo did before issue 37).
+  whole model unsharded for generation).
 - old / reference log-probs (no grad; old only when `ppo_epochs` > 1 or several minibatches): the reference
   visits the GPU whole (alone: +4P) or unit by unit (FSDP: root g x (V x H (x2 untied) + H) + 2 layers);
   one layer's working set m S (3I + 2Dq + 2H) a; the shared-prompt KV cache m P_tok L 2 Dkv a; the logits
@@ -66,7 +66,7 @@ Phases (each adds to the above):
 - sync (full weights into vLLM: full fine-tuning, or `lora_sync = merged`): one tensor at a time
   (`lanpo.rollout.weights.gathered`): FSDP gathers it in fp32 and casts it to the engine's dtype, + 6 V x H for the
   largest; alone the state dict is the model's own, + 2 V x H for the cast (`Options.streamed_sync = False`
-  counts the full fp32 state gathered on every rank, +4P, as before issue 37). Host RAM: the engine stages every
+  counts the full fp32 state gathered on every rank, +4P). Host RAM: the engine stages every
   bucket in its dtype (2P), plus one `sync_bucket_mb` bucket and the hashed tensor's fp32 copy (4 V x H). Merged
   LoRA: the merged copies of the adapted weights.
 - checkpoint: FSDP gathers each tensor to rank 0's CPU in turn: + the largest tensor (V x H x 4) on the GPU,
@@ -142,7 +142,7 @@ class Options:
     # (the policy generates itself; with an engine nothing is gathered, `FullPolicy.generating`); True, every backend
     unshard_generating: bool | None = None
     # the weight sync gathers one tensor at a time (`lanpo.rollout.weights.gathered`); False: the full fp32 state on
-    # every rank at once, as lanpo did before issue 37
+    # every rank at once
     streamed_sync: bool = True
 
 
@@ -430,7 +430,7 @@ def _notes(st: _Step, syncs: bool) -> list[str]:
             notes.append(
                 "weight sync: one tensor gathered at a time"
                 if st.options.streamed_sync
-                else "weight sync: the full fp32 state gathered on every rank (lanpo before issue 37)"
+                else "weight sync: the full fp32 state gathered on every rank"
             )
     return notes
 
