@@ -182,8 +182,8 @@ def _relevance(engine: Any, cfg: Any, args: argparse.Namespace) -> str | None:
     """The scorer inter draws by: the store's, or (none yet, and the recipe filters by relevance) one built now."""
     from lanpo.db.engine import transaction
     from lanpo.db.repo import contexts as contexts_repo
+    from lanpo.feedback.store import ensure_dataset
     from lanpo.feedback_modes import asks_inter
-    from lanpo.train.run import ensure_dataset
 
     if not asks_inter(cfg.feedback.mode) or cfg.feedback.inter.gamma == 0:
         return None

@@ -61,13 +61,15 @@ from lanpo.db.engine import connect, transaction
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
+from lanpo.feedback import record
+from lanpo.feedback.record import GroupRecord, RolloutRecord
+from lanpo.feedback.schedule import mix_seed
+from lanpo.feedback.summarize import Summary
 from lanpo.report.live import MetricsLogger
 from lanpo.rl.advantages import group_advantages
 from lanpo.rollout import Completion
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer import record
 from lanpo.train.consumer.batch import RolloutBatch, autocast_dtype, build_batch
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord
 from lanpo.train.consumer.update import update_policy
 from lanpo.train.mel.experiences import MetaStep, meta_experiences
 from lanpo.train.mel.record import record_meta
@@ -81,9 +83,7 @@ from lanpo.train.policy import Policy
 from lanpo.train.producer.contexts import feedback_prompts
 from lanpo.train.producer.produce import Produced, produce
 from lanpo.train.producer.rollout_queue import LocalWorkers
-from lanpo.train.producer.schedule import mix_seed
 from lanpo.train.producer.served_policy import behavior_logprobs
-from lanpo.train.producer.summarize import Summary
 from lanpo.train.state import Trainer, setup
 from lanpo.train.validate import due, validate, validated
 

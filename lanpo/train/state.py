@@ -25,6 +25,7 @@ from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import InputError
+from lanpo.feedback.store import RunRef, ensure_dataset, require_relevance, resolve_scorer
 from lanpo.feedback_modes import asks_inter
 from lanpo.models import (
     adapter_sha256,
@@ -42,7 +43,7 @@ from lanpo.rollout import make_backend
 from lanpo.train.config import TrainConfig
 from lanpo.train.consumer.batch import autocast_dtype
 from lanpo.train.consumer.update import minibatches_per_epoch, warmup_schedule
-from lanpo.train.parts import RunRef, Sampler, StepStore
+from lanpo.train.parts import Sampler, StepStore
 from lanpo.train.plan_verdict import check_training
 from lanpo.train.plumbing import checkpoint as ckpt
 from lanpo.train.plumbing import staged
@@ -51,7 +52,7 @@ from lanpo.train.plumbing.step_line import duration
 from lanpo.train.policy import Policy, build_policy, load_base, with_fresh_adapter
 from lanpo.train.producer.rollout_queue import RolloutQueue
 from lanpo.train.producer.served_policy import ServedPolicy, open_served_policy, start_folder
-from lanpo.train.run import RunStart, ensure_dataset, open_run, require_relevance, resolve_scorer
+from lanpo.train.run import RunStart, open_run
 from lanpo.train.validate import ValidationSet, prepare_validation
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from sqlalchemy.engine import Engine
 
 from lanpo import feedback_modes
 from lanpo.db import models
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord, rollout_metrics
-from lanpo.train.producer.contexts import StepPrompts
+from lanpo.feedback.contexts import StepPrompts
+from lanpo.feedback.record import GroupRecord, RolloutRecord, rollout_metrics
 
 MODE_CHECKS = """
 SELECT c.conrelid::regclass::text AS table_name, c.conname, pg_get_constraintdef(c.oid) AS definition

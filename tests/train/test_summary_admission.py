@@ -13,11 +13,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from lanpo import prompts
+from lanpo.feedback.record import GroupRecord, RolloutRecord, rollout_metrics
+from lanpo.feedback.summarize import Candidate, check_summary, summarise
 from lanpo.rollout import Completion
 from lanpo.train.config import SummarizerConfig, load_config
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord, rollout_metrics
 from lanpo.train.producer import summarize
-from lanpo.train.producer.summarize import Candidate, check_summary, summarise
 from lanpo.train.sft.warm_start import lesson_for
 from tests.train.conftest import tiny_config
 

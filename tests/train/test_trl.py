@@ -21,7 +21,8 @@ from sqlalchemy.engine import Engine
 from lanpo.db.engine import transaction
 from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
 from lanpo.errors import LanpoError
-from lanpo.train.config import FeedbackConfig, InterConfig, TrainConfig
+from lanpo.feedback.config import FeedbackConfig, InterConfig
+from lanpo.train.config import TrainConfig
 
 trl = pytest.importorskip("trl")
 pytestmark = pytest.mark.filterwarnings("ignore")
