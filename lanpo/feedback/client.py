@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from lanpo.config import to_mapping
-from lanpo.db.engine import open_store, transaction
+from lanpo.db.engine import open_store, require_migrated, transaction
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
@@ -42,7 +42,8 @@ class StoreClient:
 
     def __init__(self, config: Any, db: Engine | None = None) -> None:
         self.cfg = StoreRunConfig.of(config)
-        self.db = db if db is not None else open_store()
+        self.db = open_store() if db is None else db
+        require_migrated(self.db)
         fb = self.cfg.feedback
         with transaction(self.db) as session:
             self.problem_ids = ensure_dataset(session, self.cfg.data)

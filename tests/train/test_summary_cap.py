@@ -120,7 +120,7 @@ def test_a_step_with_more_candidates_stores_at_most_8(
 
     real = summarize.summarise
     monkeypatch.setattr(
-        "lanpo.train.producer.produce.summarise",
+        "lanpo.feedback.summarize.summarise",
         lambda backend, tokenizer, *args: real(_Replies([GOOD]), tokenizer, *args),
     )  # the summariser's text only: a lesson every time, so each chosen one is admitted
     paper = load_config(CONFIGS / "lanpo-inter.toml").summarizer
