@@ -76,14 +76,14 @@ def run(args: argparse.Namespace) -> int:
     from trl import GRPOConfig, GRPOTrainer
 
     from lanpo.config import lanpo_home
-    from lanpo.db.engine import connect, transaction
+    from lanpo.db.engine import open_store, transaction
     from lanpo.db.repo import runs as runs_repo
     from lanpo.integrations.trl import TRLStore  # lanpo
     from lanpo.models import load_causal_lm
     from lanpo.rewards import correctness_reward
     from lanpo.train.config import load_config
 
-    engine = connect()
+    engine = open_store()  # a fresh store (a new LANPO_HOME) is migrated, as the demo does
     cfg = load_config(args.config, args.set)
     with transaction(engine) as session:
         name = args.run_name or runs_repo.free_name(session, "trl")
