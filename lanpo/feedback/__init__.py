@@ -13,7 +13,8 @@ lanpo's trainer (`lanpo.train`), the TRL adapter (`lanpo.integrations.trl`) and 
   `lanpo.config.StoreConfig`);
 - `client`: `StoreClient`, the five calls a trainer makes, in order.
 
-`from lanpo.feedback import StoreClient, StoreRunConfig, open_store` is the public API (docs/api.md).
+`StoreClient`, `StoreRunConfig`, `load_store_config` and `open_store`, exported here, are the public API
+(docs/api.md).
 """
 
 from lanpo.db.engine import open_store
@@ -25,6 +26,7 @@ from lanpo.feedback.config import (
     RewardConfig,
     StoreRunConfig,
     SummarizerConfig,
+    load_store_config,
 )
 from lanpo.feedback.contexts import StepPrompts
 from lanpo.feedback.store import RunRef
@@ -39,5 +41,6 @@ __all__ = [
     "StoreClient",
     "StoreRunConfig",
     "SummarizerConfig",
+    "load_store_config",
     "open_store",
 ]

@@ -9,9 +9,10 @@ the store's own pool repository reads it, so it sits below this layer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
-from lanpo.config import Renamed, StoreConfig, help_field
+from lanpo.config import Renamed, StoreConfig, apply_overrides, from_mapping, help_field, read_toml
 from lanpo.config import check as _check
 from lanpo.feedback_modes import FEEDBACK_SETTINGS, GAMMA, asks_inter
 from lanpo.rewards import DEFAULT_FORMAT_RULE, FORMAT_RULES
@@ -208,3 +209,15 @@ class StoreRunConfig:
     def wants_lessons(self) -> bool:
         """Whether successful rollouts are summarised: inter feedback reads lessons, or `summarizer.always`."""
         return self.summarizer.enabled and (asks_inter(self.feedback.mode) or self.summarizer.always)
+
+
+def load_store_config(path: str | Path, overrides: list[str] | None = None) -> StoreRunConfig:
+    """The tables a store run reads from a lanpo recipe (`train/configs/*.toml`, its `base` chain resolved) plus
+    `a.b=value` overrides: run_name, seed, `[data]`, `[feedback]`, `[summarizer]`, `[store]`, `[reward]` and
+    `rollout.max_prompt_tokens`; the trainer's own tables are left to the trainer."""
+    data = apply_overrides(read_toml(path), overrides or [])
+    tables = ("run_name", "seed", "data", "feedback", "summarizer", "store", "reward")
+    picked = {name: data[name] for name in tables if name in data}
+    if "max_prompt_tokens" in data.get("rollout", {}):
+        picked["max_prompt_tokens"] = data["rollout"]["max_prompt_tokens"]
+    return from_mapping(StoreRunConfig, picked)
