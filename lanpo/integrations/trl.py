@@ -54,6 +54,7 @@ from lanpo.feedback.contexts import StepPrompts
 from lanpo.feedback.schedule import choose_modes, mix_seed
 from lanpo.feedback.store import RunRef
 from lanpo.feedback.summarize import Summary
+from lanpo.integrations.trl_callback import StoreCallback
 from lanpo.integrations.trl_checks import TRAINER, check_layout, same_kind_of_run, whole_groups
 from lanpo.models.hashing import state_sha256
 from lanpo.rewards import Graded
@@ -66,8 +67,15 @@ __all__ = ["ID_KEY", "TRAINER", "TRLStore"]
 ID_KEY = "lanpo_problem_id"  # the key, in a prompt's messages, naming its problem in the store
 USER_PROMPT = "trl-user"  # rollout_groups.prompt_version of a zero-shot group: the user's own prompt, TRL-rendered
 # TRL's log names -> lanpo's, for `lanpo report`'s figures (KL, entropy and clip fraction; loss and optimiser)
-TRL_METRICS = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "kl": "kl", "entropy": "entropy",
-               "clip_ratio/region_mean": "clip_frac", "frac_reward_zero_std": "groups/zero_spread"}  # fmt: skip
+TRL_METRICS = {
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "learning_rate": "lr",
+    "kl": "kl",
+    "entropy": "entropy",
+    "clip_ratio/region_mean": "clip_frac",
+    "frac_reward_zero_std": "groups/zero_spread",
+}
 CALL = "lanpo_call"  # the extra field rollout_func passes to the reward function: which call's prompts these are
 
 
@@ -110,7 +118,7 @@ class TRLStore:
         self._problems = {p.id: p for p in problems}
         self.run: RunRef | None = None
         self.p_t = self.p_t_of(1)
-        self.callback = _Callback(self)
+        self.callback = StoreCallback(self)
         self._calls: dict[int, _Call] = {}
         self._call_ids = count()
         self._trainer: Any = None
@@ -192,17 +200,21 @@ class TRLStore:
         user_ids = user_prompt_ids(trainer, prompts)  # the user's own prompts, as plain TRL renders them
         if not training:  # evaluation: the user's prompts, zero-shot, not written back
             completion_ids, logprobs = trainer._generate_single_turn(user_ids, None, {}, n)
-            return {"prompt_ids": user_ids, "completion_ids": completion_ids, "logprobs": logprobs,
-                    CALL: [-1] * len(prompts)}  # fmt: skip
+            return {
+                "prompt_ids": user_ids,
+                "completion_ids": completion_ids,
+                "logprobs": logprobs,
+                CALL: [-1] * len(prompts),
+            }
         groups = whole_groups(prompts, n)
         step = trainer.state.global_step + 1
         pids = [self.problem_of(prompts[g * n]) for g in range(groups)]
         fb = self.cfg.feedback
         rank_seed = mix_seed(self.cfg.seed, "trl-modes", trainer.accelerator.process_index)
         asked = choose_modes(pids, fb.mode, self.p_t, rank_seed, step)  # numpy's own seeded generator
-        self._record_version(step - 1, trainer)
         tokenizer = trainer.processing_class
-        drawn = self.client.prompts(self.run, step, pids, tokenizer, asked=asked)
+        sha = policy_sha256(trainer.accelerator.unwrap_model(trainer.model))  # the weights as they are now
+        drawn = self.client.prompts(self.run, step, pids, tokenizer, policy_sha256=sha, asked=asked)
         prompt_ids: list[list[int]] = []
         for g in range(groups):
             if drawn.modes[g] == "zero_shot":  # asked for none, or got none: the user's prompt, untouched
@@ -214,15 +226,12 @@ class TRLStore:
         completion_ids, logprobs = trainer._generate_single_turn(prompt_ids, None, {}, n)
         call = next(self._call_ids)
         self._calls[call] = _Call(step, drawn, prompt_ids, n, self.p_t)
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs,
-                CALL: [call] * len(prompts)}  # fmt: skip
-
-    def _record_version(self, step: int, trainer: Any) -> None:
-        """The policy version that generates step `step + 1`: the weights as they are now (after `step` updates)."""
-        assert self.run is not None
-        sha = policy_sha256(trainer.accelerator.unwrap_model(trainer.model))
-        with transaction(self.engine) as session:
-            steps_repo.add_policy_version(session, self.run.run_id, step, sha)
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": logprobs,
+            CALL: [call] * len(prompts),
+        }
 
     # ------------------------------------------------------------------ the reward function
 
@@ -235,8 +244,9 @@ class TRLStore:
         if len(w) != len(funcs):
             raise ConfigError(f"{len(funcs)} reward functions and {len(w)} weights", hint="give one weight each")
 
-        def lanpo(prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kwargs: Any
-                  ) -> list[float]:  # fmt: skip
+        def lanpo(
+            prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kwargs: Any
+        ) -> list[float]:
             calls = kwargs.pop(CALL)
             totals = [0.0] * len(completions)
             for f, weight in zip(funcs, w, strict=True):
@@ -398,39 +408,6 @@ class TRLStore:
             runs_repo.finish_run(session, self.run.run_id, "failed" if failed else "finished")
 
 
-def _callback_base() -> type:
-    from transformers import TrainerCallback
-
-    return TrainerCallback
-
-
-class _Callback(_callback_base()):  # type: ignore[misc]
-    """The TRL callback: opens the run, sets p_t per step, ties checkpoints to steps, finishes the run."""
-
-    def __init__(self, store: TRLStore) -> None:
-        self.store = store
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, train_dataloader: Any = None,
-                       **kwargs: Any) -> None:  # fmt: skip
-        dataset = getattr(train_dataloader, "dataset", None)
-        self.store.begin(args, state, model, dataset)
-        self.store.p_t = self.store.p_t_of(state.global_step + 1)
-
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.store.p_t = self.store.p_t_of(state.global_step + 1)
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.store.saved(state.global_step, Path(args.output_dir) / f"checkpoint-{state.global_step}")
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        # state.log_history holds the numbers: transformers' progress callback, called first, formats `logs` in place
-        last = state.log_history[-1] if state.log_history else {}
-        self.store.logged(state.global_step, {k: v for k, v in last.items() if k != "step"})
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.store.end()
-
-
 def user_prompt_ids(trainer: Any, prompts: list[Any]) -> list[list[int]]:
     """The user's prompts as plain TRL 1.16 tokenises them (`GRPOTrainer._tokenize_prompts`, text prompts without
     environments): a conversation through the processing class's chat template with the trainer's own template,
@@ -458,9 +435,24 @@ def _model_name(model: Any) -> str:
 
 def _trl_args(args: Any) -> dict[str, Any]:
     """The TRL settings a run's config keeps (what shaped its rollouts and update)."""
-    keys = ("num_generations", "per_device_train_batch_size", "steps_per_generation", "gradient_accumulation_steps",
-            "max_completion_length", "temperature", "top_p", "beta", "epsilon", "epsilon_high", "loss_type",
-            "learning_rate", "max_steps", "seed", "use_vllm", "vllm_mode")  # fmt: skip
+    keys = (
+        "num_generations",
+        "per_device_train_batch_size",
+        "steps_per_generation",
+        "gradient_accumulation_steps",
+        "max_completion_length",
+        "temperature",
+        "top_p",
+        "beta",
+        "epsilon",
+        "epsilon_high",
+        "loss_type",
+        "learning_rate",
+        "max_steps",
+        "seed",
+        "use_vllm",
+        "vllm_mode",
+    )
     out = {}
     for key in keys:
         value = getattr(args, key, None)
