@@ -25,6 +25,7 @@ from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
+from lanpo.errors import InputError
 from lanpo.feedback import record as rows
 from lanpo.feedback.config import StoreRunConfig
 from lanpo.feedback.contexts import StepPrompts, contexted_prompts, per_rollout
@@ -79,9 +80,14 @@ class StoreClient:
         if asked is None:
             fb = self.cfg.feedback
             asked = choose_modes(problem_ids, fb.mode, fb.p_t if p_t is None else p_t, self.cfg.seed, step)
-        if policy_sha256 is not None:
-            with transaction(self.db) as session:
+        with transaction(self.db) as session:
+            if policy_sha256 is not None:
                 steps_repo.add_policy_version(session, run.run_id, step - 1, policy_sha256)
+            try:
+                steps_repo.policy_version_id(session, run.run_id, step - 1)
+            except InputError as exc:  # say how to record it
+                exc.hint = "pass policy_sha256 (lanpo.models.hashing.state_sha256(model.state_dict())) to prompts()"
+                raise
         limit = self.cfg.max_prompt_tokens
         return contexted_prompts(
             self.cfg.feedback, limit, self.cfg.seed, step, run, self.scorer, problem_ids, asked, tokenizer, step - 1
