@@ -322,8 +322,8 @@ class TrainConfig:
         """What off-policy groups need, and max_staleness only where workers serve."""
         w = self.workers
         if not w.enabled:
-            _check(w.max_staleness == 0, "workers.max_staleness is set, but no worker serves the run",
-                   "set workers.count (local workers) or workers.external = true")  # fmt: skip
+            hint = "set workers.count (local workers) or workers.external = true"
+            _check(w.max_staleness == 0, "workers.max_staleness is set, but no worker serves the run", hint)
             return
         _check(
             w.max_staleness == 0 or self.grpo.tis_cap is not None,

@@ -157,11 +157,8 @@ def groups_to_json(produced: Produced) -> list[dict[str, Any]]:
         rows = []
         for j, c in enumerate(group):
             graded, summary = produced.graded[g * n + j], produced.summaries.get(g * n + j)
-            rows.append({
-                "completion": asdict(c),
-                "graded": asdict(graded),
-                "summary": None if summary is None else asdict(summary),
-            })  # fmt: skip
+            summary_row = None if summary is None else asdict(summary)
+            rows.append({"completion": asdict(c), "graded": asdict(graded), "summary": summary_row})
         out.append({"rollouts": rows})
     if produced.mel is not None:  # MEL's diagnosed pairs travel with their group (a group may have none)
         for group in out:
