@@ -43,8 +43,8 @@ from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
 from lanpo.db.repo.sampling import sample_inter, sample_intra
+from lanpo.feedback.schedule import batch_problem_ids
 from lanpo.retrieval.relevance import store_scores
-from lanpo.train.producer.schedule import batch_problem_ids
 
 PROBLEMS, BATCH, GROUP, LESSONS, RELEVANT, K, CANDIDATES = 2048, 512, 16, 2, 4, 4, 32
 SCORER, GAMMA = "bench", 0.9

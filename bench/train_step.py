@@ -208,8 +208,8 @@ class LanpoSide:
         from lanpo import feedback_modes
         from lanpo.db.engine import transaction
         from lanpo.db.repo import problems as problems_repo
+        from lanpo.feedback.schedule import batch_problem_ids
         from lanpo.integrations.trl import ID_KEY
-        from lanpo.train.producer.schedule import batch_problem_ids
 
         cfg, t = self.cfg, self.trainer
         ids = [

@@ -51,6 +51,7 @@ def main() -> int:
     import reasoning_gym
     import torch
 
+    from lanpo.feedback.contexts import fit_prompt
     from lanpo.models import LoraSpec, adapter_state, attach_lora, cpu_name, load_causal_lm, prepare_smollm2
     from lanpo.rewards import grade
     from lanpo.rl.advantages import group_advantages
@@ -60,7 +61,6 @@ def main() -> int:
     from lanpo.train.consumer.update import micro_batch_loss
     from lanpo.train.forward.batch import autocast_dtype, build_batch
     from lanpo.train.policy import LoraPolicy
-    from lanpo.train.producer.contexts import fit_prompt
 
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
     torch.manual_seed(args.seed)

@@ -455,9 +455,9 @@ def shared_start(
 
 def shared_relevance(exp: ExperimentConfig, base: TrainConfig, engine: Engine, echo: Callable[[str], None]) -> str:
     """Problem-to-problem relevance of the training dataset, judged once; returns the scorer the arms read."""
+    from lanpo.feedback.store import ensure_dataset
     from lanpo.retrieval.build import build_relevance
     from lanpo.retrieval.search import SearchParams
-    from lanpo.train.run import ensure_dataset
 
     with transaction(engine) as session:
         ensure_dataset(session, base.data)

@@ -1,4 +1,4 @@
-"""The modes an attempt is made in, declared once: what each may show the model, how its context is drawn from the
+"""The modes an attempt is made in, declared once: what each may show the model, whether its context is drawn from the
 store, its prompt, and the metrics it is counted under.
 
 Training prompts are `zero_shot` (no context), `intra` (the run's own earlier responses to the same problem: never
@@ -13,9 +13,13 @@ Three tuples, three meanings: `ATTEMPT_MODES` is every mode a stored attempt or 
 drawn from the store. `FEEDBACK_SETTINGS` is something else again: the values of `feedback.mode` (which context
 modes a run asks for, `SETTING_MODES`).
 
+This table is pure (it imports no store: `import lanpo.rewards` loads no SQLAlchemy). The samplers that draw a
+context mode's items from the store sit one floor down, beside it: `lanpo.feedback.draw`, one per mode of
+`CONTEXT_MODES`.
+
 Adding a mode means an entry in `MODES` here plus a migration that widens the `mode` CHECK of `rollout_groups`
 (tests/db/test_feedback_modes_schema.py holds the live schema, and lanpo.db.models' copy of the tuple, which the
-store's models keep because this module reads the store, equal to `ATTEMPT_MODES`).
+store's models keep so that the store imports nothing above it, equal to `ATTEMPT_MODES`).
 """
 
 from __future__ import annotations
@@ -25,51 +29,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from lanpo import prompts
-from lanpo.db.repo.contexts import inter_contexts, intra_contexts
 from lanpo.prompts import Message
 
 GAMMA = 0.9  # the paper's minimum relevance r(p, c) of an experience shown, training and test time alike
 
 
-@dataclass(frozen=True)
-class Draw:
-    """What a context draw needs from the run: the sampler of each context mode reads its own fields."""
-
-    k: int  # items per prompt
-    candidates: int  # the ranked candidates the k are drawn from (pool_size in the paper)
-    seed: int
-    run_id: int | None = None  # intra: only this run's attempts
-    pool_id: int | None = None  # inter: the pool lessons come from
-    gamma: float = GAMMA  # inter: minimum relevance; 0 reads no relevance at all (the whole pool, by recency)
-    scorer: str | None = None  # inter: the stored relevance identity; None with gamma > 0 draws nothing
-    kinds: Sequence[str] | None = None  # inter: experience kinds drawn from
-    shows_response: bool = False  # inter: items show the source rollout's response instead of its lesson
-
-
-Sampler = Callable[["Session", Sequence[int], Draw], dict[int, list[Any]]]
 PromptBuilder = Callable[[str, Sequence[Any], bool], list[Message]]
-
-
-def _same_problem(session: Session, problem_ids: Sequence[int], draw: Draw) -> dict[int, list[Any]]:
-    """Up to k of the run's earlier attempts on each problem (recency-ranked, weighted draw): responses only."""
-    return dict(intra_contexts(session, problem_ids, draw.k, draw.candidates, draw.seed, run_id=draw.run_id))
-
-
-def _other_problems(session: Session, problem_ids: Sequence[int], draw: Draw) -> dict[int, list[Any]]:
-    """Up to k lessons of the pool from other problems with relevance >= gamma (relevance-ranked, weighted draw);
-    gamma 0 consults no relevance and ranks by recency (lanpo's reading of Table 2's w/o filtering); with gamma > 0
-    and no scorer nothing is drawn."""
-    unfiltered = draw.gamma == 0.0
-    if not problem_ids or not (draw.scorer or unfiltered) or draw.pool_id is None:
-        return {}
-    drawn = inter_contexts(
-        session, problem_ids, draw.k, draw.candidates, draw.seed, draw.gamma, None if unfiltered else draw.scorer,
-        draw.pool_id, draw.kinds, shows_response=draw.shows_response,
-    )  # fmt: skip
-    return dict(drawn)
 
 
 def _actor(question: str, items: Sequence[Any] = (), shows_response: bool = False) -> list[Message]:
@@ -89,7 +55,7 @@ class Mode:
     never: str  # what it must never show
     prompt: PromptBuilder | None  # builds its prompt from (question, context items, shows_response); None: elsewhere
     template: str  # the prompt's version stored with its groups
-    sampler: Sampler | None = None  # draws its contexts from the store (None: no store context)
+    drawn: bool = False  # its context is drawn from the store (by its sampler in lanpo.feedback.draw)
     context_field: str | None = None  # the one field of a context item its prompt reads
     headers: tuple[str, ...] = ()  # a response in its format carries these (the format bonus, paper 10.3)
     training: bool = False  # a training step's prompt mode
@@ -126,13 +92,13 @@ MODES: dict[str, Mode] = {
         Mode(
             "intra", "the model's own earlier responses to the same problem, from this run",
             "their reward, correctness or gold answer; any judgement of them", _intra, prompts.INTRA_VERSION,
-            sampler=_same_problem, context_field="response", headers=prompts.INTRA_HEADERS, training=True,
+            drawn=True, context_field="response", headers=prompts.INTRA_HEADERS, training=True,
             metrics=_named("intra", _STEP_METRICS + _FEEDBACK_METRICS),
         ),
         Mode(
             "inter", "lessons (or, feedback.inter.shows = response, rollouts) of OTHER problems in the run's pool "
             "whose relevance passes gamma", "the same problem; the relevance score; any reward",
-            prompts.inter_messages, prompts.INTER_VERSION, sampler=_other_problems, context_field="summary",
+            prompts.inter_messages, prompts.INTER_VERSION, drawn=True, context_field="summary",
             headers=prompts.INTER_HEADERS, training=True, metrics=_named("inter", _STEP_METRICS + _FEEDBACK_METRICS),
         ),
         Mode(
@@ -158,7 +124,7 @@ MODES: dict[str, Mode] = {
 
 ATTEMPT_MODES = tuple(MODES)  # every mode a stored attempt or rollout group carries (the schema's CHECKs)
 PROMPT_MODES = tuple(m.name for m in MODES.values() if m.training)  # a training step's prompt modes
-CONTEXT_MODES = tuple(m.name for m in MODES.values() if m.training and m.sampler)  # prompts with a store context
+CONTEXT_MODES = tuple(m.name for m in MODES.values() if m.training and m.drawn)  # prompts with a store context
 SETTING_MODES = {"none": (), "intra": ("intra",), "inter": ("inter",), "both": ("intra", "inter")}
 FEEDBACK_SETTINGS = tuple(SETTING_MODES)  # the values of feedback.mode: which context modes a run asks for
 
@@ -187,17 +153,6 @@ def build_messages(name: str, question: str, items: Sequence[Any] = (), shows_re
     if name not in PROMPT_MODES or builder is None:
         raise ValueError(f"unknown prompt mode {name!r}; expected one of {', '.join(PROMPT_MODES)}")
     return builder(question, items, shows_response) if items else prompts.actor_messages(question)
-
-
-def draw_contexts(session: Session, wanted: dict[str, Sequence[int]], draw: Draw) -> dict[str, dict[int, list[Any]]]:
-    """Per context mode, the contexts its sampler draws for the problems `wanted` in it (problem id -> items)."""
-    out: dict[str, dict[int, list[Any]]] = {}
-    for name, problem_ids in wanted.items():
-        sampler = mode(name).sampler
-        if sampler is None:
-            raise ValueError(f"mode {name!r} draws no context; expected one of {', '.join(CONTEXT_MODES)}")
-        out[name] = sampler(session, problem_ids, draw)
-    return out
 
 
 def render_context(name: str, items: Sequence[Any]) -> str:

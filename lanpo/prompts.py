@@ -15,7 +15,7 @@ Leakage rules (tested with hypothesis in tests/test_prompts.py):
 - self-correction's second turn is the same conversation: the model's first answer as an assistant message, then
   a fixed reflection request as a user message. The request is one constant string that reads nothing of the
   first turn's grade, so a correct and a wrong first answer get the very same request.
-- a context item cut to fit the prompt's token limit (`lanpo.train.producer.contexts.fit_prompt`) shows a head and a
+- a context item cut to fit the prompt's token limit (`lanpo.feedback.contexts.fit_prompt`) shows a head and a
   tail of its own text with the fixed `OMITTED` marker between them, which names a token count and nothing else
   (`elided`); no other text is added to or taken from the item.
 """

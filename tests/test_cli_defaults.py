@@ -7,9 +7,10 @@ import pytest
 
 from lanpo.cli import infer, pool, relevance, retrieve, worker
 from lanpo.config import field_default
+from lanpo.feedback.config import FeedbackConfig, InterConfig
 from lanpo.inference.config import EvalConfig, RetrievalSettings, SamplingSettings
 from lanpo.retrieval.search import SearchParams
-from lanpo.train.config import FeedbackConfig, InterConfig, WorkersConfig
+from lanpo.train.config import WorkersConfig
 
 
 def option(command: click.Command, name: str) -> click.Parameter:

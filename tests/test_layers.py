@@ -25,15 +25,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lanpo"
-UNTIL_FEEDBACK = "until the feedback branch merges"
 
 # lanpo/train's layers, bottom first, by the name under lanpo.train (a module, or a folder and all in it).
 TRAIN_LAYERS: list[tuple[str, ...]] = [
     ("plumbing",),  # ranks, FSDP, checkpoints, phase timers, the step line: what a step runs on
-    ("feedback_config", "config", "plan_shapes", "plan_tokens", "parts", "run"),  # settings, the run in the store
+    ("grpo_config", "config", "plan_shapes", "plan_tokens", "parts", "run"),  # settings, the run in the store
     ("forward",),  # the policy's forwards: padded batches, log-probs, the chunked head
     ("policy",),  # what trains, and its reference
-    ("consumer",),  # the update, and the rows a step writes
+    ("consumer",),  # the update
     ("sft", "mel", "plan", "plan_verdict"),  # what builds on the update: the warm start, MEL, the memory plan
     ("start",),  # the model RL starts from (the warm start merged), for the trainer and its workers
     ("producer",),  # contexts, rollouts, grades, summaries; the served policy, the rollout queue, its workers
@@ -41,14 +40,6 @@ TRAIN_LAYERS: list[tuple[str, ...]] = [
     ("state",),  # everything a step needs, built once
     ("loop",),  # the step
 ]
-
-# Upward imports that the feedback branch removes (it moves these producer modules into lanpo/feedback, below the
-# trainer). Listed exactly: one that no longer happens fails too, so the list cannot outlive them.
-PENDING_UPWARD = {
-    ("lanpo.train.consumer.record", "lanpo.train.producer.summarize"),
-    ("lanpo.train.mel.experiences", "lanpo.train.producer.contexts"),
-    ("lanpo.train.mel.experiences", "lanpo.train.producer.schedule"),
-}
 
 
 @dataclass(frozen=True)
@@ -145,10 +136,8 @@ def test_no_import_runs_up_the_train_layers() -> None:
         low, high = _train_layer(imp.target), _train_layer(imp.source)
         if low is not None and high is not None and low > high and not imp.typing_only:
             upward.append(imp)
-    unexpected = _distinct(str(imp) for imp in upward if (imp.source, imp.target) not in PENDING_UPWARD)
+    unexpected = _distinct(str(imp) for imp in upward)
     assert not unexpected, "imports that run up lanpo/train's layers (TRAIN_LAYERS):\n" + "\n".join(unexpected)
-    gone = PENDING_UPWARD - {(imp.source, imp.target) for imp in upward}
-    assert not gone, f"no longer imported, remove from PENDING_UPWARD: {sorted(gone)}"
 
 
 def _is_in(module: str, package: str) -> bool:
@@ -218,8 +207,8 @@ def test_the_cycle_finder_finds_a_cycle_and_names_its_imports() -> None:
 @pytest.mark.parametrize(
     "folder",
     [
-        pytest.param("integrations", marks=pytest.mark.xfail(strict=True, reason=UNTIL_FEEDBACK)),
-        pytest.param("feedback", marks=pytest.mark.xfail(strict=True, reason=UNTIL_FEEDBACK)),
+        "integrations",
+        "feedback",
     ],
 )
 def test_the_store_client_and_adapters_import_no_train_module(folder: str) -> None:
@@ -250,7 +239,8 @@ print("sqlalchemy" in sys.modules)
 @pytest.mark.parametrize(
     "module",
     [
-        pytest.param("lanpo.rewards", marks=pytest.mark.xfail(strict=True, reason=UNTIL_FEEDBACK)),
+        "lanpo.rewards",
+        "lanpo.feedback_modes",
         "lanpo.prompts",
         "lanpo.rl",
         "lanpo.config",

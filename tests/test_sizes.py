@@ -41,7 +41,6 @@ def test_no_function_over_80_lines() -> None:
     assert not long, "\n".join(long)
 
 
-@pytest.mark.xfail(strict=True, reason="until the feedback branch merges (lanpo/train/config.py, integrations/trl.py)")
 def test_no_module_over_500_lines() -> None:
     long = [
         f"{path.relative_to(ROOT)}: {n} lines"

@@ -23,6 +23,7 @@ import torch
 
 from lanpo.config import from_mapping
 from lanpo.db.engine import connect
+from lanpo.feedback.schedule import mix_seed
 from lanpo.models import merge_adapter, set_threads
 from lanpo.rl.advantages import group_advantages
 from lanpo.train.config import TrainConfig
@@ -30,7 +31,6 @@ from lanpo.train.consumer.update import update_policy
 from lanpo.train.forward.batch import build_batch
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import build_policy, load_base
-from lanpo.train.producer.schedule import mix_seed
 from lanpo.train.state import optimizer_and_schedule
 
 ROWS = """

@@ -6,7 +6,7 @@ model (`lanpo.models.tiny_causal_lm(large_vocab=True)`: ~32k single-character to
 `--max-new-tokens` limit as long real rollouts do); then each problem's intra prompt draws k of its attempts (a
 seeded uniform draw: with one step of history the store's recency ranks tie) and is fitted to `--cap` tokens twice,
 by the old loop (drop the last item until the prompt fits, nothing cut) and by
-`lanpo.train.producer.contexts.fit_prompt`
+`lanpo.feedback.contexts.fit_prompt`
 (every item kept, cut to a water-filled share). Prints, per fitter, prompts served with all k items / fewer / none
 (zero-shot, `feedback/missed/too_long`), prompts with a cut item, and the mean prompt length. No database needed:
 
@@ -27,10 +27,10 @@ import torch
 from lanpo import prompts
 from lanpo.data.generate import generate_problems
 from lanpo.db.repo.contexts import IntraItem
+from lanpo.feedback.contexts import fit_prompt
 from lanpo.models import apply_chat, tiny_causal_lm
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
-from lanpo.train.producer.contexts import fit_prompt
 
 
 def count(tokenizer: Any, text: str) -> int:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-steps", type=int, default=0, help="save a TRL checkpoint every N steps (0: never)")
     parser.add_argument("--resume", default=None, metavar="CHECKPOINT", help="resume from a TRL checkpoint folder")
     parser.add_argument(
-        "--init-adapter", default=None, metavar="DIR",
+        "--init-adapter",
+        default=None,
+        metavar="DIR",
         help="merge this LoRA adapter into the model first, e.g. a warm start from\n"
         "`lanpo sft --config train/configs/demo-cpu.toml --out D` (DIR = D/adapter): SmolLM2 zero-shot\n"
         "almost never boxes an answer, so no rollout succeeds and no lesson is written",
-    )  # fmt: skip
+    )
     parser.add_argument("--vllm", action="store_true", help="TRL's vLLM colocate mode (needs a vLLM TRL supports)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="-v: INFO logs; -vv: tracebacks too")
     args = parser.parse_args(argv)
@@ -62,28 +66,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.vllm:  # before TRL is imported (it warns about the vLLM it finds, then fails later)
         check_vllm()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import warnings
-
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renames, inside TRL
     import torch
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
     from lanpo.config import lanpo_home
-    from lanpo.db.engine import connect, transaction
+    from lanpo.db.engine import open_store, transaction
     from lanpo.db.repo import runs as runs_repo
     from lanpo.integrations.trl import TRLStore  # lanpo
     from lanpo.models import load_causal_lm
-    from lanpo.rewards import correctness_reward
     from lanpo.train.config import load_config
 
-    engine = connect()
+    engine = open_store()  # a fresh store (a new LANPO_HOME) is migrated, as the demo does
     cfg = load_config(args.config, args.set)
     with transaction(engine) as session:
         name = args.run_name or runs_repo.free_name(session, "trl")
@@ -98,10 +97,6 @@ def run(args: argparse.Namespace) -> int:
         model, _ = merge_adapter(model, args.init_adapter)
     n = args.num_generations or cfg.rollout.n
     output_dir = args.output_dir or str(lanpo_home() / "runs" / name / "trl")
-
-    def correctness(completions: list[Any], answer: list[str], **_: Any) -> list[float]:  # the user's own reward
-        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        return correctness_reward(texts, answer)
 
     trainer = GRPOTrainer(
         model=model,
@@ -141,10 +136,20 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     trainer.train(resume_from_checkpoint=args.resume)
-    print(f"run {name}: {args.max_steps} TRL steps in the store. Next: lanpo runs; lanpo report {name}; "
-          f"lanpo sql \"SELECT step, mode, count(*) FROM rollout_groups g JOIN runs r ON r.id = g.run_id "
-          f"WHERE r.name = '{name}' GROUP BY 1, 2 ORDER BY 1, 2\"")  # fmt: skip
+    sql = f"SELECT step, mode, count(*) FROM rollout_groups g JOIN runs r ON r.id = g.run_id WHERE r.name = '{name}'"
+    print(
+        f"run {name}: {args.max_steps} TRL steps in the store. Next: lanpo runs; lanpo report {name}; "
+        f'lanpo sql "{sql} GROUP BY 1, 2 ORDER BY 1, 2"'
+    )
     return 0
+
+
+def correctness(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
+    """The user's own reward: 1 for a completion whose boxed answer is right."""
+    from lanpo.rewards import correctness_reward
+
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return correctness_reward(texts, answer)
 
 
 TRL_VLLM = ("0.22.0", "0.31.0")  # the vLLM releases TRL 1.16 supports (trl/import_utils.py)
@@ -182,8 +187,8 @@ def _relevance(engine: Any, cfg: Any, args: argparse.Namespace) -> str | None:
     """The scorer inter draws by: the store's, or (none yet, and the recipe filters by relevance) one built now."""
     from lanpo.db.engine import transaction
     from lanpo.db.repo import contexts as contexts_repo
+    from lanpo.feedback.store import ensure_dataset
     from lanpo.feedback_modes import asks_inter
-    from lanpo.train.run import ensure_dataset
 
     if not asks_inter(cfg.feedback.mode) or cfg.feedback.inter.gamma == 0:
         return None
@@ -197,9 +202,13 @@ def _relevance(engine: Any, cfg: Any, args: argparse.Namespace) -> str | None:
 
     print(f"relevance: {args.model} judges each problem's {args.relevance_top_k} nearest others (BM25 + vectors)")
     built = build_relevance(
-        engine, cfg.data.dataset, args.model, top_k=args.relevance_top_k, params=SearchParams(stage1="hybrid"),
+        engine,
+        cfg.data.dataset,
+        args.model,
+        top_k=args.relevance_top_k,
+        params=SearchParams(stage1="hybrid"),
         embed=True,
-    )  # fmt: skip
+    )
     print(f"relevance: {built.report.scored} pairs scored, scorer {built.scorer}")
     return built.scorer
 

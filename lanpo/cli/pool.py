@@ -21,7 +21,7 @@ from lanpo.db import sqlfiles
 from lanpo.db.engine import connect, transaction
 from lanpo.db.repo import contexts, pools, problems
 from lanpo.errors import InputError, listing
-from lanpo.train.config import FeedbackConfig, InterConfig
+from lanpo.feedback.config import FeedbackConfig, InterConfig
 
 PROBLEM_HELP = "Problem: numeric problems.id or dataset:external_id (repeatable)."
 POOL_HELP = "Experience pool (default: the only pool in the store; `lanpo pool list` names them)."

@@ -6,10 +6,10 @@ import click
 
 from lanpo.cli.params import Float, Int, field_option
 from lanpo.db.engine import connect
+from lanpo.feedback.config import InterConfig
 from lanpo.inference.config import RetrievalSettings
 from lanpo.retrieval import EF_SEARCH_MAX, STAGE1
 from lanpo.retrieval.search import SearchParams
-from lanpo.train.config import InterConfig
 
 STAGE1_CHOICE = click.Choice(STAGE1)
 

@@ -1,7 +1,8 @@
 """Connecting to the store: `LANPO_DATABASE_URL`, else the embedded server under `$LANPO_HOME`.
 
 `connect()` returns an Engine after checking the server answers and the schema is at the head
-revision, so every command fails early with a message that names the fix.
+revision, so every command fails early with a message that names the fix. `open_store()` is the same for the
+Python API (`lanpo.feedback`), except that a fresh store, an empty database, is migrated first, as the demo does.
 """
 
 from __future__ import annotations
@@ -125,6 +126,35 @@ def connect(url: str | None = None, migrated: bool = True) -> Engine:
     if migrated:
         require_migrated(engine)
     return engine
+
+
+def open_store(url: str | None = None) -> Engine:
+    """The store at `url` (default: `database_url()`), reachable and at the head revision; an empty database (no
+    table at all: a fresh `LANPO_HOME`'s embedded server, or a new database on a server) is migrated first.
+
+    Only an empty one: creating lanpo's schema there loses nothing and is what pointing lanpo at it asks for. A
+    database at an older revision, or holding other tables, still gets NotMigrated ("run `lanpo db upgrade`"): an
+    upgrade rewrites tables that runs, readers or another lanpo version may be using, so it stays a command its
+    owner runs on purpose."""
+    db = make_engine(url)
+    if current_revision(db) is None and _is_empty(db):
+        from lanpo.db.migrate import upgrade
+
+        upgrade(db)
+    require_migrated(db)
+    return db
+
+
+def _is_empty(db: Engine) -> bool:
+    """No table in any schema of the database but the server's own."""
+    with db.connect() as conn:
+        found = conn.scalar(
+            sa.text(
+                "SELECT count(*) FROM information_schema.tables "
+                "WHERE table_schema NOT IN ('pg_catalog', 'information_schema')"
+            )
+        )
+    return found == 0
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -9,11 +9,11 @@ A TRL user keeps their trainer, its loss, clipping and KL, and adds three hooks 
 
 - `rollout_func(prompts, trainer)`: TRL hands it this process's prompts, each repeated `num_generations` times
   in a row (one group per problem). Per group it draws the mode (`feedback.p_t`, from its own seeded generator,
-  never torch's or Python's) and, for intra / inter, the contexts from the store with lanpo's own code
-  (`lanpo.train.producer.contexts.contexted_prompts`: the same SQL, leakage rules and truncate-never-drop
-  fitting as lanpo's trainer). A zero-shot group keeps the user's own prompt, tokenised by TRL itself; then TRL's
-  own generation (`GRPOTrainer._generate_single_turn`: `generate`, or its vLLM mode) makes one completion per
-  entry. TRL trains on the prompt ids returned, so a contexted prompt is the trained prompt (LANPO's objective).
+  never torch's or Python's) and, for intra / inter, the contexts from the store through `lanpo.feedback` (the
+  same SQL, leakage rules and truncate-never-drop fitting as lanpo's trainer). A zero-shot group keeps the user's
+  own prompt, rendered as TRL renders it; then TRL's own generation (`GRPOTrainer._generate_single_turn`, the one
+  private method used: `generate`, or its vLLM mode) makes one completion per entry. TRL trains on the prompt ids
+  returned, so a contexted prompt is the trained prompt (LANPO's objective).
 - `reward(*funcs, weights=...)`: one reward function that sums the user's (TRL logs it as `rewards/lanpo`),
   then writes the step's groups back exactly as lanpo's trainer records them (prompt, context rows, completions,
   rewards, policy version, summaries of the successful rollouts under the same admission rules and capacity
@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -42,37 +42,40 @@ from sqlalchemy.engine import Engine
 
 from lanpo import feedback_modes
 from lanpo.config import to_mapping
-from lanpo.db.engine import connect, transaction
+from lanpo.db.engine import transaction
 from lanpo.db.heartbeat import Heartbeat
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import ConfigError, InputError
-from lanpo.feedback_modes import asks_inter
+from lanpo.feedback.client import StoreClient
+from lanpo.feedback.contexts import StepPrompts
+from lanpo.feedback.schedule import choose_modes, mix_seed
+from lanpo.feedback.store import RunRef
+from lanpo.feedback.summarize import Summary
+from lanpo.integrations.trl_callback import StoreCallback
+from lanpo.integrations.trl_checks import TRAINER, check_layout, same_kind_of_run, whole_groups
 from lanpo.models.hashing import state_sha256
-from lanpo.rewards import Graded, grade
-from lanpo.rollout import Completion
-from lanpo.train.config import TrainConfig
-from lanpo.train.consumer import record
-from lanpo.train.mel.experiences import MetaStep
-from lanpo.train.parts import RunRef, Sampler
-from lanpo.train.plumbing.dist import Dist
-from lanpo.train.producer.contexts import StepPrompts, contexted_prompts
-from lanpo.train.producer.produce import Produced, summaries_of
-from lanpo.train.producer.schedule import choose_modes, mix_seed
-from lanpo.train.run import ensure_dataset, require_relevance, resolve_scorer
+from lanpo.rewards import Graded
+from lanpo.rollout import Completion, GenerationBackend
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ID_KEY", "TRAINER", "TRLStore"]
 
 ID_KEY = "lanpo_problem_id"  # the key, in a prompt's messages, naming its problem in the store
-TRAINER = "trl"  # runs.config->>'trainer' of a run this integration writes
 USER_PROMPT = "trl-user"  # rollout_groups.prompt_version of a zero-shot group: the user's own prompt, TRL-rendered
 # TRL's log names -> lanpo's, for `lanpo report`'s figures (KL, entropy and clip fraction; loss and optimiser)
-TRL_METRICS = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "kl": "kl", "entropy": "entropy",
-               "clip_ratio/region_mean": "clip_frac", "frac_reward_zero_std": "groups/zero_spread"}  # fmt: skip
+TRL_METRICS = {
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "learning_rate": "lr",
+    "kl": "kl",
+    "entropy": "entropy",
+    "clip_ratio/region_mean": "clip_frac",
+    "frac_reward_zero_std": "groups/zero_spread",
+}
 CALL = "lanpo_call"  # the extra field rollout_func passes to the reward function: which call's prompts these are
 
 
@@ -91,29 +94,23 @@ class TRLStore:
     """A lanpo run whose rollouts a TRL `GRPOTrainer` makes and trains on: the rollout function, the reward wrapper
     and the callback that connect it to the store.
 
-    `config` is a lanpo training config; this reads its run_name, seed, `[data]` (the problems, generated from
-    reasoning-gym when `data.task` is set), `[feedback]`, `[summarizer]`, `[store]` and `rollout.max_prompt_tokens`.
-    TRL owns the rest (model, steps, batch, sampling, the loss). `p_t`: a constant, or a schedule step -> p_t
-    (default: `feedback.p_t`). The database must be at the schema's head revision (`lanpo db upgrade`).
+    `config` is a lanpo training config (`lanpo.train.config.load_config`) or a `lanpo.feedback.StoreRunConfig`;
+    this reads its run_name, seed, `[data]` (the problems, generated from reasoning-gym when `data.task` is set),
+    `[feedback]`, `[summarizer]`, `[store]`, `[reward]` and `rollout.max_prompt_tokens`. TRL owns the rest (model,
+    steps, batch, sampling, the loss). `p_t`: a constant, or a schedule step -> p_t (default: `feedback.p_t`).
+    Without `engine`, the store of `LANPO_HOME` / `LANPO_DATABASE_URL` (a fresh one is migrated); either must be at
+    the schema's head revision, else `lanpo db upgrade` says the error.
     """
 
     def __init__(
-        self, config: TrainConfig, engine: Engine | None = None, p_t: float | Callable[[int], float] | None = None
+        self, config: Any, engine: Engine | None = None, p_t: float | Callable[[int], float] | None = None
     ) -> None:
-        self.cfg = config
-        self.engine = engine if engine is not None else connect()
-        if engine is not None:
-            from lanpo.db.engine import require_migrated
-
-            require_migrated(engine)
-        fixed = config.feedback.p_t if p_t is None else p_t
+        self.client = StoreClient(config, engine)  # the store, the problems and the relevance, checked
+        self.config, self.cfg, self.engine = config, self.client.cfg, self.client.db
+        fixed = self.cfg.feedback.p_t if p_t is None else p_t
         self.p_t_of: Callable[[int], float] = fixed if callable(fixed) else (lambda _step: float(fixed))
-        inter = asks_inter(config.feedback.mode) and config.feedback.inter.gamma > 0
-        with transaction(self.engine) as session:
-            self.problem_ids = ensure_dataset(session, config.data)
-            require_relevance(session, config.feedback, config.data.dataset)
-            self.scorer = resolve_scorer(session, config.feedback.inter.scorer) if inter else None
-            problems = problems_repo.problems_by_ids(session, self.problem_ids)
+        self.problem_ids, self.scorer = self.client.problem_ids, self.client.scorer
+        problems = list(self.client.problems.values())
         self._known = {p.id for p in problems}
         self._by_question: dict[str, int | None] = {}
         for p in problems:  # a question asked twice in the dataset names no one problem
@@ -121,11 +118,11 @@ class TRLStore:
         self._problems = {p.id: p for p in problems}
         self.run: RunRef | None = None
         self.p_t = self.p_t_of(1)
-        self.callback = _Callback(self)
+        self.callback = StoreCallback(self)
         self._calls: dict[int, _Call] = {}
         self._call_ids = count()
         self._trainer: Any = None
-        self._summarizer: Sampler | None = None
+        self._summarizer: tuple[GenerationBackend, Any] | None = None
         self._heartbeat: Heartbeat | None = None
         self._pending: tuple[dict[str, Any], int, str] | None = None  # what begin() checked, for _open()
 
@@ -200,23 +197,24 @@ class TRLStore:
         self._open()
         training = trainer.model.training
         n = trainer.num_generations if training else trainer.num_generations_eval
-        user_ids, _, _ = trainer._tokenize_prompts(prompts)  # the user's own prompts, as plain TRL tokenises them
+        user_ids = user_prompt_ids(trainer, prompts)  # the user's own prompts, as plain TRL renders them
         if not training:  # evaluation: the user's prompts, zero-shot, not written back
             completion_ids, logprobs = trainer._generate_single_turn(user_ids, None, {}, n)
-            return {"prompt_ids": user_ids, "completion_ids": completion_ids, "logprobs": logprobs,
-                    CALL: [-1] * len(prompts)}  # fmt: skip
-        groups = _whole_groups(prompts, n)
+            return {
+                "prompt_ids": user_ids,
+                "completion_ids": completion_ids,
+                "logprobs": logprobs,
+                CALL: [-1] * len(prompts),
+            }
+        groups = whole_groups(prompts, n)
         step = trainer.state.global_step + 1
         pids = [self.problem_of(prompts[g * n]) for g in range(groups)]
         fb = self.cfg.feedback
         rank_seed = mix_seed(self.cfg.seed, "trl-modes", trainer.accelerator.process_index)
         asked = choose_modes(pids, fb.mode, self.p_t, rank_seed, step)  # numpy's own seeded generator
-        self._record_version(step - 1, trainer)
-        drawn = contexted_prompts(
-            fb, self.cfg.rollout.max_prompt_tokens, self.cfg.seed, step, self.run, self.scorer, pids, asked,
-            trainer.processing_class, step - 1,
-        )  # fmt: skip
         tokenizer = trainer.processing_class
+        sha = policy_sha256(trainer.accelerator.unwrap_model(trainer.model))  # the weights as they are now
+        drawn = self.client.prompts(self.run, step, pids, tokenizer, policy_sha256=sha, asked=asked)
         prompt_ids: list[list[int]] = []
         for g in range(groups):
             if drawn.modes[g] == "zero_shot":  # asked for none, or got none: the user's prompt, untouched
@@ -228,15 +226,12 @@ class TRLStore:
         completion_ids, logprobs = trainer._generate_single_turn(prompt_ids, None, {}, n)
         call = next(self._call_ids)
         self._calls[call] = _Call(step, drawn, prompt_ids, n, self.p_t)
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs,
-                CALL: [call] * len(prompts)}  # fmt: skip
-
-    def _record_version(self, step: int, trainer: Any) -> None:
-        """The policy version that generates step `step + 1`: the weights as they are now (after `step` updates)."""
-        assert self.run is not None
-        sha = policy_sha256(trainer.accelerator.unwrap_model(trainer.model))
-        with transaction(self.engine) as session:
-            steps_repo.add_policy_version(session, self.run.run_id, step, sha)
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": logprobs,
+            CALL: [call] * len(prompts),
+        }
 
     # ------------------------------------------------------------------ the reward function
 
@@ -249,8 +244,9 @@ class TRLStore:
         if len(w) != len(funcs):
             raise ConfigError(f"{len(funcs)} reward functions and {len(w)} weights", hint="give one weight each")
 
-        def lanpo(prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kwargs: Any
-                  ) -> list[float]:  # fmt: skip
+        def lanpo(
+            prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kwargs: Any
+        ) -> list[float]:
             calls = kwargs.pop(CALL)
             totals = [0.0] * len(completions)
             for f, weight in zip(funcs, w, strict=True):
@@ -275,64 +271,46 @@ class TRLStore:
             Completion(text, tuple(ids), tuple(prompt), "stop" if ids and ids[-1] in eos else "length")
             for text, ids, prompt in zip(texts, completion_ids, call.prompt_ids, strict=True)
         ]
-        lanpo_grades = grade(
-            texts, [a for a in drawn.answers for _ in range(n)], [m for m in drawn.modes for _ in range(n)],
-            self.cfg.reward.format_rule,
-        )  # fmt: skip
-        graded = [  # the user's reward; an unscorable completion (every function None) is stored as 0
-            Graded(0.0 if math.isnan(t) else t, g.correct, g.format_ok)
-            for t, g in zip(totals, lanpo_grades, strict=True)
-        ]
-        summaries = self._summaries(call.step, drawn, rollouts, graded)
-        got = Produced(
-            drawn, [rollouts[g * n : (g + 1) * n] for g in range(len(drawn.problem_ids))], graded, summaries
-        )
-        from lanpo.train.loop import group_records
+        groups = [rollouts[g * n : (g + 1) * n] for g in range(len(drawn.problem_ids))]
+        graded = self.client.grade(drawn, groups, totals)  # the user's reward, lanpo's correctness and format
+        summaries = self._summaries(call.step, drawn, groups, graded)
+        zero_shot = {g: USER_PROMPT for g, mode in enumerate(drawn.modes) if mode == "zero_shot"}
+        metrics = {"feedback/p_t": call.p_t}
+        self.client.record(self.run, call.step, drawn, groups, graded, summaries, metrics, zero_shot)
 
-        rows = group_records(got, MetaStep())
-        for g, row in enumerate(rows):
-            if drawn.modes[g] == "zero_shot":
-                row.prompt_version = USER_PROMPT
-        metrics = {**record.rollout_metrics(rows), **drawn.feedback_metrics(n), "feedback/p_t": call.p_t}
-        with transaction(self.engine) as session:
-            written = record.write_step_rows(
-                session, self.run.run_id, self.run.pool, call.step, drawn.policy_version_id, rows,
-                self.cfg.summarizer.model,
-            )  # fmt: skip
-            metrics.update(written.as_metrics())
-            runs_repo.record_metrics(session, self.run.run_id, call.step, metrics)
-            steps_repo.commit_step(session, self.run.run_id, call.step, drawn.policy_version_id)
-
-    def _summaries(self, step: int, drawn: StepPrompts, rollouts: list[Completion], graded: list[Graded]) -> dict:
+    def _summaries(
+        self, step: int, drawn: StepPrompts, groups: list[list[Completion]], graded: list[Graded]
+    ) -> dict[int, Summary]:
         """Lessons of the successful rollouts, as lanpo's trainer writes them; generated with torch's RNG state
         saved and restored, and the model in eval mode, so TRL's own sampling and training go on unchanged."""
-        sampler = self._summary_sampler()
-        if sampler is None:
+        if not self.cfg.wants_lessons():
             return {}
+        backend, tokenizer = self._summary_writer()
         model = self._trainer.model
         was_training = model.training
         with torch.random.fork_rng(), torch.no_grad():
             model.eval()
             try:
-                return summaries_of(self.cfg, sampler, step, drawn, rollouts, graded)
+                return self.client.lessons(step, drawn, groups, graded, backend, tokenizer)
             finally:
                 model.train(was_training)
 
-    def _summary_sampler(self) -> Sampler | None:
-        s = self.cfg.summarizer
-        if not (s.enabled and (asks_inter(self.cfg.feedback.mode) or s.always)):
-            return None
+    def _summary_writer(self) -> tuple[GenerationBackend, Any]:
+        """What writes the lessons: the model being trained (`summarizer.model = policy`, through transformers
+        generate), or the model it names, loaded once."""
         if self._summarizer is None:
+            from lanpo.models import load_causal_lm
             from lanpo.rollout import make_backend
 
-            trainer = self._trainer
-            if s.model == "policy":  # the model being trained, through transformers generate
+            name, trainer = self.cfg.summarizer.model, self._trainer
+            if name == "policy":
                 model, tokenizer = trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class
             else:
-                from lanpo.train.policy import load_base
-
-                model, tokenizer = load_base(replace(self.cfg.model, name=s.model, init_adapter=None), self.cfg.seed)
-            self._summarizer = Sampler(make_backend("hf", model, tokenizer), tokenizer, Dist())
+                model_cfg = getattr(self.config, "model", None)  # a lanpo TrainConfig's [model]: its dtype and device
+                dtype = getattr(model_cfg, "dtype", "auto")
+                device = getattr(model_cfg, "device", "auto")
+                model, tokenizer = load_causal_lm(name, dtype=dtype, device=None if device == "auto" else device)
+            self._summarizer = (make_backend("hf", model, tokenizer), tokenizer)
         return self._summarizer
 
     # ------------------------------------------------------------------ the run's life, from the callback
@@ -355,7 +333,7 @@ class TRLStore:
         name = self.cfg.run_name
         run = runs_repo.find_run(session, name)
         if run is not None:
-            _same_kind_of_run(run, model_name)
+            same_kind_of_run(run, model_name)
         if run is None and step > 0:
             raise InputError(
                 f"TRL resumes from step {step}, and the store holds no run named {name!r}",
@@ -385,7 +363,7 @@ class TRLStore:
             run = self._check_run(session, step, model_name)
             pool = pools_repo.ensure_pool(session, self.cfg.pool_name(), self.cfg.store)
             if run is None:
-                config = {"trainer": TRAINER, "lanpo": to_mapping(self.cfg), "trl": trl_args}
+                config = {"trainer": TRAINER, "lanpo": to_mapping(self.config), "trl": trl_args}
                 run = runs_repo.create_run(session, self.cfg.run_name, "train", config, model_name, pool.id)
             else:
                 if run.pool_id != pool.id:
@@ -430,92 +408,23 @@ class TRLStore:
             runs_repo.finish_run(session, self.run.run_id, "failed" if failed else "finished")
 
 
-def _callback_base() -> type:
-    from transformers import TrainerCallback
-
-    return TrainerCallback
-
-
-class _Callback(_callback_base()):  # type: ignore[misc]
-    """The TRL callback: opens the run, sets p_t per step, ties checkpoints to steps, finishes the run."""
-
-    def __init__(self, store: TRLStore) -> None:
-        self.store = store
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, train_dataloader: Any = None,
-                       **kwargs: Any) -> None:  # fmt: skip
-        dataset = getattr(train_dataloader, "dataset", None)
-        self.store.begin(args, state, model, dataset)
-        self.store.p_t = self.store.p_t_of(state.global_step + 1)
-
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.store.p_t = self.store.p_t_of(state.global_step + 1)
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.store.saved(state.global_step, Path(args.output_dir) / f"checkpoint-{state.global_step}")
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        # state.log_history holds the numbers: transformers' progress callback, called first, formats `logs` in place
-        last = state.log_history[-1] if state.log_history else {}
-        self.store.logged(state.global_step, {k: v for k, v in last.items() if k != "step"})
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.store.end()
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def check_layout(args: Any) -> None:
-    """Refuse a layout whose groups the integration cannot serve: each process's generation batch must hold whole
-    groups of num_generations (TRL itself checks only the global batch), in one process."""
-    n = args.num_generations
-    per_process = args.per_device_train_batch_size * args.steps_per_generation
-    if n < 2:
-        raise ConfigError(f"num_generations = {n}: a GRPO group needs at least 2", hint="set num_generations >= 2")
-    if per_process % n:
-        raise ConfigError(
-            f"each process generates {per_process} completions (per_device_train_batch_size x steps_per_generation), "
-            f"not a multiple of num_generations = {n}: a group would straddle processes or generation batches",
-            hint=f"make per_device_train_batch_size x steps_per_generation a multiple of {n}",
-        )
-    world = getattr(args, "world_size", 1)
-    if world > 1:
-        raise ConfigError(
-            f"lanpo's TRL integration runs in one process; this launch has {world}",
-            hint="launch one process (python script.py), or train with lanpo train under torchrun",
-        )
-
-
-def _whole_groups(prompts: list[Any], n: int) -> int:
-    """How many groups `prompts` holds: each prompt repeated n times in a row (TRL's RepeatSampler)."""
-    if len(prompts) % n:
-        raise ConfigError(
-            f"rollout_func got {len(prompts)} prompts, not whole groups of num_generations = {n}",
-            hint="make per_device_train_batch_size x steps_per_generation a multiple of num_generations",
-        )
-    for g in range(len(prompts) // n):
-        if any(prompts[g * n + j] != prompts[g * n] for j in range(1, n)):
-            raise ConfigError(
-                f"rollout_func's prompts {g * n}..{g * n + n - 1} are not one prompt repeated {n} times",
-                hint="use TRL's default sampler (RepeatSampler); a custom sampler must keep each group together",
-            )
-    return len(prompts) // n
-
-
-def _same_kind_of_run(run: Any, model_name: str) -> None:
-    """A name already taken by a native lanpo run, or by a TRL run of another model, is refused."""
-    config = run.config or {}
-    if config.get("trainer") != TRAINER:
-        raise InputError(
-            f"run {run.name!r} is a lanpo {run.kind} run, not a TRL one",
-            hint="set run_name to a new name for the TRL run",
-        )
-    if run.model != model_name:
-        raise InputError(
-            f"run {run.name!r} trained {run.model}, not {model_name}",
-            hint="set run_name to a new name for this model",
-        )
+def user_prompt_ids(trainer: Any, prompts: list[Any]) -> list[list[int]]:
+    """The user's prompts as plain TRL 1.16 tokenises them (`GRPOTrainer._tokenize_prompts`, text prompts without
+    environments): a conversation through the processing class's chat template with the trainer's own template,
+    tools and template arguments; a string as it is."""
+    tokenizer = trainer.processing_class
+    if isinstance(prompts[0], str):
+        return list(tokenizer(text=prompts)["input_ids"])
+    rendered = tokenizer.apply_chat_template(
+        conversation=prompts,
+        tools=trainer.tools or None,  # TRL's `or None`: a Llama template renders tool boilerplate for tools=[]
+        chat_template=trainer.chat_template,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        **trainer.chat_template_kwargs,
+    )
+    return [list(ids) for ids in rendered["input_ids"]]
 
 
 def _model_name(model: Any) -> str:
@@ -526,9 +435,24 @@ def _model_name(model: Any) -> str:
 
 def _trl_args(args: Any) -> dict[str, Any]:
     """The TRL settings a run's config keeps (what shaped its rollouts and update)."""
-    keys = ("num_generations", "per_device_train_batch_size", "steps_per_generation", "gradient_accumulation_steps",
-            "max_completion_length", "temperature", "top_p", "beta", "epsilon", "epsilon_high", "loss_type",
-            "learning_rate", "max_steps", "seed", "use_vllm", "vllm_mode")  # fmt: skip
+    keys = (
+        "num_generations",
+        "per_device_train_batch_size",
+        "steps_per_generation",
+        "gradient_accumulation_steps",
+        "max_completion_length",
+        "temperature",
+        "top_p",
+        "beta",
+        "epsilon",
+        "epsilon_high",
+        "loss_type",
+        "learning_rate",
+        "max_steps",
+        "seed",
+        "use_vllm",
+        "vllm_mode",
+    )
     out = {}
     for key in keys:
         value = getattr(args, key, None)

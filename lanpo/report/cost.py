@@ -1,6 +1,6 @@
 """What a run had paid by the end of each step: the x axes of the compute-matched figures and the table's cost.
 
-Generated tokens: every token the step generated, `cost/generated_tokens` (lanpo.train.consumer.record.cost_metrics,
+Generated tokens: every token the step generated, `cost/generated_tokens` (lanpo.feedback.record.cost_metrics,
 every rank's): the training rollouts' completions, the summariser's generations, MEL's diagnoses and replays
 (`cost/generated_tokens/<source>` breaks it down). Prompt tokens, counted apart on their own axis:
 `cost/prompt_tokens`, the prompt tokens each of those generations read (a prompt once per sample drawn from it).

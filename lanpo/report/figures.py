@@ -219,7 +219,7 @@ def _by_mode(what: str, bounds: tuple[float, float] | None = None) -> Callable[[
 
 
 def _by_source(total_name: str) -> tuple[Curve, ...]:
-    """Each source's part of the step's `total_name` (lanpo.train.consumer.record.COST_SOURCES)."""
+    """Each source's part of the step's `total_name` (lanpo.feedback.record.COST_SOURCES)."""
     return tuple(metric(f"{total_name}/{s}", s) for s in ("rollout", "summary", "mel_diagnosis", "mel_replay"))
 
 

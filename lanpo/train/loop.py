@@ -61,12 +61,13 @@ from lanpo.db.engine import connect, transaction
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
+from lanpo.feedback import record
+from lanpo.feedback.record import GroupRecord
+from lanpo.feedback.schedule import mix_seed
 from lanpo.report.live import MetricsLogger
 from lanpo.rl.advantages import group_advantages
 from lanpo.rollout import Completion
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer import record
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord
 from lanpo.train.consumer.update import update_policy
 from lanpo.train.forward.batch import RolloutBatch, autocast_dtype, build_batch
 from lanpo.train.mel.experiences import MetaStep, meta_experiences
@@ -81,9 +82,7 @@ from lanpo.train.policy import Policy
 from lanpo.train.producer.contexts import feedback_prompts
 from lanpo.train.producer.produce import Produced, produce
 from lanpo.train.producer.rollout_queue import LocalWorkers
-from lanpo.train.producer.schedule import mix_seed
 from lanpo.train.producer.served_policy import behavior_logprobs
-from lanpo.train.producer.summarize import Summary
 from lanpo.train.state import Trainer, setup
 from lanpo.train.validate import due, validate, validated
 
@@ -323,47 +322,7 @@ def _rollout_batch(
 
 def group_records(got: Produced, meta: MetaStep) -> list[GroupRecord]:
     """What the store keeps of this rank's step: one record per prompt with its n graded rollouts."""
-    prompts, graded = got.prompts, got.graded
-    n = len(got.groups[0]) if got.groups else 0
-    return [
-        GroupRecord(
-            problem_id=prompts.problem_ids[g],
-            mode=prompts.modes[g],
-            prompt=prompts.texts[g],
-            prompt_tokens=len(completions[0].prompt_token_ids),
-            contexts=[item.ref(pos) for pos, item in enumerate(prompts.items[g])],
-            prompt_version=prompts.version(g),
-            rollouts=[
-                RolloutRecord(
-                    response=c.text,
-                    reward=graded[g * n + j].reward,
-                    correct=graded[g * n + j].correct,
-                    format_ok=graded[g * n + j].format_ok,
-                    completion_tokens=len(c.token_ids),
-                    truncated=c.finish_reason == "length",
-                    served_adapter_sha256=c.served_adapter_sha256,
-                    **_summary_fields(got.summaries.get(g * n + j)),
-                )
-                for j, c in enumerate(completions)
-            ],
-            meta=meta.by_group.get(g, []),
-        )
-        for g, completions in enumerate(got.groups)
-    ]
-
-
-def _summary_fields(summary: Summary | None) -> dict[str, Any]:
-    """A rollout's summary as RolloutRecord fields: the admitted text, whether it had the format, why it was
-    turned away (none: the rollout was not summarised)."""
-    if summary is None:
-        return {}
-    return {
-        "summary": summary.admitted,
-        "summary_format_ok": summary.format_ok,
-        "summary_rejected": summary.rejected,
-        "summary_generated_tokens": summary.generated_tokens,  # the step's cost/*/summary (record.cost_metrics)
-        "summary_prompt_tokens": summary.prompt_tokens,
-    }
+    return record.group_records(got.prompts, got.groups, got.graded, got.summaries, meta.by_group)
 
 
 def _progress(enabled: bool, start: int, steps: int) -> Any:

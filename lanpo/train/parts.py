@@ -1,8 +1,8 @@
 """The small views of the trainer that a step's phases take, so that each says what it uses.
 
-`RunRef` is where a step's rows go (the store, the run, its pool); `Sampler` is what samples text on this rank
-(the engine serving the policy, its tokenizer, the rank's place among the others); `StepStore` is what the step's
-commit writes with (the run, the lessons' author, the MEL config, the checkpoint folder it prunes).
+`RunRef` (lanpo.feedback.store) is where a step's rows go (the store, the run, its pool); `Sampler` is what samples
+text on this rank (the engine serving the policy, its tokenizer, the rank's place among the others); `StepStore` is
+what the step's commit writes with (the run, the lessons' author, the MEL config, the checkpoint folder it prunes).
 `lanpo.train.state.Trainer` hands them out; a phase that takes one never sees the rest (optimizer, schedule).
 """
 
@@ -12,20 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import Engine
-
-from lanpo.db.repo.pools import PoolRow
+from lanpo.feedback.store import RunRef
 from lanpo.mel.config import MELConfig
 from lanpo.train.plumbing.dist import Dist
-
-
-@dataclass(frozen=True)
-class RunRef:
-    """Where a step's rows go: the store, the run, and the experience pool the run reads and writes."""
-
-    engine: Engine
-    run_id: int
-    pool: PoolRow
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What a training step may generate, by source: the token side of `lanpo plan`, before any GPU time.
 
 Bounds from the config alone, in the sources of the measured `cost/generated_tokens/<source>`
-(`lanpo.train.consumer.record.COST_SOURCES`; `lanpo report` draws them): every rollout at its mode's length limit,
+(`lanpo.feedback.record.COST_SOURCES`; `lanpo report` draws them): every rollout at its mode's length limit,
 every lesson the summary cap allows at `summarizer.max_new_tokens`, every MEL pair diagnosed and replayed at its
 limits. LANPO names the summaries a cost of their own (Section 6, "Remark on training overhead": "the
 summarization step requires a separate generation process"), and the cap decides it: appendix 9.2's "maximum

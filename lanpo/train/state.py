@@ -24,6 +24,7 @@ from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import InputError
+from lanpo.feedback.store import RunRef, ensure_dataset, require_relevance, resolve_scorer
 from lanpo.feedback_modes import asks_inter
 from lanpo.models import (
     bf16_pays,
@@ -38,7 +39,7 @@ from lanpo.paths import input_file, output_dir
 from lanpo.train.config import TrainConfig
 from lanpo.train.consumer.update import minibatches_per_epoch, warmup_schedule
 from lanpo.train.forward.batch import autocast_dtype
-from lanpo.train.parts import RunRef, Sampler, StepStore
+from lanpo.train.parts import Sampler, StepStore
 from lanpo.train.plan_verdict import check_training
 from lanpo.train.plumbing import checkpoint as ckpt
 from lanpo.train.plumbing import staged
@@ -46,7 +47,7 @@ from lanpo.train.plumbing.dist import Dist, init_from_env
 from lanpo.train.policy import Policy, build_policy, load_base
 from lanpo.train.producer.rollout_queue import RolloutQueue
 from lanpo.train.producer.served_policy import ServedPolicy, build_summarizer, open_served_policy, start_folder
-from lanpo.train.run import RunStart, ensure_dataset, open_run, require_relevance, resolve_scorer
+from lanpo.train.run import RunStart, open_run
 from lanpo.train.start import load_start
 from lanpo.train.validate import ValidationSet, prepare_validation
 

@@ -28,14 +28,15 @@ from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import ConfigError
+from lanpo.feedback.record import GroupRecord, RolloutRecord, write_groups
+from lanpo.feedback.schedule import mix_seed
+from lanpo.feedback.store import RunRef
 from lanpo.models import apply_chat
 from lanpo.rewards import extract_boxed, grade
 from lanpo.rollout import SamplingParams
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord, write_groups
-from lanpo.train.parts import RunRef, Sampler
+from lanpo.train.parts import Sampler
 from lanpo.train.policy import Policy
-from lanpo.train.producer.schedule import mix_seed
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ def write_training_steps(
     lessons: int = 0,
     pool: PoolRow | None = None,
 ) -> list[tuple[list[int], list[int]]]:
-    """Write one training step per batch of problem ids, laid out as lanpo.train.consumer.record.write_step_rows does.
+    """Write one training step per batch of problem ids, laid out as lanpo.feedback.record.write_step_rows does.
 
     Per step, in its own committed transaction (so all its rows share one created_at = now(), and steps differ):
     one rollout group per problem of the batch, in batch order, holding its `n` rollouts (consecutive attempt ids),

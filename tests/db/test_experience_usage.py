@@ -24,7 +24,7 @@ from lanpo.db.readonly import query_readonly
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord, write_step_rows
+from lanpo.feedback.record import GroupRecord, RolloutRecord, write_step_rows
 
 N = 3  # rollouts per prompt
 

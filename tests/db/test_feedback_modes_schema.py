@@ -13,8 +13,9 @@ from sqlalchemy.engine import Engine
 
 from lanpo import feedback_modes
 from lanpo.db import models
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord, rollout_metrics
-from lanpo.train.producer.contexts import StepPrompts
+from lanpo.feedback.contexts import StepPrompts
+from lanpo.feedback.draw import SAMPLERS
+from lanpo.feedback.record import GroupRecord, RolloutRecord, rollout_metrics
 
 MODE_CHECKS = """
 SELECT c.conrelid::regclass::text AS table_name, c.conname, pg_get_constraintdef(c.oid) AS definition
@@ -33,7 +34,7 @@ def test_every_mode_check_lists_exactly_the_modules_modes(engine: Engine) -> Non
     for check in checks:
         listed = re.findall(r"'([^']+)'", check.definition)
         assert sorted(listed) == sorted(feedback_modes.ATTEMPT_MODES), (check.table_name, check.conname)
-    # the models keep their own copy (this module reads the store, so the store cannot import it)
+    # the models keep their own copy of the table's tuple
     assert sorted(models.ATTEMPT_MODES) == sorted(feedback_modes.ATTEMPT_MODES)
 
 
@@ -44,7 +45,7 @@ def test_each_meaning_has_its_own_tuple() -> None:
         assert set(asks) <= set(feedback_modes.CONTEXT_MODES), setting
     for name in feedback_modes.CONTEXT_MODES:  # a context mode draws from the store and reads one field of an item
         mode = feedback_modes.MODES[name]
-        assert mode.sampler is not None and mode.context_field is not None and mode.headers, name
+        assert mode.drawn and name in SAMPLERS and mode.context_field is not None and mode.headers, name
 
 
 def test_declared_metrics_are_the_ones_a_step_writes() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from lanpo.feedback.config import FeedbackConfig, InterConfig
 from lanpo.mel.config import MELConfig
-from lanpo.train.config import FeedbackConfig, InterConfig
 from lanpo.train.loop import train
 from tests.mel.conftest import MelScript
 from tests.train.conftest import tiny_config

@@ -9,8 +9,8 @@ from sqlalchemy.orm import Session
 
 from lanpo.config import StoreConfig
 from lanpo.db.repo import runs as runs_repo
+from lanpo.feedback.record import GroupRecord, RolloutRecord, write_groups
 from lanpo.mel.config import MELConfig
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord, write_groups
 from lanpo.train.mel.record import MetaRecord, record_meta
 from tests.db.store_helpers import make_pool, make_problems
 

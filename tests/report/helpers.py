@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord, rollout_metrics
+from lanpo.feedback.record import GroupRecord, RolloutRecord, rollout_metrics
 from lanpo.train.consumer.update import UpdateStats
 
 STEPS = 4

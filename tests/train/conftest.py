@@ -9,17 +9,8 @@ from sqlalchemy.engine import Engine
 
 from lanpo.db.engine import transaction
 from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
-from lanpo.train.config import (
-    DataConfig,
-    FeedbackConfig,
-    GRPOConfig,
-    InterConfig,
-    LoraConfig,
-    ModelConfig,
-    RolloutConfig,
-    SummarizerConfig,
-    TrainConfig,
-)
+from lanpo.feedback.config import DataConfig, FeedbackConfig, InterConfig, SummarizerConfig
+from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig, RolloutConfig, TrainConfig
 
 
 @pytest.fixture

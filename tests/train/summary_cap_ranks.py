@@ -9,8 +9,9 @@ import random
 import torch
 import torch.distributed as torch_dist
 
+from lanpo.feedback.summarize import Candidate
 from lanpo.train.plumbing.dist import Dist
-from lanpo.train.producer.summarize import Candidate, choose_for_step
+from lanpo.train.producer.summarize import choose_for_step
 
 PAPER_CAP = 8  # LANPO appendix 9.2: "the maximum number of feedback saved in each step to be 8"
 

@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from lanpo.feedback.record import GroupRecord, RolloutRecord, cost_metrics
 from lanpo.rollout import Completion, SamplingParams
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord, cost_metrics
 from lanpo.train.loop import grpo_step
 from lanpo.train.mel.record import MetaRecord
 from lanpo.train.state import setup

@@ -24,8 +24,8 @@ from lanpo import feedback_modes, prompts
 from lanpo.db.engine import transaction
 from lanpo.db.repo.contexts import InterItem, IntraItem
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.feedback.contexts import MIN_ITEM_TOKENS, StepPrompts, fit_prompt, water_fill
 from lanpo.models import apply_chat, prepare_tokenizer, tiny_causal_lm, tiny_tokenizer
-from lanpo.train.producer.contexts import MIN_ITEM_TOKENS, StepPrompts, fit_prompt, water_fill
 
 WORDS = ("step", "add", "the", "sum", "of", "carry", "so", "we", "get", "then", "\\boxed{12}", "###", "\n\n", "=")
 CUT = re.compile(r"\A(?P<head>.*)\n\[\.\.\. (?P<omitted>\d+) tokens omitted \.\.\.\]\n(?P<tail>.*)\Z", re.DOTALL)

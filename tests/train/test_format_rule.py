@@ -15,12 +15,12 @@ import pytest
 
 from lanpo import papers
 from lanpo.errors import ConfigError
+from lanpo.feedback.contexts import StepPrompts
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.train.config import RewardConfig, load_config
 from lanpo.train.parts import Sampler
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.plumbing.timing import Phases
-from lanpo.train.producer.contexts import StepPrompts
 from lanpo.train.producer.produce import produce
 from tests.train.conftest import tiny_config
 

@@ -114,9 +114,9 @@ def test_existing_run_needs_resume_and_resume_of_a_finished_run_does_nothing(
 def test_dataset_is_generated_on_first_use_and_batches_are_reproducible(db: Engine) -> None:
     from lanpo.db.engine import transaction
     from lanpo.errors import InputError
-    from lanpo.train import run
-    from lanpo.train.config import DataConfig
-    from lanpo.train.producer import schedule
+    from lanpo.feedback import schedule
+    from lanpo.feedback import store as run
+    from lanpo.feedback.config import DataConfig
 
     data = DataConfig(dataset="gen_once", task="chain_sum", n=5, task_options={"min_terms": 2, "max_terms": 2})
     with transaction(db) as session:

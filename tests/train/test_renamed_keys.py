@@ -14,7 +14,8 @@ import pytest
 from lanpo.config import apply_overrides, field_default, from_mapping, keys_text, load_toml, to_mapping
 from lanpo.errors import ConfigError
 from lanpo.experiment import ExperimentConfig, arm_config, identity, upgrade_identity
-from lanpo.train.config import FeedbackConfig, InterConfig, TrainConfig, load_config
+from lanpo.feedback.config import FeedbackConfig, InterConfig
+from lanpo.train.config import TrainConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "train" / "configs"
 

@@ -15,10 +15,10 @@ from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
+from lanpo.feedback.store import RunRef
 from lanpo.rewards import Graded
 from lanpo.rollout import Completion
 from lanpo.train.config import FeedbackConfig, GRPOConfig, ModelConfig, WorkersConfig
-from lanpo.train.parts import RunRef
 from lanpo.train.plumbing.timing import Phases
 from lanpo.train.policy import TINY, load_base
 from lanpo.train.producer.produce import Produced, groups_to_json, prompts_from_json
@@ -87,14 +87,14 @@ def test_each_rank_gets_the_strided_share_of_a_workers_step_with_its_summaries_a
     summaries and MEL pairs renumbered within the share, and the shares together are the whole step, once."""
     from collections import Counter
 
+    from lanpo.feedback.contexts import StepPrompts
+    from lanpo.feedback.record import RolloutRecord
+    from lanpo.feedback.summarize import Summary
     from lanpo.mel.pairs import Pair
-    from lanpo.train.consumer.record import RolloutRecord
     from lanpo.train.mel.experiences import MetaWork
     from lanpo.train.mel.record import MetaRecord
     from lanpo.train.plumbing.dist import Dist
-    from lanpo.train.producer.contexts import StepPrompts
     from lanpo.train.producer.produce import produced_from_json, share_of
-    from lanpo.train.producer.summarize import Summary
 
     G, n, world = 5, 2, 2
     prompts = StepPrompts(

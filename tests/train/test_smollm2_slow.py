@@ -10,16 +10,8 @@ import sqlalchemy as sa
 import torch
 from sqlalchemy.engine import Engine
 
-from lanpo.train.config import (
-    DataConfig,
-    FeedbackConfig,
-    InterConfig,
-    ModelConfig,
-    RolloutConfig,
-    SFTConfig,
-    SummarizerConfig,
-    ValidationConfig,
-)
+from lanpo.feedback.config import DataConfig, FeedbackConfig, InterConfig, SummarizerConfig
+from lanpo.train.config import ModelConfig, RolloutConfig, SFTConfig, ValidationConfig
 from lanpo.train.loop import train
 from tests.train.conftest import tiny_config
 

@@ -13,11 +13,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from lanpo import prompts
+from lanpo.feedback import summarize
+from lanpo.feedback.record import GroupRecord, RolloutRecord, rollout_metrics
+from lanpo.feedback.summarize import Candidate, check_summary, summarise
 from lanpo.rollout import Completion
 from lanpo.train.config import SummarizerConfig, load_config
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord, rollout_metrics
-from lanpo.train.producer import summarize
-from lanpo.train.producer.summarize import Candidate, check_summary, summarise
 from lanpo.train.sft.warm_start import lesson_for
 from tests.train.conftest import tiny_config
 
@@ -161,7 +161,7 @@ def test_training_admits_only_lessons_and_records_the_metrics(
     replies = _Replies([GOOD, TEMPLATE_ECHOES[0]])
     real = summarize.summarise
     monkeypatch.setattr(
-        "lanpo.train.producer.produce.summarise", lambda backend, tokenizer, *args: real(replies, tokenizer, *args)
+        "lanpo.feedback.summarize.summarise", lambda backend, tokenizer, *args: real(replies, tokenizer, *args)
     )
     summarizer = SummarizerConfig(min_reward=0.0, max_new_tokens=8, max_new_per_step=2, require_format=require_format)
     cfg = tiny_config(tmp_path, steps=2, summarizer=summarizer)

@@ -18,12 +18,12 @@ import torch
 import torch.multiprocessing as mp
 from sqlalchemy.engine import Engine
 
+from lanpo.feedback import schedule, summarize
+from lanpo.feedback.summarize import Candidate, choose_candidates
 from lanpo.train.config import RolloutConfig, SummarizerConfig, load_config
 from lanpo.train.plan import make_plan
 from lanpo.train.plan_shapes import model_shape
 from lanpo.train.plan_tokens import step_generation, summaries_per_step
-from lanpo.train.producer import schedule, summarize
-from lanpo.train.producer.summarize import Candidate, choose_candidates
 from tests.train import summary_cap_ranks as ranks
 from tests.train.conftest import tiny_config
 from tests.train.test_summary_admission import GOOD, _Replies
@@ -120,7 +120,7 @@ def test_a_step_with_more_candidates_stores_at_most_8(
 
     real = summarize.summarise
     monkeypatch.setattr(
-        "lanpo.train.producer.produce.summarise",
+        "lanpo.feedback.summarize.summarise",
         lambda backend, tokenizer, *args: real(_Replies([GOOD]), tokenizer, *args),
     )  # the summariser's text only: a lesson every time, so each chosen one is admitted
     paper = load_config(CONFIGS / "lanpo-inter.toml").summarizer

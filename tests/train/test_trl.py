@@ -21,7 +21,8 @@ from sqlalchemy.engine import Engine
 from lanpo.db.engine import transaction
 from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
 from lanpo.errors import LanpoError
-from lanpo.train.config import FeedbackConfig, InterConfig, TrainConfig
+from lanpo.feedback.config import FeedbackConfig, InterConfig
+from lanpo.train.config import TrainConfig
 
 trl = pytest.importorskip("trl")
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -30,6 +31,7 @@ from lanpo.integrations.trl import ID_KEY, TRLStore, check_layout  # noqa: E402
 
 N = 2  # num_generations
 PROBLEMS = 6
+ROOT = Path(__file__).resolve().parents[2]
 GOLD = "goldanswer"  # every gold answer holds it: a prompt that carries one is found by a substring search
 
 
@@ -297,3 +299,28 @@ def test_bad_input_is_refused_before_training_with_nothing_written(db: Engine, t
             TRLStore(_plain("trl-old", 1.0), engine=db)
     finally:
         migrate.upgrade(db)
+
+
+def test_docs_first_command_runs_on_a_fresh_store(pg_url: str, tmp_path: Path) -> None:
+    """docs/trl.md's first command, as a new user runs it: a fresh LANPO_HOME and an empty database, no
+    `lanpo db upgrade` first (the store is migrated on open); both TRL steps land in the store, committed."""
+    import subprocess
+    import sys
+
+    from tests.fresh_store import fresh_store
+
+    command = [sys.executable, str(ROOT / "examples/trl/grpo.py"), "--model", "tiny-random", "--max-steps", "2"]
+    with fresh_store(pg_url, tmp_path / "home") as env:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        db = sa.create_engine(env["LANPO_DATABASE_URL"], poolclass=sa.pool.NullPool)
+        with db.connect() as conn:
+            steps = conn.scalars(
+                sa.text(
+                    "SELECT s.step FROM run_steps s JOIN runs r ON r.id = s.run_id WHERE r.name = 'trl' ORDER BY 1"
+                )
+            ).all()
+            status = conn.scalar(sa.text("SELECT status FROM runs WHERE name = 'trl'"))
+        db.dispose()
+    assert steps == [1, 2] and status == "finished"
+    assert "run trl: 2 TRL steps in the store" in done.stdout

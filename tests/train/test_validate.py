@@ -12,9 +12,10 @@ from sqlalchemy.engine import Engine
 from lanpo.db.engine import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.errors import ConfigError
-from lanpo.train.config import DataConfig, FeedbackConfig, InterConfig, TrainConfig, ValidationConfig
+from lanpo.feedback.config import DataConfig, FeedbackConfig, InterConfig
+from lanpo.feedback.contexts import MISSED
+from lanpo.train.config import TrainConfig, ValidationConfig
 from lanpo.train.loop import train
-from lanpo.train.producer.contexts import MISSED
 from lanpo.train.validate import prepare_validation, validation_metrics
 from tests.train.conftest import tiny_config
 
@@ -81,7 +82,7 @@ def test_generated_validation_leaves_out_training_questions(db: Engine) -> None:
         data=DataConfig(dataset="sums", task="chain_sum", n=60, task_options=options),
         eval=ValidationConfig(every=1, n=20),
     )
-    from lanpo.train.run import ensure_dataset
+    from lanpo.feedback.store import ensure_dataset
 
     with transaction(db) as session:
         ensure_dataset(session, cfg.data)
@@ -109,7 +110,7 @@ def test_generated_validation_leaves_out_training_questions(db: Engine) -> None:
 
 
 def test_validation_metrics_by_hand() -> None:
-    from lanpo.train.consumer.record import GroupRecord, RolloutRecord
+    from lanpo.feedback.record import GroupRecord, RolloutRecord
 
     def group(correct: list[bool], boxed: list[bool]) -> GroupRecord:
         rollouts = [RolloutRecord("r", float(c), c, b, 3, False) for c, b in zip(correct, boxed, strict=True)]

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from lanpo.feedback.summarize import Candidate, summarise
 from lanpo.rollout import SamplingParams
-from lanpo.train.producer.summarize import Candidate, summarise
 from tests.vllm_engine.helpers import needs_vllm
 
 pytestmark = [pytest.mark.vllm, needs_vllm]
@@ -36,7 +36,7 @@ def test_summaries_come_from_the_engine(backend: Any, monkeypatch: pytest.Monkey
 
 def test_a_scaffolded_summary_through_the_engine(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from lanpo import prompts
-    from lanpo.train.producer.summarize import SECTION_STOP
+    from lanpo.feedback.summarize import SECTION_STOP
 
     calls: list[SamplingParams] = []
     generate = backend.generate

@@ -32,6 +32,9 @@ from typing import Any
 
 import torch
 
+from lanpo.feedback.contexts import StepPrompts
+from lanpo.feedback.record import RolloutRecord
+from lanpo.feedback.schedule import mix_seed
 from lanpo.mel.bifurcation import first_difference, split_steps
 from lanpo.mel.pairs import Pair, contrastive_pairs
 from lanpo.mel.prompts import clean_lesson, diagnosis_messages, parse_diagnosis, replay_messages
@@ -41,13 +44,10 @@ from lanpo.prompts import actor_messages
 from lanpo.rewards import Graded, grade
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer.record import RolloutRecord
 from lanpo.train.consumer.update import NLLTerm
 from lanpo.train.forward.batch import RolloutBatch, build_batch
 from lanpo.train.mel.record import MetaRecord
 from lanpo.train.parts import Sampler
-from lanpo.train.producer.contexts import StepPrompts
-from lanpo.train.producer.schedule import mix_seed
 
 
 @dataclass

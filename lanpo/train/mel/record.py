@@ -23,11 +23,11 @@ from lanpo.db.repo import meta as meta_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo.attempts import ContextRef
 from lanpo.db.repo.pools import PoolRow
+from lanpo.feedback.record import GroupRecord, RolloutRecord
 from lanpo.mel.config import MELConfig
 from lanpo.mel.pairs import is_mixed
 from lanpo.mel.prompts import DIAGNOSIS_VERSION, REPLAY_VERSION, has_lesson_headers
 from lanpo.mel.verdict import success_rate
-from lanpo.train.consumer.record import GroupRecord, RolloutRecord
 
 AUTHOR = "policy"  # the diagnosis, and so the lesson, is the policy's own
 

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo.contexts import InterItem, IntraItem
+from lanpo.feedback import summarize as lessons
+from lanpo.feedback.contexts import StepPrompts, per_rollout
+from lanpo.feedback.schedule import mix_seed
+from lanpo.feedback.summarize import Summary
 from lanpo.rewards import Graded, grade
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.train.config import RolloutConfig, TrainConfig
@@ -24,9 +29,7 @@ from lanpo.train.mel.experiences import MetaWork, completion_from_json, work_fro
 from lanpo.train.parts import Sampler
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.plumbing.timing import Phases
-from lanpo.train.producer.contexts import StepPrompts
-from lanpo.train.producer.schedule import mix_seed
-from lanpo.train.producer.summarize import Candidate, Summary, choose_for_step, summarise
+from lanpo.train.producer.summarize import choose_for_step
 
 
 @dataclass
@@ -47,15 +50,17 @@ class Produced:
         return [c for group in self.groups for c in group]
 
 
-def produce(cfg: TrainConfig, sampler: Sampler, summarizer: Sampler | None, step: int, prompts: StepPrompts,
-            phase: Phases) -> Produced:  # fmt: skip
+def produce(
+    cfg: TrainConfig, sampler: Sampler, summarizer: Sampler | None, step: int, prompts: StepPrompts, phase: Phases
+) -> Produced:
     """Generate, grade and summarise step `step`'s prompts with the policy `sampler` serves."""
     with phase("generate"):
         groups = generate(cfg.rollout, cfg.seed, sampler, step, prompts)  # G lists of n completions
     rollouts = [c for group in groups for c in group]  # (G*n,) flat, group by group
     with phase("reward"):
-        graded = grade([c.text for c in rollouts], _per_rollout(prompts.answers, cfg.rollout.n),
-                       _per_rollout(prompts.modes, cfg.rollout.n), cfg.reward.format_rule)  # fmt: skip
+        n = cfg.rollout.n
+        answers, modes = per_rollout(prompts.answers, n), per_rollout(prompts.modes, n)
+        graded = grade([c.text for c in rollouts], answers, modes, cfg.reward.format_rule)
     with phase("summarize"):
         summaries = summaries_of(cfg, summarizer, step, prompts, rollouts, graded)  # rollout -> summary
     return Produced(prompts, groups, graded, summaries)
@@ -91,30 +96,23 @@ def summaries_of(
     graded: list[Graded],
 ) -> dict[int, Summary]:
     """Summaries of this rank's successful rollouts, checked for admission (flat rollout index -> summary);
-    `summarizer`: what writes them on this rank, None when summaries are off."""
+    `summarizer`: what writes them on this rank, None when summaries are off. Rank 0 chooses over the whole step."""
     if summarizer is None:
         return {}
-    s_cfg, n, dist = cfg.summarizer, cfg.rollout.n, summarizer.dist
-    step_index = [(dist.rank + dist.world * (i // n)) * n + i % n for i in range(len(rollouts))]  # in the whole step
-    pids, questions, answers = (_per_rollout(v, n) for v in (prompts.problem_ids, prompts.questions, prompts.answers))
-    candidates = [
-        Candidate(step_index[i], pids[i], questions[i], c.text, g.reward, answers[i])
-        for i, (c, g) in enumerate(zip(rollouts, graded, strict=True))
-        if g.reward >= s_cfg.min_reward
-    ]
-    chosen = choose_for_step(dist, candidates, s_cfg.max_new_per_step, s_cfg.max_total_per_step)
-    local = {j: i for i, j in enumerate(step_index)}
-    seed = mix_seed(cfg.seed, "summarize", step, dist.rank)
-    checked = summarise(
-        summarizer.backend, summarizer.tokenizer, chosen,
-        s_cfg.max_new_tokens, s_cfg.temperature, seed, s_cfg.require_format, s_cfg.scaffold,
-    )  # fmt: skip
-    return {local[c.index]: s for c, s in zip(chosen, checked, strict=True)}
-
-
-def _per_rollout(values: list[Any], n: int) -> list[Any]:
-    """One value per prompt -> one per rollout, group by group: (G,) -> (G*n,)."""
-    return [value for value in values for _ in range(n)]
+    dist = summarizer.dist
+    return lessons.summaries_of(
+        cfg.summarizer,
+        summarizer.backend,
+        summarizer.tokenizer,
+        cfg.seed,
+        step,
+        prompts,
+        rollouts,
+        graded,
+        dist.rank,
+        dist.world,
+        partial(choose_for_step, dist),
+    )
 
 
 # --------------------------------------------------------------------------- through the store, as JSON
@@ -159,11 +157,8 @@ def groups_to_json(produced: Produced) -> list[dict[str, Any]]:
         rows = []
         for j, c in enumerate(group):
             graded, summary = produced.graded[g * n + j], produced.summaries.get(g * n + j)
-            rows.append({
-                "completion": asdict(c),
-                "graded": asdict(graded),
-                "summary": None if summary is None else asdict(summary),
-            })  # fmt: skip
+            summary_row = None if summary is None else asdict(summary)
+            rows.append({"completion": asdict(c), "graded": asdict(graded), "summary": summary_row})
         out.append({"rollouts": rows})
     if produced.mel is not None:  # MEL's diagnosed pairs travel with their group (a group may have none)
         for group in out:

@@ -36,9 +36,9 @@ from lanpo.db.engine import ENV_URL, transaction
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import LanpoError
+from lanpo.feedback.store import RunRef
 from lanpo.procs import process_tag
 from lanpo.train.config import TrainConfig
-from lanpo.train.parts import RunRef
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.plumbing.timing import Phases
 from lanpo.train.producer.contexts import feedback_prompts

@@ -1,6 +1,7 @@
-"""What one training step writes: its rollout groups (prompt, context, n rollouts), the experiences summarised
-from them, and the metrics of its rollouts. Every function takes a session and never opens one: the loop owns the
-one-transaction-per-step boundary.
+"""What one step of any trainer writes: its rollout groups (prompt, context rows, n rollouts with their rewards), the
+lessons summarised from them (admitted under the pool's capacity policies), and the metrics of its rollouts. Every
+function takes a session and never opens one: the caller owns the one-transaction-per-step boundary (lanpo's loop,
+`lanpo.feedback.StoreClient.record`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from lanpo.db.repo import experiences as experiences_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo.attempts import ContextRef
 from lanpo.db.repo.pools import PoolRow
-from lanpo.train.producer.summarize import REJECTIONS
+from lanpo.feedback.contexts import StepPrompts
+from lanpo.feedback.summarize import REJECTIONS, Summary
+from lanpo.rewards import Graded
+from lanpo.rollout import Completion
 
 
 @dataclass
@@ -34,7 +38,7 @@ class RolloutRecord:
     summary: str | None = None  # the lesson distilled from it, when it was chosen for summarising
     served_adapter_sha256: str | None = None  # the adapter the engine sampled it with
     summary_format_ok: bool | None = None  # None: not summarised; else whether its summary had the lesson's format
-    summary_rejected: str | None = None  # why its summary was not admitted (lanpo.train.producer.summarize.REJECTIONS)
+    summary_rejected: str | None = None  # why its summary was not admitted (lanpo.feedback.summarize.REJECTIONS)
     summary_generated_tokens: int = 0  # what writing its summary generated (0: not summarised)
     summary_prompt_tokens: int = 0  # ... and read as prompt, over its generation calls
 
@@ -53,6 +57,57 @@ class GroupRecord:
         default_factory=list
     )  # MEL's diagnosed pairs of this group (lanpo.train.mel.experiences.MetaRecord)
     prompt_version: str | None = None  # the template's version (None: the one of `mode`)
+
+
+def group_records(
+    prompts: StepPrompts,
+    groups: Sequence[Sequence[Completion]],
+    graded: Sequence[Graded],
+    summaries: dict[int, Summary],
+    meta: dict[int, list[Any]] | None = None,
+) -> list[GroupRecord]:
+    """What the store keeps of a step's groups: one record per prompt with its n graded rollouts (`graded` and
+    `summaries` are flat over the rollouts, group by group; `meta`: MEL's pairs per group)."""
+    n = len(groups[0]) if groups else 0
+    return [
+        GroupRecord(
+            problem_id=prompts.problem_ids[g],
+            mode=prompts.modes[g],
+            prompt=prompts.texts[g],
+            prompt_tokens=len(completions[0].prompt_token_ids),
+            contexts=[item.ref(pos) for pos, item in enumerate(prompts.items[g])],
+            prompt_version=prompts.version(g),
+            rollouts=[
+                RolloutRecord(
+                    response=c.text,
+                    reward=graded[g * n + j].reward,
+                    correct=graded[g * n + j].correct,
+                    format_ok=graded[g * n + j].format_ok,
+                    completion_tokens=len(c.token_ids),
+                    truncated=c.finish_reason == "length",
+                    served_adapter_sha256=c.served_adapter_sha256,
+                    **summary_fields(summaries.get(g * n + j)),
+                )
+                for j, c in enumerate(completions)
+            ],
+            meta=(meta or {}).get(g, []),
+        )
+        for g, completions in enumerate(groups)
+    ]
+
+
+def summary_fields(summary: Summary | None) -> dict[str, Any]:
+    """A rollout's summary as RolloutRecord fields: the admitted text, whether it had the format, why it was
+    turned away (none: the rollout was not summarised)."""
+    if summary is None:
+        return {}
+    return {
+        "summary": summary.admitted,
+        "summary_format_ok": summary.format_ok,
+        "summary_rejected": summary.rejected,
+        "summary_generated_tokens": summary.generated_tokens,  # the step's cost/*/summary (cost_metrics)
+        "summary_prompt_tokens": summary.prompt_tokens,
+    }
 
 
 @dataclass

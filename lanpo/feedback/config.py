@@ -1,16 +1,21 @@
-"""The language-feedback tables of a training config: `[feedback]` (which contexts, how often, how many),
-`[feedback.inter]` (which experiences of other problems, and what an item shows) and `[summarizer]` (distilling
-successful rollouts into lessons). Part of `TrainConfig` (lanpo.train.config, which re-exports them).
+"""The tables any trainer's store client reads: `[data]` (the problems), `[feedback]` (which contexts, how often, how
+many), `[feedback.inter]` (which experiences of other problems, and what an item shows), `[summarizer]` (distilling
+successful rollouts into lessons) and `[reward]` (when the format bonus is paid). lanpo's `TrainConfig`
+(lanpo.train.config) composes them; `StoreRunConfig` holds them for a trainer lanpo does not know, and
+`load_store_config` reads them from a lanpo recipe. `[store]` (the capacity policies) is `lanpo.config.StoreConfig`:
+the store's own pool repository reads it, so it sits below this layer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
-from lanpo.config import Renamed, help_field
+from lanpo.config import Renamed, StoreConfig, apply_overrides, from_mapping, help_field, read_toml
 from lanpo.config import check as _check
-from lanpo.feedback_modes import FEEDBACK_SETTINGS, GAMMA
+from lanpo.feedback_modes import FEEDBACK_SETTINGS, GAMMA, asks_inter
+from lanpo.rewards import DEFAULT_FORMAT_RULE, FORMAT_RULES
 
 INTER_KINDS = ("summary", "meta")  # feedback.inter.kinds: experience kinds inter contexts draw from
 INTER_SHOWS = ("lesson", "response")  # feedback.inter.shows: what an inter item shows of the experience drawn
@@ -135,3 +140,84 @@ class SummarizerConfig:
         _check(self.temperature > 0, f"summarizer.temperature must be > 0, got {self.temperature}")
         total = self.max_total_per_step
         _check(total >= 0, f"summarizer.max_total_per_step must be >= 0, got {total}")
+
+
+@dataclass
+class DataConfig:
+    """Which problems to train on: a dataset already imported, or generated from reasoning-gym on first use."""
+
+    dataset: str = help_field("chain_sum", "dataset name in the store (problems.dataset)")
+    task: str | None = help_field(None, "reasoning-gym task to generate the dataset from when it is empty")
+    n: int = help_field(200, "problems to generate when the dataset is empty and `task` is set")
+    seed: int = help_field(0, "generation seed")
+    task_options: dict = field(default_factory=dict, metadata={"help": "reasoning-gym task options"})
+
+    def __post_init__(self) -> None:
+        _check(self.dataset.strip() != "", "data.dataset must not be empty")
+        _check(self.n >= 1, f"data.n must be >= 1, got {self.n}")
+
+
+@dataclass
+class RewardConfig:
+    """A rollout's reward: correctness (its last `\\boxed{}`, by math-verify) plus the format bonus (lanpo.rewards)."""
+
+    format_rule: str = help_field(
+        DEFAULT_FORMAT_RULE,
+        "when the +0.1 format bonus is paid: paper (LANPO appendix 10.3: a feedback-mode response with its mode's "
+        "headers, right or wrong) | correct_only (headers and a boxed answer, on a correct answer only: the paper's "
+        "rule was gamed on the CPU experiment, docs/results.md)",
+    )
+
+    def __post_init__(self) -> None:
+        _check(
+            self.format_rule in FORMAT_RULES,
+            f"reward.format_rule must be one of {', '.join(FORMAT_RULES)}, got {self.format_rule!r}",
+            "paper (the paper recipes) or correct_only (the CPU recipes)",
+        )
+
+
+@dataclass
+class StoreRunConfig:
+    """What a trainer's run in the store reads: the tables above, `[store]`, and the prompt limit
+    (`rollout.max_prompt_tokens` in a lanpo recipe). `of` takes them from a lanpo `TrainConfig`."""
+
+    run_name: str = help_field("lanpo", "unique run name")
+    seed: int = help_field(0, "seed for the modes and the context draws")
+    data: DataConfig = field(default_factory=DataConfig, metadata={"help": "training problems"})
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig, metadata={"help": "language feedback contexts"})
+    summarizer: SummarizerConfig = field(default_factory=SummarizerConfig, metadata={"help": "distillation"})
+    store: StoreConfig = field(default_factory=StoreConfig, metadata={"help": "experience store capacity policies"})
+    reward: RewardConfig = field(default_factory=RewardConfig, metadata={"help": "the rollouts' reward"})
+    max_prompt_tokens: int = help_field(3072, "prompt length limit: context items are cut to fit, never dropped")
+
+    def __post_init__(self) -> None:
+        _check(self.run_name.strip() != "", "run_name must not be empty")
+        _check(self.max_prompt_tokens >= 8, f"max_prompt_tokens must be >= 8, got {self.max_prompt_tokens}")
+
+    @classmethod
+    def of(cls, cfg: Any) -> StoreRunConfig:
+        """`cfg` itself, or the tables of a lanpo `TrainConfig` (anything with its attribute names)."""
+        if isinstance(cfg, cls):
+            return cfg
+        tables = ("run_name", "seed", "data", "feedback", "summarizer", "store", "reward")
+        return cls(**{name: getattr(cfg, name) for name in tables}, max_prompt_tokens=cfg.rollout.max_prompt_tokens)
+
+    def pool_name(self) -> str:
+        """The experience pool the run reads and writes: `store.pool`, else one named after the run."""
+        return self.store.pool or self.run_name
+
+    def wants_lessons(self) -> bool:
+        """Whether successful rollouts are summarised: inter feedback reads lessons, or `summarizer.always`."""
+        return self.summarizer.enabled and (asks_inter(self.feedback.mode) or self.summarizer.always)
+
+
+def load_store_config(path: str | Path, overrides: list[str] | None = None) -> StoreRunConfig:
+    """The tables a store run reads from a lanpo recipe (`train/configs/*.toml`, its `base` chain resolved) plus
+    `a.b=value` overrides: run_name, seed, `[data]`, `[feedback]`, `[summarizer]`, `[store]`, `[reward]` and
+    `rollout.max_prompt_tokens`; the trainer's own tables are left to the trainer."""
+    data = apply_overrides(read_toml(path), overrides or [])
+    tables = ("run_name", "seed", "data", "feedback", "summarizer", "store", "reward")
+    picked = {name: data[name] for name in tables if name in data}
+    if "max_prompt_tokens" in data.get("rollout", {}):
+        picked["max_prompt_tokens"] = data["rollout"]["max_prompt_tokens"]
+    return from_mapping(StoreRunConfig, picked)

@@ -1,0 +1,33 @@
+"""StoreClient's checks: a step's prompts need the policy version that generates them, and the error says how to
+record it; a config's feedback that reads relevance is refused before any model loads when the store has none."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from lanpo.db.engine import transaction
+from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.errors import ConfigError, InputError
+from lanpo.feedback import DataConfig, FeedbackConfig, StoreClient, StoreRunConfig
+
+
+def _config(mode: str) -> StoreRunConfig:
+    return StoreRunConfig(run_name="api", data=DataConfig(dataset="api-toy"), feedback=FeedbackConfig(mode=mode))
+
+
+def test_prompts_without_a_policy_version_say_how_to_record_one(db: Engine) -> None:
+    with transaction(db) as session:
+        upsert_problems(session, "api-toy", [ProblemIn(external_id="1", question="1 + 1?", answer="2")])
+    client = StoreClient(_config("intra"), db)
+    run = client.start("tiny-random")
+    with pytest.raises(InputError, match="no policy version for step 0") as raised:
+        client.prompts(run, 1, client.problem_ids, tokenizer=None)
+    assert "policy_sha256" in str(raised.value.hint)
+
+
+def test_inter_feedback_without_relevance_is_refused_before_a_run(db: Engine) -> None:
+    with transaction(db) as session:
+        upsert_problems(session, "api-toy", [ProblemIn(external_id="1", question="1 + 1?", answer="2")])
+    with pytest.raises(ConfigError, match="relevance_scores holds no score"):
+        StoreClient(_config("inter"), db)
