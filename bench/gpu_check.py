@@ -178,6 +178,7 @@ def add_problems(engine: Any, dataset: str) -> None:
 
 
 def train_config(env: Env, name: str, **overrides: Any) -> Any:
+    from lanpo.feedback import config as f
     from lanpo.train import config as c
 
     tokens = 16 if env.small else 128
@@ -189,14 +190,14 @@ def train_config(env: Env, name: str, **overrides: Any) -> Any:
         "output_dir": str(env.work / name),
         "model": c.ModelConfig(name=str(env.model_dir), device=str(env.device), dtype=env.dtype),
         "lora": c.LoraConfig(r=16, alpha=32),
-        "data": c.DataConfig(dataset="gpu-check"),
+        "data": f.DataConfig(dataset="gpu-check"),
         "rollout": c.RolloutConfig(n=4, max_new_tokens=tokens),
         "grpo": c.GRPOConfig(learning_rate=1e-4, warmup_ratio=0.0, autocast="auto", minibatch_size=16),
-        "feedback": c.FeedbackConfig(
-            mode="both", p_t=1.0, k=2, candidates=4, inter=c.InterConfig(gamma=0.5, scorer="gpu-check")
+        "feedback": f.FeedbackConfig(
+            mode="both", p_t=1.0, k=2, candidates=4, inter=f.InterConfig(gamma=0.5, scorer="gpu-check")
         ),
         # a random model never writes the lesson's headers: admit its summaries as they are, so inter has a pool
-        "summarizer": c.SummarizerConfig(
+        "summarizer": f.SummarizerConfig(
             min_reward=0.0, max_new_tokens=tokens // 2, max_new_per_step=2, temperature=1.0, require_format=False
         ),
     }

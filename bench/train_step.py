@@ -403,7 +403,7 @@ class TRLSide:
         self._time("_generate_and_score_completions", "score")
         if self.store is not None:
             self._time("rollout_func", "rollout_func")
-            self._time("_record_version", "policy hash", on=self.store)
+            self._time("_served", "policy hash", on=self.store)
             self._time("_summaries", "summarize", on=self.store)
             self._time("_write_back", "write-back", on=self.store, count=True)
         self._thread = threading.Thread(target=self._train, name=f"trl-train-{self.name}", daemon=True)

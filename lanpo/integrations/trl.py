@@ -213,8 +213,7 @@ class TRLStore:
         rank_seed = mix_seed(self.cfg.seed, "trl-modes", trainer.accelerator.process_index)
         asked = choose_modes(pids, fb.mode, self.p_t, rank_seed, step)  # numpy's own seeded generator
         tokenizer = trainer.processing_class
-        sha = policy_sha256(trainer.accelerator.unwrap_model(trainer.model))  # the weights as they are now
-        drawn = self.client.prompts(self.run, step, pids, tokenizer, policy_sha256=sha, asked=asked)
+        drawn = self.client.prompts(self.run, step, pids, tokenizer, policy_sha256=self._served(trainer), asked=asked)
         prompt_ids: list[list[int]] = []
         for g in range(groups):
             if drawn.modes[g] == "zero_shot":  # asked for none, or got none: the user's prompt, untouched
@@ -234,6 +233,10 @@ class TRLStore:
         }
 
     # ------------------------------------------------------------------ the reward function
+
+    def _served(self, trainer: Any) -> str:
+        """The sha256 of the weights as they are now, which generate this step: the policy version of step - 1."""
+        return policy_sha256(trainer.accelerator.unwrap_model(trainer.model))
 
     def reward(self, *funcs: Callable[..., Sequence[float | None]], weights: Sequence[float] | None = None) -> Any:
         """One TRL reward function: the weighted sum of `funcs` (TRL reward functions, called as TRL calls them),
