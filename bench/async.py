@@ -57,7 +57,7 @@ def run_side(
     wall = time.perf_counter() - started
     import sqlalchemy as sa
 
-    from lanpo.db.engine import connect
+    from lanpo.db.connection import connect
 
     with connect().connect() as conn:
         rows = conn.execute(

@@ -51,17 +51,17 @@ SCORER, GAMMA = "bench", 0.9
 ROWS = ("lanpo", "blind", "analyze")
 
 
-def write(engine: Engine, steps: int, refresh: bool) -> tuple[list[int], int]:
+def write(db: Engine, steps: int, refresh: bool) -> tuple[list[int], int]:
     """Import, relevance build and `steps` training steps, each in its own transaction; (problem ids, pool id)."""
     stats.enabled = refresh
     try:
-        with engine.begin() as conn:
+        with db.begin() as conn:
             for table in stats.TABLES:
                 conn.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
-        with Session(engine) as session, session.begin():
+        with Session(db) as session, session.begin():
             upsert_problems(session, "bench", [ProblemIn(str(i), f"What is {i} + {i}?", str(2 * i)) for i in
                                                 range(PROBLEMS)])  # fmt: skip
-        with Session(engine) as session, session.begin():
+        with Session(db) as session, session.begin():
             pids = problem_ids(session, "bench")
             pool = ensure_pool(session, "bench", StoreConfig(per_problem_cap=32))
             rng = np.random.default_rng(0)
@@ -72,7 +72,7 @@ def write(engine: Engine, steps: int, refresh: bool) -> tuple[list[int], int]:
             store_scores(session, SCORER, scores)
         for step in range(1, steps + 1):
             batch = batch_problem_ids(pids, BATCH, 0, step)
-            with Session(engine) as session, session.begin():
+            with Session(db) as session, session.begin():
                 groups = [
                     NewGroup(p, "zero_shot", f"What is {p} + {p}? Think step by step.",
                              [NewAttempt(f"step {step} try {g}: the sum is {2 * p + g % 3}", float(g % 2), g % 2 == 1)
@@ -91,9 +91,9 @@ def write(engine: Engine, steps: int, refresh: bool) -> tuple[list[int], int]:
         stats.enabled = True
 
 
-def draw(engine: Engine, kind: str, pids: list[int], pool_id: int, seed: int) -> int:
+def draw(db: Engine, kind: str, pids: list[int], pool_id: int, seed: int) -> int:
     """One batch draw, as the trainer makes it; returns how many contexts were drawn."""
-    with Session(engine) as session:
+    with Session(db) as session:
         if kind == "inter":
             out = sample_inter(session, pids, k=K, candidates=CANDIDATES, seed=seed, gamma=GAMMA, scorer=SCORER,
                                pool_id=pool_id)  # fmt: skip
@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         engines = {row: stack.enter_context(bench_database()) for row in ROWS}
         written = {}
-        for row, engine in engines.items():
-            written[row], took = timed(lambda: write(engine, args.steps, refresh=row == "lanpo"))  # noqa: B023
+        for row, db in engines.items():
+            written[row], took = timed(lambda: write(db, args.steps, refresh=row == "lanpo"))  # noqa: B023
             print(f"{row:<8} written in {took:.1f} s")
         with engines["analyze"].connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
@@ -123,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         batch = batch_problem_ids(written["lanpo"][0], BATCH, 0, 1)  # problems with attempts, as a later step's
         first: dict[tuple[str, str], float] = {}
         for kind in ("inter", "intra"):
-            for row, engine in engines.items():
+            for row, db in engines.items():
                 pool_id = written[row][1]
-                drawn, seconds = timed(lambda: draw(engine, kind, batch, pool_id, 1))  # noqa: B023
+                drawn, seconds = timed(lambda: draw(db, kind, batch, pool_id, 1))  # noqa: B023
                 first[(kind, row)] = seconds
                 assert drawn > 0, (kind, row)
         rounds = Rounds(ROWS, args.rounds, warmup=0)

@@ -96,7 +96,7 @@ class Env:
     device: torch.device
     model_dir: Path
     work: Path
-    engine: Any
+    db: Any
     small: bool
     dtype: str  # model.dtype: auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float32
 
@@ -152,22 +152,22 @@ def open_store(work: Path) -> Any:
     if not os.environ.get("LANPO_DATABASE_URL", "").strip():
         os.environ["LANPO_HOME"] = str(work / "home")
     from lanpo.db import migrate
-    from lanpo.db.engine import make_engine
+    from lanpo.db.connection import make_db
 
-    engine = make_engine()
-    migrate.upgrade(engine)
-    return engine
+    db = make_db()
+    migrate.upgrade(db)
+    return db
 
 
-def add_problems(engine: Any, dataset: str) -> None:
+def add_problems(db: Any, dataset: str) -> None:
     """Nine arithmetic problems, each relevant to every other under scorer `gpu-check`."""
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo.problems import ProblemIn, upsert_problems
 
     rows = [
         ProblemIn(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=str(2 * i + 1)) for i in range(12)
     ]
-    with transaction(engine) as session:
+    with transaction(db) as session:
         upsert_problems(session, dataset, rows)
         session.connection().exec_driver_sql(
             "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) "
@@ -210,10 +210,10 @@ def median_of(metrics: list[dict[str, float]], name: str) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def attempts_with_hash(engine: Any, run_id: int) -> tuple[int, int]:
+def attempts_with_hash(db: Any, run_id: int) -> tuple[int, int]:
     import sqlalchemy as sa
 
-    with engine.connect() as conn:
+    with db.connect() as conn:
         total, named = conn.execute(
             sa.text(
                 "SELECT count(*), count(a.served_adapter_sha256) FROM attempts a "
@@ -246,9 +246,9 @@ def alternating_grade(completions: list[str], answers: list, modes: list, format
 def hf_step(env: Env, row: Row) -> None:
     from lanpo.train.loop import train
 
-    result = train(train_config(env, "gpu-lora"), engine=env.engine, progress=False)
+    result = train(train_config(env, "gpu-lora"), db=env.db, progress=False)
     step_figures(row, result.metrics)
-    total, named = attempts_with_hash(env.engine, result.run_id)
+    total, named = attempts_with_hash(env.db, result.run_id)
     row.figures["attempts hashed"] = f"{named}/{total}"
     bf16_ok = not env.gpu or all(m.get("autocast/bf16") == 1.0 for m in result.metrics)
     row.figures["grad norm"] = f"{median_of(result.metrics, 'grad_norm'):.2g}"
@@ -268,7 +268,7 @@ def full_ft(env: Env, row: Row) -> None:
         lora=LoraConfig(enabled=False),
         grpo=GRPOConfig(learning_rate=1e-6, warmup_ratio=0.0, autocast="auto", minibatch_size=16),
     )
-    result = train(cfg, engine=env.engine, progress=False)
+    result = train(cfg, db=env.db, progress=False)
     step_figures(row, result.metrics)
     from lanpo.train.plumbing.checkpoint import MODEL_DIR, step_dir
 
@@ -672,12 +672,12 @@ def main(argv: list[str] | None = None) -> int:
         import lanpo.train.producer.produce
 
         lanpo.train.producer.produce.grade = alternating_grade  # type: ignore[assignment]
-        engine = open_store(work)
-        add_problems(engine, "gpu-check")
-        env = Env(device, model_dir, work, engine, args.small, args.dtype)
+        db = open_store(work)
+        add_problems(db, "gpu-check")
+        env = Env(device, model_dir, work, db, args.small, args.dtype)
         print(f"set-up (model folder, store) in {time.perf_counter() - started:.1f} s", flush=True)
         rows = [run_row(name, env, body) for name, body in ROWS.items() if not args.only or name in args.only]
-        engine.dispose()
+        db.dispose()
         import torch.distributed as torch_dist
 
         if torch_dist.is_initialized():

@@ -65,7 +65,7 @@ def generated_tokens(solutions: list[Any]) -> int:
 
 def fill_pool(db: Any, n: int, seed: int) -> None:
     from lanpo.config import StoreConfig
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo.experiences import NewExperience, add_experiences
     from lanpo.db.repo.pools import ensure_pool
     from lanpo.db.repo.problems import ProblemIn, upsert_problems
@@ -141,11 +141,11 @@ def main() -> None:
     db: Any = None
     if "retrieval" in only:
         from lanpo.db import migrate, server
-        from lanpo.db.engine import make_engine
+        from lanpo.db.connection import make_db
 
         home = Path(tempfile.mkdtemp(prefix="lanpo-bench-inference-"))
         home.chmod(0o755)  # the embedded server may run as another user
-        db = make_engine(server.start(home))
+        db = make_db(server.start(home))
         migrate.upgrade(db)
         _, t_fill = timed(lambda: fill_pool(db, args.pool, args.seed))
         print(f"(pool of {args.pool} filled in {t_fill:.1f}s)")

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lanpo.config import EVICTION_POLICIES, StoreConfig
 from lanpo.db import migrate, server
-from lanpo.db.engine import ENV_URL, make_engine, normalise_url
+from lanpo.db.connection import ENV_URL, make_db, normalise_url
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.contexts import inter_contexts, intra_contexts
 from lanpo.db.repo.experiences import NewExperience, add_experiences
@@ -74,22 +74,22 @@ def bench_database() -> Iterator[Engine]:
         name = f"lanpo_bench_{uuid.uuid4().hex[:8]}"
         with admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        engine = make_engine(make_url(normalise_url(external)).set(database=name).render_as_string(False))
+        db = make_db(make_url(normalise_url(external)).set(database=name).render_as_string(False))
         try:
-            migrate.upgrade(engine)
-            yield engine
+            migrate.upgrade(db)
+            yield db
         finally:
-            engine.dispose()
+            db.dispose()
             with admin.connect() as conn:
                 conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         return
     with tempfile.TemporaryDirectory(prefix="lanpo-bench-") as home:
-        engine = make_engine(server.start(Path(home)))
+        db = make_db(server.start(Path(home)))
         try:
-            migrate.upgrade(engine)
-            yield engine
+            migrate.upgrade(db)
+            yield db
         finally:
-            engine.dispose()
+            db.dispose()
             server.stop(Path(home))
 
 
@@ -106,10 +106,10 @@ def prose(rng: np.random.Generator, chars: int) -> str:
     return " ".join(words)[:chars]
 
 
-def load(engine: Engine, n_problems: int, rng: np.random.Generator) -> dict[int, list[tuple[int, float]]]:
+def load(db: Engine, n_problems: int, rng: np.random.Generator) -> dict[int, list[tuple[int, float]]]:
     """COPY problems, experiences (+ version 1), relevance and earlier attempts; returns the relevance lists."""
     relevant: dict[int, list[tuple[int, float]]] = {}
-    raw = engine.raw_connection()
+    raw = db.raw_connection()
     try:
         conn = raw.driver_connection
         with conn.cursor() as cur:
@@ -341,13 +341,13 @@ def attempt_bytes(session: Session) -> int:
     )
 
 
-def db_step(engine: Engine, pool: PoolRow, problems: list[int], step: int, seed: int, texts: Texts) -> Meter:
+def db_step(db: Engine, pool: PoolRow, problems: list[int], step: int, seed: int, texts: Texts) -> Meter:
     items = [
         NewExperience(p, f"step {step}: new lesson {n} for {p}", reward=1.0, step=step)
         for p in problems
         for n in range(NEW_PER_STEP)
     ]
-    session = Session(engine)
+    session = Session(db)
     transaction = session.begin()
     meter = Meter(local_backend_pid(session))
     inter = meter.run(
@@ -407,10 +407,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     n_problems = SCALES[args.scale]
     rng = np.random.default_rng(args.seed)
-    with bench_database() as engine:
-        with Session(engine) as session, session.begin():
+    with bench_database() as db:
+        with Session(db) as session, session.begin():
             pool = ensure_pool(session, POOL, StoreConfig(eviction=args.eviction))
-        load_ms, relevant = timed(lambda: load(engine, n_problems, rng))
+        load_ms, relevant = timed(lambda: load(db, n_problems, rng))
         print(
             f"scale {args.scale}: {n_problems:,} problems x {PER_PROBLEM} = {n_problems * PER_PROBLEM:,} experiences, "
             f"{n_problems * RELEVANT:,} relevance rows, {n_problems * EARLIER:,} attempts"
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         ref_ms, ref = timed(lambda: reference_pool(n_problems, relevant))  # type: ignore[arg-type]
         print(f"reference pool build: {ref_ms / 1000:.1f} s")
         db_runs, ref_runs = [], []
-        with Session(engine) as session:
+        with Session(db) as session:
             size_before = attempt_bytes(session)
         for step in range(args.steps + 1):
             problems = sorted(int(p) for p in rng.choice(n_problems, size=BATCH, replace=False) + 1)
@@ -432,17 +432,17 @@ def main(argv: list[str] | None = None) -> int:
                 return Texts(args.prompt_chars, args.response_chars, np.random.default_rng(seed))
 
             try:
-                d = db_step(engine, pool, problems, step, seed, texts())
+                d = db_step(db, pool, problems, step, seed, texts())
                 r = ref_step(ref, problems, step, rng, texts())  # type: ignore[arg-type]
             finally:
                 gc.enable()
             if step:  # step 0 warms caches and plans
                 db_runs.append(d)
                 ref_runs.append(r)
-        with Session(engine) as session:
+        with Session(db) as session:
             session.execute(sa.text("CHECKPOINT"))  # settle the TOAST and index pages before measuring sizes
             per_attempt = (attempt_bytes(session) - size_before) / ((args.steps + 1) * BATCH * GROUP)
-        with engine.connect() as conn:
+        with db.connect() as conn:
             active_max = conn.scalar(
                 sa.text(
                     "SELECT max(n) FROM (SELECT count(*) AS n FROM experiences WHERE evicted_at IS NULL "

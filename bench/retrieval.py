@@ -206,15 +206,15 @@ def corpus_vectors(kind: str, owners: np.ndarray, texts: list[str], n_problems: 
     return vectors, queries
 
 
-def load_store(engine: object, problems: list[tuple[str, str]], owners: np.ndarray, texts: list[str],
+def load_store(db: object, problems: list[tuple[str, str]], owners: np.ndarray, texts: list[str],
                vectors: np.ndarray, dataset: str, pool_id: int) -> None:  # fmt: skip
     """Bulk-load problems, experiences of pool `pool_id` and versions (binary COPY), then build the HNSW index."""
     import sqlalchemy as sa
     from pgvector.psycopg import register_vector
 
-    with engine.begin() as conn:  # type: ignore[attr-defined]
+    with db.begin() as conn:  # type: ignore[attr-defined]
         conn.execute(sa.text("DROP INDEX IF EXISTS ix_experience_versions_embedding_hnsw"))
-    raw = engine.raw_connection()  # type: ignore[attr-defined]
+    raw = db.raw_connection()  # type: ignore[attr-defined]
     pg = raw.driver_connection
     register_vector(pg)
     start = time.perf_counter()
@@ -254,14 +254,12 @@ def load_store(engine: object, problems: list[tuple[str, str]], owners: np.ndarr
     print(f"built HNSW (m=16, ef_construction=64) over {len(texts):,} vectors in {time.perf_counter() - start:.1f} s")
 
 
-def bench_vector(
-    engine: object, pool_id: int, query_vectors: np.ndarray, ef_values: Sequence[int], n_exact: int
-) -> None:
+def bench_vector(db: object, pool_id: int, query_vectors: np.ndarray, ef_values: Sequence[int], n_exact: int) -> None:
     from sqlalchemy.orm import Session
 
     from lanpo.retrieval.vector import search_pool
 
-    with Session(engine) as session:  # type: ignore[arg-type]
+    with Session(db) as session:  # type: ignore[arg-type]
         exact, exact_lat = [], []
         for q in query_vectors[:n_exact]:
             hits, dt = timed(lambda q=q: search_pool(session, q, 10, pool_id=pool_id, exact=True))
@@ -287,7 +285,7 @@ def bench_vector(
     )
 
 
-def bench_hybrid(engine: object, pool_id: int, queries: list[str], query_vectors: np.ndarray) -> None:
+def bench_hybrid(db: object, pool_id: int, queries: list[str], query_vectors: np.ndarray) -> None:
     from sqlalchemy.orm import Session
 
     from lanpo.retrieval.corpus import BM25Cache, pool_key
@@ -295,7 +293,7 @@ def bench_hybrid(engine: object, pool_id: int, queries: list[str], query_vectors
 
     cache = BM25Cache(max_staleness_s=3600.0)  # the pool does not change here: time the searches themselves
     rows: list[list[object]] = []
-    with Session(engine) as session:  # type: ignore[arg-type]
+    with Session(db) as session:  # type: ignore[arg-type]
         _, t_build = timed(lambda: cache.pool(session, pool_id))
         _, t_key = timed(lambda: pool_key(session, pool_id))
         session.rollback()
@@ -322,7 +320,7 @@ def bench_hybrid(engine: object, pool_id: int, queries: list[str], query_vectors
 def bench_scorer(pairs: list[tuple[str, str]], batch_size: int, judge: str = "smollm2") -> None:
     import torch
 
-    from lanpo.retrieval.scorer import load_judge
+    from lanpo.retrieval.judge import load_judge
 
     rater = load_judge(judge, device="cpu", dtype="float32")
     rater.score(pairs[:2], batch_size=2)  # warm-up
@@ -387,35 +385,35 @@ def main() -> None:
         bench_bm25(texts, queries[: args.queries], args.ref_queries)
     if only & {"vector", "hybrid"}:
         from lanpo.db import migrate, server
-        from lanpo.db.engine import make_engine
+        from lanpo.db.connection import make_db
 
         home = args.home or Path(tempfile.mkdtemp(prefix="lanpo-bench-"))
-        engine = make_engine(server.start(home))
-        migrate.upgrade(engine)
+        db = make_db(server.start(home))
+        migrate.upgrade(db)
         dataset = f"bench-{args.n}-{args.vectors}-{args.seed}"
         import sqlalchemy as sa
 
         from lanpo.config import StoreConfig
-        from lanpo.db.engine import transaction
+        from lanpo.db.connection import transaction
         from lanpo.db.repo.pools import ensure_pool
 
-        with transaction(engine) as session:  # the pool the corpus lives in, named like its dataset
+        with transaction(db) as session:  # the pool the corpus lives in, named like its dataset
             pool_id = ensure_pool(session, dataset, StoreConfig()).id
-        with engine.connect() as conn:
+        with db.connect() as conn:
             loaded = conn.scalar(sa.text("SELECT count(*) FROM problems WHERE dataset = :d"), {"d": dataset})
         (vectors, make_queries), t_embed = timed(
             lambda: corpus_vectors(args.vectors, owners, texts, len(problems), 384, args.seed)
         )
         if not loaded:
             print(f"{args.vectors} vectors for {len(texts):,} summaries in {t_embed:.1f} s")
-            load_store(engine, problems, owners, texts, vectors, dataset, pool_id)  # type: ignore[arg-type]
+            load_store(db, problems, owners, texts, vectors, dataset, pool_id)  # type: ignore[arg-type]
         query_vectors = make_queries(args.vector_queries, queries[: args.vector_queries])
         if "vector" in only:
             ef_values = [int(x) for x in args.ef.split(",")]
-            bench_vector(engine, pool_id, query_vectors, ef_values, args.exact_queries)
+            bench_vector(db, pool_id, query_vectors, ef_values, args.exact_queries)
         if "hybrid" in only:
-            bench_hybrid(engine, pool_id, queries[: args.vector_queries], query_vectors)
-        engine.dispose()
+            bench_hybrid(db, pool_id, queries[: args.vector_queries], query_vectors)
+        db.dispose()
         if args.home is None:
             server.stop(home)
     if "scorer" in only:

@@ -58,7 +58,7 @@ def main() -> int:
     import sqlalchemy as sa
     import torch
 
-    from lanpo.db.engine import connect
+    from lanpo.db.connection import connect
     from lanpo.models import LoraSpec, attach_lora, load_causal_lm
     from lanpo.rollout import SamplingParams
     from lanpo.rollout.hf import HFBackend
@@ -79,10 +79,10 @@ def main() -> int:
         modes = ["zero_shot"] * len(prompts)
         args.run, args.step = "synthetic", 0
     else:
-        engine = connect()
-        with engine.connect() as conn:
+        db = connect()
+        with db.connect() as conn:
             rows = conn.execute(sa.text(STEP_PROMPTS), {"run": args.run, "step": args.step}).all()
-        engine.dispose()
+        db.dispose()
         if not rows:
             parser.error(f"run {args.run!r} stored no prompts at step {args.step} (run it from its $LANPO_HOME)")
         prompts = [r.prompt for r in rows]

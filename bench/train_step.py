@@ -104,19 +104,19 @@ def main() -> int:
         os.environ["LANPO_HOME"] = home_tmp.name
 
     from lanpo.db import migrate
-    from lanpo.db.engine import make_engine
+    from lanpo.db.connection import make_db
     from lanpo.models import bf16_pays
 
     args.bf16 = bf16_pays("cpu")  # --fastest's bf16 (all sides) only where a bf16 matmul measures faster here
 
-    engine = make_engine()
-    migrate.upgrade(engine)
-    lanpo = LanpoSide(engine, args)
+    db = make_db()
+    migrate.upgrade(db)
+    lanpo = LanpoSide(db, args)
     rows = lanpo.problems_in_order()
     sides: list[Any] = [lanpo, TRLSide(rows, args)]
     p_ts = {"off": [0.0], "on": [lanpo.p_t_on(args)], "both": [0.0, lanpo.p_t_on(args)], "none": []}
     for p_t in p_ts[args.store_side]:
-        sides.append(TRLSide(rows, args, store=lanpo.store(engine, p_t), name=f"TRL + store, p_t {p_t:g}"))
+        sides.append(TRLSide(rows, args, store=lanpo.store(db, p_t), name=f"TRL + store, p_t {p_t:g}"))
     rounds: list[dict[str, dict[str, float]]] = []
     started = time.perf_counter()
     try:
@@ -129,7 +129,7 @@ def main() -> int:
     if home_tmp is not None:
         from lanpo.db import server
 
-        engine.dispose()
+        db.dispose()
         server.stop(Path(home_tmp.name))
     return 0
 
@@ -139,7 +139,7 @@ class LanpoSide:
 
     name = "lanpo"
 
-    def __init__(self, engine: Any, args: argparse.Namespace) -> None:
+    def __init__(self, db: Any, args: argparse.Namespace) -> None:
         from lanpo.config import from_mapping, load_toml
         from lanpo.db.repo import runs as runs_repo
         from lanpo.rollout import SamplingParams
@@ -197,8 +197,8 @@ class LanpoSide:
 
         loop.feedback_prompts = recording  # type: ignore[assignment]
         self._grpo_step = loop.grpo_step
-        self.trainer, _ = setup(self.cfg, engine, resume=False)
-        self.lifecycle = runs_repo.run_lifecycle(engine, self.trainer.run_id)
+        self.trainer, _ = setup(self.cfg, db, resume=False)
+        self.lifecycle = runs_repo.run_lifecycle(db, self.trainer.run_id)
         self.lifecycle.__enter__()
         self.metrics: list[dict[str, float]] = []
 
@@ -206,7 +206,7 @@ class LanpoSide:
         """The problems lanpo's steps 1..steps draw, step by step, as lanpo's zero-shot chat messages (each naming
         its problem, as `TRLStore.dataset()` writes them) with their answers: every TRL side's dataset."""
         from lanpo import feedback_modes
-        from lanpo.db.engine import transaction
+        from lanpo.db.connection import transaction
         from lanpo.db.repo import problems as problems_repo
         from lanpo.feedback.schedule import batch_problem_ids
         from lanpo.integrations.trl import ID_KEY
@@ -217,7 +217,7 @@ class LanpoSide:
             for step in range(1, cfg.steps + 1)
             for pid in batch_problem_ids(t.problem_ids, cfg.batch_size, cfg.seed, step)
         ]
-        with transaction(t.engine) as session:
+        with transaction(t.db) as session:
             rows = {p.id: p for p in problems_repo.problems_by_ids(session, sorted(set(ids)))}
         return [
             {
@@ -231,7 +231,7 @@ class LanpoSide:
         """The store side's p_t with feedback on: --store-p-t, else the recipe's (lanpo's side's)."""
         return self.cfg.feedback.p_t if args.store_p_t is None else args.store_p_t
 
-    def store(self, engine: Any, p_t: float) -> Any:
+    def store(self, db: Any, p_t: float) -> Any:
         """A TRLStore on this side's recipe (dataset, feedback with allow_empty, summarizer, seed) at `p_t`, under a
         run name of its own (and so a pool of its own)."""
         from lanpo.integrations.trl import TRLStore
@@ -241,7 +241,7 @@ class LanpoSide:
             run_name=f"{self.cfg.run_name}-trl-store-p{p_t:g}",
             feedback=dataclasses.replace(self.cfg.feedback, p_t=p_t),
         )
-        return TRLStore(cfg, engine=engine)
+        return TRLStore(cfg, db=db)
 
     def step(self, step: int) -> dict[str, float]:
         m = self._grpo_step(self.trainer, step)

@@ -60,29 +60,29 @@ def stage(number: int, title: str, echo: Callable[[str], None]) -> Iterator[None
 def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> dict[str, Any]:
     """Run the demo; returns what it made (run name, paths, per-step rewards, answers) for tests and scripts."""
     from lanpo.db import migrate
-    from lanpo.db.engine import current_revision, is_embedded, make_engine
+    from lanpo.db.connection import current_revision, is_embedded, make_db
 
     cfg = _demo_config(options)
     home = lanpo_home()
     started = time.perf_counter()
 
     with stage(1, "experience store: connect and migrate", echo):
-        engine = make_engine()
-        migrate.upgrade(engine)
+        db = make_db()
+        migrate.upgrade(db)
         where = f"embedded Postgres in {home / 'pgdata'}" if is_embedded() else "LANPO_DATABASE_URL"
-        echo(f"      {where}, schema at {current_revision(engine)}")
-        cfg = dataclasses.replace(cfg, run_name=_run_name(engine, options.run_name))
+        echo(f"      {where}, schema at {current_revision(db)}")
+        cfg = dataclasses.replace(cfg, run_name=_run_name(db, options.run_name))
         echo(f"      this demo's training run: {cfg.run_name}")
     out: dict[str, Any] = {"run_name": cfg.run_name, "home": str(home)}
 
     data_dir = home / "demo"
     test_dataset = cfg.eval.dataset  # the one held-out set (`_demo_config`)
     with stage(2, f"problems: reasoning-gym {cfg.data.task} -> JSONL -> store", echo):
-        out["test_questions"] = _import_problems(engine, cfg, options.n_test, data_dir, test_dataset, echo)
+        out["test_questions"] = _import_problems(db, cfg, options.n_test, data_dir, test_dataset, echo)
 
     with stage(3, "relevance: the base model judges each problem's nearest other problems (BM25 + vector)", echo):
         _say_conversion(cfg.model.name, echo)
-        scorer_id = _build_relevance(engine, cfg.model.name, cfg.data.dataset, options.relevance_top_k, echo)
+        scorer_id = _build_relevance(db, cfg.model.name, cfg.data.dataset, options.relevance_top_k, echo)
         inter = dataclasses.replace(cfg.feedback.inter, scorer=scorer_id)
         cfg = dataclasses.replace(cfg, feedback=dataclasses.replace(cfg.feedback, inter=inter))
 
@@ -101,19 +101,19 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = click.echo) -> 
         def on_step(step: int, metrics: dict[str, float]) -> None:
             echo(f"      {clock.line(step, metrics)}")
 
-        result = train(cfg, engine=engine, progress=False, on_step=on_step, notify=lambda line: echo(f"      {line}"))
+        result = train(cfg, db=db, progress=False, on_step=on_step, notify=lambda line: echo(f"      {line}"))
         out["rewards"] = [m["reward/mean"] for m in result.metrics]
         out["summaries"] = _summary_counts(result.metrics, echo)
         out["checkpoint_dir"] = str(result.checkpoint_dir)
         out["run_id"] = result.run_id
         out["held_out"] = _held_out_change(result.validation, cfg.eval.n, echo)
-        out["report_dir"] = _write_report(engine, cfg.run_name, home / "reports" / cfg.run_name, echo)
+        out["report_dir"] = _write_report(db, cfg.run_name, home / "reports" / cfg.run_name, echo)
 
     with stage(5, "SQL over the history (read-only, as `lanpo sql` runs it)", echo):
-        _sql_tour(engine, cfg, echo)
+        _sql_tour(db, cfg, echo)
 
     with stage(6, "held-out problems: zero-shot and retrieval-augmented answers, side by side", echo):
-        out["answers"] = _answer_held_out(engine, cfg, result.checkpoint_dir, test_dataset, echo)
+        out["answers"] = _answer_held_out(db, cfg, result.checkpoint_dir, test_dataset, echo)
 
     echo(click.style(f"\nDemo finished in {time.perf_counter() - started:.0f}s.", bold=True))
     _print_next(options, cfg, home, data_dir, result.checkpoint_dir, out["report_dir"], echo)
@@ -154,13 +154,13 @@ def demo_overrides(cfg: Any, options: DemoOptions) -> list[str]:
     ]
 
 
-def _run_name(engine: Any, asked: str | None) -> str:
+def _run_name(db: Any, asked: str | None) -> str:
     """The training run's name: `asked` (InputError when a run has it), else DEFAULT_RUN or the first of demo-2,
     demo-3, ... that no run has."""
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo.runs import find_run, free_name
 
-    with transaction(engine) as session:
+    with transaction(db) as session:
         if asked is None:
             return free_name(session, DEFAULT_RUN)
         if find_run(session, asked) is not None:
@@ -171,13 +171,13 @@ def _run_name(engine: Any, asked: str | None) -> str:
 
 
 def _import_problems(
-    engine: Any, cfg: Any, n_test: int, data_dir: Path, test_dataset: str, echo: Callable[[str], None]
+    db: Any, cfg: Any, n_test: int, data_dir: Path, test_dataset: str, echo: Callable[[str], None]
 ) -> list[tuple[str, str]]:
     """Training problems and the one held-out set from reasoning-gym, written as JSONL and imported; the held-out
     (q, a). The held-out set is `n_test` problems of the test split that the training dataset does not hold."""
     from lanpo.data.generate import generate_problems, write_jsonl
     from lanpo.data.importer import import_file
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo.problems import problems_of_dataset
 
     if not cfg.data.task:
@@ -188,12 +188,12 @@ def _import_problems(
         path = data_dir / f"{dataset}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(records, path)
-        with transaction(engine) as session:
+        with transaction(db) as session:
             report = import_file(session, path, dataset)
         echo(f"      {dataset}: {report.inserted} new, {report.unchanged} already there  ({path})")
 
     store(cfg.data.dataset, generate_problems(cfg.data.task, cfg.data.n, cfg.data.seed, "train", task_options))
-    with transaction(engine) as session:  # every training problem the store holds, not only those just generated
+    with transaction(db) as session:  # every training problem the store holds, not only those just generated
         training = {p.question for p in problems_of_dataset(session, cfg.data.dataset)}
     held_out = held_out_problems(cfg.data.task, n_test, cfg.data.seed, task_options, training)
     store(test_dataset, held_out)
@@ -227,7 +227,7 @@ def held_out_problems(
         asked *= 2
 
 
-def _sql_tour(engine: Any, cfg: Any, echo: Callable[[str], None]) -> None:
+def _sql_tour(db: Any, cfg: Any, echo: Callable[[str], None]) -> None:
     """Two queries over the run's history, printed as `lanpo sql` prints them."""
     from lanpo.db.format import format_result
     from lanpo.db.readonly import query_readonly
@@ -245,7 +245,7 @@ def _sql_tour(engine: Any, cfg: Any, echo: Callable[[str], None]) -> None:
     }
     for title, sql in queries.items():
         echo(f'      -- {title}\n      lanpo sql "{sql}"')
-        table = format_result(query_readonly(engine, sql), "table", max_width=70)
+        table = format_result(query_readonly(db, sql), "table", max_width=70)
         echo("\n".join("      " + line for line in table.splitlines()))
 
 
@@ -259,7 +259,7 @@ def _print_next(
     echo: Callable[[str], None],
 ) -> None:
     """Where the demo left everything, and the commands to go on with."""
-    from lanpo.db.engine import is_embedded
+    from lanpo.db.connection import is_embedded
 
     echo(f"  database:     {'embedded, ' + str(home / 'pgdata') if is_embedded() else 'LANPO_DATABASE_URL'}")
     echo(f"  problems:     {data_dir}")
@@ -327,11 +327,11 @@ def _summary_counts(metrics: list[dict[str, float]], echo: Callable[[str], None]
     return counts
 
 
-def _write_report(engine: Any, run_name: str, out: Path, echo: Callable[[str], None]) -> str:
-    from lanpo.db.engine import transaction
+def _write_report(db: Any, run_name: str, out: Path, echo: Callable[[str], None]) -> str:
+    from lanpo.db.connection import transaction
     from lanpo.report.build import read_report, write_report
 
-    with transaction(engine) as session:
+    with transaction(db) as session:
         data = read_report(session, [run_name])
     written = write_report(data, out, command=f"lanpo report {run_name}")
     echo(f"      figures: {written.out_dir / 'report.md'} ({len(written.figures)} PNGs, e.g. {written.figures[0]})")
@@ -346,12 +346,12 @@ def _say_conversion(model: str, echo: Callable[[str], None]) -> None:
         echo("      first use of SmolLM2: its GGUF is converted into a cached HF folder (once, about 40 s)")
 
 
-def _build_relevance(engine: Any, judge: str, dataset: str, top_k: int, echo: Callable[[str], None]) -> str:
+def _build_relevance(db: Any, judge: str, dataset: str, top_k: int, echo: Callable[[str], None]) -> str:
     from lanpo.retrieval.build import build_relevance
     from lanpo.retrieval.search import SearchParams
 
     # Templated problems share most words, so BM25 alone ranks them poorly: fuse it with MiniLM vectors.
-    built = build_relevance(engine, dataset, judge, top_k=top_k, params=SearchParams(stage1="hybrid"), embed=True)
+    built = build_relevance(db, dataset, judge, top_k=top_k, params=SearchParams(stage1="hybrid"), embed=True)
     report = built.report
     echo(f"      embedded {built.embedded} problems (all-MiniLM-L6-v2, offline)")
     echo(
@@ -362,11 +362,11 @@ def _build_relevance(engine: Any, judge: str, dataset: str, top_k: int, echo: Ca
 
 
 def _answer_held_out(
-    engine: Any, cfg: Any, checkpoint_root: Path, test_dataset: str, echo: Callable[[str], None]
+    db: Any, cfg: Any, checkpoint_root: Path, test_dataset: str, echo: Callable[[str], None]
 ) -> list[dict[str, Any]]:
     """The trained policy answers the held-out problems twice, greedily: zero-shot, then with lessons retrieved from
     the run's pool. Both go into one `infer` run (step 0, one policy version), so `experience_usage` compares them."""
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo.pools import active_size
     from lanpo.inference.answerer import Answerer
     from lanpo.inference.config import RetrievalSettings, SamplingSettings
@@ -374,14 +374,14 @@ def _answer_held_out(
     from lanpo.inference.store import dataset_questions
 
     adapters = sorted(checkpoint_root.glob("step-*/adapter"))
-    with transaction(engine) as session:
+    with transaction(db) as session:
         questions = dataset_questions(session, test_dataset, limit=cfg.eval.n)  # the set validation read
-    pool = pool_id(engine, cfg.pool_name())
-    run = InferenceRun.check(engine, f"{cfg.run_name}-infer", "infer", cfg.model.name, pool_id=pool)
+    pool = pool_id(db, cfg.pool_name())
+    run = InferenceRun.check(db, f"{cfg.run_name}-infer", "infer", cfg.model.name, pool_id=pool)
     answerer = Answerer(
         cfg.model.name,
         adapters[-1] if adapters else None,
-        db=engine,
+        db=db,
         sampling=SamplingSettings(max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0),
         # Stage 1 fuses BM25 with MiniLM vectors: an abstract lesson shares few words with a templated question, and
         # BM25 alone finds none. The judge is training's (the base model of stage 3), so a lesson relevant in
@@ -391,7 +391,7 @@ def _answer_held_out(
         ),
         notify=lambda message: echo(f"      note: {message}"),
     )
-    with transaction(engine) as session:
+    with transaction(db) as session:
         lessons = active_size(session, pool)
     echo(f"      pool {cfg.pool_name()}: {lessons} active lesson(s)")
     run.open({"modes": ["zero_shot", "retrieval"], "dataset": test_dataset}, answerer.adapter_sha256)

@@ -41,7 +41,7 @@ from lanpo.config import (
     to_mapping,
     upgrade_path,
 )
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo import experiments as experiments_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.errors import ConfigError, LanpoError, listing
@@ -90,9 +90,11 @@ class ExperimentConfig:
     )
     arm: dict = field(
         default_factory=dict,
-        metadata={"help": "[arm.NAME] tables of recipe overrides (\"feedback.mode\" = \"none\"); built in: "
-                  + ", ".join(DEFAULT_ARMS)},
-    )  # fmt: skip
+        metadata={
+            "help": '[arm.NAME] tables of recipe overrides ("feedback.mode" = "none"); built in: '
+            + ", ".join(DEFAULT_ARMS)
+        },
+    )
     relevance: RelevanceStep = field(default_factory=RelevanceStep, metadata={"help": "relevance for inter arms"})
     output_dir: str | None = help_field(
         None, "the shared start and the report go here ($LANPO_HOME/experiments/<name>)"
@@ -210,7 +212,7 @@ def upgrade_identity(stored: dict[str, Any], exp: ExperimentConfig) -> dict[str,
 def run_experiment(
     exp: ExperimentConfig,
     base: TrainConfig,
-    engine: Engine,
+    db: Engine,
     echo: Callable[[str], None] = print,
     report: bool = True,
     jobs: int = 1,
@@ -222,16 +224,16 @@ def run_experiment(
     if jobs < 1:
         raise ConfigError(f"jobs must be >= 1, got {jobs}")
 
-    with transaction(engine) as session:
+    with transaction(db) as session:
         experiment = experiments_repo.ensure_experiment(
             session, exp.name, identity(exp, base), upgrade=lambda stored: upgrade_identity(stored, exp)
         )
     folder = exp.folder()
-    start = shared_start(exp, base, engine, folder, echo)
+    start = shared_start(exp, base, db, folder, echo)
     arms = exp.arm_overrides()
     scorer = None
     if any(asks_inter(arms[a].get("feedback.mode", base.feedback.mode)) for a in exp.arms):
-        scorer = shared_relevance(exp, base, engine, echo)
+        scorer = shared_relevance(exp, base, db, echo)
     cfgs = []
     for seed in exp.seeds:
         for arm in exp.arms:
@@ -243,34 +245,34 @@ def run_experiment(
             cfgs.append(cfg)
     try:
         if jobs == 1:
-            runs = [_run_arm(cfg, engine, echo, train) for cfg in cfgs]
+            runs = [_run_arm(cfg, db, echo, train) for cfg in cfgs]
         else:
-            runs = _run_side_by_side(cfgs, engine, echo, jobs, folder / "logs")
+            runs = _run_side_by_side(cfgs, db, echo, jobs, folder / "logs")
     except BaseException:
-        with transaction(engine) as session:
+        with transaction(db) as session:
             experiments_repo.set_status(session, experiment.id, "failed")
         raise
-    with transaction(engine) as session:
+    with transaction(db) as session:
         experiments_repo.set_status(session, experiment.id, "finished")
     result = ExperimentResult(exp.name, start, runs)
     if report:
         from lanpo.report.build import read_report, write_report
 
-        with transaction(engine) as session:
+        with transaction(db) as session:
             data = read_report(session, [exp.name])
         result.report_dir = write_report(data, folder / "report", command=f"lanpo report {exp.name}").out_dir
         echo(f"report: {result.report_dir / 'report.md'}")
     return result
 
 
-def _run_arm(cfg: TrainConfig, engine: Engine, echo: Callable[[str], None], train: Callable[..., Any]) -> ArmRun:
-    found = _stored_run(engine, cfg)
+def _run_arm(cfg: TrainConfig, db: Engine, echo: Callable[[str], None], train: Callable[..., Any]) -> ArmRun:
+    found = _stored_run(db, cfg)
     if found is not None and found.status == "finished":
         echo(f"{cfg.run_name}: finished before, skipped")
         return ArmRun(cfg.arm or "", cfg.seed, cfg.run_name, "skipped")
     started = time.perf_counter()
     echo(f"{cfg.run_name}: {'resuming' if found else 'training'} {cfg.steps} steps ({_what(cfg)})")
-    result = train(cfg, engine=engine, resume=found is not None, progress=False)
+    result = train(cfg, db=db, resume=found is not None, progress=False)
     run = ArmRun(
         cfg.arm or "",
         cfg.seed,
@@ -284,8 +286,8 @@ def _run_arm(cfg: TrainConfig, engine: Engine, echo: Callable[[str], None], trai
     return run
 
 
-def _stored_run(engine: Engine, cfg: TrainConfig) -> Any:
-    with transaction(engine) as session:
+def _stored_run(db: Engine, cfg: TrainConfig) -> Any:
+    with transaction(db) as session:
         return runs_repo.find_run(session, cfg.run_name)
 
 
@@ -332,7 +334,7 @@ def auto_jobs(base: TrainConfig, runs: int) -> int:
 
 
 def _run_side_by_side(
-    cfgs: list[TrainConfig], engine: Engine, echo: Callable[[str], None], jobs: int, logs: Path
+    cfgs: list[TrainConfig], db: Engine, echo: Callable[[str], None], jobs: int, logs: Path
 ) -> list[ArmRun]:
     """Train `cfgs` in `jobs` worker processes (spawned: each loads its own torch and model), started in
     `side_by_side_order`; returns their runs in `cfgs`' order.
@@ -341,12 +343,12 @@ def _run_side_by_side(
     first failure is raised with its log named. A worker killed outright (out of memory) stops the pool and every
     run in it; each is resumable, from its last checkpoint, by running the experiment again."""
     logs.mkdir(parents=True, exist_ok=True)
-    url = engine.url.render_as_string(hide_password=False)
+    url = db.url.render_as_string(hide_password=False)
     runs: dict[str, ArmRun] = {}
     failed: list[tuple[str, str, str]] = []
     todo = []
     for cfg in side_by_side_order(cfgs):
-        found = _stored_run(engine, cfg)
+        found = _stored_run(db, cfg)
         if found is not None and found.status == "finished":
             echo(f"{cfg.run_name}: finished before, skipped")
             runs[cfg.run_name] = ArmRun(cfg.arm or "", cfg.seed, cfg.run_name, "skipped")
@@ -393,14 +395,14 @@ def _train_in_worker(cfg: TrainConfig, url: str, log: str) -> tuple[ArmRun | Non
     """One run in a worker process: says on the experiment's terminal that it starts, then writes everything (C-level
     output too) to `log`. Returns the run, or None and the error (a LanpoError's message and hint, or a crash's
     last line; the traceback goes to the log)."""
-    from lanpo.db.engine import connect
+    from lanpo.db.connection import connect
     from lanpo.train.loop import train
 
-    engine = None
+    db = None
     saved = os.dup(1), os.dup(2)
     try:
-        engine = connect(url)
-        found = _stored_run(engine, cfg)
+        db = connect(url)
+        found = _stored_run(db, cfg)
         print(f"{cfg.run_name}: {'resuming' if found else 'training'} {cfg.steps} steps ({_what(cfg)}); log: {log}")
         sys.stdout.flush()
         sys.stderr.flush()
@@ -408,7 +410,7 @@ def _train_in_worker(cfg: TrainConfig, url: str, log: str) -> tuple[ArmRun | Non
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-        return _run_arm(cfg, engine, lambda line: print(line, flush=True), train), ""
+        return _run_arm(cfg, db, lambda line: print(line, flush=True), train), ""
     except LanpoError as exc:
         print(f"error: {exc}", flush=True)
         return None, str(exc)
@@ -416,8 +418,8 @@ def _train_in_worker(cfg: TrainConfig, url: str, log: str) -> tuple[ArmRun | Non
         traceback.print_exc()
         return None, f"{type(exc).__name__}: {exc}"
     finally:
-        if engine is not None:
-            engine.dispose()
+        if db is not None:
+            db.dispose()
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(saved[0], 1)
@@ -427,7 +429,7 @@ def _train_in_worker(cfg: TrainConfig, url: str, log: str) -> tuple[ArmRun | Non
 
 
 def shared_start(
-    exp: ExperimentConfig, base: TrainConfig, engine: Engine, folder: Path, echo: Callable[[str], None]
+    exp: ExperimentConfig, base: TrainConfig, db: Engine, folder: Path, echo: Callable[[str], None]
 ) -> Path:
     """The SFT adapter every run starts from: trained once (recipe [sft]) or the recipe's model.init_adapter."""
     if base.model.init_adapter:
@@ -445,7 +447,7 @@ def shared_start(
 
     started = time.perf_counter()
     cfg = replace(base, run_name=f"{exp.name}-start", output_dir=str(folder), seed=exp.seeds[0])
-    result = run_sft(cfg, cfg.sft.data, engine=engine, out_dir=folder / "sft", progress=False)
+    result = run_sft(cfg, cfg.sft.data, db=db, out_dir=folder / "sft", progress=False)
     echo(
         f"shared start: SFT on {result.pairs} pairs, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} "
         f"in {time.perf_counter() - started:.0f}s -> {result.adapter_dir}"
@@ -453,17 +455,17 @@ def shared_start(
     return result.adapter_dir
 
 
-def shared_relevance(exp: ExperimentConfig, base: TrainConfig, engine: Engine, echo: Callable[[str], None]) -> str:
+def shared_relevance(exp: ExperimentConfig, base: TrainConfig, db: Engine, echo: Callable[[str], None]) -> str:
     """Problem-to-problem relevance of the training dataset, judged once; returns the scorer the arms read."""
     from lanpo.feedback.store import ensure_dataset
     from lanpo.retrieval.build import build_relevance
     from lanpo.retrieval.search import SearchParams
 
-    with transaction(engine) as session:
+    with transaction(db) as session:
         ensure_dataset(session, base.data)
     rel = exp.relevance
     built = build_relevance(
-        engine,
+        db,
         base.data.dataset,
         rel.judge,
         top_k=rel.top_k,

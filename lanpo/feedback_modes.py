@@ -73,9 +73,13 @@ class Mode:
 
 _STEP_METRICS = ("count/{mode}", "reward/{mode}", "accuracy/{mode}")
 _FEEDBACK_METRICS = (
-    "feedback/asked/{mode}", "feedback/served/{mode}", "feedback/truncated/{mode}", "feedback/items/all_k/{mode}",
-    "feedback/items/fewer_drawn/{mode}", "feedback/items/fewer_fitted/{mode}",
-)  # fmt: skip
+    "feedback/asked/{mode}",
+    "feedback/served/{mode}",
+    "feedback/truncated/{mode}",
+    "feedback/items/all_k/{mode}",
+    "feedback/items/fewer_drawn/{mode}",
+    "feedback/items/fewer_fitted/{mode}",
+)
 
 
 def _named(mode: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
@@ -86,41 +90,73 @@ MODES: dict[str, Mode] = {
     m.name: m
     for m in (
         Mode(
-            "zero_shot", "the question only", "any context", _actor, prompts.ACTOR_VERSION, training=True,
+            "zero_shot",
+            "the question only",
+            "any context",
+            _actor,
+            prompts.ACTOR_VERSION,
+            training=True,
             metrics=_named("zero_shot", _STEP_METRICS),
         ),
         Mode(
-            "intra", "the model's own earlier responses to the same problem, from this run",
-            "their reward, correctness or gold answer; any judgement of them", _intra, prompts.INTRA_VERSION,
-            drawn=True, context_field="response", headers=prompts.INTRA_HEADERS, training=True,
+            "intra",
+            "the model's own earlier responses to the same problem, from this run",
+            "their reward, correctness or gold answer; any judgement of them",
+            _intra,
+            prompts.INTRA_VERSION,
+            drawn=True,
+            context_field="response",
+            headers=prompts.INTRA_HEADERS,
+            training=True,
             metrics=_named("intra", _STEP_METRICS + _FEEDBACK_METRICS),
         ),
         Mode(
-            "inter", "lessons (or, feedback.inter.shows = response, rollouts) of OTHER problems in the run's pool "
-            "whose relevance passes gamma", "the same problem; the relevance score; any reward",
-            prompts.inter_messages, prompts.INTER_VERSION, drawn=True, context_field="summary",
-            headers=prompts.INTER_HEADERS, training=True, metrics=_named("inter", _STEP_METRICS + _FEEDBACK_METRICS),
+            "inter",
+            "lessons (or, feedback.inter.shows = response, rollouts) of OTHER problems in the run's pool "
+            "whose relevance passes gamma",
+            "the same problem; the relevance score; any reward",
+            prompts.inter_messages,
+            prompts.INTER_VERSION,
+            drawn=True,
+            context_field="summary",
+            headers=prompts.INTER_HEADERS,
+            training=True,
+            metrics=_named("inter", _STEP_METRICS + _FEEDBACK_METRICS),
         ),
         Mode(
-            "val", "the held-out question only (the zero-shot prompt)", "any context", _actor, prompts.ACTOR_VERSION,
+            "val",
+            "the held-out question only (the zero-shot prompt)",
+            "any context",
+            _actor,
+            prompts.ACTOR_VERSION,
             metrics=("val/{dataset}/mean@{k}", "val/{dataset}/pass@{k}"),
         ),
         Mode(
-            "replay", "the question and one MEL lesson as working memory (lanpo.mel.prompts.replay_messages)",
-            "the lesson's source responses; the gold answer (numbers masked in the lesson)", None, "replay",
+            "replay",
+            "the question and one MEL lesson as working memory (lanpo.mel.prompts.replay_messages)",
+            "the lesson's source responses; the gold answer (numbers masked in the lesson)",
+            None,
+            "replay",
             metrics=("mel/replays",),
         ),
         Mode(
-            "retrieval", "lessons retrieved at test time with relevance >= gamma (the inter prompt)",
-            "the same problem; the relevance score", prompts.inter_messages, prompts.INTER_VERSION,
-            context_field="summary", headers=prompts.INTER_HEADERS,
+            "retrieval",
+            "lessons retrieved at test time with relevance >= gamma (the inter prompt)",
+            "the same problem; the relevance score",
+            prompts.inter_messages,
+            prompts.INTER_VERSION,
+            context_field="summary",
+            headers=prompts.INTER_HEADERS,
         ),
         Mode(
-            "self_correct", "the model's own first answer, then one fixed reflection request",
-            "the first answer's grade or the gold answer", None, prompts.REFLECT_VERSION,
+            "self_correct",
+            "the model's own first answer, then one fixed reflection request",
+            "the first answer's grade or the gold answer",
+            None,
+            prompts.REFLECT_VERSION,
         ),
     )
-}  # fmt: skip
+}
 
 ATTEMPT_MODES = tuple(MODES)  # every mode a stored attempt or rollout group carries (the schema's CHECKs)
 PROMPT_MODES = tuple(m.name for m in MODES.values() if m.training)  # a training step's prompt modes

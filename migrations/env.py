@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import pool
 
-from lanpo.db.engine import database_url, make_engine
+from lanpo.db.connection import database_url, make_db
 from lanpo.db.models import Base
 
 config = context.config
@@ -33,10 +33,10 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    engine = make_engine(config.get_main_option("sqlalchemy.url") or None, poolclass=pool.NullPool)
-    with engine.connect() as connection:
+    db = make_db(config.get_main_option("sqlalchemy.url") or None, poolclass=pool.NullPool)
+    with db.connect() as connection:
         _run(connection)
-    engine.dispose()
+    db.dispose()
 
 
 def _run(connection) -> None:

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
 
 from lanpo.db import migrate, server
-from lanpo.db.engine import ENV_URL, make_engine, normalise_url
+from lanpo.db.connection import ENV_URL, make_db, normalise_url
 from lanpo.db.models import Base
 
 # Every vLLM engine the suite starts (in-process, in its own processes, in a bench or a trainer it spawns) holds a
@@ -84,9 +84,9 @@ def pg_url(pg_server: PgServer) -> str:
 
 
 @pytest.fixture(scope="session")
-def engine(pg_url: str) -> Iterator[Engine]:
+def migrated_db(pg_url: str) -> Iterator[Engine]:
     """The session's database, migrated to head once."""
-    eng = make_engine(pg_url)
+    eng = make_db(pg_url)
     migrate.upgrade(eng)
     yield eng
     eng.dispose()
@@ -99,10 +99,10 @@ def truncate_all(eng: Engine) -> None:
 
 
 @pytest.fixture
-def db(engine: Engine) -> Iterator[Engine]:
-    """The migrated engine; every table is emptied after the test (so tests may commit freely)."""
-    yield engine
-    truncate_all(engine)
+def db(migrated_db: Engine) -> Iterator[Engine]:
+    """The migrated database; every table is emptied after the test (so tests may commit freely)."""
+    yield migrated_db
+    truncate_all(migrated_db)
 
 
 @pytest.fixture

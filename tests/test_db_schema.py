@@ -9,15 +9,15 @@ from alembic.migration import MigrationContext
 from sqlalchemy.engine import Engine
 
 from lanpo.db import migrate
-from lanpo.db.engine import current_revision, require_migrated
+from lanpo.db.connection import current_revision, require_migrated
 from lanpo.db.models import Base
 from lanpo.db.reader import stored_reader
 from lanpo.db.readonly import query_readonly
 from lanpo.errors import NotMigrated
 
 
-def _diff(engine: Engine) -> list:
-    with engine.connect() as conn:
+def _diff(db: Engine) -> list:
+    with db.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
         return compare_metadata(ctx, Base.metadata)
 
@@ -40,8 +40,8 @@ def test_vector_extension_and_hnsw_indexes(db: Engine) -> None:
     assert methods == {"ix_problems_embedding_hnsw": "hnsw", "ix_experience_versions_embedding_hnsw": "hnsw"}
 
 
-def _fill(engine: Engine) -> None:
-    with engine.begin() as conn:
+def _fill(db: Engine) -> None:
+    with db.begin() as conn:
         conn.execute(
             sa.text("INSERT INTO problems (dataset, external_id, question, answer) VALUES ('d', '1', 'q', 'a')")
         )
@@ -54,9 +54,9 @@ def _fill(engine: Engine) -> None:
         conn.execute(sa.text("INSERT INTO attempts (group_id, response, reward) VALUES (1, 'r', 1.0)"))
 
 
-def _reader_state(engine: Engine) -> tuple[bool, bool, bool]:
+def _reader_state(db: Engine) -> tuple[bool, bool, bool]:
     """(the reader role exists, lanpo_private exists, PUBLIC may run pg_cancel_backend in this database)."""
-    with engine.connect() as conn:
+    with db.connect() as conn:
         return conn.execute(
             sa.text(
                 "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lanpo_reader_' || current_database()), "
@@ -66,8 +66,8 @@ def _reader_state(engine: Engine) -> tuple[bool, bool, bool]:
         ).one()
 
 
-def _superuser(engine: Engine) -> bool:
-    with engine.connect() as conn:
+def _superuser(db: Engine) -> bool:
+    with db.connect() as conn:
         return conn.scalar(sa.text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"))
 
 

@@ -29,21 +29,21 @@ def home() -> Iterator[Path]:
 
 
 def _count(url: str) -> int:
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    db = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
-        with engine.connect() as conn:
+        with db.connect() as conn:
             return conn.scalar(sa.text("SELECT count(*) FROM kept"))
     finally:
-        engine.dispose()
+        db.dispose()
 
 
 def test_sigkilled_server_recovers_with_committed_rows(home: Path) -> None:
     url = server.start(home)
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    with engine.begin() as conn:
+    db = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with db.begin() as conn:
         conn.execute(sa.text("CREATE TABLE kept (id int)"))
         conn.execute(sa.text("INSERT INTO kept SELECT generate_series(1, 100)"))
-    engine.dispose()
+    db.dispose()
     pid = server.status(home).pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -67,10 +67,10 @@ def test_a_second_process_reuses_the_running_server(home: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code, str(home)], capture_output=True, text=True, check=True)
     assert int(out.stdout.strip()) == pid  # the same postmaster: never two servers on one data directory
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    with engine.connect() as conn:
+    db = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with db.connect() as conn:
         assert conn.scalar(sa.text("SELECT 1")) == 1
-    engine.dispose()
+    db.dispose()
 
 
 def test_stop_then_start(home: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from lanpo.data.generate import generate_problems
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo.runs import create_run
 from lanpo.demo import (
     DEFAULT_RUN,

@@ -34,7 +34,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from lanpo.config import load_toml, parse_override
-from lanpo.db.engine import ENV_URL, transaction
+from lanpo.db.connection import ENV_URL, transaction
 from lanpo.db.readonly import query_readonly
 from lanpo.docgen import REGENERATE, stale
 from lanpo.docgen import cli as cli_doc
@@ -238,7 +238,7 @@ def is_fast(args: tuple[str, ...]) -> bool:
 DEMO_RUN = "demo"  # what `lanpo demo` names its training run (and its pool) on a store that has none yet
 
 
-def fill_demo_store(engine: Engine) -> None:
+def fill_demo_store(db: Engine) -> None:
     """What `lanpo demo` leaves: the demo's two datasets, relevance scores by the demo's judge, the trained run
     `demo` with its pool (groups in every training mode, attempts, lessons, contexts, metrics, committed steps), its
     SFT run and an infer run over the held-out set."""
@@ -249,14 +249,14 @@ def fill_demo_store(engine: Engine) -> None:
     from lanpo.db.repo.experiences import NewExperience, add_experiences
     from lanpo.db.repo.pools import ensure_pool
     from lanpo.db.repo.problems import ProblemIn, upsert_problems
-    from lanpo.retrieval.scorer import PROMPT_VERSION
+    from lanpo.retrieval.judge import PROMPT_VERSION
     from lanpo.train.config import TrainConfig
     from tests.report.helpers import train_metrics
 
     cfg = load_toml(TrainConfig, ROOT / "train" / "configs" / "demo-cpu.toml")
     dataset = cfg.data.dataset
     scorer = f"smollm2|{PROMPT_VERSION}"
-    with transaction(engine) as session:
+    with transaction(db) as session:
         questions = [ProblemIn(str(i), f"What is {i} + {i + 2}?", str(2 * i + 2)) for i in range(8)]
         upsert_problems(session, dataset, questions)
         upsert_problems(
@@ -274,7 +274,7 @@ def fill_demo_store(engine: Engine) -> None:
         run = runs_repo.create_run(session, DEMO_RUN, "train", to_mapping(cfg), cfg.model.name, pool.id).id
     lesson_version, earlier = None, {}
     for step in (1, 2):
-        with transaction(engine) as session:
+        with transaction(db) as session:
             version = steps_repo.add_policy_version(session, run, step, f"{step:064x}")
             groups = []
             for i, p in enumerate(ids[:4]):
@@ -293,7 +293,7 @@ def fill_demo_store(engine: Engine) -> None:
             lesson_version = add_experiences(session, pool, [lesson]).version_ids[0]
             runs_repo.record_metrics(session, run, step, train_metrics(step, 0, "both"))
             steps_repo.commit_step(session, run, step, version)
-    with transaction(engine) as session:
+    with transaction(db) as session:
         runs_repo.finish_run(session, run)
         infer = runs_repo.create_run(session, f"{DEMO_RUN}-infer", "infer", {}, model=cfg.model.name, pool_id=pool.id)
         answers = [NewAttempt("\\boxed{4}", 1.0, True, True, 8), NewAttempt("5", 0.0, False, False, 4)]
@@ -316,7 +316,7 @@ def _relevance(session: Session, problem: int, candidate: int, score: float, sco
 
 
 @pytest.fixture(scope="module")
-def store(engine: Engine, pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def store(migrated_db: Engine, pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The demo's store, and a working folder that sees the checkout (`sql/recipes/...` resolve) in which the
     commands' outputs land; HOME and LANPO_HOME are fresh folders under it."""
     work = tmp_path_factory.mktemp("docs")
@@ -325,15 +325,15 @@ def store(engine: Engine, pg_url: str, tmp_path_factory: pytest.TempPathFactory)
             (work / entry.name).symlink_to(entry)
     home = work / "home"
     home.mkdir()
-    truncate_all(engine)
-    fill_demo_store(engine)
+    truncate_all(migrated_db)
+    fill_demo_store(migrated_db)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(ENV_URL, pg_url)
         mp.setenv("HOME", str(home))
         mp.setenv("LANPO_HOME", str(home / ".lanpo"))
         mp.chdir(work)
         yield work
-    truncate_all(engine)
+    truncate_all(migrated_db)
 
 
 def expand(args: tuple[str, ...]) -> list[str]:
@@ -528,8 +528,8 @@ def test_readme_and_sql_page_show_at_least_five_sql_recipes() -> None:
 
 
 @pytest.mark.parametrize(("at", "statement"), sql_statements(), ids=lambda v: v if ":" in v else None)
-def test_sql_fence_runs_as_the_reader(store: Path, engine: Engine, at: str, statement: str) -> None:
-    result = query_readonly(engine, statement)
+def test_sql_fence_runs_as_the_reader(store: Path, migrated_db: Engine, at: str, statement: str) -> None:
+    result = query_readonly(migrated_db, statement)
     assert result.columns, f"{at}: no result set"
 
 

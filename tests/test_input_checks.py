@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from lanpo.config import from_mapping
 from lanpo.db import migrate
-from lanpo.db.engine import checked_url, current_revision
+from lanpo.db.connection import checked_url, current_revision
 from lanpo.db.repo import contexts, problems, runs
 from lanpo.errors import HINT_LIMIT, ConfigError, InputError
 from lanpo.inference.config import SamplingSettings

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 import torch
 
 from lanpo.config import from_mapping
-from lanpo.db.engine import connect
+from lanpo.db.connection import connect
 from lanpo.feedback.schedule import mix_seed
 from lanpo.models import merge_adapter, set_threads
 from lanpo.rl.advantages import group_advantages
@@ -48,11 +48,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args()
 
-    engine = connect()
-    with engine.connect() as conn:
+    db = connect()
+    with db.connect() as conn:
         config = conn.execute(sa.text("SELECT config FROM runs WHERE name = :run"), {"run": args.run}).scalar_one()
         rows = conn.execute(sa.text(ROWS), {"run": args.run, "steps": args.steps}).all()
-    engine.dispose()
+    db.dispose()
     cfg = from_mapping(TrainConfig, config)
     if cfg.grpo.autocast != "off" or cfg.method != "grpo" or cfg.model.init_adapter is None:
         raise SystemExit(f"{args.run}: an fp32 GRPO run from an init_adapter is needed")

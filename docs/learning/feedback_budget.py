@@ -16,7 +16,7 @@ import sqlalchemy as sa
 import torch
 from peft import PeftModel
 
-from lanpo.db.engine import connect
+from lanpo.db.connection import connect
 from lanpo.models import load_causal_lm, prepare_smollm2
 from lanpo.rewards import grade
 from lanpo.rollout import SamplingParams

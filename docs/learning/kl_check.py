@@ -18,7 +18,7 @@ import sqlalchemy as sa
 import torch
 from peft import PeftModel
 
-from lanpo.db.engine import connect
+from lanpo.db.connection import connect
 from lanpo.models import load_causal_lm, merge_adapter
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
@@ -37,10 +37,10 @@ def main() -> None:
         raise SystemExit(__doc__)
     run, sft, rl = sys.argv[1:4]
     torch.set_num_threads(1)
-    engine = connect()
-    with engine.connect() as conn:
+    db = connect()
+    with db.connect() as conn:
         prompts = [r[0] for r in conn.execute(sa.text(PROMPTS), {"run": run})]
-    engine.dispose()
+    db.dispose()
     base, tokenizer = load_causal_lm("smollm2", dtype=torch.float32)
     base, _ = merge_adapter(base, sft)
     model = PeftModel.from_pretrained(base, rl)

@@ -76,19 +76,19 @@ def run(args: argparse.Namespace) -> int:
     from trl import GRPOConfig, GRPOTrainer
 
     from lanpo.config import lanpo_home
-    from lanpo.db.engine import open_store, transaction
+    from lanpo.db.connection import open_store, transaction
     from lanpo.db.repo import runs as runs_repo
     from lanpo.integrations.trl import TRLStore  # lanpo
     from lanpo.models import load_causal_lm
     from lanpo.train.config import load_config
 
-    engine = open_store()  # a fresh store (a new LANPO_HOME) is migrated, as the demo does
+    db = open_store()  # a fresh store (a new LANPO_HOME) is migrated, as the demo does
     cfg = load_config(args.config, args.set)
-    with transaction(engine) as session:
+    with transaction(db) as session:
         name = args.run_name or runs_repo.free_name(session, "trl")
     cfg.run_name = name
-    cfg.feedback.inter.scorer = cfg.feedback.inter.scorer or _relevance(engine, cfg, args)
-    store = TRLStore(cfg, engine)  # lanpo: checks the store, the problems and the relevance before any model loads
+    cfg.feedback.inter.scorer = cfg.feedback.inter.scorer or _relevance(db, cfg, args)
+    store = TRLStore(cfg, db)  # lanpo: checks the store, the problems and the relevance before any model loads
     model, tokenizer = load_causal_lm(args.model, dtype="float32", device="cpu")
     if args.init_adapter:  # RL starts from the warm start, as lanpo train's model.init_adapter
         from lanpo.models import check_adapter_dir, merge_adapter
@@ -183,16 +183,16 @@ def check_vllm() -> None:
         )
 
 
-def _relevance(engine: Any, cfg: Any, args: argparse.Namespace) -> str | None:
+def _relevance(db: Any, cfg: Any, args: argparse.Namespace) -> str | None:
     """The scorer inter draws by: the store's, or (none yet, and the recipe filters by relevance) one built now."""
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo import contexts as contexts_repo
     from lanpo.feedback.store import ensure_dataset
     from lanpo.feedback_modes import asks_inter
 
     if not asks_inter(cfg.feedback.mode) or cfg.feedback.inter.gamma == 0:
         return None
-    with transaction(engine) as session:
+    with transaction(db) as session:
         ensure_dataset(session, cfg.data)
         found = contexts_repo.scorers(session)
     if found:
@@ -202,7 +202,7 @@ def _relevance(engine: Any, cfg: Any, args: argparse.Namespace) -> str | None:
 
     print(f"relevance: {args.model} judges each problem's {args.relevance_top_k} nearest others (BM25 + vectors)")
     built = build_relevance(
-        engine,
+        db,
         cfg.data.dataset,
         args.model,
         top_k=args.relevance_top_k,

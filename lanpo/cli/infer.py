@@ -118,7 +118,7 @@ def command(
     Answers are the last \\boxed{} of the final turn; records carry `correct` when the input has an `answer`.
     Unless --no-store, the questions become problems of --dataset and every turn an attempt of an `infer` run.
     """
-    from lanpo.db.engine import connect
+    from lanpo.db.connection import connect
     from lanpo.inference.answerer import Answerer  # loads torch
     from lanpo.inference.config import normalise_mode
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from lanpo import feedback_modes
 from lanpo.cli.params import SEED, Float, Int, field_option
 from lanpo.db import sqlfiles
-from lanpo.db.engine import connect, transaction
+from lanpo.db.connection import connect, transaction
 from lanpo.db.repo import contexts, pools, problems
 from lanpo.errors import InputError, listing
 from lanpo.feedback.config import FeedbackConfig, InterConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lanpo.cli.params import Float, Int, field_option
-from lanpo.db.engine import connect
+from lanpo.db.connection import connect
 from lanpo.feedback.config import InterConfig
 from lanpo.inference.config import RetrievalSettings
 from lanpo.retrieval import EF_SEARCH_MAX, STAGE1
@@ -65,11 +65,11 @@ def build_cmd(
     params = SearchParams(stage1=stage1, ef_search=ef_search)
     check_model_ref(judge, "--judge")
     check_device(device)
-    engine = connect()
-    with Session(engine) as session:  # before the judge loads: a typo in the name fails in a second
+    db = connect()
+    with Session(db) as session:  # before the judge loads: a typo in the name fails in a second
         require_dataset(session, dataset)
     built = build_relevance(
-        engine,
+        db,
         dataset,
         judge,
         top_k=top_k,

@@ -47,7 +47,7 @@ def command(names: tuple[str, ...], out_dir: Path | None, band: str, baseline: s
     import sqlalchemy as sa
 
     from lanpo.config import lanpo_home
-    from lanpo.db.engine import connect, transaction
+    from lanpo.db.connection import connect, transaction
     from lanpo.report.build import read_report, write_report
     from lanpo.report.output import check_out_dir
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lanpo.cli.params import Float, Int, field_option
-from lanpo.db.engine import connect
+from lanpo.db.connection import connect
 from lanpo.inference.config import RetrievalSettings
 from lanpo.retrieval import EF_SEARCH_MAX, STAGE1
 from lanpo.retrieval.search import SearchParams
@@ -20,10 +20,14 @@ from lanpo.retrieval.search import SearchParams
 @field_option(RetrievalSettings, "gamma", type=Float(0, 1))
 @field_option(RetrievalSettings, "m", "--m", "m", type=Int(1), help="Experiences returned, best first (at most).")
 @click.option(
-    "--judge", "--scorer", "judge", default="smollm2", show_default=True,
+    "--judge",
+    "--scorer",
+    "judge",
+    default="smollm2",
+    show_default=True,
     help="Judge model (`smollm2`, HF folder, hub id), or `none`: stage 1 only, no gamma filter (--scorer: the old "
     "spelling).",
-)  # fmt: skip
+)
 @click.option(
     "--embedding-model", default="all-MiniLM-L6-v2", show_default=True, help="Embeds the question (vector/hybrid)."
 )
@@ -55,12 +59,12 @@ def command(
       lanpo retrieve "What is 17 + 25 - 3?" --stage1 bm25 --gamma 0.5 --m 3
     """
 
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo.pools import active_size, resolve_pool
     from lanpo.models import check_device, check_model_ref
     from lanpo.retrieval.corpus import BM25Cache
     from lanpo.retrieval.embeddings import check_embedder_ref
-    from lanpo.retrieval.scorer import load_judge
+    from lanpo.retrieval.judge import load_judge
     from lanpo.retrieval.testtime import check_question, default_embedder, retrieve
 
     check_question(question)  # everything a typo can break is checked before a model loads
@@ -69,8 +73,8 @@ def command(
     if stage1 != "bm25":
         check_embedder_ref(embedding_model)
     check_device(device)
-    engine = connect()
-    with transaction(engine) as session:
+    db = connect()
+    with transaction(db) as session:
         pool = resolve_pool(session, pool_name)  # before loading any model: a wrong name fails at once
         lessons = active_size(session, pool.id)
     if lessons == 0:  # nothing to rank: loading the judge and the embedder would take seconds for nothing
@@ -78,11 +82,20 @@ def command(
         return
     rater = None if judge.lower() == "none" else load_judge(judge, device=device)
     embedder = default_embedder(embedding_model) if stage1 != "bm25" else None
-    with transaction(engine) as session:  # commits the embeddings vector search fills in for new lessons
+    with transaction(db) as session:  # commits the embeddings vector search fills in for new lessons
         found = retrieve(
-            session, question, pool_id=pool.id, stage1=stage1, top_k=top_k, gamma=gamma, m=m, rater=rater,
-            embedder=embedder, ef_search=ef_search, cache=BM25Cache(),
-        )  # fmt: skip
+            session,
+            question,
+            pool_id=pool.id,
+            stage1=stage1,
+            top_k=top_k,
+            gamma=gamma,
+            m=m,
+            rater=rater,
+            embedder=embedder,
+            ef_search=ef_search,
+            cache=BM25Cache(),
+        )
     if not found:
         what = f"none of its {lessons} lesson(s) reached gamma" if rater else "stage 1 found none"
         click.echo(f"no experiences ({what}): answer zero-shot")

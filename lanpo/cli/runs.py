@@ -15,7 +15,7 @@ import click
 from sqlalchemy.orm import Session
 
 from lanpo.cli.params import Float
-from lanpo.db.engine import connect, transaction
+from lanpo.db.connection import connect, transaction
 from lanpo.db.heartbeat import STALE_AFTER_S
 from lanpo.db.models import RUN_KINDS
 from lanpo.db.repo import queue as queue_repo

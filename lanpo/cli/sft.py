@@ -67,12 +67,12 @@ def command(
         write_pairs(pairs, write_data)
         click.echo(f"wrote {len(pairs)} chat pairs to {write_data}")
         return
-    engine = None
+    db = None
     if not no_db:
-        from lanpo.db.engine import connect
+        from lanpo.db.connection import connect
 
-        engine = connect()
-    result = run_sft(cfg, data_path, engine=engine, out_dir=out_dir, progress=True)
+        db = connect()
+    result = run_sft(cfg, data_path, db=db, out_dir=out_dir, progress=True)
     curve = ", ".join(f"{x:.3f}" for x in result.losses[:: max(1, len(result.losses) // 10)])
     click.echo(f"{result.pairs} pairs, {len(result.losses)} steps in {result.seconds:.0f}s; loss: {curve}")
     click.echo(f"adapter: {result.adapter_dir}")
@@ -130,7 +130,7 @@ def data_cmd(
     """
     import os
 
-    from lanpo.db.engine import connect, transaction
+    from lanpo.db.connection import connect, transaction
     from lanpo.db.repo.problems import problems_of_dataset, require_dataset
     from lanpo.errors import InputError
     from lanpo.models import check_device, check_model_ref
@@ -158,8 +158,11 @@ def data_cmd(
         rejected = ", ".join(
             f"{k.split('/')[1]} {v}" for k, v in sorted(report.rejected.items()) if k.startswith(skill)
         )
-        click.echo(f"{skill}: {report.kept[skill]} kept of {report.generated[skill]}" + (f" (rejected: {rejected})"
-                   if rejected else ""), err=True)  # fmt: skip
+        click.echo(
+            f"{skill}: {report.kept[skill]} kept of {report.generated[skill]}"
+            + (f" (rejected: {rejected})" if rejected else ""),
+            err=True,
+        )
     if not report.pairs:
         raise InputError(
             f"no pair passed the filters (correct answer and headers): nothing was written to {out_path}",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from lanpo.db.engine import connect
+from lanpo.db.connection import connect
 from lanpo.db.format import format_result
 from lanpo.db.readonly import SqlLimits, query_readonly
 from lanpo.errors import InputError

@@ -45,14 +45,14 @@ def command(
     capacity evictions, metrics and the policy version; the checkpoint is written just before. After a crash,
     `--resume` continues from the last checkpointed step (`checkpoint.every`; by default every step).
     """
-    from lanpo.db.engine import connect
+    from lanpo.db.connection import connect
     from lanpo.train.config import load_config
     from lanpo.train.loop import train
 
     if workers is not None:
         overrides = (*overrides, f"workers.count={workers}")
     cfg = load_config(config_path, list(overrides))
-    engine = connect()
+    db = connect()
 
     clock = StepClock(cfg.steps)
 
@@ -61,7 +61,7 @@ def command(
             click.echo(clock.line(step, metrics))
 
     notify = click.echo if no_progress else None
-    result = train(cfg, engine=engine, resume=resume, progress=not no_progress, on_step=report, notify=notify)
+    result = train(cfg, db=db, resume=resume, progress=not no_progress, on_step=report, notify=notify)
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
         return
     if not no_progress:

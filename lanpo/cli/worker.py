@@ -10,15 +10,30 @@ from lanpo.train.config import WorkersConfig
 
 @click.command("worker")
 @click.option("--run", "run_name", required=True, help="The training run to serve (see `lanpo runs`).")
-@field_option(WorkersConfig, "threads", type=click.IntRange(min=0),
-              help="CPU threads of this worker's generation backend (0: every core).")  # fmt: skip
-@click.option("--lease-s", type=click.FloatRange(min=3), default=None,
-              help="Seconds a claim lives unrenewed before another worker redoes it [default: the run's "
-                   "workers.lease_s].")  # fmt: skip
-@click.option("--model", default=None, help="Refuse unless the run trains this model (a check; the run's own "
-              "model is what loads).")  # fmt: skip
-@click.option("--max-claims", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Stop after this many finished claims (0: when the run ends).")  # fmt: skip
+@field_option(
+    WorkersConfig,
+    "threads",
+    type=click.IntRange(min=0),
+    help="CPU threads of this worker's generation backend (0: every core).",
+)
+@click.option(
+    "--lease-s",
+    type=click.FloatRange(min=3),
+    default=None,
+    help="Seconds a claim lives unrenewed before another worker redoes it [default: the run's workers.lease_s].",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="Refuse unless the run trains this model (a check; the run's own model is what loads).",
+)
+@click.option(
+    "--max-claims",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Stop after this many finished claims (0: when the run ends).",
+)
 def command(run_name: str, threads: int, lease_s: float | None, model: str | None, max_claims: int) -> None:
     """Generate, grade and summarise the steps a trainer queues in the store, with the newest committed policy.
 
@@ -29,7 +44,7 @@ def command(run_name: str, threads: int, lease_s: float | None, model: str | Non
     every finished step is written once. Start the run with workers.external = true (or `lanpo train
     --workers N` for local workers), then as many `lanpo worker --run NAME` as you like, on any machine.
     """
-    from lanpo.db.engine import connect
+    from lanpo.db.connection import connect
     from lanpo.train.producer.worker import run_worker
 
     result = run_worker(connect(), run_name, threads, lease_s, model, max_claims)

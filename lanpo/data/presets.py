@@ -236,8 +236,12 @@ def rows_to_problems(
             if first_answer == answer:
                 folded += 1
             else:
-                bad.append(BadLine(number, f"same question as row {first_row} with another answer ({answer!r} vs "
-                                           f"{first_answer!r})"))  # fmt: skip
+                bad.append(
+                    BadLine(
+                        number,
+                        f"same question as row {first_row} with another answer ({answer!r} vs {first_answer!r})",
+                    )
+                )
             continue
         if not gold_parses(answer):
             bad.append(BadLine(number, f"math-verify cannot parse the gold answer {answer!r}"))

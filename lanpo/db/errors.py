@@ -2,7 +2,7 @@
 
 Input a command can check, it checks before it reaches the database (`InputError` with its own hint). This is
 the net under that: whatever SQLAlchemy, psycopg or Alembic still raises becomes one line saying what the
-database refused, and a hint. A transaction that failed was rolled back (`lanpo.db.engine.transaction`).
+database refused, and a hint. A transaction that failed was rolled back (`lanpo.db.connection.transaction`).
 """
 
 from __future__ import annotations

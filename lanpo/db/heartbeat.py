@@ -121,13 +121,13 @@ class Heartbeat(Beating):
     The first beat is written before the body starts (the run is taken before any work); the next ones by a daemon
     thread every `every` seconds (`Beating`)."""
 
-    def __init__(self, engine: Engine, run_id: int, every: float = HEARTBEAT_S) -> None:
+    def __init__(self, db: Engine, run_id: int, every: float = HEARTBEAT_S) -> None:
         super().__init__(every, f"lanpo-heartbeat-{run_id}", f"heartbeat of run {run_id}")
-        self.engine, self.run_id = engine, run_id
+        self.db, self.run_id = db, run_id
         self.owner = owner_tag()
 
     def beat(self) -> None:
-        with self.engine.begin() as conn:
+        with self.db.begin() as conn:
             conn.execute(BEAT, {"owner": self.owner, "run_id": self.run_id})
 
     def __enter__(self) -> Heartbeat:

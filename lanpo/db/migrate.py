@@ -25,11 +25,11 @@ def migrations_dir() -> Path:
     return found
 
 
-def alembic_config(engine: Engine | None = None) -> Config:
+def alembic_config(db: Engine | None = None) -> Config:
     config = Config()
     config.set_main_option("script_location", str(migrations_dir()))
-    if engine is not None:
-        config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+    if db is not None:
+        config.set_main_option("sqlalchemy.url", db.url.render_as_string(hide_password=False).replace("%", "%%"))
     return config
 
 
@@ -43,10 +43,10 @@ def revisions() -> list[tuple[str, str]]:
     return [(r.revision, r.doc or "") for r in reversed(list(script.walk_revisions()))]
 
 
-def _migrate(engine: Engine, revision: str, direction: str) -> None:
+def _migrate(db: Engine, revision: str, direction: str) -> None:
     """Run Alembic's upgrade or downgrade in one transaction; a target it cannot reach is an InputError."""
-    with engine.begin() as connection:
-        config = alembic_config(engine)
+    with db.begin() as connection:
+        config = alembic_config(db)
         config.attributes["connection"] = connection
         if direction == "upgrade":
             ensure_pgvector(connection)  # before any DDL: the server and its pgvector are ones lanpo can run on
@@ -66,9 +66,9 @@ def _migrate(engine: Engine, revision: str, direction: str) -> None:
             ) from exc
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    _migrate(engine, revision, "upgrade")
+def upgrade(db: Engine, revision: str = "head") -> None:
+    _migrate(db, revision, "upgrade")
 
 
-def downgrade(engine: Engine, revision: str) -> None:
-    _migrate(engine, revision, "downgrade")
+def downgrade(db: Engine, revision: str) -> None:
+    _migrate(db, revision, "downgrade")

@@ -18,7 +18,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
-from lanpo.db.engine import is_embedded, normalise_url
+from lanpo.db.connection import is_embedded, normalise_url
 from lanpo.errors import ReaderUnavailable
 
 ENV_READER_URL = "LANPO_READER_URL"

@@ -40,7 +40,7 @@ class QueryResult:
 
 
 def query_readonly(
-    engine: Engine, statement: str, limits: SqlLimits | None = None, source: str = "the statement"
+    db: Engine, statement: str, limits: SqlLimits | None = None, source: str = "the statement"
 ) -> QueryResult:
     """Run ONE statement as the read-only role and return its columns and rows; errors become InputError.
 
@@ -49,7 +49,7 @@ def query_readonly(
     limits = limits or SqlLimits()
     if not statement.strip():
         raise InputError(f"no SQL statement in {source}: it is empty", hint=EXAMPLE)
-    with contextlib.closing(reader_login(engine).connect()) as conn:
+    with contextlib.closing(reader_login(db).connect()) as conn:
         try:
             with conn.cursor() as cur:
                 cur.execute("SET TRANSACTION READ ONLY")

@@ -145,14 +145,14 @@ def start(home: Path) -> str:
 def _ensure_database(admin_url: str) -> None:
     import sqlalchemy as sa
 
-    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    db = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     try:
-        with engine.connect() as conn:
+        with db.connect() as conn:
             exists = conn.scalar(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": DATABASE_NAME})
             if not exists:
                 conn.execute(sa.text(f'CREATE DATABASE "{DATABASE_NAME}"'))
     finally:
-        engine.dispose()
+        db.dispose()
 
 
 def stop(home: Path) -> bool:

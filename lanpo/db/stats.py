@@ -103,17 +103,17 @@ def stale_tables(conn: Connection, tables: Iterable[str], added: Mapping[str, in
     ]
 
 
-def _database(engine: Engine) -> str:
-    return engine.url.render_as_string(hide_password=True)
+def _database(db: Engine) -> str:
+    return db.url.render_as_string(hide_password=True)
 
 
 def refresh(bind: Engine | Connection, tables: Iterable[str], force: bool = False) -> list[str]:
     """ANALYZE those of `tables` that grew (all of them with `force`), in autocommit; returns the ones analyzed."""
-    engine = bind.engine if isinstance(bind, Connection) else bind
-    database = _database(engine)
+    db = bind.engine if isinstance(bind, Connection) else bind
+    database = _database(db)
     with _lock:
         added = {table: _added.get((database, table), 0) for table in tables}
-    with engine.connect() as conn:
+    with db.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
         names = sorted(set(tables) & TABLES) if force else stale_tables(conn, tables, added)
         if names:
@@ -136,8 +136,8 @@ def _refresh_after_commit(session: Session) -> None:
     if not noted or not enabled:
         return
     bind = session.get_bind()
-    engine = bind.engine if isinstance(bind, Connection) else bind
-    database = _database(engine)
+    db = bind.engine if isinstance(bind, Connection) else bind
+    database = _database(db)
     with _lock:
         for table, rows in noted.items():
             _added[(database, table)] = _added.get((database, table), 0) + rows

@@ -17,7 +17,7 @@ lanpo's trainer (`lanpo.train`), the TRL adapter (`lanpo.integrations.trl`) and 
 (docs/api.md).
 """
 
-from lanpo.db.engine import open_store
+from lanpo.db.connection import open_store
 from lanpo.feedback.client import StoreClient
 from lanpo.feedback.config import (
     DataConfig,

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from lanpo.config import to_mapping
-from lanpo.db.engine import open_store, require_migrated, transaction
+from lanpo.db.connection import open_store, require_migrated, transaction
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo

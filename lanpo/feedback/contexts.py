@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from lanpo import feedback_modes
 from lanpo import prompts as templates
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import steps as steps_repo
@@ -111,7 +111,7 @@ def contexted_prompts(
     draws, the leakage rules and the fitting."""
     pids, asked = list(pids), list(asked)
     draw_seed = mix_seed(seed, "contexts", step)
-    with transaction(run.engine) as session:
+    with transaction(run.db) as session:
         rows = {p.id: p for p in problems_repo.problems_by_ids(session, sorted(set(pids)))}
         wanted = {mode: sorted({p for p, m in zip(pids, asked, strict=True) if m == mode}) for mode in CONTEXT_MODES}
         draw = ContextDraw(

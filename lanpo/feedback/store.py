@@ -22,7 +22,7 @@ from lanpo.feedback_modes import asks_inter
 class RunRef:
     """Where a step's rows go: the store, the run, and the experience pool the run reads and writes."""
 
-    engine: Engine
+    db: Engine
     run_id: int
     pool: PoolRow
 

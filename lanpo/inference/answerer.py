@@ -54,7 +54,7 @@ class Answerer:
     """Answers questions with a policy (base model, optionally with a LoRA adapter) in one of three modes.
 
     `model` is a name or path (`smollm2`, a HF folder, a cached hub id) or an already loaded HF model, in
-    which case `tokenizer` is required. `db` (the database engine) is needed for retrieval only. With the vllm
+    which case `tokenizer` is required. `db` (the database) is needed for retrieval only. With the vllm
     backend one vLLM engine (settings: `vllm`) answers and judges relevance; `dtype`, when not auto, overrides
     `vllm.dtype`. `close()` ends the vLLM engine's processes.
     """
@@ -184,10 +184,10 @@ class Answerer:
         if judge == "none":
             return None
         if self._rater is None:
-            from lanpo.retrieval.scorer import HFJudge, load_judge
+            from lanpo.retrieval.judge import HFJudge, load_judge
 
             if judge == "policy" and self.backend_name == "vllm":  # the vLLM engine that answers also judges
-                from lanpo.retrieval.vllm_scorer import VLLMJudge
+                from lanpo.retrieval.vllm_judge import VLLMJudge
 
                 self._rater = VLLMJudge(self.backend, model_id=self.judge_model_id)
             elif judge == "policy" and self.model is not None:
@@ -247,7 +247,7 @@ class Answerer:
     def pool(self) -> PoolRow:
         """The experience pool retrieval reads (`retrieval.pool`, else the store's only pool), looked up once."""
         if self._pool is None:
-            from lanpo.db.engine import transaction
+            from lanpo.db.connection import transaction
             from lanpo.db.repo.pools import resolve_pool
 
             with transaction(self._require_db()) as session:
@@ -256,7 +256,7 @@ class Answerer:
 
     def active_experiences(self) -> int:
         """Active experiences in the pool retrieval reads (retrieval needs the database)."""
-        from lanpo.db.engine import transaction
+        from lanpo.db.connection import transaction
         from lanpo.db.repo.pools import active_size
 
         pool = self.pool()
@@ -270,7 +270,7 @@ class Answerer:
 
     def retrieve(self, chunk: Sequence[Question]) -> list[list[UsedExperience]]:
         """Experiences for each question (its own problem's experiences excluded when it is a stored problem)."""
-        from lanpo.db.engine import transaction
+        from lanpo.db.connection import transaction
 
         if self._retriever is None:
             from lanpo.retrieval.testtime import retrieve

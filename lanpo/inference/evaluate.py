@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lanpo.config import lanpo_home, to_mapping
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.errors import InputError
 from lanpo.inference import store
 from lanpo.inference.answerer import Answerer

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from lanpo.db.engine import session_factory, transaction
+from lanpo.db.connection import session_factory, transaction
 from lanpo.db.repo.pools import resolve_pool
 from lanpo.db.repo.runs import record_metrics, run_lifecycle
 from lanpo.inference import store

@@ -42,7 +42,7 @@ from sqlalchemy.engine import Engine
 
 from lanpo import feedback_modes
 from lanpo.config import to_mapping
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.heartbeat import Heartbeat
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
@@ -103,10 +103,10 @@ class TRLStore:
     """
 
     def __init__(
-        self, config: Any, engine: Engine | None = None, p_t: float | Callable[[int], float] | None = None
+        self, config: Any, db: Engine | None = None, p_t: float | Callable[[int], float] | None = None
     ) -> None:
-        self.client = StoreClient(config, engine)  # the store, the problems and the relevance, checked
-        self.config, self.cfg, self.engine = config, self.client.cfg, self.client.db
+        self.client = StoreClient(config, db)  # the store, the problems and the relevance, checked
+        self.config, self.cfg, self.db = config, self.client.cfg, self.client.db
         fixed = self.cfg.feedback.p_t if p_t is None else p_t
         self.p_t_of: Callable[[int], float] = fixed if callable(fixed) else (lambda _step: float(fixed))
         self.problem_ids, self.scorer = self.client.problem_ids, self.client.scorer
@@ -144,7 +144,7 @@ class TRLStore:
     def tag(self, dataset: Any, id_column: str = "id") -> Any:
         """A user's conversational dataset with each prompt's messages naming its problem: `id_column` holds the
         external id the problem was imported under (`lanpo data import`) into `data.dataset`."""
-        with transaction(self.engine) as session:
+        with transaction(self.db) as session:
             ids = {p.external_id: p.id for p in problems_repo.problems_by_ids(session, self.problem_ids)}
 
         def named(row: dict[str, Any], index: int) -> dict[str, Any]:
@@ -326,7 +326,7 @@ class TRLStore:
             for prompt in dataset["prompt"]:
                 self.problem_of(prompt)  # raises on the first prompt the store cannot name
         model_name = _model_name(model)
-        with transaction(self.engine) as session:
+        with transaction(self.db) as session:
             self._check_run(session, state.global_step, model_name)
         self.run = None
         self._pending = (_trl_args(args), state.global_step, model_name)
@@ -362,7 +362,7 @@ class TRLStore:
                 hint="pass callbacks=[store.callback] to GRPOTrainer",
             )
         trl_args, step, model_name = self._pending
-        with transaction(self.engine) as session:
+        with transaction(self.db) as session:
             run = self._check_run(session, step, model_name)
             pool = pools_repo.ensure_pool(session, self.cfg.pool_name(), self.cfg.store)
             if run is None:
@@ -378,15 +378,15 @@ class TRLStore:
                 if rolled.groups or rolled.steps:
                     log.info("resume: the store's rows after TRL's step %d were rolled back: %s", step, rolled)
                 runs_repo.reopen_run(session, run.id)
-            self.run = RunRef(self.engine, run.id, pool)
-        self._heartbeat = Heartbeat(self.engine, self.run.run_id).__enter__()
+            self.run = RunRef(self.db, run.id, pool)
+        self._heartbeat = Heartbeat(self.db, self.run.run_id).__enter__()
         return self.run
 
     def saved(self, step: int, folder: Path) -> None:
         """TRL saved its checkpoint of `step`: the store's step names it (rows of later steps roll back on resume)."""
         if self.run is None:
             return
-        with transaction(self.engine) as session:
+        with transaction(self.db) as session:
             steps_repo.set_checkpoint(session, self.run.run_id, step, str(folder))
 
     def logged(self, step: int, logs: dict[str, Any]) -> None:
@@ -398,7 +398,7 @@ class TRLStore:
         metrics.update(
             {ours: metrics[f"trl/{theirs}"] for theirs, ours in TRL_METRICS.items() if f"trl/{theirs}" in metrics}
         )
-        with transaction(self.engine) as session:
+        with transaction(self.db) as session:
             runs_repo.record_metrics(session, self.run.run_id, step, metrics)
 
     def end(self, failed: bool = False) -> None:
@@ -407,7 +407,7 @@ class TRLStore:
         if self._heartbeat is not None:
             self._heartbeat.__exit__(None, None, None)
             self._heartbeat = None
-        with transaction(self.engine) as session:
+        with transaction(self.db) as session:
             runs_repo.finish_run(session, self.run.run_id, "failed" if failed else "finished")
 
 

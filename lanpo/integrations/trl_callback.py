@@ -1,15 +1,28 @@
 """The TRL callback of lanpo's TRL integration (`TRLStore.callback`): it opens the run before step 1, sets p_t for
 each step, ties each TRL checkpoint to the store's step, copies TRL's logs into run_metrics and finishes the run,
-each by calling the store (lanpo.integrations.trl.TRLStore).
+each by calling the store (`StoreHooks`: what lanpo.integrations.trl.TRLStore offers it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from lanpo.integrations.trl import TRLStore
+
+class StoreHooks(Protocol):
+    """What the callback calls on the store, at TRL's events."""
+
+    p_t: float
+    p_t_of: Callable[[int], float]
+
+    def begin(self, args: Any, state: Any, model: Any, dataset: Any) -> None: ...
+
+    def saved(self, step: int, folder: Path) -> None: ...
+
+    def logged(self, step: int, logs: dict[str, Any]) -> None: ...
+
+    def end(self, failed: bool = False) -> None: ...
 
 
 def _callback_base() -> type:
@@ -21,7 +34,7 @@ def _callback_base() -> type:
 class StoreCallback(_callback_base()):  # type: ignore[misc]
     """The TRL callback: opens the run, sets p_t per step, ties checkpoints to steps, finishes the run."""
 
-    def __init__(self, store: TRLStore) -> None:
+    def __init__(self, store: StoreHooks) -> None:
         self.store = store
 
     def on_train_begin(

@@ -149,17 +149,25 @@ TOKENS_AXIS = Axis(
     "generated tokens",
     (GENERATED, TOKENS),
     generated_tokens,
-    ((1.0, "generated tokens"), (1e3, "generated tokens (thousands)"), (1e6, "generated tokens (millions)"),
-     (1e9, "generated tokens (billions)")),
-)  # fmt: skip
+    (
+        (1.0, "generated tokens"),
+        (1e3, "generated tokens (thousands)"),
+        (1e6, "generated tokens (millions)"),
+        (1e9, "generated tokens (billions)"),
+    ),
+)
 PROMPT_AXIS = Axis(
     "prompt_tokens",
     "prompt tokens",
     (PROMPTS, PROMPT_TOKENS),
     prompt_tokens,
-    ((1.0, "prompt tokens"), (1e3, "prompt tokens (thousands)"), (1e6, "prompt tokens (millions)"),
-     (1e9, "prompt tokens (billions)")),
-)  # fmt: skip
+    (
+        (1.0, "prompt tokens"),
+        (1e3, "prompt tokens (thousands)"),
+        (1e6, "prompt tokens (millions)"),
+        (1e9, "prompt tokens (billions)"),
+    ),
+)
 SECONDS_AXIS = Axis(
     "time",
     "training seconds",

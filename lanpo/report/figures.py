@@ -22,8 +22,17 @@ from lanpo.report.series import RunData, Series, derived, total
 Getter = Callable[[RunData], Series | None]
 
 PHASES = (
-    "context", "generate", "reward", "summarize", "prepare", "sleep", "ref_logp", "update", "gather", "checkpoint",
-)  # fmt: skip
+    "context",
+    "generate",
+    "reward",
+    "summarize",
+    "prepare",
+    "sleep",
+    "ref_logp",
+    "update",
+    "gather",
+    "checkpoint",
+)
 PHASES_LAST = ("db_write",)
 NOT_PHASES = ("step", "cpu_step", "pool_share", "validate")  # time/* metrics that are not a phase of the step
 VAL_MEAN = re.compile(r"^val/(?P<dataset>.+)/mean@(?P<k>\d+)$")

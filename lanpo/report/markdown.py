@@ -106,8 +106,11 @@ def _matched(at_budget: matched.MatchedTable | None) -> list[str]:
         at_budget.to_markdown(),
     ]
     if any(r.rollouts_only for r in at_budget.rows):
-        out += ["† some step of a seed was recorded before `cost/generated_tokens`: its rollouts' tokens alone, so "
-                "its budget is understated there.", ""]  # fmt: skip
+        out += [
+            "† some step of a seed was recorded before `cost/generated_tokens`: its rollouts' tokens alone, so "
+            "its budget is understated there.",
+            "",
+        ]
     out.append(f"Each seed's value, SE and bracketing steps: `{matched.CSV}`.")
     if matched.drawable(at_budget):
         out += ["", f"![accuracy at a matched budget]({matched.FIGURE})"]

@@ -162,11 +162,18 @@ class MatchedTable:
         for row in self.rows:
             for run, cells in zip(row.runs, row.per_run, strict=True):
                 for column, at in cells.items():
-                    writer.writerow([
-                        row.label, column, run, f"{self.budget:.0f}" if self.budget is not None else "",
-                        "" if at.value is None else f"{at.value:.6f}", "" if at.se is None else f"{at.se:.6f}",
-                        *(at.steps if at.steps else ("", "")), at.why,
-                    ])  # fmt: skip
+                    writer.writerow(
+                        [
+                            row.label,
+                            column,
+                            run,
+                            f"{self.budget:.0f}" if self.budget is not None else "",
+                            "" if at.value is None else f"{at.value:.6f}",
+                            "" if at.se is None else f"{at.se:.6f}",
+                            *(at.steps if at.steps else ("", "")),
+                            at.why,
+                        ]
+                    )
         return buffer.getvalue()
 
 

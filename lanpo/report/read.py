@@ -134,8 +134,13 @@ def _recount(
     for r in rows:
         k = ks[(r.run_id, r.dataset)]
         se = None if r.mean_at_k_se is None else float(r.mean_at_k_se)
-        stats = ((f"mean@{k}", r.mean_at_k), (f"pass@{k}", r.pass_at_k), ("boxed", r.boxed_rate), ("se", se),
-                 ("samples", r.samples))  # fmt: skip
+        stats = (
+            (f"mean@{k}", r.mean_at_k),
+            (f"pass@{k}", r.pass_at_k),
+            ("boxed", r.boxed_rate),
+            ("se", se),
+            ("samples", r.samples),
+        )
         for stat, value in stats:
             steps, values = cells[(r.run_id, r.dataset, stat)]
             steps.append(int(r.step))

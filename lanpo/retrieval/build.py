@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from lanpo.retrieval.embeddings import SentenceTransformerEmbedder, embed_missing
+from lanpo.retrieval.judge import load_judge
 from lanpo.retrieval.relevance import BuildReport, build_problem_relevance
-from lanpo.retrieval.scorer import load_judge
 from lanpo.retrieval.search import SearchParams
 
 
@@ -28,7 +28,7 @@ class RelevanceBuild:
 
 
 def build_relevance(
-    engine: Engine,
+    db: Engine,
     dataset: str,
     judge: str,
     *,
@@ -44,8 +44,8 @@ def build_relevance(
     offline); then the judge loads and every stage-1 pair not scored yet is scored and stored."""
     embedded = None
     if embed:
-        count = embed_missing(engine, SentenceTransformerEmbedder(), dataset=dataset, what="problems", progress=False)
+        count = embed_missing(db, SentenceTransformerEmbedder(), dataset=dataset, what="problems", progress=False)
         embedded = count.problems
     rater = load_judge(judge, batch_size=batch_size, device=device)
-    report = build_problem_relevance(engine, dataset, rater, top_k=top_k, params=params, progress=progress)
+    report = build_problem_relevance(db, dataset, rater, top_k=top_k, params=params, progress=progress)
     return RelevanceBuild(report, rater.identity, embedded)

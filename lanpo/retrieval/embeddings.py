@@ -104,7 +104,7 @@ class EmbedCount:
 
 
 def embed_missing(
-    engine: Engine,
+    db: Engine,
     embedder: Embedder,
     *,
     dataset: str | None,
@@ -121,22 +121,22 @@ def embed_missing(
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if dataset is not None:
-        with Session(engine) as session:
+        with Session(db) as session:
             problems.require_dataset(session, dataset)
     tables = [t for t, w in (("problems", "problems"), ("experience_versions", "experiences")) if what in (w, "both")]
-    with Session(engine) as session:
+    with Session(db) as session:
         check_dimension(session, embedder, tables)
     count = EmbedCount()
     for table in tables:
         kind = TABLES[table]
-        with Session(engine) as session:
+        with Session(db) as session:
             total = int(
                 session.execute(query(f"retrieval_count_missing_{kind}_embeddings"), {"dataset": dataset}).scalar_one()
             )
         bar = tqdm(total=total, desc=f"embed {table}", unit="row", disable=not progress or total == 0)
         after_id = 0
         while True:
-            with Session(engine) as session, session.begin():
+            with Session(db) as session, session.begin():
                 rows = session.execute(
                     query(f"retrieval_missing_{kind}_embeddings"),
                     {"dataset": dataset, "after_id": after_id, "limit": batch_size},

@@ -5,7 +5,7 @@ The cache key is (problem, candidate, scorer), the scorer being the judge's iden
 `ON CONFLICT DO NOTHING`, so two writers racing on a pair keep one row. `build_problem_relevance` commits after
 every scored batch: a killed build keeps its work and a rerun scores only what is missing (and is a no-op once
 everything is scored).
-Everything here takes a loaded judge, a `rater` (see `lanpo.retrieval.scorer` for the three names): loading one
+Everything here takes a loaded judge, a `rater` (see `lanpo.retrieval.judge` for the three names): loading one
 from a model reference is `lanpo.retrieval.build`'s, `lanpo relevance build`'s one way in.
 """
 
@@ -24,7 +24,7 @@ from lanpo.db import stats
 from lanpo.db.repo import problems
 from lanpo.errors import InputError
 from lanpo.retrieval.corpus import BM25Cache
-from lanpo.retrieval.scorer import Judge
+from lanpo.retrieval.judge import Judge
 from lanpo.retrieval.search import SearchParams, search_problems
 from lanpo.retrieval.sqlfiles import query
 
@@ -107,7 +107,7 @@ class BuildReport:
 
 
 def build_problem_relevance(
-    engine: Engine,
+    db: Engine,
     dataset: str,
     rater: Judge,
     *,
@@ -131,7 +131,7 @@ def build_problem_relevance(
     batch = batch_size or rater.batch_size
     started = time.perf_counter()
     report = BuildReport()
-    with Session(engine) as session:
+    with Session(db) as session:
         corpus = cache.problems(session, dataset).corpus
         if len(corpus.ids) == 0:
             problems.require_dataset(session, dataset)  # names the datasets there are
@@ -147,9 +147,15 @@ def build_problem_relevance(
         pairs: list[Pair] = []
         for problem_id in texts:
             hits = search_problems(
-                session, dataset, problem_id, texts[problem_id], top_k,
-                query_vector=vectors.get(problem_id), params=params, cache=cache,
-            )  # fmt: skip
+                session,
+                dataset,
+                problem_id,
+                texts[problem_id],
+                top_k,
+                query_vector=vectors.get(problem_id),
+                params=params,
+                cache=cache,
+            )
             pairs.extend((problem_id, candidate) for candidate, _ in hits)
             session.rollback()  # end the read transaction (SET LOCAL search settings die with it)
         report.problems, report.pairs = len(texts), len(pairs)
@@ -163,7 +169,7 @@ def build_problem_relevance(
     for number, start in enumerate(range(0, len(todo), batch), start=1):
         chunk = todo[start : start + batch]
         scores = rater.score([(texts[p], texts[c]) for p, c in chunk])
-        with Session(engine) as session, session.begin():
+        with Session(db) as session, session.begin():
             store_scores(session, rater.identity, dict(zip(chunk, scores, strict=True)))
         report.scored += len(chunk)
         bar.update(len(chunk))

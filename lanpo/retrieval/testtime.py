@@ -18,8 +18,8 @@ from lanpo.feedback_modes import GAMMA
 from lanpo.retrieval import EF_SEARCH
 from lanpo.retrieval.corpus import DEFAULT_CACHE, BM25Cache
 from lanpo.retrieval.embeddings import Embedder, SentenceTransformerEmbedder, embed_pool
+from lanpo.retrieval.judge import Judge
 from lanpo.retrieval.relevance import score_pairs
-from lanpo.retrieval.scorer import Judge
 from lanpo.retrieval.search import SearchParams, search_pool
 
 _EMBEDDERS: dict[str | None, Embedder] = {}

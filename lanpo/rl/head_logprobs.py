@@ -129,5 +129,9 @@ class _HeadLogprobs(torch.autograd.Function):
             grad_states,
             None if grad_weight is None else grad_weight.to(weight.dtype),
             None if grad_bias is None else grad_bias.to(bias.dtype),
-            None, None, None, None, None,
-        )  # fmt: skip
+            None,
+            None,
+            None,
+            None,
+            None,
+        )

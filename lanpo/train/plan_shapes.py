@@ -19,9 +19,13 @@ from lanpo.errors import InputError, listing
 
 SHIPPED = Path(__file__).resolve().parent.parent / "plan_models.toml"
 FIELDS = (
-    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
     "vocab_size",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -79,9 +83,14 @@ class ModelShape:
         """Trainable LoRA parameters: r x (d_in + d_out) for each targeted projection of each layer."""
         H, I, q, kv = self.hidden_size, self.intermediate_size, self.q_dim, self.kv_dim  # noqa: E741
         dims = {
-            "q_proj": (H, q), "k_proj": (H, kv), "v_proj": (H, kv), "o_proj": (q, H),
-            "gate_proj": (H, I), "up_proj": (H, I), "down_proj": (I, H),
-        }  # fmt: skip
+            "q_proj": (H, q),
+            "k_proj": (H, kv),
+            "v_proj": (H, kv),
+            "o_proj": (q, H),
+            "gate_proj": (H, I),
+            "up_proj": (H, I),
+            "down_proj": (I, H),
+        }
         per_layer = sum(rank * sum(dims[m]) for m in target_modules if m in dims)
         return self.num_hidden_layers * per_layer
 
@@ -131,10 +140,16 @@ def _tiny_shape() -> ModelShape:
     from lanpo.models.tiny import tiny_tokenizer
 
     config = {
-        "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "vocab_size": len(tiny_tokenizer()), "tie_word_embeddings": True,
-        "model_type": "llama", "torch_dtype": "float32",
-    }  # fmt: skip
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": len(tiny_tokenizer()),
+        "tie_word_embeddings": True,
+        "model_type": "llama",
+        "torch_dtype": "float32",
+    }
     return shape_from_config(config, "tiny-random", "lanpo.models.tiny_causal_lm's defaults")
 
 

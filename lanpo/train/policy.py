@@ -235,9 +235,16 @@ class FullPolicy:
         collective = self.dist if self.collective_forwards else None  # sharded: the ranks run as many forwards
         with self._reference_on_device():
             return chunked_logprobs(
-                self.reference, batch, micro_batch_size, share_prompts, autocast, temperature, max_tokens,
-                chunking, collective,
-            )  # fmt: skip
+                self.reference,
+                batch,
+                micro_batch_size,
+                share_prompts,
+                autocast,
+                temperature,
+                max_tokens,
+                chunking,
+                collective,
+            )
 
     @contextmanager
     def _reference_on_device(self) -> Iterator[None]:

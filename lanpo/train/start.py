@@ -27,7 +27,7 @@ START_RECORD = "start.json"  # in the run's folder: the model and start adapter 
 
 def load_start(
     cfg: TrainConfig,
-    engine: Engine,
+    db: Engine,
     start: RunStart,
     base: Any,
     tokenizer: Any,
@@ -52,9 +52,7 @@ def load_start(
             notify(f"SFT warm start: {_sft_plan(cfg)}")
         sft_model = with_fresh_adapter(base, cfg.lora, cfg.seed)
         ddp = dist.wrap(sft_model) if dist.enabled else None
-        warm = run_sft(
-            cfg, cfg.sft.data, engine=engine, progress=False, policy=(sft_model, tokenizer), dist=dist, ddp=ddp
-        )
+        warm = run_sft(cfg, cfg.sft.data, db=db, progress=False, policy=(sft_model, tokenizer), dist=dist, ddp=ddp)
         log.info("SFT warm start: %d pairs, loss %.3f -> %.3f", warm.pairs, warm.losses[0], warm.losses[-1])
         if notify is not None:
             notify(

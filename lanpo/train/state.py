@@ -18,7 +18,7 @@ import torch
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
@@ -60,7 +60,7 @@ class Trainer:
     or one of the parts below (`run`, `sampler`, `store`: `lanpo.train.parts`)."""
 
     cfg: TrainConfig
-    engine: Engine
+    db: Engine
     run_id: int
     policy: Policy  # what trains (a LoRA adapter, or every weight) and what the reference is
     tokenizer: Any
@@ -80,7 +80,7 @@ class Trainer:
 
     @property
     def run(self) -> RunRef:
-        return RunRef(self.engine, self.run_id, self.pool)
+        return RunRef(self.db, self.run_id, self.pool)
 
     @property
     def sampler(self) -> Sampler:
@@ -135,7 +135,7 @@ def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> No
 
 
 def setup(
-    cfg: TrainConfig, engine: Engine, resume: bool, notify: Callable[[str], None] | None = None
+    cfg: TrainConfig, db: Engine, resume: bool, notify: Callable[[str], None] | None = None
 ) -> tuple[Trainer, int]:
     """Load the start and the policy, build optimizer + schedule, create or resume the run.
 
@@ -145,16 +145,16 @@ def setup(
     dist = init_from_env()
     cfg.check_world(dist.world)
     if dist.is_main:
-        with transaction(engine) as session:
+        with transaction(db) as session:
             check_before_loading(session, cfg, resume)
     set_threads(cfg.model.threads)
     base, tokenizer = load_base(cfg.model, cfg.seed)
     report_autocast(cfg, next(base.parameters()).device, dist)
     root = cfg.checkpoint_root()
-    shared = _open_in_store(cfg, engine, resume, dist)
+    shared = _open_in_store(cfg, db, resume, dist)
     start = shared["start"]
     say = notify if notify is not None and dist.is_main else None
-    base, start_record = load_start(cfg, engine, start, base, tokenizer, root, dist, say)
+    base, start_record = load_start(cfg, db, start, base, tokenizer, root, dist, say)
     # vLLM loads the start's weights from a folder: written now, before an adapter is attached to `base`
     start_weights = (
         start_folder(cfg, base, tokenizer, root, start_record, dist) if cfg.rollout.backend == "vllm" else None
@@ -168,7 +168,7 @@ def setup(
     if start.last_step is None:
         saved = ckpt.save_checkpoint(root, 0, policy, optimizer, scheduler, start_record, dist)
         if saved is not None:  # rank 0
-            with transaction(engine) as session:
+            with transaction(db) as session:
                 pv = steps_repo.add_policy_version(session, start.run_id, 0, saved[1])
                 steps_repo.commit_step(session, start.run_id, 0, pv, str(saved[0]))
     dist.barrier()
@@ -176,17 +176,17 @@ def setup(
     backend = open_served_policy(cfg, policy.model, tokenizer, start_weights, dist)
     policy.engine_generates = not backend.generates_with(policy.model)  # vLLM: FSDP gathers nothing to generate
     if backend.served_sha256 is not None and dist.is_main:  # merged LoRA: tie the engine's weights to the version
-        with transaction(engine) as session:
+        with transaction(db) as session:
             pv_id = steps_repo.policy_version_id(session, start.run_id, first - 1)
             steps_repo.set_served(session, pv_id, backend.served_sha256)
     summarizer = build_summarizer(cfg, backend, tokenizer, dist)
     queue = None
     if cfg.workers.enabled:
-        run = RunRef(engine, start.run_id, start.pool)
+        run = RunRef(db, start.run_id, start.pool)
         queue = RolloutQueue(cfg, run, shared["scorer"], shared["ids"], tokenizer)
     trainer = Trainer(
         cfg=cfg,
-        engine=engine,
+        db=db,
         run_id=start.run_id,
         policy=policy,
         tokenizer=tokenizer,
@@ -225,12 +225,12 @@ def report_autocast(cfg: TrainConfig, device: torch.device, dist: Dist | None = 
             log.info("bf16 compute: torch.autocast over the fp32 weights (their bf16 casts cached, 2 bytes a weight)")
 
 
-def _open_in_store(cfg: TrainConfig, engine: Engine, resume: bool, dist: Dist) -> dict[str, Any]:
+def _open_in_store(cfg: TrainConfig, db: Engine, resume: bool, dist: Dist) -> dict[str, Any]:
     """The run in the store, read or created by rank 0 and broadcast to every rank: its start (`RunStart`), the
     training problems' ids, the relevance scorer inter reads (None when it reads none) and the validation set."""
     shared: dict[str, Any] = {}
     if dist.is_main:
-        with transaction(engine) as session:
+        with transaction(db) as session:
             problem_ids = ensure_dataset(session, cfg.data)
             validation = prepare_validation(session, cfg)
             feedback_inter = asks_inter(cfg.feedback.mode) and cfg.feedback.inter.gamma > 0

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from lanpo import prompts
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
@@ -131,10 +131,17 @@ def validate(
     for i, text, completions in zip(mine, texts, groups, strict=True):
         graded = grade([c.text for c in completions], [vs.answers[i]] * ev.k, ["val"] * ev.k, cfg.reward.format_rule)
         rollouts = [
-            RolloutRecord(c.text, g.reward, g.correct, extract_boxed(c.text) is not None, len(c.token_ids),
-                          c.finish_reason == "length", served_adapter_sha256=c.served_adapter_sha256)
+            RolloutRecord(
+                c.text,
+                g.reward,
+                g.correct,
+                extract_boxed(c.text) is not None,
+                len(c.token_ids),
+                c.finish_reason == "length",
+                served_adapter_sha256=c.served_adapter_sha256,
+            )
             for c, g in zip(completions, graded, strict=True)
-        ]  # fmt: skip
+        ]
         prompt_tokens = len(completions[0].prompt_token_ids) if completions else 0
         records.append(GroupRecord(vs.problem_ids[i], "val", text, prompt_tokens, [], rollouts))
     gathered = dist.gather(records)
@@ -146,7 +153,7 @@ def validate(
     # arm; lanpo.report.cost)
     metrics["cost/validation/generated_tokens"] = float(sum(r.completion_tokens for g in rows for r in g.rollouts))
     metrics["cost/validation/prompt_tokens"] = float(sum(g.prompt_tokens * len(g.rollouts) for g in rows))
-    with transaction(run.engine) as session:
+    with transaction(run.db) as session:
         version = steps_repo.policy_version_id(session, run.run_id, step)  # the weights after `step`
         write_groups(session, run.run_id, step, version, rows)
         runs_repo.record_metrics(session, run.run_id, step, metrics)

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from store_helpers import make_pool, make_problems, relevance
 
 from lanpo.config import StoreConfig
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo.capacity import per_step_admit
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 

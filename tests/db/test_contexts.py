@@ -122,8 +122,8 @@ pool_spec = st.fixed_dictionaries(
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=pool_spec)
-def test_inter_never_from_same_problem(engine: Engine, spec: dict) -> None:
-    with Session(engine) as session, session.begin():
+def test_inter_never_from_same_problem(migrated_db: Engine, spec: dict) -> None:
+    with Session(migrated_db) as session, session.begin():
         try:
             pids = make_problems(session, 6, dataset="hyp")
             pool, other = make_pool(session, "mine"), make_pool(session, "another run's")

@@ -26,8 +26,8 @@ ORDER BY 1, 2
 """
 
 
-def test_every_mode_check_lists_exactly_the_modules_modes(engine: Engine) -> None:
-    with engine.connect() as conn:
+def test_every_mode_check_lists_exactly_the_modules_modes(migrated_db: Engine) -> None:
+    with migrated_db.connect() as conn:
         checks = conn.execute(sa.text(MODE_CHECKS)).all()
     tables = {c.table_name for c in checks}
     assert "rollout_groups" in tables, checks  # a group holds the mode its attempts were made in

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.heartbeat import Heartbeat, liveness, owner_tag, pid_alive
 from lanpo.db.repo import runs as runs_repo
 from lanpo.errors import InputError
@@ -26,7 +26,7 @@ from lanpo.errors import InputError
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from lanpo.db.engine import connect, transaction
+    from lanpo.db.connection import connect, transaction
     from lanpo.db.heartbeat import Heartbeat
     from lanpo.db.repo import runs
     engine = connect()
@@ -53,8 +53,8 @@ def holder(name: str) -> Iterator[subprocess.Popen[str]]:
         proc.wait(timeout=30)
 
 
-def _row(engine: Engine, name: str) -> runs_repo.RunRow:
-    with transaction(engine) as session:
+def _row(db: Engine, name: str) -> runs_repo.RunRow:
+    with transaction(db) as session:
         [row] = runs_repo.list_runs(session, [name])
     return row
 

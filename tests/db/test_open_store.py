@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from lanpo.db import migrate
-from lanpo.db.engine import current_revision, make_engine, open_store
+from lanpo.db.connection import current_revision, make_db, open_store
 from lanpo.errors import NotMigrated
 from tests.fresh_store import fresh_store
 
@@ -30,7 +30,7 @@ def test_an_empty_database_is_migrated_and_an_older_one_is_not(pg_url: str, tmp_
 def test_a_database_with_other_tables_is_not_migrated(pg_url: str, tmp_path: Path) -> None:
     with fresh_store(pg_url, tmp_path / "home") as env:
         url = env["LANPO_DATABASE_URL"]
-        theirs = make_engine(url)
+        theirs = make_db(url)
         with theirs.begin() as conn:
             conn.execute(sa.text("CREATE TABLE their_orders (id int)"))
         with pytest.raises(NotMigrated, match="has no lanpo schema"):

@@ -32,11 +32,11 @@ def test_every_view_file_has_a_view() -> None:
 
 
 @pytest.mark.parametrize("name", VIEWS)
-def test_view_in_database_equals_file(engine: Engine, name: str) -> None:
+def test_view_in_database_equals_file(migrated_db: Engine, name: str) -> None:
     ddl = sqlfiles.text_of(f"views/{name}")
     temp = re.sub(rf"CREATE OR REPLACE VIEW {name} AS", f"CREATE TEMP VIEW {name}_filecheck AS", ddl)
     assert temp != ddl
-    with engine.connect() as conn, conn.begin() as tx:
+    with migrated_db.connect() as conn, conn.begin() as tx:
         conn.execute(sa.text(temp))
         in_db = conn.scalar(sa.text("SELECT pg_get_viewdef(CAST(:n AS regclass), true)"), {"n": name})
         from_file = conn.scalar(

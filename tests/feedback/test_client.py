@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.engine import Engine
 
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.errors import ConfigError, InputError
 from lanpo.feedback import DataConfig, FeedbackConfig, StoreClient, StoreRunConfig

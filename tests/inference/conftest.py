@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine as SAEngine
 from sqlalchemy.orm import Session
 
 from lanpo.config import StoreConfig
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, upsert_problems

@@ -39,7 +39,7 @@ def _rows(db: Engine, sql: str, **params: object) -> list[tuple]:
 def test_mel_steps_write_complete_provenance(
     db: Engine, toy_problems: list[int], tmp_path: Path, scripted: list[MelScript]
 ) -> None:
-    result = train(_config(tmp_path), engine=db, progress=False)
+    result = train(_config(tmp_path), db=db, progress=False)
     run = result.run_id
     even = dict(_rows(db, "SELECT id, (CAST(external_id AS int) % 2 = 0) FROM problems WHERE dataset = 'toy'"))
     # MEL's replays on the cost axis: what their stored attempts generated and read (a prompt once per replay)
@@ -172,7 +172,7 @@ def test_validated_lessons_serve_as_inter_feedback_and_rejected_ones_never(
             mode="inter", p_t=1.0, k=2, candidates=4, inter=InterConfig(gamma=0.5, scorer="test", kinds=["meta"])
         ),
     )
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     used = _rows(
         db,
         "SELECT e.kind, e.evicted_by, mp.verdict, v.summary FROM group_contexts c "
@@ -196,9 +196,7 @@ def test_the_nll_term_moves_the_weights_and_lambda_zero_leaves_plain_grpo(
     shas = {}
     for coef in (0.0, 0.1):
         mel = MELConfig(pairs_per_problem=1, replays=2, diagnosis_max_new_tokens=64, nll_coef=coef)
-        result = train(
-            _config(tmp_path / str(coef), run_name=f"mel-{coef}", steps=1, mel=mel), engine=db, progress=False
-        )
+        result = train(_config(tmp_path / str(coef), run_name=f"mel-{coef}", steps=1, mel=mel), db=db, progress=False)
         sql = "SELECT adapter_sha256 FROM policy_versions WHERE run_id = :r AND step = 1"
         ((shas[coef],),) = _rows(db, sql, r=result.run_id)
         assert ("mel/nll" in result.metrics[0]) is (coef > 0)
@@ -209,7 +207,7 @@ def test_replay_target_trains_on_a_successful_replay(
     db: Engine, toy_problems: list[int], tmp_path: Path, scripted: list[MelScript]
 ) -> None:
     cfg = _config(tmp_path, steps=1, mel=MELConfig(pairs_per_problem=1, replays=2, nll_target="replay"))
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     uses = _rows(
         db,
         "SELECT u.target, a.correct, g.mode, u.tokens = a.completion_tokens FROM meta_nll_uses u "

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo import meta as meta_repo
 from lanpo.mel.config import MELConfig
 from lanpo.rollout import Completion, SamplingParams

@@ -168,7 +168,7 @@ def test_report_of_a_real_tiny_training_run(
     run_cli: Callable[..., Any], db: Engine, toy_problems: list[int], tmp_path: Path
 ) -> None:
     """The trainer's own metrics: every one of them lands in some figure, and every figure has content."""
-    train(tiny_config(tmp_path, steps=2), engine=db, progress=False)
+    train(tiny_config(tmp_path, steps=2), db=db, progress=False)
     result = run_cli("report", "tiny", "--out", tmp_path / "tiny-report")
     assert result.code == 0, result.err
     out = tmp_path / "tiny-report"

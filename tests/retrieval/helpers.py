@@ -14,7 +14,7 @@ from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.retrieval.bm25 import tokenize
-from lanpo.retrieval.scorer import HFJudge
+from lanpo.retrieval.judge import HFJudge
 
 
 class HashEmbedder:

@@ -84,13 +84,13 @@ def test_retrieve_on_an_empty_pool_says_so_before_loading_a_model(
 ) -> None:  # type: ignore[no-untyped-def]
     """The default judge (SmolLM2) and the hybrid stage 1 (MiniLM) would each load a model: neither may."""
     import lanpo.models.gguf
-    import lanpo.retrieval.scorer
+    import lanpo.retrieval.judge
     import lanpo.retrieval.testtime
 
     def no_model(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded for an empty pool")
 
-    monkeypatch.setattr(lanpo.retrieval.scorer, "load_judge", no_model)
+    monkeypatch.setattr(lanpo.retrieval.judge, "load_judge", no_model)
     monkeypatch.setattr(lanpo.retrieval.testtime, "default_embedder", no_model)
     monkeypatch.setattr(lanpo.models.gguf, "prepare_smollm2", no_model)
     pool_id(session)

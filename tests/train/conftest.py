@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
 from lanpo.feedback.config import DataConfig, FeedbackConfig, InterConfig, SummarizerConfig
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig, RolloutConfig, TrainConfig

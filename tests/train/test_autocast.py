@@ -205,7 +205,7 @@ def test_kl_is_zero_at_step_1_under_autocast_lora(
     seen = _record_autocast(monkeypatch)
     cfg = _sft_config(tmp_path, steps=2, grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, autocast="bf16"))
     with caplog.at_level("WARNING", logger="lanpo.train.state"):
-        first, second = train(cfg, engine=db, progress=False).metrics
+        first, second = train(cfg, db=db, progress=False).metrics
     warned = [r.getMessage() for r in caplog.records if "measured no faster than fp32" in r.getMessage()]
     assert len(warned) == (0 if bf16_pays("cpu") else 1), warned
     assert seen and set(seen) == {BF16}  # grpo.autocast reached the trainer's forwards
@@ -223,7 +223,7 @@ def test_kl_is_zero_at_step_1_under_autocast_full(
     monkeypatch.setattr("lanpo.train.producer.produce.grade", _alternating_rewards)
     seen = _record_autocast(monkeypatch)
     cfg = _full_config(tmp_path, grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, autocast="bf16"))
-    first, second = train(cfg, engine=db, progress=False).metrics
+    first, second = train(cfg, db=db, progress=False).metrics
     assert seen and set(seen) == {BF16}
     assert abs(first["kl"]) <= kl_rounding_bound()  # a copy of the start in memory of its own: 0 to rounding
     assert first["grad_norm"] > 0 and second["kl"] > 0

@@ -70,7 +70,7 @@ def test_two_ranks_share_one_run(db_env: str, db: Engine, toy_problems: list[int
 def test_paper_recipe_shapes_at_world_size(world: int, db_env: str, db: Engine, tmp_path: Path) -> None:
     """lanpo-both.toml's batch (512 prompts x 16 rollouts) and minibatch (8,192 sequences = one optimizer step),
     every weight trained (FSDP2 over `world` gloo ranks)."""
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
 
     with transaction(db) as session:
@@ -125,7 +125,7 @@ def test_full_fine_tuning_on_two_fsdp_ranks_then_resumed_alone(
     all-gathers could not do), the KL at step 1 is exactly 0 (the reference computes as the policy does), the
     checkpoint is one whole fp32 model written by rank 0, and the run resumes in a single process from it (bf16
     under autocast there)."""
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo.problems import ProblemIn, upsert_problems
     from lanpo.models import model_dir_sha256, read_model_state
 

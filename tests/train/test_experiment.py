@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.train.sft.warm_start import write_pairs
 from tests.train.test_start import PAIRS

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 from lanpo import feedback_modes, prompts
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo.contexts import InterItem, IntraItem
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.feedback.contexts import MIN_ITEM_TOKENS, StepPrompts, fit_prompt, water_fill
@@ -305,7 +305,7 @@ def test_intra_prompts_at_paper_lengths_keep_both_attempts_cut_to_the_cap(
         grpo=GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, skip_zero_spread=True, micro_batch_size=1),
         feedback=FeedbackConfig(mode="intra", p_t=1.0, k=2, candidates=4),
     )
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     first, second = result.metrics
     assert first["feedback/missed/no_history"] == 4 and first["feedback/served/intra"] == 0
     assert second["feedback/served/intra"] == second["feedback/items/all_k/intra"] == 4

@@ -197,7 +197,7 @@ def test_a_full_run_starts_from_the_merged_sft_start_and_checkpoints_whole_model
     db: Engine, toy_problems: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("lanpo.train.producer.produce.grade", _alternating_rewards)
-    result = train(_full_config(tmp_path), engine=db, progress=False)
+    result = train(_full_config(tmp_path), db=db, progress=False)
     first, second = result.metrics
     assert abs(first["kl"]) <= kl_rounding_bound()  # the reference is the merged SFT start = the policy before step 1
     assert first["grad_norm"] > 0 and second["kl"] > 0  # step 1 moved the weights away from the reference
@@ -241,7 +241,7 @@ def test_inference_loads_a_full_fine_tuning_checkpoint(
 
     monkeypatch.setattr("lanpo.train.producer.produce.grade", _alternating_rewards)
     cfg = _full_config(tmp_path, sft=SFTConfig(enabled=False), steps=1)
-    train(cfg, engine=db, progress=False)
+    train(cfg, db=db, progress=False)
     trainer, first = setup(cfg, db, resume=True)  # the trained policy, resumed from the database's last step
     assert first == 2
     step = trainer.checkpoint_root / "step-000001"
@@ -265,10 +265,10 @@ def test_resuming_with_the_other_kind_of_policy_is_refused(
     db: Engine, toy_problems: list[int], tmp_path: Path
 ) -> None:
     cfg = tiny_config(tmp_path, steps=1, feedback=FeedbackConfig(mode="none"))
-    train(cfg, engine=db, progress=False)
+    train(cfg, db=db, progress=False)
     cfg.steps, cfg.lora = 2, LoraConfig(enabled=False)
     with pytest.raises(InputError, match="holds a LoRA adapter, but this config trains every weight") as info:
-        train(cfg, engine=db, resume=True, progress=False)
+        train(cfg, db=db, resume=True, progress=False)
     assert "lora.enabled = true" in str(info.value.hint)
 
 

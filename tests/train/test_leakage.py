@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 
 from lanpo import prompts
 from lanpo.config import StoreConfig
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo import contexts
 from lanpo.db.repo.attempts import NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import NewExperience, add_experiences

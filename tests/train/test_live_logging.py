@@ -18,7 +18,7 @@ def test_tensorboard_scalars_equal_the_run_metrics_rows(db: Engine, toy_problems
     pytest.importorskip("tensorboard", reason="the `report` extra (tensorboard) is not installed")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    result = train(tiny_config(tmp_path, steps=2, report_to=["tensorboard"]), engine=db, progress=False)
+    result = train(tiny_config(tmp_path, steps=2, report_to=["tensorboard"]), db=db, progress=False)
     assert result.steps == [1, 2]
     with db.connect() as conn:
         rows = conn.execute(

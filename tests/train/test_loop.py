@@ -22,7 +22,7 @@ def _scalar(db: Engine, sql: str, **params: object) -> object:
 
 def test_train_records_every_step_in_the_store(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
     seen: list[int] = []
-    result = train(tiny_config(tmp_path), engine=db, progress=False, on_step=lambda s, m: seen.append(s))
+    result = train(tiny_config(tmp_path), db=db, progress=False, on_step=lambda s, m: seen.append(s))
     assert result.steps == [1, 2, 3] and seen == [1, 2, 3]
     run = result.run_id
     assert _scalar(db, "SELECT array_agg(step ORDER BY step) FROM run_steps WHERE run_id = :r", r=run) == [0, 1, 2, 3]
@@ -102,17 +102,17 @@ def test_existing_run_needs_resume_and_resume_of_a_finished_run_does_nothing(
     db: Engine, toy_problems: list[int], tmp_path: Path
 ) -> None:
     cfg = tiny_config(tmp_path, steps=1, feedback=FeedbackConfig(mode="none"))
-    train(cfg, engine=db, progress=False)
+    train(cfg, db=db, progress=False)
     with pytest.raises(ConfigError, match="already exists"):
-        train(cfg, engine=db, progress=False)
-    again = train(cfg, engine=db, resume=True, progress=False)
+        train(cfg, db=db, progress=False)
+    again = train(cfg, db=db, resume=True, progress=False)
     assert again.steps == []
     longer = tiny_config(tmp_path, steps=2, feedback=FeedbackConfig(mode="none"))
-    assert train(longer, engine=db, resume=True, progress=False).steps == [2]
+    assert train(longer, db=db, resume=True, progress=False).steps == [2]
 
 
 def test_dataset_is_generated_on_first_use_and_batches_are_reproducible(db: Engine) -> None:
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.errors import InputError
     from lanpo.feedback import schedule
     from lanpo.feedback import store as run
@@ -136,7 +136,7 @@ def test_feedback_prompts_get_their_own_completion_budget(db: Engine, toy_proble
     from lanpo.train.config import RolloutConfig
 
     cfg = tiny_config(tmp_path, rollout=RolloutConfig(n=2, max_new_tokens=6, feedback_max_new_tokens=20))
-    run = train(cfg, engine=db, progress=False).run_id
+    run = train(cfg, db=db, progress=False).run_id
     with db.connect() as conn:
         sql = "SELECT mode, max(completion_tokens) FROM run_attempts WHERE run_id = :r GROUP BY mode"
         longest = dict(conn.execute(sa.text(sql), {"r": run}).all())

@@ -19,10 +19,10 @@ from sqlalchemy.engine import Engine
 
 from lanpo import papers
 from lanpo.config import load_toml
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.inference.config import EvalConfig
-from lanpo.retrieval.scorer import PROMPT_VERSION
+from lanpo.retrieval.judge import PROMPT_VERSION
 from lanpo.train.config import TrainConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "train" / "configs"
@@ -262,7 +262,7 @@ def test_the_paper_evals_run_on_checkpoints_laid_out_as_the_recipes_write_them(
     from lanpo.db.repo.pools import ensure_pool
     from lanpo.train.loop import train
 
-    result = train(recipe("grpo-baseline", _tiny(tmp_path), world=1), engine=db, progress=False)
+    result = train(recipe("grpo-baseline", _tiny(tmp_path), world=1), db=db, progress=False)
     written = result.checkpoint_dir / "step-000001" / "model"
     home = tmp_path / "home"
     monkeypatch.setenv("HOME", str(home))
@@ -314,7 +314,7 @@ def test_recipe_runs_one_step_on_a_tiny_model(
     cfg = recipe(name, tiny, world=1)
     if cfg.feedback.mode in ("inter", "both") and cfg.feedback.inter.gamma > 0:
         cfg.feedback.inter.scorer = "test"  # the toy problems' scores; the recipe names the paper's judge
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     assert result.steps == [1]
     assert result.metrics[0]["reward/mean"] >= 0.0
 
@@ -342,7 +342,7 @@ def test_table2_inter_ablations_draw_in_training(
     )  # fmt: skip
     if cfg.feedback.inter.gamma > 0:
         cfg.feedback.inter.scorer = "test"
-    train(cfg, engine=db, progress=False)
+    train(cfg, db=db, progress=False)
     with db.connect() as conn:
         groups = conn.execute(
             sa.text(

@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from lanpo.config import StoreConfig
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo

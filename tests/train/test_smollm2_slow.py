@@ -38,7 +38,7 @@ def test_sft_then_grpo_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch:
         feedback=FeedbackConfig(mode="both", p_t=1.0, k=2, candidates=4, inter=InterConfig(allow_empty=True)),
         eval=ValidationConfig(every=2, n=2, k=2, max_new_tokens=16),
     )
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     assert result.steps == [1, 2]
     with db.connect() as conn:
         sft_losses = (

@@ -36,7 +36,7 @@ def _sft_config(tmp_path: Path, **overrides: object):  # type: ignore[no-untyped
 
 
 def test_kl_is_zero_at_step_1_after_an_sft_warm_start(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
-    result = train(_sft_config(tmp_path), engine=db, progress=False)
+    result = train(_sft_config(tmp_path), db=db, progress=False)
     # reference = the SFT model = the policy before its first update; exactly, by construction: the adapter
     # disabled is the same weights in the same memory, and a fresh adapter's B = 0 adds exactly 0
     assert result.metrics[0]["kl"] == 0.0
@@ -51,11 +51,11 @@ def test_kl_is_zero_at_step_1_after_an_sft_warm_start(db: Engine, toy_problems: 
 def test_a_finished_sft_adapter_as_init_adapter_starts_the_same_way(
     db: Engine, toy_problems: list[int], tmp_path: Path
 ) -> None:
-    first = train(_sft_config(tmp_path / "a", run_name="with-sft"), engine=db, progress=False)
+    first = train(_sft_config(tmp_path / "a", run_name="with-sft"), db=db, progress=False)
     sft_adapter = first.checkpoint_dir / "sft" / "adapter"
     cfg = _sft_config(tmp_path / "b", run_name="from-adapter", sft=SFTConfig(enabled=False))
     cfg.model.init_adapter = str(sft_adapter)
-    second = train(cfg, engine=db, progress=False)
+    second = train(cfg, db=db, progress=False)
     assert second.metrics[0]["kl"] == 0.0
     assert json.loads((second.checkpoint_dir / "start.json").read_text())["adapter"] == str(sft_adapter.resolve())
 
@@ -67,7 +67,7 @@ def test_a_checkpoint_adapter_loads_onto_its_start(db: Engine, toy_problems: lis
     from lanpo.train.state import setup
 
     cfg = _sft_config(tmp_path, steps=2)
-    train(cfg, engine=db, progress=False)
+    train(cfg, db=db, progress=False)
     cfg.steps = 2
     trainer, _ = setup(cfg, db, resume=True)  # the trained policy, resumed from the database's last step
     adapter = trainer.checkpoint_root / "step-000002" / "adapter"
@@ -88,7 +88,7 @@ def test_a_changed_start_adapter_is_refused_on_resume(db: Engine, toy_problems: 
     from lanpo.models import load_adapter, tiny_causal_lm
 
     cfg = _sft_config(tmp_path)
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     sft_adapter = result.checkpoint_dir / "sft" / "adapter"
     changed = load_adapter(tiny_causal_lm(seed=0)[0], sft_adapter, trainable=True)
     with torch.no_grad():
@@ -98,4 +98,4 @@ def test_a_changed_start_adapter_is_refused_on_resume(db: Engine, toy_problems: 
     changed.save_pretrained(sft_adapter)
     cfg.steps = 2
     with pytest.raises(InputError, match="changed since this run started from it"):
-        train(cfg, engine=db, resume=True, progress=False)
+        train(cfg, db=db, resume=True, progress=False)

@@ -165,7 +165,7 @@ def test_training_admits_only_lessons_and_records_the_metrics(
     )
     summarizer = SummarizerConfig(min_reward=0.0, max_new_tokens=8, max_new_per_step=2, require_format=require_format)
     cfg = tiny_config(tmp_path, steps=2, summarizer=summarizer)
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     with db.connect() as conn:
         stored = conn.execute(
             sa.text(

@@ -131,7 +131,7 @@ def test_a_step_with_more_candidates_stores_at_most_8(
             max_new_per_step=paper.max_new_per_step, max_total_per_step=paper.max_total_per_step,
         ),
     )  # fmt: skip
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     with db.connect() as conn:
         attempts = conn.execute(
             sa.text(

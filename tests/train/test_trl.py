@@ -18,7 +18,7 @@ import sqlalchemy as sa
 import torch
 from sqlalchemy.engine import Engine
 
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
 from lanpo.errors import LanpoError
 from lanpo.feedback.config import FeedbackConfig, InterConfig
@@ -106,7 +106,7 @@ def _run(db: Engine, name: str) -> Any:
 
 def test_two_steps_with_feedback_draw_step_one_rows(db: Engine, tmp_path: Path) -> None:
     _problems(db)
-    store = TRLStore(_plain("trl", 1.0), engine=db)
+    store = TRLStore(_plain("trl", 1.0), db=db)
     trainer = _trainer(tmp_path, store.dataset(), steps=2, store=store, eval_dataset=store.dataset().select(range(3)),
                        eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=3 * N)  # fmt: skip
     seen: list[list[Any]] = []
@@ -198,7 +198,7 @@ def _report_draws(db: Engine, tmp_path: Path, name: str) -> list[str]:
 def test_p_t_zero_changes_nothing(db: Engine, tmp_path: Path) -> None:
     """With feedback off the integration is invisible: plain TRL's completions and loss, bit for bit and 1e-6."""
     _problems(db)
-    store = TRLStore(_plain("trl-off", 0.0), engine=db)
+    store = TRLStore(_plain("trl-off", 0.0), db=db)
     dataset = store.dataset()
     plain_ids: list = []
     plain = _trainer(tmp_path / "plain", dataset, steps=2, record=plain_ids)
@@ -221,12 +221,12 @@ def test_p_t_zero_changes_nothing(db: Engine, tmp_path: Path) -> None:
 
 def test_resume_from_a_trl_checkpoint_records_no_step_twice(db: Engine, tmp_path: Path) -> None:
     _problems(db)
-    first = TRLStore(_plain("trl-resume", 1.0), engine=db)
+    first = TRLStore(_plain("trl-resume", 1.0), db=db)
     _trainer(tmp_path, first.dataset(), steps=2, store=first, save_strategy="steps").train()
     run = _run(db, "trl-resume")
     with db.connect() as conn:
         before = conn.scalar(sa.text("SELECT max(id) FROM rollout_groups WHERE run_id = :r"), {"r": run.id})
-    again = TRLStore(_plain("trl-resume", 1.0), engine=db)
+    again = TRLStore(_plain("trl-resume", 1.0), db=db)
     resumed = _trainer(tmp_path, again.dataset(), steps=2, store=again, save_strategy="steps")
     resumed.train(resume_from_checkpoint=str(tmp_path / "trl" / "checkpoint-1"))
     with db.connect() as conn:
@@ -266,7 +266,7 @@ def test_bad_input_is_refused_before_training_with_nothing_written(db: Engine, t
     from lanpo.db.repo import runs as runs_repo
 
     _problems(db)
-    store = TRLStore(_plain("trl-bad", 1.0), engine=db)
+    store = TRLStore(_plain("trl-bad", 1.0), db=db)
     # a prompt that names no stored problem
     rows = store.dataset().to_list()
     rows[3]["prompt"] = [{"role": "user", "content": "What is the capital of France?", ID_KEY: None}]
@@ -275,8 +275,8 @@ def test_bad_input_is_refused_before_training_with_nothing_written(db: Engine, t
     with transaction(db) as session:
         runs_repo.create_run(session, "native", "train", {"run_name": "native"}, "tiny-random")
         runs_repo.create_run(session, "other-model", "train", {"trainer": "trl"}, "some/other-model")
-    _refused(db, tmp_path, TRLStore(_plain("native", 1.0), engine=db), store.dataset(), "not a TRL one")
-    _refused(db, tmp_path, TRLStore(_plain("other-model", 1.0), engine=db), store.dataset(), "not tiny-random")
+    _refused(db, tmp_path, TRLStore(_plain("native", 1.0), db=db), store.dataset(), "not a TRL one")
+    _refused(db, tmp_path, TRLStore(_plain("other-model", 1.0), db=db), store.dataset(), "not tiny-random")
     # the store's reward wrapper beside another reward function (the stored rewards would not be TRL's)
     beside = _trainer(tmp_path, store.dataset(), steps=1, store=store)
     beside.reward_funcs.append(_user_reward)
@@ -296,7 +296,7 @@ def test_bad_input_is_refused_before_training_with_nothing_written(db: Engine, t
     migrate.downgrade(db, "0001")
     try:
         with pytest.raises(LanpoError, match="revision"):
-            TRLStore(_plain("trl-old", 1.0), engine=db)
+            TRLStore(_plain("trl-old", 1.0), db=db)
     finally:
         migrate.upgrade(db)
 

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.errors import ConfigError
 from lanpo.feedback.config import DataConfig, FeedbackConfig, InterConfig
@@ -33,7 +33,7 @@ def _held_out(db: Engine, n: int = 3) -> None:
 def test_validation_is_recorded_and_never_feeds_training(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
     _held_out(db)
     cfg = tiny_config(tmp_path, steps=3, eval=ValidationConfig(every=2, n=3, k=2, max_new_tokens=8))
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     assert sorted(result.validation) == [0, 2, 3]  # the start, every 2 steps, the last step
     for metrics in result.validation.values():
         assert set(metrics) == {
@@ -68,9 +68,9 @@ def test_validation_is_recorded_and_never_feeds_training(db: Engine, toy_problem
 def test_resume_does_not_validate_twice(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
     _held_out(db)
     cfg = tiny_config(tmp_path, steps=2, eval=ValidationConfig(every=2, n=3, k=2, max_new_tokens=8))
-    train(cfg, engine=db, progress=False)
+    train(cfg, db=db, progress=False)
     cfg.steps = 4
-    again = train(cfg, engine=db, resume=True, progress=False)
+    again = train(cfg, db=db, resume=True, progress=False)
     assert sorted(again.validation) == [4]
     counts = _rows(db, "SELECT step, count(*) FROM run_attempts WHERE mode = 'val' GROUP BY step ORDER BY step")
     assert counts == [(0, 6), (2, 6), (4, 6)]
@@ -131,7 +131,7 @@ def test_validation_metrics_by_hand() -> None:
 
 def test_feedback_asked_served_and_missed(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
     cfg = tiny_config(tmp_path, steps=2)  # p_t = 1: every prompt asks for intra or inter
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     n = cfg.rollout.n
     for step, m in enumerate(result.metrics, start=1):
         asked = m["feedback/asked/intra"] + m["feedback/asked/inter"]
@@ -150,10 +150,10 @@ def test_inter_without_relevance_fails_at_start_unless_allowed(db: Engine, tmp_p
         upsert_problems(session, "toy", [ProblemIn(str(i), f"What is {i} + 1?", str(i + 1)) for i in range(4)])
     cfg = tiny_config(tmp_path, steps=1, feedback=FeedbackConfig(mode="both", p_t=1.0, k=2, candidates=4))
     with pytest.raises(ConfigError, match="relevance_scores holds no score yet") as err:
-        train(cfg, engine=db, progress=False)
+        train(cfg, db=db, progress=False)
     assert "lanpo relevance build --dataset toy" in (err.value.hint or "")
     assert _rows(db, "SELECT count(*) FROM runs") == [(0,)]  # refused before anything was written
     feedback = FeedbackConfig(mode="both", p_t=1.0, k=2, candidates=4, inter=InterConfig(allow_empty=True))
     allowed = tiny_config(tmp_path, steps=1, feedback=feedback)
-    metrics = train(allowed, engine=db, progress=False).metrics[0]
+    metrics = train(allowed, db=db, progress=False).metrics[0]
     assert metrics["feedback/served/inter"] == 0

@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from lanpo.db.engine import ENV_URL
+from lanpo.db.connection import ENV_URL
 from lanpo.train.config import CheckpointConfig, GRPOConfig, WorkersConfig
 from lanpo.train.loop import TrainResult, train
 from lanpo.train.plumbing.pause import PAUSE_ENV
@@ -70,7 +70,7 @@ def test_one_worker_at_staleness_0_is_the_synchronous_run(db: Engine, toy_proble
     # asynchronous run draws its contexts from a pool that is, id for id, the one the synchronous run drew from
     # (weight decay: the random model's rewards are all 0, and each version still differs from the one before)
     grpo = GRPOConfig(learning_rate=1e-3, warmup_ratio=0.0, weight_decay=0.1)
-    sync = train(tiny_config(tmp_path / "sync", run_name="tiny", grpo=grpo), engine=db, progress=False)
+    sync = train(tiny_config(tmp_path / "sync", run_name="tiny", grpo=grpo), db=db, progress=False)
     sync_rows, sync_hashes = _responses(db, sync.run_id), _rows(db, hashes, r=sync.run_id)
     assert len({h.adapter_sha256 for h in sync_hashes}) == 4
     truncate_all(db)
@@ -79,7 +79,7 @@ def test_one_worker_at_staleness_0_is_the_synchronous_run(db: Engine, toy_proble
         tmp_path / "async", run_name="tiny", workers=WorkersConfig(count=1, lease_s=30),
         checkpoint=CheckpointConfig(every=3), grpo=grpo,
     )  # fmt: skip
-    split = train(cfg, engine=db, progress=False)
+    split = train(cfg, db=db, progress=False)
     assert split.steps == sync.steps == [1, 2, 3]
     assert _responses(db, split.run_id) == sync_rows  # every prompt, context and response
     for step, (a, s) in enumerate(zip(split.metrics, sync.metrics, strict=True), start=1):
@@ -111,7 +111,7 @@ def _a_worker_follows_a_rollback(db: Engine, cfg: Any, run_id: int, hashes: list
     """A worker that outlives its trainer serves step 3; a resume rolls step 3 back and commits it again with other
     weights (those staged for step 2 stand in). The worker reloads for the same step number: it serves a version by
     its step and hash."""
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo import queue as queue_repo
     from lanpo.db.repo import steps as steps_repo
     from lanpo.train.producer import worker as worker_mod
@@ -154,7 +154,7 @@ def _train_in_thread(cfg: Any, db: Engine) -> tuple[threading.Thread, dict[str, 
 
     def body() -> None:
         try:
-            out["result"] = train(cfg, engine=db, progress=False)
+            out["result"] = train(cfg, db=db, progress=False)
         except BaseException as exc:  # reported by the test
             out["error"] = exc
 
@@ -366,7 +366,7 @@ def test_a_worker_that_loses_a_race_with_pruning_serves_the_newer_policy(
     import shutil
     from types import SimpleNamespace
 
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo import queue as queue_repo
     from lanpo.errors import InputError
     from lanpo.train.plumbing.checkpoint import step_dir

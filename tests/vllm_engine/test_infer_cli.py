@@ -19,7 +19,7 @@ from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.models import load_adapter, load_causal_lm
-from lanpo.retrieval.scorer import PROMPT_VERSION, HFJudge
+from lanpo.retrieval.judge import PROMPT_VERSION, HFJudge
 from tests.vllm_engine.helpers import SavedAdapter, needs_vllm
 
 pytestmark = [pytest.mark.vllm, needs_vllm]
@@ -55,7 +55,7 @@ def test_infer_retrieval_answers_and_judges_on_one_engine(
         raise AssertionError("the vllm backend loaded a HF model")
 
     monkeypatch.setattr("lanpo.models.load_causal_lm", no_hf_model)
-    monkeypatch.setattr("lanpo.retrieval.scorer.load_judge", no_hf_model)
+    monkeypatch.setattr("lanpo.retrieval.judge.load_judge", no_hf_model)
     fill_pool(session)
     questions = tmp_path / "quiz.jsonl"
     questions.write_text(

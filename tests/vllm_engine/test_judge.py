@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from lanpo.errors import LanpoError
-from lanpo.retrieval.scorer import PROMPT_VERSION, HFJudge
-from lanpo.retrieval.vllm_scorer import VLLMJudge
+from lanpo.retrieval.judge import PROMPT_VERSION, HFJudge
+from lanpo.retrieval.vllm_judge import VLLMJudge
 from tests.vllm_engine.helpers import SavedAdapter, needs_vllm
 
 pytestmark = [pytest.mark.vllm, needs_vllm]

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 import torch
 from sqlalchemy.engine import Engine
 
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.repo.problems import ProblemIn, upsert_problems
 from lanpo.errors import LanpoError
 from lanpo.models import LoraSpec, adapter_sha256, attach_lora
@@ -71,7 +71,7 @@ def test_two_train_steps_with_the_vllm_backend(
         sft=SFTConfig(enabled=False),
         eval=ValidationConfig(every=2, dataset="sums-val", n=2, k=2, max_new_tokens=16),
     )
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     assert result.steps == [1, 2]
     assert (Path(cfg.output_dir) / START_MODEL / "model.safetensors").is_file()  # the merged start vLLM loaded
 
@@ -151,9 +151,9 @@ def test_full_fine_tuning_trains_on_the_engine_and_resumes_on_the_committed_weig
         model=ModelConfig(name=str(smollm2_dir), threads=1, init_adapter=str(adapters[1].path)),
         grpo=GRPOConfig(learning_rate=1e-5, warmup_ratio=0.0, tis_cap=2.0),
     )  # fmt: skip
-    first = train(cfg, engine=db, progress=False)
+    first = train(cfg, db=db, progress=False)
     assert first.steps == [1]
-    resumed = train(replace(cfg, steps=2), engine=db, progress=False, resume=True)
+    resumed = train(replace(cfg, steps=2), db=db, progress=False, resume=True)
     assert resumed.steps == [2] and resumed.run_id == first.run_id
 
     with db.connect() as conn:
@@ -182,7 +182,7 @@ def test_merged_lora_serves_the_folded_weights_tied_to_the_adapters_version(
             backend="vllm", n=4, max_new_tokens=16, max_prompt_tokens=256, vllm=VLLMConfig(lora_sync="merged")
         ),
     )  # fmt: skip
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     assert result.steps == [1, 2]
     with db.connect() as conn:
         rows = conn.execute(ATTEMPT_VERSIONS, {"r": result.run_id}).all()

@@ -100,10 +100,14 @@ def finish(
     session.execute(
         sqlfiles.load("queries/rollout_result_insert"),
         {
-            "work_id": claim.id, "policy_step": policy_step, "served_sha256": served_sha256, "worker": worker,
-            "groups": json.dumps(groups), "seconds": json.dumps(seconds),
+            "work_id": claim.id,
+            "policy_step": policy_step,
+            "served_sha256": served_sha256,
+            "worker": worker,
+            "groups": json.dumps(groups),
+            "seconds": json.dumps(seconds),
         },
-    )  # fmt: skip
+    )
     return True
 
 
@@ -121,9 +125,16 @@ def finished(session: Session, run_id: int, step: int) -> Finished | None:
     if row is None:
         return None
     return Finished(
-        row.id, row.attempt, row.claims, row.prompts, row.policy_step, row.served_sha256, row.worker, row.groups,
+        row.id,
+        row.attempt,
+        row.claims,
+        row.prompts,
+        row.policy_step,
+        row.served_sha256,
+        row.worker,
+        row.groups,
         row.seconds,
-    )  # fmt: skip
+    )
 
 
 def mark(session: Session, work_id: int, status: str) -> None:

@@ -110,24 +110,24 @@ def reopen_run(session: Session, run_id: int) -> None:
 
 
 @contextmanager
-def run_lifecycle(engine: Engine, run_id: int | None) -> Iterator[None]:
+def run_lifecycle(db: Engine, run_id: int | None) -> Iterator[None]:
     """The work of run `run_id` (None: nothing is recorded): this process holds the run and beats while the body
     runs (`lanpo.db.heartbeat`); it is marked failed if the body raises (Ctrl-C too), finished if it returns. Each
     mark is its own transaction, so a failure inside the body cannot undo it. (A SIGKILL leaves the run `running`
     with a heartbeat that stops: `lanpo runs` shows it stale.)"""
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.heartbeat import Heartbeat
 
     try:
-        with Heartbeat(engine, run_id) if run_id is not None else nullcontext():
+        with Heartbeat(db, run_id) if run_id is not None else nullcontext():
             yield
     except BaseException:
         if run_id is not None:
-            with transaction(engine) as session:
+            with transaction(db) as session:
                 finish_run(session, run_id, "failed")
         raise
     if run_id is not None:
-        with transaction(engine) as session:
+        with transaction(db) as session:
             finish_run(session, run_id, "finished")
 
 

@@ -54,8 +54,10 @@ def set_served(session: Session, policy_version_id: int, served_sha256: str | No
     if stored is not None and stored != served_sha256:
         log.warning(
             "policy version %s was served as %s..., now as %s...: its rollouts from now on carry the new hash",
-            policy_version_id, stored[:12], served_sha256[:12],
-        )  # fmt: skip
+            policy_version_id,
+            stored[:12],
+            served_sha256[:12],
+        )
 
 
 def policy_version_id(session: Session, run_id: int, step: int) -> int:

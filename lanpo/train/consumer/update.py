@@ -372,9 +372,17 @@ class _Update:
         if self.nll is not None:
             filler = batch.select(mb[:1].to(batch.input_ids.device)) if self.policy.collective_forwards else None
             mb_nll, nll_tokens = nll_backward(
-                self.policy.model, self.nll.batch, nll_share, self.nll.coef, cfg.micro_batch_size, dist,
-                cfg.share_prompts, self.autocast, filler, Chunking.of(cfg),
-            )  # fmt: skip
+                self.policy.model,
+                self.nll.batch,
+                nll_share,
+                self.nll.coef,
+                cfg.micro_batch_size,
+                dist,
+                cfg.share_prompts,
+                self.autocast,
+                filler,
+                Chunking.of(cfg),
+            )
             if nll_tokens:
                 self.nll_updates, self.nll_total = self.nll_updates + 1, self.nll_total + mb_nll
         groups = micro_batches(
@@ -478,7 +486,15 @@ def _nothing_to_learn(
     for _ in range(cfg.ppo_epochs * n_minibatches):
         _skip_update(optimizer, scheduler)
     return UpdateStats(
-        0.0, measured["kl"], measured["entropy"], 0.0, 0.0, 1.0, None, zero_spread,
-        measured["ref"], measured["policy"],  # seconds_ref, seconds_update: the measuring passes
+        0.0,
+        measured["kl"],
+        measured["entropy"],
+        0.0,
+        0.0,
+        1.0,
+        None,
+        zero_spread,
+        measured["ref"],
+        measured["policy"],  # seconds_ref, seconds_update: the measuring passes
         dual_clip_frac=None if cfg.dual_clip is None else 0.0,
-    )  # fmt: skip
+    )

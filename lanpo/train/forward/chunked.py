@@ -109,10 +109,21 @@ def chunked_completion_logprobs(
         )
     else:
         logp, entropy = _head_chunks(
-            model, sub, sub.completion_ids, sub.completion_mask, with_entropy, autocast, temperature, chunk, fused,
-            input_ids=sub.input_ids[:, cut:], attention_mask=sub.attention_mask[:, cut:],
-            position_ids=sub.position_ids[:, cut:], logits_to_keep=keep + 1, use_cache=False,
-        )  # fmt: skip
+            model,
+            sub,
+            sub.completion_ids,
+            sub.completion_mask,
+            with_entropy,
+            autocast,
+            temperature,
+            chunk,
+            fused,
+            input_ids=sub.input_ids[:, cut:],
+            attention_mask=sub.attention_mask[:, cut:],
+            position_ids=sub.position_ids[:, cut:],
+            logits_to_keep=keep + 1,
+            use_cache=False,
+        )
     pad = (0, T - keep)
     return torch.nn.functional.pad(logp, pad), None if entropy is None else torch.nn.functional.pad(entropy, pad)
 
@@ -148,11 +159,22 @@ def _shared_prompt_chunks(
     cache = returned_cache(out)
     cache.batch_select_indices(rows)  # (U, ...) -> (B, ...); autograd sums the rows' gradients back
     rest, rest_entropy = _head_chunks(
-        model, batch, batch.completion_ids[:, 1:], batch.completion_mask[:, 1:], with_entropy, autocast,
-        temperature, chunk, fused, input_ids=batch.completion_ids[:, :-1],
-        attention_mask=batch.attention_mask[:, cut : P + T - 1], position_ids=batch.position_ids[:, P : P + T - 1],
-        **{cache_kwarg(model): cache}, logits_to_keep=T - 1, use_cache=True,
-    )  # fmt: skip
+        model,
+        batch,
+        batch.completion_ids[:, 1:],
+        batch.completion_mask[:, 1:],
+        with_entropy,
+        autocast,
+        temperature,
+        chunk,
+        fused,
+        input_ids=batch.completion_ids[:, :-1],
+        attention_mask=batch.attention_mask[:, cut : P + T - 1],
+        position_ids=batch.position_ids[:, P : P + T - 1],
+        **{cache_kwarg(model): cache},
+        logits_to_keep=T - 1,
+        use_cache=True,
+    )
     logp = torch.cat([logp, rest], dim=1)
     if entropy is not None and rest_entropy is not None:
         entropy = torch.cat([entropy, rest_entropy], dim=1)

@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lanpo.db.engine import ENV_URL, transaction
+from lanpo.db.connection import ENV_URL, transaction
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import LanpoError
@@ -61,8 +61,15 @@ class RolloutQueue:
     """Queue a run's steps for workers and take their finished groups back (rank 0 reads the store; under torchrun
     it scatters each rank its share)."""
 
-    def __init__(self, cfg: TrainConfig, run: RunRef, scorer: str | None, problem_ids: list[int], tokenizer: Any,
-                 workers: LocalWorkers | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        run: RunRef,
+        scorer: str | None,
+        problem_ids: list[int],
+        tokenizer: Any,
+        workers: LocalWorkers | None = None,
+    ) -> None:
         self.cfg, self.run, self.scorer, self.problem_ids, self.tokenizer = cfg, run, scorer, problem_ids, tokenizer
         self.workers = workers
 
@@ -91,13 +98,18 @@ class RolloutQueue:
             redone += done.claims - 1
             if staleness <= bound:
                 break
-            log.warning("step %d: rollouts of policy step %d are %d updates stale (bound %d): dropped, queued again",
-                        step, done.policy_step, staleness, bound)  # fmt: skip
+            log.warning(
+                "step %d: rollouts of policy step %d are %d updates stale (bound %d): dropped, queued again",
+                step,
+                done.policy_step,
+                staleness,
+                bound,
+            )
             dropped += 1
-            with transaction(self.run.engine) as session:
+            with transaction(self.run.db) as session:
                 queue_repo.mark(session, done.id, "dropped")
                 queue_repo.enqueue(session, self.run.run_id, step, done.prompts, step - 1)
-        with transaction(self.run.engine) as session:
+        with transaction(self.run.db) as session:
             prompts = prompts_from_store(session, done.prompts)
             prompts.policy_version_id = steps_repo.policy_version_id(session, self.run.run_id, done.policy_step)
         got = produced_from_json(prompts, done.groups)
@@ -115,7 +127,7 @@ class RolloutQueue:
     def _queue_ahead(self, step: int) -> None:
         """Queue steps step .. step + max_staleness not queued yet, their contexts drawn from the pool now."""
         last = min(step + self.cfg.workers.max_staleness, self.cfg.steps)
-        with transaction(self.run.engine) as session:
+        with transaction(self.run.db) as session:
             queued = queue_repo.live_steps(session, self.run.run_id, step, last)
         for s in range(step, last + 1):
             if s in queued:
@@ -123,14 +135,14 @@ class RolloutQueue:
             prompts = feedback_prompts(
                 self.cfg, s, self.run, self.scorer, self.problem_ids, self.tokenizer, Dist(), version_step=step - 1
             )
-            with transaction(self.run.engine) as session:
+            with transaction(self.run.db) as session:
                 queue_repo.enqueue(session, self.run.run_id, s, prompts_to_json(prompts), step - 1)
 
     def _wait(self, step: int) -> queue_repo.Finished:
         """Poll until step `step` has finished work; refuses to wait on local workers that have all exited."""
         reported = time.monotonic()
         while True:
-            with transaction(self.run.engine) as session:
+            with transaction(self.run.db) as session:
                 done = queue_repo.finished(session, self.run.run_id, step)
                 if done is not None:
                     return done
@@ -152,8 +164,18 @@ class LocalWorkers:
         self.logs = [log_dir / f"worker-{i}.log" for i in range(count)]
         self.procs: list[subprocess.Popen[bytes]] = []
         for path in self.logs:
-            cmd = [sys.executable, "-m", "lanpo", "worker", "--run", run_name, "--threads", str(threads),
-                   "--lease-s", str(lease_s)]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "lanpo",
+                "worker",
+                "--run",
+                run_name,
+                "--threads",
+                str(threads),
+                "--lease-s",
+                str(lease_s),
+            ]
             with path.open("ab") as out:
                 self.procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
         log.info("started %d rollout worker(s); logs in %s", count, log_dir)

@@ -39,7 +39,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from lanpo.config import from_mapping, quiet_renames
-from lanpo.db.engine import transaction
+from lanpo.db.connection import transaction
 from lanpo.db.heartbeat import Beating, owner_tag
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo
@@ -76,13 +76,19 @@ class WorkerResult:
     versions: list[int] = field(default_factory=list)  # the policy steps it loaded, in order
 
 
-def run_worker(engine: Engine, run_name: str, threads: int = 1, lease_s: float | None = None,
-               model: str | None = None, max_claims: int = 0) -> WorkerResult:  # fmt: skip
+def run_worker(
+    db: Engine,
+    run_name: str,
+    threads: int = 1,
+    lease_s: float | None = None,
+    model: str | None = None,
+    max_claims: int = 0,
+) -> WorkerResult:
     """Serve run `run_name`'s queue until the run ends (or `max_claims` claims are finished)."""
-    run_id, cfg = _check_run(engine, run_name, model)
+    run_id, cfg = _check_run(db, run_name, model)
     lease = lease_s or cfg.workers.lease_s
     set_threads(threads)
-    worker = _Worker(engine, run_id, cfg, lease)
+    worker = _Worker(db, run_id, cfg, lease)
     result = WorkerResult()
     owner = os.environ.get(OWNER_ENV)  # set for a local worker: the trainer that started it
     try:
@@ -92,7 +98,7 @@ def run_worker(engine: Engine, run_name: str, threads: int = 1, lease_s: float |
                 break
             claim = worker.claim()
             if claim is None:
-                if not _running(engine, run_id):
+                if not _running(db, run_id):
                     log.info("run %s is no longer running: the worker stops", run_name)
                     break
                 time.sleep(POLL_S)
@@ -107,14 +113,14 @@ def run_worker(engine: Engine, run_name: str, threads: int = 1, lease_s: float |
     return result
 
 
-def _running(engine: Engine, run_id: int) -> bool:
-    with transaction(engine) as session:
+def _running(db: Engine, run_id: int) -> bool:
+    with transaction(db) as session:
         return runs_repo.require_run(session, run_id).status == "running"
 
 
-def _check_run(engine: Engine, run_name: str, model: str | None) -> tuple[int, TrainConfig]:
+def _check_run(db: Engine, run_name: str, model: str | None) -> tuple[int, TrainConfig]:
     """The run's id and config, or the one reason this worker cannot serve it."""
-    with transaction(engine) as session:
+    with transaction(db) as session:
         run = runs_repo.find_run(session, run_name)
         if run is None:
             raise InputError(f"no run named {run_name!r}", hint=runs_repo.LIST_RUNS)
@@ -150,12 +156,12 @@ def _check_run(engine: Engine, run_name: str, model: str | None) -> tuple[int, T
 class _Worker:
     """The engine, the policy it serves, and one claim at a time."""
 
-    def __init__(self, engine: Engine, run_id: int, cfg: TrainConfig, lease_s: float) -> None:
-        self.engine, self.run_id, self.cfg, self.lease_s = engine, run_id, cfg, lease_s
+    def __init__(self, db: Engine, run_id: int, cfg: TrainConfig, lease_s: float) -> None:
+        self.db, self.run_id, self.cfg, self.lease_s = db, run_id, cfg, lease_s
         self.name = f"worker {owner_tag()}"
         self.versions: list[int] = []
         root = cfg.checkpoint_root()
-        with transaction(engine) as session:
+        with transaction(db) as session:
             published = queue_repo.newest_policy(session, run_id)
         if published is None:
             raise InputError(f"run {run_id} has committed no step yet", hint="start the worker after the trainer")
@@ -176,13 +182,13 @@ class _Worker:
         return Sampler(self.backend, self.tokenizer, Dist())
 
     def claim(self) -> queue_repo.Claim | None:
-        with transaction(self.engine) as session:
+        with transaction(self.db) as session:
             return queue_repo.claim(session, self.run_id, self.name, self.lease_s)
 
     def serve(self, claim: queue_repo.Claim) -> bool:
         """Produce the claimed step and hand it back; False when the claim was lost before it finished."""
         seconds: dict[str, float] = {}
-        keeper = _LeaseKeeper(self.engine, claim, self.lease_s)
+        keeper = _LeaseKeeper(self.db, claim, self.lease_s)
         try:
             with keeper:
                 started = time.perf_counter()
@@ -191,10 +197,10 @@ class _Worker:
                 got, took = self._produce(claim)
                 seconds.update(took)
         except BaseException:
-            with transaction(self.engine) as session:
+            with transaction(self.db) as session:
                 queue_repo.requeue(session, claim)  # nothing half-done stays claimed
             raise
-        with transaction(self.engine) as session:
+        with transaction(self.db) as session:
             kept = queue_repo.finish(
                 session, claim, self.name, self.step, self.backend.served_sha256, groups_to_json(got), seconds
             )
@@ -204,7 +210,7 @@ class _Worker:
 
     def _produce(self, claim: queue_repo.Claim) -> tuple[Produced, dict[str, float]]:
         """The claimed step's groups, and the seconds of its phases."""
-        with transaction(self.engine) as session:
+        with transaction(self.db) as session:
             prompts = prompts_from_store(session, claim.prompts)
         phase = Phases(self.policy, claim.step)
         got = produce(self.cfg, self.sampler, self.summarizer, claim.step, prompts, phase)
@@ -217,7 +223,7 @@ class _Worker:
 
     def _serve_newest(self, at_least: int) -> None:
         """Serve the newest committed policy; it is at least `at_least` (the trainer committed it before queuing)."""
-        with transaction(self.engine) as session:
+        with transaction(self.db) as session:
             published = queue_repo.newest_policy(session, self.run_id)
         if published is None or published.step < at_least:
             raise LanpoError(
@@ -245,12 +251,13 @@ class _Worker:
             except Exception:
                 if weights.exists():  # not a folder removed under the load: a real failure
                     raise
-            with transaction(self.engine) as session:
+            with transaction(self.db) as session:
                 newer = queue_repo.newest_policy(session, self.run_id)
             if newer is None or (newer.step, newer.adapter_sha256) == (published.step, published.adapter_sha256):
                 raise self._unreadable(published, weights)
-            log.info("policy step %d was removed before this worker read it: serving step %d", published.step,
-                     newer.step)  # fmt: skip
+            log.info(
+                "policy step %d was removed before this worker read it: serving step %d", published.step, newer.step
+            )
             published = newer
         else:
             raise LanpoError(
@@ -300,13 +307,18 @@ class _Worker:
         if not flat or all(c.logprobs is not None for c in flat):
             return groups
         device = next(self.policy.model.parameters()).device
-        batch = build_batch([c.prompt_token_ids for c in flat], [c.token_ids for c in flat],
-                            self.tokenizer.pad_token_id, device)  # fmt: skip
+        batch = build_batch(
+            [c.prompt_token_ids for c in flat], [c.token_ids for c in flat], self.tokenizer.pad_token_id, device
+        )
         g = self.cfg.grpo  # the step's whole batch: micro-batched and chunked as the trainer's own log-probs
         logp = chunked_logprobs(
-            self.policy.model, batch, g.micro_batch_size, temperature=self.cfg.rollout.temperature,
-            max_tokens=g.max_tokens_per_micro_batch, chunking=Chunking.of(g),
-        )  # fmt: skip
+            self.policy.model,
+            batch,
+            g.micro_batch_size,
+            temperature=self.cfg.rollout.temperature,
+            max_tokens=g.max_tokens_per_micro_batch,
+            chunking=Chunking.of(g),
+        )
         it = iter(replace(c, logprobs=tuple(logp[b, : len(c.token_ids)].tolist())) for b, c in enumerate(flat))
         return [[next(it) for _ in group] for group in groups]
 
@@ -319,10 +331,10 @@ class _Worker:
 class _LeaseKeeper(Beating):
     """While the body runs, renew the claim's lease every third of `lease_s` (`Beating`); a lost claim ends it."""
 
-    def __init__(self, engine: Engine, claim: queue_repo.Claim, lease_s: float) -> None:
+    def __init__(self, db: Engine, claim: queue_repo.Claim, lease_s: float) -> None:
         super().__init__(lease_s / 3, f"lanpo-lease-{claim.id}", f"renewing the lease of claim {claim.id}")
-        self.engine, self.claim, self.lease_s = engine, claim, lease_s
+        self.db, self.claim, self.lease_s = db, claim, lease_s
 
     def beat(self) -> bool:
-        with transaction(self.engine) as session:
+        with transaction(self.db) as session:
             return queue_repo.renew(session, self.claim, self.lease_s)

@@ -95,8 +95,12 @@ def worked_solution(question: str, answer: str, metadata: dict[str, Any]) -> str
 # ends a section there, and learns here where a section ends.
 
 _STEP = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/×÷])\s*(-?\d+(?:\.\d+)?)\s*=\s*(-?\d+(?:\.\d+)?)")
-_OP_WORDS = {"+": ("addition", "additions"), "-": ("subtraction", "subtractions"),
-             "*": ("multiplication", "multiplications"), "/": ("division", "divisions")}  # fmt: skip
+_OP_WORDS = {
+    "+": ("addition", "additions"),
+    "-": ("subtraction", "subtractions"),
+    "*": ("multiplication", "multiplications"),
+    "/": ("division", "divisions"),
+}
 _COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _SIZES = {1: "one-digit", 2: "two-digit", 3: "three-digit"}
 
@@ -121,8 +125,11 @@ def _ops_phrase(ops: Sequence[str]) -> str:
     parts = []
     for op, count in runs:
         singular, plural = _OP_WORDS[op]
-        parts.append(f"{'an' if singular[0] in 'aeiou' else 'a'} {singular}" if count == 1 else
-                     f"{_COUNTS[min(count, 10)]} {plural}")  # fmt: skip
+        parts.append(
+            f"{'an' if singular[0] in 'aeiou' else 'a'} {singular}"
+            if count == 1
+            else f"{_COUNTS[min(count, 10)]} {plural}"
+        )
     return ", then ".join(parts) if parts else "a chain of operations"
 
 
@@ -154,15 +161,23 @@ _FLOWS = (
     "Do {ops} one at a time, keeping every partial value on its own line; the last one is what gets boxed.",
 )
 _PRINCIPLES = {
-    "carry": ("- When the units add up to ten or more, carry one into the tens.",
-              "- A units sum of ten or more carries one to the next column."),
-    "borrow": ("- When the units digit on top is smaller, borrow ten from the tens first.",
-               "- Borrow from the tens whenever the units cannot be taken away directly."),
-    "negative": ("- Taking a larger amount from a smaller one leaves a negative value: keep its minus sign.",
-                 "- A difference below zero keeps its minus sign through every later line."),
-    "fraction": ("- Keep a division that does not come out even as an exact fraction.",
-                 "- Write an uneven quotient as a fraction, never a rounded decimal."),
-}  # fmt: skip
+    "carry": (
+        "- When the units add up to ten or more, carry one into the tens.",
+        "- A units sum of ten or more carries one to the next column.",
+    ),
+    "borrow": (
+        "- When the units digit on top is smaller, borrow ten from the tens first.",
+        "- Borrow from the tens whenever the units cannot be taken away directly.",
+    ),
+    "negative": (
+        "- Taking a larger amount from a smaller one leaves a negative value: keep its minus sign.",
+        "- A difference below zero keeps its minus sign through every later line.",
+    ),
+    "fraction": (
+        "- Keep a division that does not come out even as an exact fraction.",
+        "- Write an uneven quotient as a fraction, never a rounded decimal.",
+    ),
+}
 _GENERAL = (
     "- Line the digits up by place value before combining them.",
     "- Recompute each line once before using its value in the next.",
@@ -176,11 +191,13 @@ _SIZE_PRINCIPLES = {
 }
 _PITFALLS = {
     "carry": ("- Forgetting the carried one in the tens.", "- Dropping the carry when the units overflow."),
-    "borrow": ("- Taking the smaller units digit from the larger one instead of borrowing.",
-               "- Borrowing but not lowering the tens digit."),
+    "borrow": (
+        "- Taking the smaller units digit from the larger one instead of borrowing.",
+        "- Borrowing but not lowering the tens digit.",
+    ),
     "negative": ("- Losing the minus sign of a negative value.", "- Writing a negative difference as positive."),
     "fraction": ("- Rounding a fraction to a decimal.", "- Inverting the fraction of an uneven division."),
-}  # fmt: skip
+}
 _SLIPS = (
     "- Writing the last value one off: recompute it before boxing.",
     "- An off-by-one slip in the final line; check it against the line before.",

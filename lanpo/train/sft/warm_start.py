@@ -99,7 +99,7 @@ def nll_sum(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, labels
 def run_sft(
     config: TrainConfig,
     data: str | Path | Sequence[dict[str, Any]] | None = None,
-    engine: Any = None,
+    db: Any = None,
     out_dir: str | Path | None = None,
     progress: bool = False,
     policy: tuple[Any, Any] | None = None,
@@ -160,8 +160,8 @@ def run_sft(
     if dist.is_main:
         model.save_pretrained(adapter_dir)
     result = SFTResult(adapter_dir=adapter_dir, losses=losses, pairs=len(pairs), seconds=time.perf_counter() - started)
-    if engine is not None and dist.is_main:
-        _record(engine, config, result)
+    if db is not None and dist.is_main:
+        _record(db, config, result)
     return result
 
 
@@ -200,13 +200,13 @@ def _backward(
     return summed, tokens
 
 
-def _record(engine: Any, config: TrainConfig, result: SFTResult) -> None:
+def _record(db: Any, config: TrainConfig, result: SFTResult) -> None:
     """An `sft` run with its loss curve in run_metrics (name `<run_name>-sft`, suffixed if taken)."""
     from lanpo.config import to_mapping
-    from lanpo.db.engine import transaction
+    from lanpo.db.connection import transaction
     from lanpo.db.repo import runs as runs_repo
 
-    with transaction(engine) as session:
+    with transaction(db) as session:
         name = runs_repo.free_name(session, f"{config.run_name}-sft")
         run = runs_repo.create_run(session, name, "sft", to_mapping(config), config.model.name)
         for step, loss in enumerate(result.losses, start=1):

@@ -77,43 +77,43 @@ def is_embedded() -> bool:
     return not os.environ.get(ENV_URL, "").strip()
 
 
-def make_engine(url: str | None = None, **kwargs: object) -> Engine:
+def make_db(url: str | None = None, **kwargs: object) -> Engine:
     """An Engine for `url` (default: `database_url()`), verified to answer."""
     url = url or database_url()
-    engine = sa.create_engine(url, pool_pre_ping=True, **kwargs)  # type: ignore[arg-type]
+    db = sa.create_engine(url, pool_pre_ping=True, **kwargs)  # type: ignore[arg-type]
     try:
-        with engine.connect() as conn:
+        with db.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
     except sa.exc.OperationalError as exc:
-        engine.dispose()
-        where = engine.url.render_as_string(hide_password=True)
+        db.dispose()
+        where = db.url.render_as_string(hide_password=True)
         why = " ".join(str(exc.orig).split())  # libpq's message spans lines; the error is one
         raise DatabaseUnavailable(
             f"cannot reach the database at {where}: {why}",
             hint="start it, check LANPO_DATABASE_URL, or unset it to use the embedded server (`lanpo db start`)",
         ) from exc
-    return engine
+    return db
 
 
-def current_revision(engine: Engine) -> str | None:
+def current_revision(db: Engine) -> str | None:
     """The Alembic revision the database is at (None: never migrated)."""
-    with engine.connect() as conn:
+    with db.connect() as conn:
         if not sa.inspect(conn).has_table("alembic_version"):
             return None
         return conn.scalar(sa.text("SELECT version_num FROM alembic_version"))
 
 
-def has_reader_setup(engine: Engine) -> bool:
+def has_reader_setup(db: Engine) -> bool:
     """Whether migration 0004 (the read-only role's login in `lanpo_private`) has run."""
-    with engine.connect() as conn:
+    with db.connect() as conn:
         return sa.inspect(conn).has_table("reader_login", schema="lanpo_private")
 
 
-def require_migrated(engine: Engine) -> None:
+def require_migrated(db: Engine) -> None:
     """Raise NotMigrated unless the schema is at the head revision."""
     from lanpo.db.migrate import head_revision
 
-    current = current_revision(engine)
+    current = current_revision(db)
     head = head_revision()
     if current != head:
         state = "has no lanpo schema" if current is None else f"is at revision {current}, the code needs {head}"
@@ -122,10 +122,10 @@ def require_migrated(engine: Engine) -> None:
 
 def connect(url: str | None = None, migrated: bool = True) -> Engine:
     """Engine for commands: reachable, and (unless `migrated=False`) at the head revision."""
-    engine = make_engine(url)
+    db = make_db(url)
     if migrated:
-        require_migrated(engine)
-    return engine
+        require_migrated(db)
+    return db
 
 
 def open_store(url: str | None = None) -> Engine:
@@ -136,7 +136,7 @@ def open_store(url: str | None = None) -> Engine:
     database at an older revision, or holding other tables, still gets NotMigrated ("run `lanpo db upgrade`"): an
     upgrade rewrites tables that runs, readers or another lanpo version may be using, so it stays a command its
     owner runs on purpose."""
-    db = make_engine(url)
+    db = make_db(url)
     if current_revision(db) is None and _is_empty(db):
         from lanpo.db.migrate import upgrade
 
@@ -157,12 +157,12 @@ def _is_empty(db: Engine) -> bool:
     return found == 0
 
 
-def session_factory(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
+def session_factory(db: Engine) -> sessionmaker[Session]:
+    return sessionmaker(db, expire_on_commit=False)
 
 
 @contextmanager
-def transaction(engine: Engine) -> Iterator[Session]:
+def transaction(db: Engine) -> Iterator[Session]:
     """One session in one transaction: committed on success, rolled back on any error."""
-    with session_factory(engine)() as session, session.begin():
+    with session_factory(db)() as session, session.begin():
         yield session

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from lanpo.errors import InputError, LanpoError
-from lanpo.retrieval.scorer import PROMPT_VERSION, JudgePrompt, yes_no_probability
+from lanpo.retrieval.judge import PROMPT_VERSION, JudgePrompt, yes_no_probability
 
 
 class VLLMJudge(JudgePrompt):

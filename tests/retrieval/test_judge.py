@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lanpo.retrieval.scorer import PROMPT_VERSION, answer_token_ids, yes_no_probability
+from lanpo.retrieval.judge import PROMPT_VERSION, answer_token_ids, yes_no_probability
 from tests.retrieval.helpers import QUESTIONS, tiny_judge
 
 
@@ -59,7 +59,7 @@ def test_prompt_holds_problem_then_feedback_in_the_chat_template() -> None:
 
 @pytest.mark.slow
 def test_smollm2_scores_an_identical_problem_above_an_unrelated_one() -> None:
-    from lanpo.retrieval.scorer import load_judge
+    from lanpo.retrieval.judge import load_judge
 
     rater = load_judge("smollm2", device="cpu", batch_size=4)
     problem = QUESTIONS[0]

@@ -15,7 +15,7 @@ prompt + problem): it runs once and its KV cache serves the whole batch.
 
 Three names, one meaning each, from the CLI to the SQL parameter:
   judge   the model reference a user names (`--judge smollm2`, a HF folder, a hub id), up to `load_judge`;
-  rater   a loaded `Judge` (`HFJudge` here, `lanpo.retrieval.vllm_scorer.VLLMJudge` on the vLLM engine);
+  rater   a loaded `Judge` (`HFJudge` here, `lanpo.retrieval.vllm_judge.VLLMJudge` on the vLLM engine);
   scorer  the identity its scores are stored under, `relevance_scores.scorer` = `"<model id>|<prompt version>"`
           (`Judge.identity`): change the prompt, bump `PROMPT_VERSION`, and nothing cached is reused.
 `JudgePrompt` builds and tokenises the prompt; `HFJudge` scores it with a HF model, `VLLMJudge` with the vLLM
@@ -236,8 +236,9 @@ class HFJudge(JudgePrompt):
         cache = returned_cache(prefix_out)
         cache.batch_repeat_interleave(len(suffixes))
         suffix_ids, suffix_mask = self._left_pad(suffixes)  # (B, S); padding sits between prefix and suffix
-        attention_mask = torch.cat([torch.ones(len(suffixes), len(prefix), dtype=suffix_mask.dtype, device=device),
-                                    suffix_mask], dim=1)  # (B, P + S)  # fmt: skip
+        attention_mask = torch.cat(
+            [torch.ones(len(suffixes), len(prefix), dtype=suffix_mask.dtype, device=device), suffix_mask], dim=1
+        )  # (B, P + S)
         position_ids = len(prefix) + (suffix_mask.cumsum(-1) - 1).clamp(min=0)  # (B, S)
         self.forward_calls += 1
         out = self.model(
