@@ -14,7 +14,7 @@
   generated pages are exempt too: their figures are the code's help texts);
 - every relative link resolves to a file.
 
-The store is filled once for the module (the `engine` fixture's database, emptied at the end).
+The store is filled once for the module (the `migrated_db` fixture's database, emptied at the end).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The keys that name a judge model are `judge` (issue 24: `scorer` names only the stored "<model>|<prompt version>"):
-`retrieval.judge` of an eval config (and `lanpo infer --scorer`) became `retrieval.judge`, an experiment's
+`retrieval.scorer` of an eval config (and `lanpo infer --scorer`) became `retrieval.judge`, an experiment's
 `relevance.scorer` became `relevance.judge`. The old names keep loading, as the new ones, from a mapping, a TOML
 file, a `--set` and a stored experiment identity, with one warning line naming both; both together are refused."""
 
@@ -23,8 +23,8 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "train" / "experiments"
 
 # (the class, the table it is in a file, its old key's path, its new key's path, a value that is not the default)
 KEYS = [
-    (EvalConfig, "retrieval", "retrieval.judge", "retrieval.judge", "none"),
-    (EvalConfig, "retrieval", "retrieval.judge", "retrieval.judge", "Qwen/Qwen2.5-Math-7B-Instruct"),
+    (EvalConfig, "retrieval", "retrieval.scorer", "retrieval.judge", "none"),
+    (EvalConfig, "retrieval", "retrieval.scorer", "retrieval.judge", "Qwen/Qwen2.5-Math-7B-Instruct"),
     (ExperimentConfig, "relevance", "relevance.scorer", "relevance.judge", "tiny-random"),
 ]
 IDS = [f"{old}={value}" for _, _, old, _, value in KEYS]
@@ -105,7 +105,7 @@ def test_the_shipped_files_spell_judge() -> None:
         for line in path.read_text().splitlines():
             assert not line.strip().startswith("scorer"), f"{path}: {line}"
     text = keys_text(EvalConfig)
-    assert "retrieval.judge = 'policy'" in text and "retrieval.judge" not in text
+    assert "retrieval.judge = 'policy'" in text and "retrieval.scorer" not in text
     assert "relevance.judge = 'smollm2'" in keys_text(ExperimentConfig)
 
 

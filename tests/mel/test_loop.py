@@ -231,7 +231,7 @@ def test_mel_with_a_worker_is_the_synchronous_run_and_the_worker_replays(
     from tests.train.conftest import insert_toy_problems
     from tests.train.test_workers import TIMING, _train_in_thread, _wait_for
 
-    sync = train(_config(tmp_path / "sync"), engine=db, progress=False)
+    sync = train(_config(tmp_path / "sync"), db=db, progress=False)
     truncate_all(db)
     assert insert_toy_problems(db) == toy_problems
     real = worker_mod.open_served_policy

@@ -102,7 +102,7 @@ def test_mel_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch: pytest.Mo
         ),
         mel=MELConfig(pairs_per_problem=1, replays=2, diagnosis_max_new_tokens=64, validation="any_success"),
     )
-    result = train(cfg, engine=db, progress=False)
+    result = train(cfg, db=db, progress=False)
     assert result.steps == [1, 2, 3]
     for m in result.metrics:
         assert m["mel/pairs"] <= m["mel/groups/qualifying"] and m["mel/candidates"] <= m["mel/pairs"]

@@ -126,7 +126,7 @@ def test_run_sft_trains_the_adapter_and_records_the_loss_curve(db, tmp_path: Pat
         {"messages": [{"role": "user", "content": f"{i}+1?"}, {"role": "assistant", "content": f"\\boxed{{{i + 1}}}"}]}
         for i in range(6)
     ]
-    result = run_sft(_tiny(tmp_path), pairs, engine=db)
+    result = run_sft(_tiny(tmp_path), pairs, db=db)
     assert len(result.losses) == 3 and result.losses[-1] < result.losses[0]
     assert (result.adapter_dir / "adapter_config.json").exists()
     with db.connect() as conn:
