@@ -105,7 +105,10 @@ class StoreClient:
         if rewards is None:
             return graded
         if len(rewards) != len(graded):
-            raise ValueError(f"{len(rewards)} rewards for {len(graded)} rollouts")
+            raise InputError(
+                f"{len(rewards)} rewards for {len(graded)} rollouts",
+                hint="one reward per rollout, group by group, in the order of `groups`",
+            )
         return [
             Graded(0.0 if math.isnan(r) else float(r), g.correct, g.format_ok)
             for r, g in zip(rewards, graded, strict=True)
