@@ -33,7 +33,7 @@ class ContextDraw:
     shows_response: bool = False  # inter: items show the source rollout's response instead of its lesson
 
 
-Sampler = Callable[[Session, Sequence[int], ContextDraw], dict[int, list[Any]]]
+ContextSampler = Callable[[Session, Sequence[int], ContextDraw], dict[int, list[Any]]]
 
 
 def same_problem(session: Session, problem_ids: Sequence[int], draw: ContextDraw) -> dict[int, list[Any]]:
@@ -63,7 +63,7 @@ def other_problems(session: Session, problem_ids: Sequence[int], draw: ContextDr
     return dict(drawn)
 
 
-SAMPLERS: dict[str, Sampler] = {"intra": same_problem, "inter": other_problems}
+SAMPLERS: dict[str, ContextSampler] = {"intra": same_problem, "inter": other_problems}
 if set(SAMPLERS) != set(CONTEXT_MODES):  # a context mode added to the table needs its sampler here
     raise RuntimeError(f"samplers for {sorted(SAMPLERS)}, context modes {sorted(CONTEXT_MODES)}")
 
