@@ -81,6 +81,12 @@ def test_export_verl_reads_back_as_the_store_holds_it(
         }
         assert all(problem.answer not in message["content"] for message in row["prompt"])
 
+    # verl's RLHFDataset reads the file with `datasets.load_dataset("parquet", ...)["train"]`: the same rows come back.
+    import datasets
+
+    read = datasets.load_dataset("parquet", data_files=str(out), cache_dir=str(tmp_path / "hf-cache"))["train"]
+    assert list(read) == rows
+
     code, said, _ = _lanpo(
         capsys, "data", "export", "--dataset", "toy", "--out", tmp_path / "t.parquet", "--split", "test"
     )
