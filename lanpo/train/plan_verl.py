@@ -115,14 +115,7 @@ def _toml(value: Any) -> str:
 def read_verl(path: Path, overrides: list[str]) -> tuple[dict[str, Any], set[str]]:
     """The verl config at `path` with Hydra-style overrides applied, resolved, as a plain mapping; and the dotted
     keys the file and the overrides set (the rest are verl's defaults)."""
-    try:
-        from omegaconf import OmegaConf
-        from omegaconf.errors import OmegaConfBaseException
-    except ImportError as exc:
-        raise InputError(
-            "lanpo plan --verl reads the YAML with OmegaConf, which is not installed",
-            hint="pip install 'lanpo[verl]' (or pip install omegaconf)",
-        ) from exc
+    OmegaConf, OmegaConfBaseException = _omegaconf()
     try:
         own = OmegaConf.load(path)
         for key in ("defaults", "hydra"):
@@ -141,6 +134,27 @@ def read_verl(path: Path, overrides: list[str]) -> tuple[dict[str, Any], set[str
     if not isinstance(merged, dict):
         raise InputError(f"{path} is not a verl config (a YAML mapping)", hint="see examples/verl/lanpo_paper.yaml")
     return merged, set_keys
+
+
+def _omegaconf() -> tuple[Any, type[Exception]]:
+    """OmegaConf and its base exception; InputError when it is missing, or when it is a version below 2.4 beside an
+    antlr4 runtime other than 4.9 (math-verify's 4.13: such an omegaconf cannot load its own grammar)."""
+    try:
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+    except ImportError as exc:
+        raise InputError(
+            "lanpo plan --verl reads the YAML with OmegaConf, which is not installed",
+            hint="pip install 'lanpo[verl]' (or pip install omegaconf)",
+        ) from exc
+    except Exception as exc:
+        if "deserialize ATN" not in str(exc):
+            raise
+        raise InputError(
+            f"omegaconf cannot load its grammar with this antlr4 runtime: {exc}",
+            hint="pip install 'omegaconf>=2.4' (it vendors its own antlr), or antlr4-python3-runtime==4.9.*",
+        ) from exc
+    return OmegaConf, OmegaConfBaseException
 
 
 def _yaml(value: Any) -> str:
