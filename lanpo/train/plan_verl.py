@@ -174,6 +174,14 @@ def _get(cfg: dict[str, Any], key: str) -> Any:
     return node
 
 
+def _int(cfg: dict[str, Any], key: str) -> int:
+    """`key` as a whole number; InputError naming it otherwise (a string, a float, a list)."""
+    value = _get(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{key} must be a whole number, got {value!r}", hint=f"set {key}=N")
+    return value
+
+
 def map_verl(path: Path, overrides: list[str]) -> VerlInputs:
     """The planner's inputs from the verl config at `path` (see the module docstring)."""
     cfg, set_keys = read_verl(path, overrides)
@@ -181,8 +189,8 @@ def map_verl(path: Path, overrides: list[str]) -> VerlInputs:
     lanpo_overrides = _get(cfg, "lanpo.overrides") or []
     if not isinstance(lanpo_overrides, list) or not all(isinstance(o, str) for o in lanpo_overrides):
         raise InputError("lanpo.overrides must be a list of a.b=value strings", hint='e.g. ["feedback.p_t=0.75"]')
-    nodes, per_node = _get(cfg, "trainer.nnodes"), _get(cfg, "trainer.n_gpus_per_node")
-    out = VerlInputs(recipe, list(lanpo_overrides), int(nodes) * int(per_node))
+    nodes, per_node = _int(cfg, "trainer.nnodes"), _int(cfg, "trainer.n_gpus_per_node")
+    out = VerlInputs(recipe, list(lanpo_overrides), nodes * per_node)
 
     def add(verl_key: str, lanpo_key: str, lanpo_value: Any = None, verl_value: Any = None) -> None:
         value = _get(cfg, verl_key) if verl_value is None else verl_value
@@ -191,7 +199,7 @@ def map_verl(path: Path, overrides: list[str]) -> VerlInputs:
 
     add("trainer.nnodes x trainer.n_gpus_per_node", "--gpus", out.gpus, f"{nodes} x {per_node}")
     add(f"{MODEL}.path", "model.name", str(Path(str(_get(cfg, f"{MODEL}.path"))).expanduser()))
-    rank = int(_get(cfg, f"{MODEL}.lora_rank"))
+    rank = _int(cfg, f"{MODEL}.lora_rank")
     add(f"{MODEL}.lora_rank", "lora.enabled", rank > 0)
     if rank > 0:
         modules = _get(cfg, f"{MODEL}.target_modules")
@@ -208,9 +216,9 @@ def map_verl(path: Path, overrides: list[str]) -> VerlInputs:
     add("data.max_prompt_length", "rollout.max_prompt_tokens")
     add("data.max_response_length", "rollout.max_new_tokens")
     add("data.max_response_length", "rollout.feedback_max_new_tokens", 0)  # one response limit in verl: 0 = the same
-    n = int(_get(cfg, f"{ROLLOUT}.n"))
+    n = _int(cfg, f"{ROLLOUT}.n")
     add(f"{ROLLOUT}.n", "rollout.n")
-    add(f"{ACTOR}.ppo_mini_batch_size", "grpo.minibatch_size", int(_get(cfg, f"{ACTOR}.ppo_mini_batch_size")) * n)
+    add(f"{ACTOR}.ppo_mini_batch_size", "grpo.minibatch_size", _int(cfg, f"{ACTOR}.ppo_mini_batch_size") * n)
     add(f"{ACTOR}.ppo_epochs", "grpo.ppo_epochs")
     _micro_batches(cfg, add)
     _engine(cfg, add)
@@ -223,9 +231,9 @@ def map_verl(path: Path, overrides: list[str]) -> VerlInputs:
 def _micro_batches(cfg: dict[str, Any], add: Any) -> None:
     """verl's micro-batches: by tokens (use_dynamic_bsz: lanpo's token budget, as many full-length rows as fit) or
     by rows a GPU."""
-    row = int(_get(cfg, "data.max_prompt_length")) + int(_get(cfg, "data.max_response_length"))
+    row = _int(cfg, "data.max_prompt_length") + _int(cfg, "data.max_response_length")
     if _get(cfg, f"{ACTOR}.use_dynamic_bsz"):
-        budget = int(_get(cfg, f"{ACTOR}.ppo_max_token_len_per_gpu"))
+        budget = _int(cfg, f"{ACTOR}.ppo_max_token_len_per_gpu")
         add(f"{ACTOR}.use_dynamic_bsz", "grpo.micro_batch_size", max(1, budget // row))
         add(f"{ACTOR}.ppo_max_token_len_per_gpu", "grpo.max_tokens_per_micro_batch")
         return

@@ -115,6 +115,8 @@ def test_bad_input_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path
         (["--config", recipe, "rollout.n=2"], "unexpected argument"),
         (["--verl", str(tmp_path / "none.yaml")], "does not exist"),
         (["--verl", str(EXAMPLE), "actor_rollout_ref.actor.use_dynamic_bsz=false"], "ppo_micro_batch_size_per_gpu"),
+        (["--verl", str(EXAMPLE), "actor_rollout_ref.rollout.n=many"], "actor_rollout_ref.rollout.n must be a whole"),
+        (["--verl", str(EXAMPLE), "~actor_rollout_ref.rollout.n"], "must look like key=value"),
     ]
     bare = tmp_path / "bare.yaml"
     bare.write_text("actor_rollout_ref:\n  rollout:\n    name: vllm\n")
