@@ -127,4 +127,10 @@ def _from_verl(path: Path, overrides: list[str]) -> tuple[TrainConfig, int]:
         click.echo(f"  {m.verl_key:<{width}} = {shown}  ->  {m.lanpo_key} = {m.lanpo_value}")
     unmapped = ", ".join(inputs.unmapped) if inputs.unmapped else "none"
     click.echo(f"  not mapped (verl's memory, no counterpart in lanpo's trainer): {unmapped}")
+    if not any(m.lanpo_key == "steps" for m in inputs.mapped):
+        click.echo(
+            "  steps: the lanpo recipe's (verl counts trainer.total_epochs over the data; "
+            "trainer.total_training_steps=N maps)"
+        )
+    click.echo("  a hint below names lanpo's key: the verl key it comes from is on its line above")
     return load_config(inputs.recipe, inputs.overrides, world=1), inputs.gpus

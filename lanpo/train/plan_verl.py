@@ -29,6 +29,7 @@ MODEL = "actor_rollout_ref.model"
 VERL_DEFAULTS: dict[str, Any] = {
     "trainer.nnodes": 1,
     "trainer.n_gpus_per_node": 8,
+    "trainer.total_training_steps": None,  # None: total_epochs x the dataloader's batches
     f"{MODEL}.path": "~/models/deepseek-llm-7b-chat",
     f"{MODEL}.lora_rank": 0,
     f"{MODEL}.lora_alpha": 16,
@@ -220,6 +221,9 @@ def map_verl(path: Path, overrides: list[str]) -> VerlInputs:
     add(f"{ROLLOUT}.n", "rollout.n")
     add(f"{ACTOR}.ppo_mini_batch_size", "grpo.minibatch_size", _int(cfg, f"{ACTOR}.ppo_mini_batch_size") * n)
     add(f"{ACTOR}.ppo_epochs", "grpo.ppo_epochs")
+    if _get(cfg, "trainer.total_training_steps") is not None:  # else verl counts total_epochs over the data
+        _int(cfg, "trainer.total_training_steps")
+        add("trainer.total_training_steps", "steps")
     _micro_batches(cfg, add)
     _engine(cfg, add)
     mapped = {part for m in out.mapped for part in m.verl_key.split(" x ")}

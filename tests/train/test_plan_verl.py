@@ -69,6 +69,7 @@ def test_the_paper_example_maps_to_its_own_numbers(capsys: pytest.CaptureFixture
     )
     assert "lanpo recipe: " in out and "lanpo-both.toml (lanpo.config)" in out
     assert "verdict: " in out
+    assert "steps: the lanpo recipe's" in out and "over 330 steps" in out  # lanpo-both.toml's: Section 5's 330
 
     # The same plan as `lanpo plan --config` on the recipe with the mapped keys set.
     inputs = map_verl(EXAMPLE, [])
@@ -90,6 +91,7 @@ def test_hydra_overrides_change_the_mapping(capsys: pytest.CaptureFixture[str]) 
         "+actor_rollout_ref.actor.fsdp_config.param_offload=true",
         "actor_rollout_ref.actor.use_dynamic_bsz=false",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "trainer.total_training_steps=20",
     )
     assert code == 0, err
     got = _mapping(out)
@@ -100,6 +102,7 @@ def test_hydra_overrides_change_the_mapping(capsys: pytest.CaptureFixture[str]) 
     )
     assert got["lora.alpha"] == ("16 (verl's default)", "16")
     assert got["grpo.micro_batch_size"][1] == "2" and got["grpo.max_tokens_per_micro_batch"][1] == "0"
+    assert got["steps"][1] == "20" and "over 20 steps" in out
     unmapped = next(line for line in out.splitlines() if line.startswith("  not mapped"))
     assert "actor_rollout_ref.actor.fsdp_config.param_offload" in unmapped
 
