@@ -66,11 +66,18 @@ def output_dir(path: str | Path, what: str) -> Path:
 @contextmanager
 def atomic_write(path: str | Path) -> Iterator[TextIO]:
     """A text handle whose content replaces `path` only when the block finishes without an exception."""
+    with atomic_path(path) as staging, staging.open("w", encoding="utf-8") as handle:
+        yield handle
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A staging path beside `path` for a writer that takes a path (a parquet writer): renamed onto `path` only
+    when the block finishes without an exception, removed otherwise."""
     path = Path(path)
     staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with staging.open("w", encoding="utf-8") as handle:
-            yield handle
+        yield staging
         os.replace(staging, path)
     except BaseException:
         staging.unlink(missing_ok=True)

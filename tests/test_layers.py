@@ -29,7 +29,7 @@ PACKAGE = ROOT / "lanpo"
 # lanpo/train's layers, bottom first, by the name under lanpo.train (a module, or a folder and all in it).
 TRAIN_LAYERS: list[tuple[str, ...]] = [
     ("plumbing",),  # ranks, FSDP, checkpoints, phase timers, the step line: what a step runs on
-    ("grpo_config", "config", "plan_shapes", "plan_tokens", "parts", "run"),  # settings, the run in the store
+    ("grpo_config", "config", "plan_shapes", "plan_tokens", "plan_verl", "parts", "run"),  # settings, the run
     ("forward",),  # the policy's forwards: padded batches, log-probs, the chunked head
     ("policy",),  # what trains, and its reference
     ("consumer",),  # the update

@@ -1,4 +1,4 @@
-"""`lanpo data ...`: import problems from JSONL, generate them offline with reasoning-gym."""
+"""`lanpo data ...`: import problems from JSONL, generate them offline with reasoning-gym, export them for verl."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from lanpo.cli.params import Int
 from lanpo.config import parse_override
 from lanpo.data import generate, importer
 from lanpo.data.presets import PRESETS
-from lanpo.db.connection import connect, transaction
+from lanpo.db.connection import connect, open_store, transaction
 from lanpo.errors import InputError
 from lanpo.paths import output_file
 
 
 @click.group("data")
 def command() -> None:
-    """Problems: import JSONL, generate from reasoning-gym."""
+    """Problems: import JSONL, generate from reasoning-gym, export for another trainer (verl)."""
 
 
 @command.command("import")
@@ -117,3 +117,53 @@ def gen_cmd(task: str, n: int, seed: int, split: str, out: Path, task_options: t
     records = generate.generate_problems(task, n, seed=seed, split=split, options=options)
     generate.write_jsonl(records, out)
     click.echo(f"wrote {len(records)} {task} problems ({split}, seed {seed}) to {out}")
+
+
+EXPORT_FORMATS = ("verl",)
+
+
+@command.command("export")
+@click.option("--dataset", required=True, help="The dataset to export (every problem of it, by id).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(EXPORT_FORMATS),
+    default="verl",
+    show_default=True,
+    help="verl: RLHF parquet for verl's RLHFDataset (data.train_files / data.val_files).",
+)
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Output .parquet file.")
+@click.option(
+    "--split",
+    default="train",
+    show_default=True,
+    help="The split named in each row's extra_info (verl reads it as metadata only), e.g. train or test.",
+)
+def export_cmd(dataset: str, fmt: str, out: Path, split: str) -> None:
+    """Write a dataset's problems as a file another trainer reads.
+
+    \b
+    --format verl: one row a problem, the columns verl's RLHFDataset reads (docs/verl.md, "The data"):
+      prompt        lanpo's zero-shot chat messages for the question (system + user), never the answer
+      data_source   "lanpo/<dataset>"
+      ability       "math"
+      reward_model  {"style": "rule", "ground_truth": <gold answer>}: read by the reward, never shown
+      extra_info    {"problem_id", "dataset", "external_id", "index", "split"}: which stored problem it is
+    lanpo's verl agent loop puts a feedback context into the prompt when p_t draws one. Every problem needs a
+    gold answer; the file appears only when it is whole (an error leaves no file, nor half of one).
+
+    \b
+    Example:
+      lanpo data export --dataset dapo17k --format verl --out ~/data/lanpo/dapo17k.parquet
+    """
+    from lanpo.integrations.verl_data import export_verl
+
+    if out.suffix != ".parquet":
+        raise InputError(
+            f"--out {out} must end in .parquet", hint="verl's RLHFDataset picks its reader by the file's extension"
+        )
+    if not split.strip():
+        raise InputError("--split must not be empty", hint="e.g. --split train")
+    output_file(out, "--out")
+    done = export_verl(open_store(), dataset, out, split=split)
+    click.echo(f"{dataset}: wrote {done.rows} problems ({fmt}, split {split}) to {out}")
