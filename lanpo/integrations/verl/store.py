@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 TRAINER = "verl"  # runs.config->>'trainer' of a run the integration writes
 REWARDS = ("lanpo", "verl")  # lanpo.reward: who sets each sample's reward
 ZERO_SHOT_PROMPT = "verl-row"  # rollout_groups.prompt_version of a zero-shot group: the dataset row's own prompt
+_STEP_LESSONS = sa.text("SELECT count(*) FROM experiences WHERE run_id = :run AND step = :step")
 
 
 @dataclass(frozen=True)
@@ -134,41 +135,26 @@ class VerlStore:
     # --- the manager ---
 
     def open_run(self, verl_settings: Mapping[str, Any] | None = None) -> RunRef:
-        """The run named `run_name`: created on first use, else the same run resumed (of verl and of this model)."""
-        name = self.cfg.run_name
+        """The run named `run_name`: created on first use, else the same run resumed (of verl and of this model).
+        Refused, with nothing written: a name taken by another kind of run or another model's, a pool other than
+        the run's, a pool holding lessons of another model."""
+        name, pool_name = self.cfg.run_name, self.cfg.pool_name()
         with transaction(self.db) as session:
+            _require_pool_of_model(session, pool_name, self.model)
             run = runs_repo.find_run(session, name)
             if run is not None:
                 same_kind_of_run(run, self.model, TRAINER)
-                pool = pools_repo.get_pool(session, self.cfg.pool_name())
+                pool = pools_repo.get_pool(session, pool_name)
                 if run.pool_id != pool.id:
                     raise InputError(
-                        f"run {name!r} writes pool id {run.pool_id}, not {self.cfg.pool_name()!r}",
+                        f"run {name!r} writes another pool than {pool_name!r}",
                         hint="keep store.pool as the run started, or set lanpo.run_name to a new run",
                     )
                 runs_repo.reopen_run(session, run.id)
                 self.run = RunRef(self.db, run.id, pool)
         if self.run is None:
             self.run = self.client.start(self.model, dict(verl_settings or {}), trainer=TRAINER)
-        self._require_pool_of_model()
         return self.run
-
-    def _require_pool_of_model(self) -> None:
-        """Lessons of other models' runs are not this policy's experience: a pool holding them is refused."""
-        assert self.run is not None
-        with transaction(self.db) as session:
-            other = session.scalar(
-                sa.text(
-                    "SELECT r.model FROM experiences e JOIN runs r ON r.id = e.run_id "
-                    "WHERE e.pool_id = :pool AND r.model IS DISTINCT FROM :model LIMIT 1"
-                ),
-                {"pool": self.run.pool.id, "model": self.model},
-            )
-        if other is not None:
-            raise InputError(
-                f"pool {self.run.pool.name!r} holds lessons of {other}, not of {self.model}",
-                hint="set store.pool (lanpo.overrides) to a pool of this model's runs, or a new one",
-            )
 
     def attach(self, run_id: int) -> RunRef:
         """A worker's view of the run the manager opened."""
@@ -245,7 +231,16 @@ class VerlStore:
         seed = mix_seed(self.cfg.seed, "verl-group", problem_id)
         asked = choose_modes([problem_id], fb.mode, fb.p_t if p_t is None else p_t, seed, step)
         prompts = contexted_prompts(
-            fb, self.cfg.max_prompt_tokens, seed, step, run, self.client.scorer, [problem_id], asked, tokenizer, step - 1
+            fb,
+            self.cfg.max_prompt_tokens,
+            seed,
+            step,
+            run,
+            self.client.scorer,
+            [problem_id],
+            asked,
+            tokenizer,
+            step - 1,
         )
         text = prompts.texts[0] if prompts.modes[0] in feedback_modes.CONTEXT_MODES else None
         return GroupPrompt(prompts, text)
@@ -260,10 +255,7 @@ class VerlStore:
         if total == 0:
             return -1
         with transaction(self.db) as session:
-            made = session.scalar(
-                sa.text("SELECT count(*) FROM experiences WHERE run_id = :run AND step = :step"),
-                {"run": self._run().run_id, "step": step},
-            )
+            made = session.scalar(_STEP_LESSONS, {"run": self._run().run_id, "step": step})
         return max(0, total - int(made or 0))
 
     def write_group(
@@ -283,15 +275,54 @@ class VerlStore:
         if drawn.text is None:
             record.prompt_version = ZERO_SHOT_PROMPT
         with transaction(self.db) as session:
+            # groups of a step are written concurrently by every worker: one at a time per (run, step), so the
+            # step's lesson cap counts the lessons of the groups written before this one
             session.execute(sa.text("SELECT pg_advisory_xact_lock(:run, :step)"), {"run": run.run_id, "step": step})
+            self._within_step_cap(session, step, record)
             return rows.write_step_rows(
-                session, run.run_id, run.pool, step, drawn.prompts.policy_version_id, [record], self.cfg.summarizer.model
+                session,
+                run.run_id,
+                run.pool,
+                step,
+                drawn.prompts.policy_version_id,
+                [record],
+                self.cfg.summarizer.model,
             )
+
+    def _within_step_cap(self, session: Any, step: int, record: rows.GroupRecord) -> None:
+        """Drop the group's lessons past `summarizer.max_total_per_step` (0: no cap) for the step so far. A worker
+        checks the cap before it summarises (`lessons_left`), but its sibling workers may admit lessons meanwhile."""
+        total = self.cfg.summarizer.max_total_per_step
+        if total == 0:
+            return
+        made = int(session.scalar(_STEP_LESSONS, {"run": self._run().run_id, "step": step}) or 0)
+        for rollout in record.rollouts:
+            if rollout.summary is not None:
+                if made >= total:
+                    rollout.summary = None
+                else:
+                    made += 1
 
     def _run(self) -> RunRef:
         if self.run is None:
             raise RuntimeError("the verl store has no run yet: open_run (the manager) or attach (a worker) first")
         return self.run
+
+
+def _require_pool_of_model(session: Any, pool_name: str, model: str) -> None:
+    """Lessons of other models' runs are not this policy's experience: a pool holding them is refused."""
+    other = session.scalar(
+        sa.text(
+            "SELECT r.model FROM experiences e JOIN runs r ON r.id = e.run_id JOIN pools p ON p.id = e.pool_id "
+            "WHERE p.name = :pool AND r.model IS DISTINCT FROM :model LIMIT 1"
+        ),
+        {"pool": pool_name, "model": model},
+    )
+    if other is not None:
+        raise InputError(
+            f"pool {pool_name!r} holds lessons of {other}, not of {model}",
+            hint="set store.pool (lanpo.overrides) to a pool of this model's runs, or a new one",
+        )
 
 
 def _completion(text: str) -> Completion:
@@ -310,9 +341,7 @@ def step_metrics(session: Any, run_id: int, step: int) -> dict[str, float]:
         ),
         {"run": run_id, "step": step},
     ).one()
-    added = session.scalar(
-        sa.text("SELECT count(*) FROM experiences WHERE run_id = :run AND step = :step"), {"run": run_id, "step": step}
-    )
+    added = session.scalar(_STEP_LESSONS, {"run": run_id, "step": step})
     return {
         "reward/mean": float(row.reward or 0.0),
         "accuracy/mean": float(row.accuracy or 0.0),
