@@ -64,6 +64,7 @@ def cpu_config(model: str, data: str, lanpo: dict[str, Any], overrides: list[str
                 "trainer.checkpoint_callback_class=lanpo.integrations.verl.LanpoCheckpointCallback",
                 "trainer.n_gpus_per_node=1",
                 "trainer.experiment_name=verl-cpu",
+                "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",  # verl's 8 are for many nodes
                 *overrides,
             ],
         )
