@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from lanpo import feedback_modes
-from lanpo.config import read_toml
+from lanpo.config import apply_overrides, read_toml
 from lanpo.db.connection import transaction
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import runs as runs_repo
@@ -85,7 +85,7 @@ class Settings:
 def recipe_config(settings: Settings, prompt_length: int) -> StoreRunConfig:
     """The store's part of the lanpo recipe, for verl: its prompt limit is verl's `data.max_prompt_length` (where
     verl would left-truncate), and MEL, or lessons written by a model other than the policy, are refused."""
-    recipe = read_toml(settings.config)
+    recipe = apply_overrides(read_toml(settings.config), list(settings.overrides))  # method=mel among them too
     if recipe.get("method") == "mel":
         raise ConfigError(
             f"{settings.config} is a MEL recipe: MEL's NLL term on the meta-experiences is a second loss, and verl "
