@@ -78,7 +78,9 @@ class Settings:
                 hint="lanpo: lanpo's grader and format bonus (the paper's reward); verl: verl's reward function",
             )
         name = section.get("run_name") or verl_config["trainer"]["experiment_name"]
-        overrides = tuple(str(o) for o in (section.get("overrides") or ()))
+        given = section.get("overrides") or ()
+        # one a.b=value (Hydra reads `+lanpo.overrides=a.b=1` as a string): one override, not one per character
+        overrides = (str(given),) if isinstance(given, str) else tuple(str(o) for o in given)
         return cls(str(section["config"]), str(name), reward, overrides)
 
 
