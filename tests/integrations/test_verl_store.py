@@ -162,6 +162,8 @@ def test_settings_of_a_verl_config(recipe: Path) -> None:
     assert settings == Settings(str(recipe), "verl-exp", "lanpo", ())  # the run is verl's experiment
     named = Settings.of(_verl(recipe, run_name="mine", reward="verl", overrides=["feedback.p_t=1.0"]))
     assert (named.run_name, named.reward, named.overrides) == ("mine", "verl", ("feedback.p_t=1.0",))
+    one = Settings.of(_verl(recipe, overrides="feedback.p_t=1.0"))  # `+lanpo.overrides=feedback.p_t=1.0`
+    assert one.overrides == ("feedback.p_t=1.0",) and recipe_config(one, PROMPT_LENGTH).feedback.p_t == 1.0
 
 
 def test_recipe_config_refuses_mel_and_another_summarizer(recipe: Path) -> None:
