@@ -59,12 +59,13 @@ class GroupDraws:
         found = self._drawn.get(key)
         if found is None:
             found = self._drawn[key] = asyncio.ensure_future(draw())
-        return await found
+        # shielded: a cancelled sample (an aborted request) leaves its siblings' shared draw running
+        return await asyncio.shield(found)
 
     def forget(self, step: int, uid: str) -> GroupPrompt | None:
         """The group's draw, dropped once the group is written back (or failed)."""
         found = self._drawn.pop((step, uid), None)
-        if found is None or not found.done() or found.exception() is not None:
+        if found is None or not found.done() or found.cancelled() or found.exception() is not None:
             return None
         return found.result()
 

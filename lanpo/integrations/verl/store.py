@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from lanpo import feedback_modes
-from lanpo.config import read_toml
+from lanpo.config import apply_overrides, read_toml
 from lanpo.db.connection import transaction
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import runs as runs_repo
@@ -78,14 +78,16 @@ class Settings:
                 hint="lanpo: lanpo's grader and format bonus (the paper's reward); verl: verl's reward function",
             )
         name = section.get("run_name") or verl_config["trainer"]["experiment_name"]
-        overrides = tuple(str(o) for o in (section.get("overrides") or ()))
+        given = section.get("overrides") or ()
+        # one a.b=value (Hydra reads `+lanpo.overrides=a.b=1` as a string): one override, not one per character
+        overrides = (str(given),) if isinstance(given, str) else tuple(str(o) for o in given)
         return cls(str(section["config"]), str(name), reward, overrides)
 
 
 def recipe_config(settings: Settings, prompt_length: int) -> StoreRunConfig:
     """The store's part of the lanpo recipe, for verl: its prompt limit is verl's `data.max_prompt_length` (where
     verl would left-truncate), and MEL, or lessons written by a model other than the policy, are refused."""
-    recipe = read_toml(settings.config)
+    recipe = apply_overrides(read_toml(settings.config), list(settings.overrides))  # method=mel among them too
     if recipe.get("method") == "mel":
         raise ConfigError(
             f"{settings.config} is a MEL recipe: MEL's NLL term on the meta-experiences is a second loss, and verl "
