@@ -51,6 +51,8 @@ def cpu_config(model: str, data: str, lanpo: dict[str, Any], overrides: list[str
                 "+actor_rollout_ref.rollout.enable_sleep_mode=False",  # CPU shim: no CUDA memory to release
                 "actor_rollout_ref.rollout.free_cache_engine=False",
                 "actor_rollout_ref.rollout.enforce_eager=True",
+                # verl's server starts with dummy weights and its trainer syncs the policy in; no trainer runs here
+                "actor_rollout_ref.rollout.load_format=auto",
                 "actor_rollout_ref.rollout.calculate_log_probs=True",
                 "actor_rollout_ref.rollout.agent.num_workers=1",
                 "actor_rollout_ref.rollout.nnodes=1",

@@ -48,14 +48,18 @@ def whole_groups(prompts: list[Any], n: int) -> int:
     return len(prompts) // n
 
 
+def _shown(trainer: str) -> str:
+    return {"trl": "TRL"}.get(trainer, trainer)
+
+
 def same_kind_of_run(run: Any, model_name: str, trainer: str = TRAINER) -> None:
     """A name already taken by another kind of run (a native lanpo run, another trainer's), or by a run of another
     model, is refused: `trainer` is the runs.config->>'trainer' the caller writes (trl, verl)."""
     config = run.config or {}
     if config.get("trainer") != trainer:
-        kind = config.get("trainer") or f"lanpo {run.kind}"
+        kind = _shown(config.get("trainer")) if config.get("trainer") else f"lanpo {run.kind}"
         raise InputError(
-            f"run {run.name!r} is a {kind} run, not a {trainer} one",
+            f"run {run.name!r} is a {kind} run, not a {_shown(trainer)} one",
             hint=f"set run_name to a new name for the {trainer} run",
         )
     if run.model != model_name:

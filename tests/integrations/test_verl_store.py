@@ -209,7 +209,7 @@ def test_open_run_refuses_another_kind_of_run_or_model(db: Engine, recipe: Path,
     _store(db, recipe, run_name="verl-a").open_run()
     before = (_count(db, "runs"), _count(db, "pools"))
     for name, model, needle in [
-        ("trl-run", MODEL, "trl run"),
+        ("trl-run", MODEL, "TRL run"),
         ("native-run", MODEL, "lanpo train run"),
         ("verl-a", "Qwen/Qwen3-8B-Base", "Qwen3-4B"),
     ]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -134,7 +135,7 @@ def _samples(out: Any, tokenizer: Any) -> list[tuple[int, str, str, float]]:
         (
             int(e["lanpo_problem_id"]),
             tokenizer.decode(p.tolist()),
-            tokenizer.decode(r.tolist(), skip_special_tokens=True),
+            tokenizer.decode(r.tolist(), skip_special_tokens=True).replace("\x00", ""),  # Postgres text holds no NUL
             reward,
         )
         for e, p, r, reward in zip(extras, prompts, responses, rewards, strict=True)
@@ -189,7 +190,8 @@ def test_step_two_carries_contexts_drawn_from_step_one(two_steps: TwoSteps, migr
                 "SELECT g.problem_id, g.mode, c.position, ag.step AS attempt_step, ag.problem_id AS attempt_problem, "
                 "e.step AS lesson_step, e.problem_id AS lesson_problem "
                 "FROM rollout_groups g JOIN group_contexts c ON c.group_id = g.id "
-                "LEFT JOIN attempts a ON a.id = c.context_attempt_id LEFT JOIN rollout_groups ag ON ag.id = a.group_id "
+                "LEFT JOIN attempts a ON a.id = c.context_attempt_id "
+                "LEFT JOIN rollout_groups ag ON ag.id = a.group_id "
                 "LEFT JOIN experience_versions v ON v.id = c.experience_version_id "
                 "LEFT JOIN experiences e ON e.id = v.experience_id "
                 "WHERE g.run_id = :r AND g.step = 2"
@@ -225,9 +227,12 @@ def test_no_prompt_carries_a_gold_answer_a_reward_or_a_verdict(two_steps: TwoSte
     tokenizer = AutoTokenizer.from_pretrained(two_steps.cfg.actor_rollout_ref.model.path)
     trained = [p for step in (1, 2) for _, p, _, _ in _samples(two_steps.outputs[step], tokenizer)]
     stored = [r.prompt for step in (1, 2) for r in _stored(migrated_db, two_steps.run_id, step)]
+    # the model's own earlier responses may say anything ("5 is the correct answer"): what must never appear is a
+    # grade the store attached to them, a label and its value
+    verdict = re.compile(r"\b(reward|score|verdict|correct|incorrect|accuracy)\s*[:=]", re.IGNORECASE)
     for prompt in trained + stored:
         assert GOLD not in prompt
-        assert "reward" not in prompt.lower() and "correct" not in prompt.lower()
+        assert not verdict.search(prompt), verdict.search(prompt)
 
 
 def test_log_probs_belong_to_the_returned_response_tokens(two_steps: TwoSteps) -> None:
@@ -240,17 +245,20 @@ def test_log_probs_belong_to_the_returned_response_tokens(two_steps: TwoSteps) -
 
     model, _ = load_causal_lm(two_steps.cfg.actor_rollout_ref.model.path, device="cpu", dtype="float32")
     out = two_steps.outputs[2]
-    worst = 0.0
-    for prompt, response, logprobs in zip(
-        out["prompts"].unbind(), out["responses"].unbind(), out["rollout_log_probs"].unbind(), strict=True
+    modes = [e["lanpo_mode"] for e in example.per_sample(out["extra_fields"])]
+    gaps = []
+    for prompt, response, logprobs, mode in zip(
+        out["prompts"].unbind(), out["responses"].unbind(), out["rollout_log_probs"].unbind(), modes, strict=True
     ):
         ids = torch.cat([prompt, response]).unsqueeze(0)
         with torch.no_grad():
             logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
         ref = torch.log_softmax(logits, -1).gather(-1, response.unsqueeze(-1)).squeeze(-1)
         assert logprobs.shape == response.shape
-        worst = max(worst, float((ref - logprobs).abs().max()))
-    assert worst < 2e-3, worst
+        gap = (ref - logprobs).abs()
+        gaps.append((mode, len(prompt), float(gap.max()), int(gap.argmax())))
+    assert {m for m, *_ in gaps} - {"zero_shot"}, "no contexted sample at step 2"
+    assert max(g for _, _, g, _ in gaps) < 2e-3, gaps
 
 
 def test_p_t_zero_changes_nothing_against_verls_own_loop(lane: Lane) -> None:
@@ -325,7 +333,7 @@ def test_bad_input_is_refused_before_any_rollout(lane: Lane, migrated_db: Engine
     os.environ[ENV_URL], _stores_before = old_url, dict(_stores)
     try:
         _stores.clear()
-        with pytest.raises(LanpoError, match="lanpo db upgrade|the code needs"):
+        with pytest.raises(LanpoError, match=r"the code needs"):
             lane.rollouts.manager(lane.config("verl-lane-old"))
     finally:
         os.environ[ENV_URL] = pg_url
