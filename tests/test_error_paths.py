@@ -46,11 +46,19 @@ class Unsized(Exception):
     """A hint expression whose length grows with its input (a join over a collection the store fills)."""
 
 
+OPTIONAL_IMPORTS = ("verl", "transfer_queue", "ray", "tensordict")  # installed in the verl lane only (docs/verl.md)
+
+
 class HintSize:
     """The longest a hint expression can print, and whether it can print a newline, read from one module's AST."""
 
     def __init__(self, module: str, scope: ast.AST | None) -> None:
-        self.module = importlib.import_module(module)
+        try:
+            self.module: Any = importlib.import_module(module)
+        except ModuleNotFoundError as exc:  # lanpo.integrations.verl's verl-side modules: verl is the verl lane's
+            if not (exc.name or "").startswith(OPTIONAL_IMPORTS):
+                raise
+            self.module = None  # its hints are still sized from their text; a module constant in one is not
         self.scope = scope  # the function the hint is made in: its local names are sized by what they are bound to
 
     def size(self, node: ast.expr) -> tuple[int, bool]:

@@ -129,6 +129,7 @@ def test_bad_input_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path
         assert code == 2 and said in err and "hint:" in err, (args, err)
 
 
+@pytest.mark.verl
 @pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="verl is not installed (the verl lane has it)")
 def test_verl_defaults_are_verls_own() -> None:
     from omegaconf import OmegaConf

@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("hydra") is None or importlib.util.find_spec("verl") is None,
-    reason="needs hydra-core and verl (the verl lane)",
-)
+pytestmark = [
+    pytest.mark.verl,
+    pytest.mark.skipif(
+        importlib.util.find_spec("hydra") is None or importlib.util.find_spec("verl") is None,
+        reason="needs hydra-core and verl (the verl lane)",
+    ),
+]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "verl"
 # Keys verl's YAML leaves out but its dataclass has: AgentLoopConfig.agent_loop_manager_class (read by main_ppo with
