@@ -291,6 +291,10 @@ def test_bad_input_is_refused_before_any_rollout(lane: Lane, migrated_db: Engine
         with migrated_db.connect() as conn:
             return int(conn.scalar(sa.text("SELECT count(*) FROM runs")))
 
+    # verl's async trainer modes overlap steps, which the store commits one after another: refused
+    with pytest.raises(LanpoError, match="trainer_mode=colocate_async"):
+        lane.rollouts.manager(lane.config("verl-lane-async", "trainer.v1.trainer_mode=colocate_async"))
+
     # a row the store cannot name: refused at dispatch, before the step begins
     cfg = lane.config("verl-lane-bad-row")
     manager = lane.rollouts.manager(cfg)

@@ -23,7 +23,7 @@ from tensordict import NonTensorData, NonTensorStack
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
-from lanpo.errors import InputError
+from lanpo.errors import ConfigError, InputError
 from lanpo.integrations.verl import loop as _loop  # registers the `lanpo` agent loop in every worker process
 from lanpo.integrations.verl.process import DRAWS, process_store, run_id_of
 from lanpo.rollout import Completion, SamplingParams
@@ -149,6 +149,7 @@ class LanpoAgentLoopManager(AgentLoopManagerTQ):
     the store, the recipe and the model runs here, before any worker starts; each step is begun before dispatch."""
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        require_sync_v1(config)
         store = process_store(config)
         run = store.open_run({"verl": OmegaConf.to_container(config, resolve=True)})
         with open_dict(config):
@@ -175,6 +176,20 @@ class LanpoAgentLoopManager(AgentLoopManagerTQ):
                     f"a verl dataset row names problem {pid}, which is not in dataset {self.store.cfg.data.dataset!r}",
                     hint="export the training set of this recipe's dataset: lanpo data export --format verl",
                 )
+
+
+def require_sync_v1(config: Any) -> None:
+    """verl's V1 trainer in its sync mode (both defaults): a step's groups all finish before the next step is
+    dispatched, which is when the store commits the step. The async modes overlap steps; the legacy trainer expects
+    a manager that returns its batch."""
+    trainer = config.trainer
+    mode = trainer.get("v1", {}).get("trainer_mode", "sync")
+    if not trainer.get("use_v1", True) or mode != "sync":
+        raise ConfigError(
+            f"lanpo's agent loop manager runs under verl's V1 trainer in sync mode, not "
+            f"{'the legacy trainer' if not trainer.get('use_v1', True) else f'trainer_mode={mode}'}",
+            hint="set trainer.use_v1=true and trainer.v1.trainer_mode=sync (verl's defaults)",
+        )
 
 
 def _field(batch: Any, key: str, default: Any = ...) -> list[Any]:
