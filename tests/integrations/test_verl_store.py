@@ -25,7 +25,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from lanpo.config import StoreConfig
+from lanpo.config import StoreConfig, read_toml
+from lanpo.db import sqlfiles
 from lanpo.db.connection import transaction
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo.pools import ensure_pool
@@ -192,10 +193,20 @@ def replace_overrides(settings: Settings, *more: str) -> Settings:
 
 def test_open_run_creates_then_resumes_the_same_run(db: Engine, recipe: Path, pids: list[int]) -> None:
     store = _store(db, recipe)
-    run = store.open_run({"verl": {"seed": 1}})
+    verl = _verl(recipe)
+    run = store.open_run(verl)
     [row] = _rows(db, "SELECT r.id, r.model, r.config, p.name AS pool FROM runs r JOIN pools p ON p.id = r.pool_id")
     assert (row.id, row.model, row.pool) == (run.run_id, MODEL, "verl-run")
-    assert row.config["trainer"] == TRAINER and row.config["verl"] == {"verl": {"seed": 1}}
+    assert row.config["trainer"] == TRAINER and row.config["verl"] == verl
+    # lanpo report reads a verl run's seed, feedback and group size where the run keeps them
+    [shown] = _rows(db, sqlfiles.text_of("queries/report_runs"), run_ids=[run.run_id], experiment_ids=[])
+    recipe_cfg = read_toml(recipe)
+    assert (shown.feedback_mode, float(shown.p_t), int(shown.group_size), int(shown.seed)) == (
+        recipe_cfg["feedback"]["mode"],
+        recipe_cfg["feedback"]["p_t"],
+        N,
+        recipe_cfg.get("seed", 0),
+    )
     assert _rows(db, "SELECT config->>'trainer' FROM runs WHERE id = :r", r=run.run_id) == [("verl",)]
     again = _store(db, recipe).open_run()  # a restarted TaskRunner
     assert again.run_id == run.run_id and again.pool.id == run.pool.id and _count(db, "runs") == 1

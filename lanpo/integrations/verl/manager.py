@@ -151,7 +151,7 @@ class LanpoAgentLoopManager(AgentLoopManagerTQ):
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         require_sync_v1(config)
         store = process_store(config)
-        run = store.open_run({"verl": OmegaConf.to_container(config, resolve=True)})
+        run = store.open_run(OmegaConf.to_container(config, resolve=True))  # kept as runs.config.verl
         with open_dict(config):
             config.lanpo.run_id = run.run_id
         super().__init__(config, *args, **kwargs)
