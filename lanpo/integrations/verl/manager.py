@@ -24,6 +24,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
 from lanpo.errors import ConfigError, InputError
+from lanpo.feedback.summarize import choose_candidates
 from lanpo.integrations.verl import loop as _loop  # registers the `lanpo` agent loop in every worker process
 from lanpo.integrations.verl.process import DRAWS, process_store, run_id_of
 from lanpo.rollout import Completion, SamplingParams
@@ -95,12 +96,10 @@ class LanpoAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):  # type: igno
 
 
 def _capped(left: int) -> Any:
-    """lanpo's choice of lessons, within what the step may still add (-1: no limit)."""
-    from lanpo.feedback.summarize import choose_candidates
+    """lanpo's choice of lessons (`choose_candidates`), within the `left` the step may still add (-1: no limit)."""
 
     def choose(candidates: list[Any], per_problem: int, total: int) -> list[Any]:
-        cap = left if total == 0 or left < 0 else min(total, left)
-        return choose_candidates(candidates, per_problem, max(cap, 0) if left >= 0 else total)
+        return choose_candidates(candidates, per_problem, total if left < 0 else left)
 
     return choose
 
