@@ -60,7 +60,7 @@ def same_kind_of_run(run: Any, model_name: str, trainer: str = TRAINER) -> None:
         kind = _shown(config.get("trainer")) if config.get("trainer") else f"lanpo {run.kind}"
         raise InputError(
             f"run {run.name!r} is a {kind} run, not a {_shown(trainer)} one",
-            hint=f"set run_name to a new name for the {trainer} run",
+            hint=f"set run_name to a new name for the {_shown(trainer)} run",
         )
     if run.model != model_name:
         raise InputError(

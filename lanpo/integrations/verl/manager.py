@@ -158,8 +158,7 @@ class LanpoAgentLoopManager(AgentLoopManagerTQ):
         self.store = store
 
     def generate_sequences(self, prompts: Any) -> None:
-        validate = bool(_field(prompts, "validate", default=False)[0]) if "validate" in prompts else False
-        if not validate:
+        if not _field(prompts, "validate", default=False)[0]:
             step = int(_field(prompts, "global_steps")[0])
             self._check_rows(prompts)
             self.store.begin_step(step)

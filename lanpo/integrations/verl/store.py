@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -131,8 +130,7 @@ class VerlStore:
         self.cfg = self.client.cfg
         self.db = self.client.db
         self.run: RunRef | None = None
-        self._began: int | None = None  # the first step this process began (rolled back from)
-        self._lock = threading.Lock()
+        self._rolled_back = False  # this process's first step rolled back what the run held from it on
 
     # --- the manager ---
 
@@ -173,7 +171,7 @@ class VerlStore:
         run = self._run()
         undone = None
         with transaction(self.db) as session:
-            if self._began is None:
+            if not self._rolled_back:
                 last = session.scalar(
                     sa.text("SELECT max(step) FROM rollout_groups WHERE run_id = :run"), {"run": run.run_id}
                 )
@@ -183,12 +181,12 @@ class VerlStore:
                     log.warning(result.line(step - 1, last))
             self._commit_before(session, step)
             steps_repo.add_policy_version(session, run.run_id, step - 1, verl_policy_sha256(run.run_id, step - 1))
-        self._began = step if self._began is None else self._began
+        self._rolled_back = True
         return undone
 
-    def _commit_before(self, session: Any, step: int | None, checkpoint: str | None = None) -> None:
+    def _commit_before(self, session: Any, step: int | None) -> None:
         """Commit every step before `step` (None: every step) that wrote groups and is not committed yet, with its
-        metrics; `checkpoint` names the folder of step - 1."""
+        metrics."""
         run = self._run()
         pending = session.scalars(
             sa.text(
@@ -203,13 +201,12 @@ class VerlStore:
             metrics = step_metrics(session, run.run_id, done)
             metrics["pool/active"] = float(pools_repo.active_size(session, run.pool.id))
             runs_repo.record_metrics(session, run.run_id, done, metrics)
-            named = checkpoint if step is not None and done == step - 1 else None
-            steps_repo.commit_step(session, run.run_id, done, version, named)
+            steps_repo.commit_step(session, run.run_id, done, version)
 
     def checkpoint(self, step: int, folder: str) -> None:
         """verl saved step `step`'s checkpoint in `folder`: the step is committed (if it was not) and names it."""
         with transaction(self.db) as session:
-            self._commit_before(session, step + 1, folder)
+            self._commit_before(session, step + 1)
             steps_repo.set_checkpoint(session, self._run().run_id, step, folder)
 
     def commit_through(self, step: int) -> None:
