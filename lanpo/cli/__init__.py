@@ -37,6 +37,7 @@ COMMAND_MODULES = {
     "report": "lanpo.cli.report",
     "runs": "lanpo.cli.runs",
     "worker": "lanpo.cli.worker",
+    "serve": "lanpo.cli.serve",
 }
 
 

@@ -279,31 +279,33 @@ class Answerer:
         r = self.retrieval
         rater = self.rater()
         pool = self.pool()
-        out = []
         with transaction(self._require_db()) as session:
-            for q in chunk:
-                hits = self._retriever(
-                    session,
-                    q.question,
-                    pool_id=pool.id,
-                    stage1=r.stage1,
-                    top_k=r.top_k,
-                    gamma=r.gamma,
-                    m=r.m,
-                    rater=rater,
-                    problem_id=q.problem_id,
-                )
-                out.append(
-                    [
-                        UsedExperience(
-                            int(h.experience_version_id),
-                            int(h.source_problem_id),
-                            h.summary,
-                            float(h.stage1_score),
-                            None if h.relevance is None else float(h.relevance),
-                        )
-                        for h in hits
-                        if q.problem_id is None or h.source_problem_id != q.problem_id
-                    ]
-                )
-        return out
+            return [experiences_for(session, self._retriever, q, pool.id, r, rater) for q in chunk]
+
+
+def experiences_for(
+    session: Any, retriever: Retriever, q: Question, pool_id: int, r: RetrievalSettings, rater: Any
+) -> list[UsedExperience]:
+    """The experiences retrieval puts in `q`'s prompt (its own problem's excluded when it is a stored problem)."""
+    hits = retriever(
+        session,
+        q.question,
+        pool_id=pool_id,
+        stage1=r.stage1,
+        top_k=r.top_k,
+        gamma=r.gamma,
+        m=r.m,
+        rater=rater,
+        problem_id=q.problem_id,
+    )
+    return [
+        UsedExperience(
+            int(h.experience_version_id),
+            int(h.source_problem_id),
+            h.summary,
+            float(h.stage1_score),
+            None if h.relevance is None else float(h.relevance),
+        )
+        for h in hits
+        if q.problem_id is None or h.source_problem_id != q.problem_id
+    ]

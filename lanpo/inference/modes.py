@@ -103,27 +103,55 @@ def zero_shot(answerer: Prompter, chunk: list[Question], k: int, params: Samplin
     return [Solution(q, "zero_shot", [Sample([t]) for t in g]) for q, g in zip(chunk, groups, strict=True)]
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """One question's prompt in retrieval mode: the inter-sample prompt over its experiences, or the zero-shot
+    prompt with the reason (`fallback`) when it has none."""
+
+    prompt: str
+    version: str
+    grade_mode: str
+    experiences: list[UsedExperience]
+    fallback: str | None
+
+
+def retrieval_prompt(answerer: Prompter, q: Question, exps: list[UsedExperience], pool_empty: bool) -> Prepared:
+    """The prompt `lanpo infer --mode retrieval` answers `q` with, given the experiences retrieved for it."""
+    if exps:
+        text = answerer.render(prompts.inter_messages(q.question, exps))
+        return Prepared(text, prompts.INTER_VERSION, "inter", list(exps), None)
+    text = answerer.render(prompts.actor_messages(q.question))
+    reason = EMPTY_POOL if pool_empty else NOTHING_RELEVANT.format(gamma=answerer.retrieval.gamma)
+    return Prepared(text, prompts.ACTOR_VERSION, "zero_shot", [], reason)
+
+
 def retrieval(
     answerer: Prompter, chunk: list[Question], k: int, params: SamplingParams, pool_empty: bool
 ) -> list[Solution]:
     used = [[] for _ in chunk] if pool_empty else answerer.retrieve(chunk)
-    texts, versions, grade_modes, fallbacks = [], [], [], []
-    for q, exps in zip(chunk, used, strict=True):
-        if exps:
-            texts.append(answerer.render(prompts.inter_messages(q.question, exps)))
-            versions.append(prompts.INTER_VERSION)
-            grade_modes.append("inter")
-            fallbacks.append(None)
-        else:
-            texts.append(answerer.render(prompts.actor_messages(q.question)))
-            versions.append(prompts.ACTOR_VERSION)
-            grade_modes.append("zero_shot")
-            fallbacks.append(EMPTY_POOL if pool_empty else NOTHING_RELEVANT.format(gamma=answerer.retrieval.gamma))
-    groups = generate_turns(answerer, texts, k, params, versions, grade_modes, [q.answer for q in chunk])
+    ready = [retrieval_prompt(answerer, q, exps, pool_empty) for q, exps in zip(chunk, used, strict=True)]
+    groups = generate_turns(
+        answerer,
+        [p.prompt for p in ready],
+        k,
+        params,
+        [p.version for p in ready],
+        [p.grade_mode for p in ready],
+        [q.answer for q in chunk],
+    )
     return [
-        Solution(q, "retrieval", [Sample([t]) for t in g], list(exps), fb)
-        for q, g, exps, fb in zip(chunk, groups, used, fallbacks, strict=True)
+        Solution(q, "retrieval", [Sample([t]) for t in g], p.experiences, p.fallback)
+        for q, g, p in zip(chunk, groups, ready, strict=True)
     ]
+
+
+def reflection_prompt(answerer: Prompter, q: Question, response: str, two_turn: bool) -> str:
+    """Turn 2 of self-correction over one first attempt, from that attempt's response text alone (`_Earlier` holds
+    nothing else): the same conversation continued (two-turn), or a fresh reflection prompt (single)."""
+    earlier = _Earlier(response)
+    if two_turn:
+        return answerer.render(prompts.self_correct_messages(q.question, earlier))
+    return answerer.render(prompts.intra_messages(q.question, [earlier]))
 
 
 def self_correct(
@@ -139,17 +167,10 @@ def self_correct(
         ["zero_shot"] * len(chunk),
         golds,
     )
-    # Turn 2: one revision per first attempt, from that attempt's response text alone (`_Earlier` holds nothing
-    # else): the same conversation continued (two-turn), or a fresh reflection prompt (single).
     second_prompts, second_golds = [], []
     for q, group in zip(chunk, first, strict=True):
         for turn in group:
-            earlier = _Earlier(turn.response)
-            if two_turn:
-                messages = prompts.self_correct_messages(q.question, earlier)
-            else:
-                messages = prompts.intra_messages(q.question, [earlier])
-            second_prompts.append(answerer.render(messages))
+            second_prompts.append(reflection_prompt(answerer, q, turn.response, two_turn))
             second_golds.append(q.answer)
     n = len(second_prompts)
     version = prompts.REFLECT_VERSION if two_turn else prompts.INTRA_VERSION

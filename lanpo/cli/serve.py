@@ -1,0 +1,237 @@
+"""`lanpo serve`: retrieval-augmented answers behind an OpenAI-compatible API, every answer kept in the store."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lanpo.cli.params import Float, Int, field_option
+from lanpo.config import DTYPE_NAMES, apply_overrides, from_mapping
+from lanpo.errors import ConfigError
+from lanpo.inference.config import BACKENDS, INFERENCE_MODES, EvalConfig, RetrievalSettings, SamplingSettings
+from lanpo.retrieval import STAGE1
+
+MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_MODES)
+
+
+@click.command("serve")
+@field_option(EvalConfig, "model")
+@click.option("--adapter", type=click.Path(path_type=Path), help="PEFT LoRA adapter folder to serve.")
+@field_option(EvalConfig, "backend", type=click.Choice(BACKENDS))
+@click.option(
+    "--vllm",
+    "vllm_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A vLLM engine setting (lanpo.rollout.config.VLLMConfig), e.g. --vllm max_model_len=4096 (repeatable).",
+)
+@field_option(EvalConfig, "dtype", type=click.Choice(DTYPE_NAMES))
+@field_option(EvalConfig, "device", help="torch device for the hf backend (default: cuda when available, else cpu).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; beyond loopback, keys needed.")
+@click.option("--port", default=8000, show_default=True, type=Int(1, 65535), help="TCP port.")
+@click.option("--pool", "pool_name", default=None, help="Default pool of /v1/... (default: the store's only pool).")
+@click.option(
+    "--mode",
+    type=click.Choice(MODE_CHOICES),
+    default="retrieval",
+    show_default=True,
+    help="Default answer mode (a request may set lanpo.mode).",
+)
+@field_option(RetrievalSettings, "stage1", type=click.Choice(STAGE1))
+@field_option(RetrievalSettings, "top_k", type=Int(1))
+@field_option(RetrievalSettings, "gamma", type=Float(0, 1))
+@field_option(RetrievalSettings, "m", "--m", "m", type=Int(1))
+@field_option(RetrievalSettings, "judge")
+@field_option(SamplingSettings, "max_new_tokens", type=Int(1), help="max_tokens of a request that sets none.")
+@field_option(SamplingSettings, "temperature", type=Float(0, 2), help="temperature of a request that sets none.")
+@field_option(SamplingSettings, "top_p", type=Float(0, 1, min_open=True), help="top_p of a request that sets none.")
+@click.option(
+    "--api-key",
+    "api_keys",
+    multiple=True,
+    envvar="LANPO_SERVE_API_KEY",
+    help="A key callers send as `Authorization: Bearer KEY`; reads every pool (repeatable; env LANPO_SERVE_API_KEY).",
+)
+@click.option(
+    "--keys",
+    "keys_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help='TOML of named keys and the pools each may read: [keys.NAME] key = "..." pools = ["demo"].',
+)
+@click.option("--run-name", default=None, help="Name of the serving run in the store (default: serve-<UTC time>).")
+@click.option("--served-model-name", default=None, help="The model id clients send (default: --model).")
+@click.option("--max-batch", default=8, show_default=True, type=Int(1, 1024), help="hf backend: requests per batch.")
+@click.option("--max-tokens-limit", default=4096, show_default=True, type=Int(1), help="Largest max_tokens accepted.")
+@click.option(
+    "--max-question-tokens", default=4096, show_default=True, type=Int(1), help="Longest question accepted (413)."
+)
+@click.option("--max-body-bytes", default=1 << 20, show_default=True, type=Int(1024), help="Largest body (413).")
+@click.option(
+    "--max-pending", default=256, show_default=True, type=Int(1), help="Requests in flight before 503 (backpressure)."
+)
+def command(
+    model: str,
+    adapter: Path | None,
+    backend: str,
+    vllm_settings: tuple[str, ...],
+    dtype: str,
+    device: str | None,
+    host: str,
+    port: int,
+    pool_name: str | None,
+    mode: str,
+    stage1: str,
+    top_k: int,
+    gamma: float,
+    m: int,
+    judge: str,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    api_keys: tuple[str, ...],
+    keys_file: Path | None,
+    run_name: str | None,
+    served_model_name: str | None,
+    max_batch: int,
+    max_tokens_limit: int,
+    max_question_tokens: int,
+    max_body_bytes: int,
+    max_pending: int,
+) -> None:
+    """Serve MODEL behind an OpenAI-compatible API whose answers read the experience store.
+
+    \b
+    Routes (any OpenAI client works by its base_url):
+      /v1/chat/completions              the default pool (--pool, else the store's only pool)
+      /pools/NAME/v1/chat/completions   pool NAME
+      /v1/models, /v1/feedback, /health
+    A request sends one user message: the question. lanpo writes the prompt as `lanpo infer` does, in --mode
+    (a request may set `lanpo: {mode, gamma, m, top_k, judge, stage1}`): retrieval puts the pool's relevant
+    lessons into it; with none relevant it answers zero-shot and says why (`lanpo.fallback`).
+
+    \b
+    Every answer is stored before its response is sent: an attempt of the serving run (one per pool), with the
+    lessons its prompt read; the response's `lanpo.answer_ids` name them. POST /v1/feedback
+    {"answer_id", "verdict" | "reward" | "gold_answer"} records how an answer did: experience_usage, lanpo report
+    and SQL then show which lessons helped.
+
+    \b
+    Keys: none needed on a loopback address; binding any other needs --api-key or --keys. Requests run their
+    SQL as the serving role (`lanpo db serve-role`): it reads pools and inserts answers and feedback, nothing else.
+    Ctrl-C (or SIGTERM) drains: requests in flight finish and are stored, then the runs are marked finished.
+    """
+    from lanpo.inference.config import normalise_mode
+    from lanpo.rollout.config import VLLMConfig
+    from lanpo.serve.keys import KeyRing, is_loopback
+
+    keys = KeyRing.build(api_keys, keys_file)
+    if not keys.required and not is_loopback(host):
+        raise ConfigError(
+            f"binding {host} serves other machines, and no API key is set",
+            hint="pass --api-key KEY or --keys FILE, or bind 127.0.0.1",
+        )
+    retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, judge=judge)
+    sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=None)
+    vllm = from_mapping(VLLMConfig, apply_overrides({}, list(vllm_settings)), prefix="vllm.")
+    if sampling.max_new_tokens > max_tokens_limit:
+        raise ConfigError(
+            f"--max-new-tokens ({max_new_tokens}) is over --max-tokens-limit ({max_tokens_limit})",
+            hint="raise --max-tokens-limit or lower --max-new-tokens",
+        )
+    if adapter is not None and not (adapter / "adapter_config.json").is_file():
+        raise ConfigError(f"{adapter} holds no PEFT adapter (adapter_config.json)", hint="pass a trainer's adapter")
+    from lanpo.models import check_model_ref
+
+    check_model_ref(model)
+    settings_kwargs: dict[str, Any] = {
+        "model": model,
+        "served_name": served_model_name or model,
+        "backend": backend,
+        "mode": normalise_mode(mode),
+        "retrieval": retrieval,
+        "sampling": sampling,
+        "max_tokens_limit": max_tokens_limit,
+        "max_question_tokens": max_question_tokens,
+        "max_body_bytes": max_body_bytes,
+        "max_pending": max_pending,
+    }
+    serve(settings_kwargs, keys, host, port, pool_name, run_name, adapter, dtype, device, max_batch, vllm)
+
+
+def serve(
+    settings_kwargs: dict[str, Any],
+    keys: Any,
+    host: str,
+    port: int,
+    pool_name: str | None,
+    run_name: str | None,
+    adapter: Path | None,
+    dtype: str,
+    device: str | None,
+    max_batch: int,
+    vllm: Any,
+) -> None:
+    import uvicorn
+
+    from lanpo.db.connection import connect, transaction
+    from lanpo.db.repo.pools import pool_names, resolve_pool
+    from lanpo.db.serve_role import serve_engine
+    from lanpo.inference.run import default_name
+    from lanpo.serve.app import Server, ServeSettings, create_app
+
+    owner = connect()
+    with transaction(owner) as session:
+        if pool_name is not None:
+            resolve_pool(session, pool_name)  # an unknown name: exit 2 with the pools there are
+            default_pool = pool_name
+        else:
+            names = pool_names(session)
+            default_pool = names[0] if len(names) == 1 else None
+    if default_pool is None:
+        click.echo(
+            "note: no default pool (the store holds none, or several): /v1/... answers zero-shot; "
+            "/pools/NAME/v1/... reads NAME",
+            err=True,
+        )
+    role = serve_engine(owner)
+    settings = ServeSettings(**settings_kwargs, run_name=run_name or default_name("serve"))
+    from lanpo.inference.run import InferenceRun
+
+    InferenceRun.check(role, settings.run_name, "serve", settings.model)  # a taken name fails before the model loads
+
+    async def start_engine() -> Any:
+        import asyncio
+
+        if settings.backend == "vllm":
+            from lanpo.serve.vllm_engine import AsyncVLLMEngine
+
+            return await AsyncVLLMEngine.start(settings.model, vllm, adapter)
+        from lanpo.serve.engine import load_hf
+
+        return await asyncio.to_thread(
+            load_hf, settings.model, None if adapter is None else str(adapter), dtype, device, max_batch
+        )
+
+    _log_requests()
+    server = Server(settings, keys, owner, role, start_engine, default_pool)
+    app = create_app(server)
+    click.echo(f"lanpo serve: {settings.model} on http://{host}:{port}/v1 (run {settings.run_name})", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=30)
+    if server.engine is None:
+        raise SystemExit(1)  # the engine failed to start: uvicorn printed why
+
+
+def _log_requests() -> None:
+    """One JSON line per answered request on stderr (`lanpo.serve.access`), whatever -v says."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access = logging.getLogger("lanpo.serve.access")
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
+    info = logging.getLogger("lanpo.serve")
+    info.setLevel(logging.INFO)

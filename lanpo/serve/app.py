@@ -1,0 +1,592 @@
+"""`lanpo serve`'s HTTP app: OpenAI-compatible routes over lanpo's answering, on FastAPI + uvicorn.
+
+Routes (each also under `/pools/{pool}`, which picks the pool retrieval reads; without it, the default pool):
+
+- `GET /v1/models`, `POST /v1/chat/completions` (SSE when `stream`), `POST /v1/feedback`;
+- `GET /health` (no key needed: liveness, the model, whether the server drains).
+
+Every error is OpenAI's JSON body with its status: 400 (not JSON, or a request lanpo cannot answer as asked),
+401 (no key or a wrong one), 404 (an unknown pool, model or answer; a pool the key may not read looks unknown),
+413 (a body or a question over the limits), 422 (JSON that breaks the schema: a negative max_tokens, an unknown
+mode), 503 (draining for shutdown, too many requests waiting, the store unreachable). A request refused this way
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from lanpo.errors import InputError, LanpoError
+from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
+from lanpo.rollout import SamplingParams
+from lanpo.serve.answer import Answering, Ask, Timings
+from lanpo.serve.api import ChatRequest, FeedbackRequest, error_body
+from lanpo.serve.keys import Caller, KeyRing
+from lanpo.serve.store import Recorder, Runs, Served
+
+log = logging.getLogger("lanpo.serve")
+access = logging.getLogger("lanpo.serve.access")
+
+
+class ApiError(Exception):
+    """An error answered with `status` and OpenAI's body."""
+
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+    @property
+    def type(self) -> str:
+        if self.status == 401:
+            return "authentication_error"
+        return "server_error" if self.status >= 500 else "invalid_request_error"
+
+
+@dataclass
+class ServeSettings:
+    """What `lanpo serve` was started with (its options), and the defaults a request may override."""
+
+    model: str
+    served_name: str
+    backend: str
+    mode: str
+    retrieval: RetrievalSettings
+    sampling: SamplingSettings
+    max_tokens_limit: int = 4096
+    max_question_tokens: int = 4096
+    max_body_bytes: int = 1 << 20
+    max_pending: int = 256
+    run_name: str = "serve"
+
+    def config(self) -> dict[str, Any]:
+        """The serving run's config in the store."""
+        return {
+            "model": self.model,
+            "served_name": self.served_name,
+            "backend": self.backend,
+            "mode": self.mode,
+            "retrieval": asdict(self.retrieval),
+            "sampling": asdict(self.sampling),
+            "max_tokens_limit": self.max_tokens_limit,
+        }
+
+
+class Server:
+    """The app's state: settings, engine, the store's role connection, runs, the writer and the keys."""
+
+    def __init__(
+        self,
+        settings: ServeSettings,
+        keys: KeyRing,
+        owner_db: Any,
+        role_db: Any,
+        start_engine: Callable[[], Awaitable[Any]],
+        default_pool: str | None,
+    ) -> None:
+        self.settings, self.keys, self.owner_db, self.db = settings, keys, owner_db, role_db
+        self._start_engine = start_engine
+        self.default_pool = default_pool
+        self.engine: Any = None
+        self.answering: Answering | None = None
+        self.recorder: Recorder | None = None
+        self.runs: Runs | None = None
+        self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="lanpo-serve-store")
+        self.pending = 0
+        self.draining = False
+        self.started_at = time.time()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.engine = await self._start_engine()
+        judge = self.engine.judge(loop) if self.settings.retrieval.judge == "policy" else None
+        if self.settings.retrieval.judge not in ("policy", "none"):
+            from lanpo.retrieval.judge import load_judge
+
+            judge = load_judge(self.settings.retrieval.judge)
+        self.answering = Answering(self.engine, self.db, self.executor, judge)
+        self.recorder = Recorder(self.db)
+        self.runs = Runs(
+            self.db, self.settings.run_name, self.settings.model, self.settings.config(), self.engine.adapter_sha256
+        )
+        log.info(
+            "serving %s (%s backend) as %r", self.settings.model, self.settings.backend, self.settings.served_name
+        )
+
+    async def stop(self) -> None:
+        """Drain: refuse new requests, wait for those in flight, store what is queued, finish the runs."""
+        self.draining = True
+        for _ in range(600):
+            if self.pending == 0:
+                break
+            await asyncio.sleep(0.05)
+        if self.recorder is not None:
+            await asyncio.to_thread(self.recorder.close)
+        if self.runs is not None:
+            await asyncio.to_thread(self.runs.close)
+        if self.engine is not None:
+            await self.engine.aclose()
+        self.executor.shutdown(wait=True)
+        log.info("stopped: %d answer(s) stored", 0 if self.recorder is None else self.recorder.stored)
+
+    # ------------------------------------------------------------------ requests
+
+    def caller(self, request: Request) -> Caller:
+        header = request.headers.get("authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else None
+        caller = self.keys.caller(token)
+        if caller is None:
+            raise ApiError(401, "no API key, or a wrong one", "invalid_api_key")
+        return caller
+
+    def pool(self, caller: Caller, name: str | None) -> tuple[int | None, str | None]:
+        """(pool id, name) a request reads: the path's pool, else the default; 404 for one it may not read."""
+        from lanpo.db.connection import transaction
+        from lanpo.db.repo.pools import resolve_pool
+
+        chosen = name if name is not None else self.default_pool
+        if chosen is None:
+            return None, None
+        if not caller.may_read(chosen):
+            raise ApiError(404, f"no pool {chosen!r} (or this key may not read it)", "pool_not_found")
+        try:
+            with transaction(self.db) as session:
+                return int(resolve_pool(session, chosen).id), chosen
+        except InputError:
+            raise ApiError(404, f"no pool {chosen!r} (or this key may not read it)", "pool_not_found") from None
+
+    def ask(self, body: ChatRequest, pool: tuple[int | None, str | None]) -> Ask:
+        s = self.settings
+        if body.model != s.served_name:
+            raise ApiError(
+                404,
+                f"the model {body.model!r} is not served here; this server serves {s.served_name!r}",
+                "model_not_found",
+                "model",
+            )
+        question = _question(body)
+        tokens = len(self.engine.tokenizer.encode(question, add_special_tokens=False))
+        if tokens > s.max_question_tokens:
+            raise ApiError(
+                413,
+                f"the question is {tokens} tokens; this server takes at most {s.max_question_tokens}",
+                "context_length_exceeded",
+                "messages",
+            )
+        limit = body.limit if body.limit is not None else s.sampling.max_new_tokens
+        if limit > s.max_tokens_limit:
+            raise ApiError(
+                400,
+                f"max_tokens is {limit}; this server generates at most {s.max_tokens_limit}",
+                "max_tokens_too_large",
+                "max_tokens",
+            )
+        opts = body.lanpo
+        mode = normalise_mode(opts.mode) if opts is not None and opts.mode else s.mode
+        if body.stream and body.n != 1:
+            raise ApiError(400, "a streamed request answers once: n must be 1", "unsupported", "n")
+        r = s.retrieval
+        if opts is not None:
+            changes = {k: v for k, v in opts.model_dump(exclude={"mode"}).items() if v is not None}
+            r = RetrievalSettings(**{**asdict(r), **changes, "pool": pool[1]})
+        temperature = s.sampling.temperature if body.temperature is None else body.temperature
+        params = SamplingParams(
+            max_new_tokens=limit,
+            temperature=temperature,
+            top_p=s.sampling.top_p if body.top_p is None else body.top_p,
+            seed=body.seed,
+            stop=body.stops,
+        )
+        return Ask(question, mode, body.n, params, r, pool[0], pool[1])
+
+    async def chat(self, request: Request, pool_name: str | None) -> Any:
+        caller = self.caller(request)
+        body = ChatRequest.model_validate(await _json(request))
+        pool = await asyncio.get_running_loop().run_in_executor(self.executor, self.pool, caller, pool_name)
+        ask = self.ask(body, pool)
+        assert self.answering is not None and self.runs is not None
+        run = await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.runs.of, pool[0], pool[1], pool_name is None
+        )
+        timings = Timings()
+        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        try:
+            prepared = await self.answering.prepare(ask, timings)
+        except InputError as exc:
+            raise ApiError(400, exc.message, "invalid_question", "messages") from None
+        lanpo = {
+            "mode": ask.mode,
+            "pool": pool[1],
+            "run_id": run.run_id,
+            "fallback": prepared.fallback if ask.mode == "retrieval" else None,
+            "lessons": [
+                {
+                    "version_id": e.experience_version_id,
+                    "source_problem_id": e.source_problem_id,
+                    "relevance": e.relevance,
+                }
+                for e in prepared.experiences
+            ],
+        }
+        served = Served(request_id, ask.mode, lanpo["fallback"], _sampling(ask), {}, caller.name, body.stream)
+        if body.stream:
+            return StreamingResponse(
+                self._stream(ask, prepared, timings, run, served, lanpo, body),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache", "x-lanpo-request-id": request_id},
+            )
+        solution = await self.answering.answer(ask, prepared, timings)
+        served.timings = timings.of()
+        ids = await self._record(run, solution, served)
+        lanpo["answer_ids"] = ids
+        choices = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": s.final.response},
+                "finish_reason": s.final.finish_reason,
+                "logprobs": None,
+            }
+            for i, s in enumerate(solution.samples)
+        ]
+        self._log(request_id, caller, ask, served, 200, solution)
+        return JSONResponse(
+            {
+                "id": request_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": self.settings.served_name,
+                "choices": choices,
+                "usage": _usage(solution),
+                "lanpo": lanpo,
+            },
+            headers={"x-lanpo-answer-ids": ",".join(map(str, ids))},
+        )
+
+    async def _stream(
+        self, ask: Ask, prepared: Any, timings: Timings, run: Any, served: Served, lanpo: dict, body: ChatRequest
+    ) -> AsyncIterator[str]:
+        assert self.answering is not None
+        head = {
+            "id": served.request_id,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.settings.served_name,
+        }
+        first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}
+        yield _sse({**head, "choices": [first], "lanpo": lanpo})
+        try:
+            solution = None
+            async for delta, done in self.answering.stream(ask, prepared, timings):
+                if done is not None:
+                    solution = done
+                elif delta:
+                    yield _sse(
+                        {
+                            **head,
+                            "choices": [
+                                {"index": 0, "delta": {"content": delta}, "finish_reason": None, "logprobs": None}
+                            ],
+                        }
+                    )
+            assert solution is not None
+            served.timings = timings.of()
+            ids = await self._record(run, solution, served)
+        except ApiError as exc:
+            self._log(served.request_id, None, ask, served, exc.status, None)
+            yield _sse(error_body(exc.message, exc.type, exc.code))
+            return
+        final = {"index": 0, "delta": {}, "finish_reason": solution.samples[0].final.finish_reason, "logprobs": None}
+        chunk: dict[str, Any] = {**head, "choices": [final], "lanpo": {**lanpo, "answer_ids": ids}}
+        if body.stream_options and body.stream_options.get("include_usage"):
+            chunk["usage"] = _usage(solution)
+        self._log(served.request_id, None, ask, served, 200, solution)
+        yield _sse(chunk)
+        yield "data: [DONE]\n\n"
+
+    async def _record(self, run: Any, solution: Any, served: Served) -> list[int]:
+        assert self.recorder is not None
+        try:
+            return await self.recorder.record(run, solution, served)
+        except Exception as exc:
+            raise ApiError(
+                503, f"the answer could not be stored ({type(exc).__name__}), so it is not sent", "store_unavailable"
+            ) from None
+
+    async def feedback(self, request: Request, pool_name: str | None) -> Any:
+        caller = self.caller(request)
+        body = FeedbackRequest.model_validate(await _json(request))
+        loop = asyncio.get_running_loop()
+        row_id, correct = await loop.run_in_executor(self.executor, self._feedback, caller, body)
+        return JSONResponse(
+            {
+                "object": "lanpo.feedback",
+                "id": row_id,
+                "answer_id": body.answer_id,
+                "correct": correct,
+                "reward": body.reward,
+            }
+        )
+
+    def _feedback(self, caller: Caller, body: FeedbackRequest) -> tuple[int, bool | None]:
+        from lanpo.db.repo.serving import record_feedback, served_answer
+
+        from lanpo.db.connection import transaction
+        from lanpo.rewards import is_correct
+
+        unknown = ApiError(
+            404,
+            f"no served answer {body.answer_id} (or this key may not read its pool)",
+            "answer_not_found",
+            "answer_id",
+        )
+        with transaction(self.db) as session:
+            row = served_answer(session, body.answer_id)
+            if row is None or not caller.may_read(_pool_name(session, row.pool_id)):
+                raise unknown
+            correct = None if body.verdict is None else body.verdict == "correct"
+            if correct is None and body.gold_answer is not None:
+                correct = bool(is_correct(row.response, body.gold_answer))
+            fid = record_feedback(
+                session,
+                body.answer_id,
+                reward=body.reward,
+                correct=correct,
+                gold_answer=body.gold_answer,
+                key_name=caller.name,
+            )
+        return int(fid), correct
+
+    async def models(self, request: Request, pool_name: str | None) -> Any:
+        caller = self.caller(request)
+        if pool_name is not None:
+            await asyncio.get_running_loop().run_in_executor(self.executor, self.pool, caller, pool_name)
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.settings.served_name,
+                    "object": "model",
+                    "created": int(self.started_at),
+                    "owned_by": "lanpo",
+                }
+            ],
+        }
+
+    def health(self) -> Any:
+        status = "draining" if self.draining else "ok" if self.engine is not None else "starting"
+        body = {"status": status, "model": self.settings.served_name, "backend": self.settings.backend}
+        if self.engine is not None:
+            body["engine"] = self.engine.stats()
+        return JSONResponse(body, status_code=200 if status == "ok" else 503)
+
+    def _log(
+        self, request_id: str, caller: Caller | None, ask: Ask, served: Served, status: int, solution: Any
+    ) -> None:
+        record = {
+            "event": "answer",
+            "request_id": request_id,
+            "status": status,
+            "pool": ask.pool_name,
+            "mode": ask.mode,
+            "n": ask.n,
+            "stream": served.streamed,
+            "key": served.key_name,
+            "fallback": served.fallback is not None,
+            **served.timings,
+        }
+        if solution is not None:
+            record.update(_usage(solution))
+        access.info(json.dumps(record))
+
+
+def _question(body: ChatRequest) -> str:
+    """The question: the request's one user message (lanpo writes the prompt itself, as `lanpo infer` does)."""
+    roles = [m.role for m in body.messages]
+    if roles != ["user"]:
+        raise ApiError(
+            400,
+            f"lanpo serve answers one question per request: one user message, got roles {roles}",
+            "unsupported_messages",
+            "messages",
+        )
+    text = body.messages[0].text()
+    if not text.strip():
+        raise ApiError(400, "the user message is empty", "invalid_question", "messages")
+    return text
+
+
+def _pool_name(session: Any, pool_id: int | None) -> str | None:
+    import sqlalchemy as sa
+
+    if pool_id is None:
+        return None
+    return session.execute(sa.text("SELECT name FROM pools WHERE id = :id"), {"id": pool_id}).scalar_one()
+
+
+def _sampling(ask: Ask) -> dict[str, Any]:
+    p = ask.params
+    out = {
+        "n": ask.n,
+        "max_tokens": p.max_new_tokens,
+        "temperature": p.temperature,
+        "top_p": p.top_p,
+        "seed": p.seed,
+        "stop": list(p.stop),
+    }
+    if ask.mode == "retrieval":
+        r = ask.retrieval
+        out["retrieval"] = {"stage1": r.stage1, "top_k": r.top_k, "gamma": r.gamma, "m": r.m, "judge": r.judge}
+    return out
+
+
+def _usage(solution: Any) -> dict[str, int]:
+    prompt = sum(t.prompt_tokens for s in solution.samples for t in s.turns)
+    completion = sum(t.completion_tokens for s in solution.samples for t in s.turns)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+async def _json(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the request body is not JSON", "invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object", "invalid_json")
+    return data
+
+
+class BodyLimit:
+    """ASGI middleware: a body over `limit` bytes is answered 413 before the app reads it (Content-Length, or the
+    bytes counted as they arrive)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await _send_error(send, ApiError(413, f"the body is over {self.limit} bytes", "body_too_large"))
+            return
+        seen = 0
+
+        async def counted() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise ApiError(413, f"the body is over {self.limit} bytes", "body_too_large")
+            return message
+
+        await self.app(scope, counted, send)
+
+
+async def _send_error(send: Callable, exc: ApiError) -> None:
+    body = json.dumps(error_body(exc.message, exc.type, exc.code, exc.param)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": exc.status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(server: Server) -> BodyLimit:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await server.start()
+        try:
+            yield
+        finally:
+            await server.stop()
+
+    app = FastAPI(title="lanpo serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.middleware("http")
+    async def gate(request: Request, call_next: Callable) -> Any:
+        if request.url.path == "/health":
+            return await call_next(request)
+        if server.draining:
+            return _error(ApiError(503, "the server is shutting down", "draining"))
+        if server.pending >= server.settings.max_pending:
+            return _error(ApiError(503, f"{server.pending} requests are waiting; try again", "overloaded"))
+        server.pending += 1
+        try:
+            return await call_next(request)
+        finally:
+            server.pending -= 1
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(_validation(exc.errors()))
+
+    from pydantic import ValidationError
+
+    @app.exception_handler(ValidationError)
+    async def invalid_body(request: Request, exc: ValidationError) -> JSONResponse:
+        return _error(_validation(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = "not_found" if exc.status_code == 404 else None
+        return _error(ApiError(exc.status_code, str(exc.detail), code))
+
+    @app.exception_handler(LanpoError)
+    async def lanpo_error(request: Request, exc: LanpoError) -> JSONResponse:
+        return _error(ApiError(400, exc.message, "invalid_request"))
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("request failed")
+        return _error(ApiError(500, f"internal error ({type(exc).__name__})", "internal_error"))
+
+    app.add_api_route("/health", server.health, methods=["GET"])
+    for prefix in ("", "/pools/{pool}"):
+        app.add_api_route(f"{prefix}/v1/models", _route(server.models), methods=["GET"])
+        app.add_api_route(f"{prefix}/v1/chat/completions", _route(server.chat), methods=["POST"])
+        app.add_api_route(f"{prefix}/v1/feedback", _route(server.feedback), methods=["POST"])
+    return BodyLimit(app, server.settings.max_body_bytes)
+
+
+def _route(handler: Callable) -> Callable:
+    async def route(request: Request) -> Any:
+        return await handler(request, request.path_params.get("pool"))
+
+    return route
+
+
+def _validation(errors: list[Any]) -> ApiError:
+    first = errors[0] if errors else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
+    message = first.get("msg", "invalid request")
+    return ApiError(422, f"{where}: {message}" if where else message, "invalid_value", where)
+
+
+def _error(exc: ApiError) -> JSONResponse:
+    return JSONResponse(error_body(exc.message, exc.type, exc.code, exc.param), status_code=exc.status)
