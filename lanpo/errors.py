@@ -61,3 +61,7 @@ class InputError(LanpoError):
 
 class ReaderUnavailable(LanpoError):
     """User SQL cannot run: the read-only role is missing, refuses the login, or is not read-only after all."""
+
+
+class ServingRoleUnavailable(LanpoError):
+    """`lanpo serve` cannot run its SQL: the serving role is missing, refuses the login, or is privileged."""

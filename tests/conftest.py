@@ -53,7 +53,7 @@ def pg_server() -> Iterator[PgServer]:
         readers = reader_roles(url)
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            for role in readers:  # roles are cluster-wide: the database's read-only role outlives it
+            for role in readers:  # roles are cluster-wide: the database's reader and serving roles outlive it
                 conn.execute(sa.text(f'DROP ROLE IF EXISTS "{role}"'))
         admin.dispose()
         return
@@ -66,13 +66,16 @@ def pg_server() -> Iterator[PgServer]:
 
 
 def reader_roles(url: str) -> list[str]:
-    """The read-only role migration 0004 recorded in the database at `url` (none before it ran)."""
+    """The roles migrations 0004 (the reader) and 0014 (the serving role) recorded in the database at `url`."""
     eng = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
         with eng.connect() as conn:
-            if not sa.inspect(conn).has_table("reader_login", schema="lanpo_private"):
-                return []
-            return list(conn.scalars(sa.text("SELECT role_name FROM lanpo_private.reader_login")))
+            return [
+                role
+                for table in ("reader_login", "serve_login")
+                if sa.inspect(conn).has_table(table, schema="lanpo_private")
+                for role in conn.scalars(sa.text(f"SELECT role_name FROM lanpo_private.{table}"))
+            ]
     finally:
         eng.dispose()
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from tests.conftest import reader_roles
+
 
 @contextmanager
 def fresh_store(pg_url: str, home: Path) -> Iterator[dict[str, str]]:
@@ -25,12 +27,7 @@ def fresh_store(pg_url: str, home: Path) -> Iterator[dict[str, str]]:
     try:
         yield {**os.environ, "LANPO_HOME": str(home), "LANPO_DATABASE_URL": url, "HF_HUB_OFFLINE": "1"}
     finally:
-        readers = []
-        there = sa.create_engine(url, poolclass=sa.pool.NullPool)
-        with there.connect() as conn:  # migration 0004's read-only role is cluster-wide: it outlives the database
-            if sa.inspect(conn).has_table("reader_login", schema="lanpo_private"):
-                readers = list(conn.scalars(sa.text("SELECT role_name FROM lanpo_private.reader_login")))
-        there.dispose()
+        readers = reader_roles(url)  # migration 0004's and 0014's roles are cluster-wide: they outlive the database
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             for role in readers:

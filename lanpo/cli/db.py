@@ -8,11 +8,12 @@ import signal
 import subprocess
 
 import click
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from lanpo.config import lanpo_home
-from lanpo.db import connection, migrate, reader, requirements, server
-from lanpo.errors import InputError
+from lanpo.db import connection, migrate, reader, requirements, serve_role, server
+from lanpo.errors import InputError, ServingRoleUnavailable
 
 
 @click.group("db")
@@ -108,6 +109,32 @@ def reader_cmd(renew: bool) -> None:
     _print_reader_notices(db)
 
 
+@command.command("serve-role")
+@click.option("--renew", is_flag=True, help="Set a new password (or make the role anew if it was dropped).")
+def serve_role_cmd(renew: bool) -> None:
+    """The least-privileged role the OpenAI-compatible server runs requests' SQL as: which, and whether it logs in.
+
+    \b
+    It may read pools, lessons and answers, insert questions, answers and feedback, and update only its runs'
+    status and heartbeat; it may not change a lesson or an answer. `lanpo db serve-role --renew` puts it back as
+    migration 0014 made it (a new password, its settings and grants). With LANPO_SERVE_URL set, lanpo serves as
+    that login and this command only checks it.
+    """
+    db = connection.connect()
+    if renew:
+        if os.environ.get(serve_role.ENV_SERVE_URL):
+            raise InputError(
+                f"{serve_role.ENV_SERVE_URL} is set: lanpo uses that login, and does not manage its password",
+                hint=f"unset {serve_role.ENV_SERVE_URL} to renew the role `lanpo db upgrade` made",
+            )
+        login = serve_role.renew(db)
+        click.echo(f"renewed: {login.role} has a new password and migration 0014's settings and grants")
+    login = serve_role.serve_login(db)
+    serve_role.serve_engine(db, poolclass=sa.pool.NullPool).dispose()
+    click.echo(f"serving:  {login.role} ({login.source}): logs in, least privileged")
+    _print_reader_notices(db)
+
+
 @command.command("start")
 def start_cmd() -> None:
     """Start the embedded Postgres (a no-op when it runs, or when LANPO_DATABASE_URL is set)."""
@@ -155,7 +182,13 @@ def status_cmd() -> None:
     if connection.has_reader_setup(db):
         login = os.environ.get(reader.ENV_READER_URL) and reader.ENV_READER_URL
         click.echo(f"reader:   {login or reader.stored_reader(db).role} (lanpo sql, lanpo db psql)")
-        _print_reader_notices(db)
+    if connection.has_serve_setup(db):
+        try:
+            serving = serve_role.serve_login(db)
+            click.echo(f"serving:  {serving.role} ({serving.source}; lanpo serve)")
+        except ServingRoleUnavailable:
+            click.echo("serving:  no role to serve as (see the warning)")
+    _print_reader_notices(db)
 
 
 # REVISION may be relative (`-1`): taken as the argument, not as an unknown option.
@@ -175,10 +208,10 @@ def upgrade_cmd(revision: str) -> None:
 
 
 def _print_reader_notices(db: Engine) -> None:
-    """Say what is missing from the read-only role's setup, with the SQL an administrator must run."""
+    """Say what is missing from the read-only and serving roles' setup, with the SQL an administrator must run."""
     if not connection.has_reader_setup(db):
         return
-    for notice in reader.setup_notices(db):
+    for notice in [*reader.setup_notices(db), *serve_role.setup_notices(db)]:
         click.echo(f"warning: {notice}", err=True)
 
 

@@ -109,6 +109,12 @@ def has_reader_setup(db: Engine) -> bool:
         return sa.inspect(conn).has_table("reader_login", schema="lanpo_private")
 
 
+def has_serve_setup(db: Engine) -> bool:
+    """Whether migration 0014 (the serving role's login in `lanpo_private`) has run."""
+    with db.connect() as conn:
+        return sa.inspect(conn).has_table("serve_login", schema="lanpo_private")
+
+
 def require_migrated(db: Engine) -> None:
     """Raise NotMigrated unless the schema is at the head revision."""
     from lanpo.db.migrate import head_revision

@@ -10,6 +10,7 @@ unprivileged; lanpo refuses otherwise and never falls back to the owner.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -19,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
 from lanpo.db.connection import is_embedded, normalise_url
-from lanpo.errors import ReaderUnavailable
+from lanpo.errors import LanpoError, ReaderUnavailable
 
 ENV_READER_URL = "LANPO_READER_URL"
 RENEW_COMMAND = "lanpo db reader --renew"
@@ -208,8 +209,19 @@ def _missing(stored: StoredReader, params: dict[str, Any], outcome: str = "nothi
 
 def check_unprivileged(conn: psycopg.Connection, source: str) -> None:
     """Refuse (ReaderUnavailable) unless the connected role can do no more than read."""
+    role, problems = privilege_problems(conn, WRITE)
+    if problems:
+        raise ReaderUnavailable(
+            f"refused: the role {role} ({source}) that would run your SQL {'; '.join(problems)}; nothing was run",
+            hint=f"point {ENV_READER_URL} at a role with SELECT on lanpo's tables only, or unset it (see docs/sql.md)",
+        )
+
+
+def privilege_problems(conn: psycopg.Connection, write: str) -> tuple[str, list[str]]:
+    """The connected role, and what makes it privileged: dangerous attributes, membership in a privileged role (or
+    an owner, or a role that may `write` lanpo's tables), ownership, or the table privileges `write` of its own."""
     with conn.cursor() as cur:
-        cur.execute(PRIVILEGE_CHECK, {"privileged": list(PRIVILEGED_ROLES), "write": WRITE})  # type: ignore[arg-type]
+        cur.execute(PRIVILEGE_CHECK, {"privileged": list(PRIVILEGED_ROLES), "write": write})  # type: ignore[arg-type]
         role, attributes, memberships, owns, writable = cur.fetchone()  # type: ignore[misc]
     conn.rollback()
     problems = (
@@ -218,11 +230,7 @@ def check_unprivileged(conn: psycopg.Connection, source: str) -> None:
         + ["owns lanpo's tables or database"] * bool(owns)
         + [f"may write to {', '.join(writable[:3])}{' ...' if len(writable) > 3 else ''}"] * bool(writable)
     )
-    if problems:
-        raise ReaderUnavailable(
-            f"refused: the role {role} ({source}) that would run your SQL {'; '.join(problems)}; nothing was run",
-            hint=f"point {ENV_READER_URL} at a role with SELECT on lanpo's tables only, or unset it (see docs/sql.md)",
-        )
+    return role, problems
 
 
 def check_persists_nothing(conn: psycopg.Connection, source: str) -> None:
@@ -262,13 +270,14 @@ def persisting_writes(conn: psycopg.Connection, role: str | None = None) -> tupl
     return problems, statements
 
 
-def settings_drift(owner: Engine, role: str) -> list[str]:
-    """The reader's session defaults that differ from migration 0004's, as `name=value` (empty: as made).
+def settings_drift(owner: Engine, role: str, settings: dict[str, str] = ROLE_SETTINGS) -> list[str]:
+    """The role's session defaults that differ from `settings` (the reader's: migration 0004's), as `name=value`
+    (empty: as made).
 
     No privilege stops a role from `ALTER ROLE current_user SET ...` (nor from changing its own password);
     `lanpo db reader --renew` resets them.
     """
-    want = {k: v.strip("'") for k, v in ROLE_SETTINGS.items()}
+    want = {k: v.strip("'") for k, v in settings.items()}
     with owner.connect() as conn:
         rows = conn.execute(
             sa.text(
@@ -336,20 +345,47 @@ def renew(owner: Engine) -> StoredReader:
     kept in `setup_sql` for an administrator, as the migration does. One transaction: a failure leaves the old
     login in place.
     """
+
+    def grants(role: str, me: sa.Row) -> list[tuple[str, bool]]:
+        return [
+            (f"GRANT USAGE ON SCHEMA public TO {role}", me.grants_schema),
+            (f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}", True),
+            (
+                f"ALTER DEFAULT PRIVILEGES FOR ROLE {_ident(me.rolname)} IN SCHEMA public GRANT SELECT ON TABLES "
+                f"TO {role}",
+                True,
+            ),
+        ]
+
+    renew_role(owner, "reader_login", ROLE_SETTINGS, grants, ReaderUnavailable, "lanpo db reader")
+    return stored_reader(owner)
+
+
+def renew_role(
+    owner: Engine,
+    login_table: str,
+    settings: dict[str, str],
+    grants: Callable[[str, sa.Row], list[tuple[str, bool]]],
+    error: type[LanpoError],
+    check_command: str,
+) -> None:
+    """Put back the role recorded in `lanpo_private.<login_table>` with a new password: its attributes, only
+    `settings`, and `grants(quoted role, the owner's row)` as (statement, whether the owner may run it). What the
+    owner may not run goes to `setup_sql`; `error` if it may not even make the role. One transaction."""
     from secrets import token_urlsafe
 
     password = token_urlsafe(32)
     with owner.begin() as conn:
         me = conn.execute(
             sa.text(
-                "SELECT r.rolname, r.rolsuper OR r.rolcreaterole AS manages_roles, "
+                "SELECT r.rolname, r.rolsuper, r.rolsuper OR r.rolcreaterole AS manages_roles, "
                 "r.rolsuper OR d.datdba = r.oid AS grants_schema, l.role_name, "
                 "EXISTS (SELECT 1 FROM pg_roles WHERE rolname = l.role_name) AS exists "
                 "FROM pg_roles r JOIN pg_database d ON d.datname = current_database() "
-                "CROSS JOIN lanpo_private.reader_login l WHERE r.rolname = current_user FOR UPDATE OF l"
+                f"CROSS JOIN lanpo_private.{login_table} l WHERE r.rolname = current_user FOR UPDATE OF l"
             )
         ).one()
-        role, owner_role = _ident(me.role_name), _ident(me.rolname)
+        role = _ident(me.role_name)
         make = "ALTER" if me.exists else "CREATE"
         # the role may have set its own defaults, in any database: all go before the migration's are put back
         databases = conn.scalars(
@@ -363,13 +399,8 @@ def renew(owner: Engine) -> StoredReader:
             (f"{make} ROLE {role} WITH {ROLE_ATTRIBUTES} PASSWORD {_literal(password)}", me.manages_roles),
             *((f"ALTER ROLE {role} IN DATABASE {_ident(d)} RESET ALL", me.manages_roles) for d in databases),
             *([(f"ALTER ROLE {role} RESET ALL", me.manages_roles)] if me.exists else []),
-            *((f"ALTER ROLE {role} SET {k} = {v}", me.manages_roles) for k, v in ROLE_SETTINGS.items()),
-            (f"GRANT USAGE ON SCHEMA public TO {role}", me.grants_schema),
-            (f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}", True),
-            (
-                f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner_role} IN SCHEMA public GRANT SELECT ON TABLES TO {role}",
-                True,
-            ),
+            *((f"ALTER ROLE {role} SET {k} = {v}", me.manages_roles) for k, v in settings.items()),
+            *grants(role, me),
         ]
         left: list[str] = []
         for statement, allowed in steps:
@@ -382,17 +413,16 @@ def renew(owner: Engine) -> StoredReader:
             except sa.exc.DBAPIError:
                 left.append(statement)
         if left and left[0].startswith(("CREATE ROLE", "ALTER ROLE")) and "PASSWORD" in left[0]:
-            raise ReaderUnavailable(
+            raise error(
                 f"user {me.rolname} may not {'alter' if me.exists else 'create'} the role {me.role_name}; "
                 "nothing was changed",
-                hint="an administrator (a superuser) runs this in the database, then `lanpo db reader` checks it",
+                hint=f"an administrator (a superuser) runs this in the database, then `{check_command}` checks it",
                 detail="\n".join(f"{s};" for s in left),
             )
         conn.execute(
-            sa.text("UPDATE lanpo_private.reader_login SET password = :p, setup_sql = :s, created_at = now()"),
+            sa.text(f"UPDATE lanpo_private.{login_table} SET password = :p, setup_sql = :s, created_at = now()"),
             {"p": password, "s": "".join(f"{s};\n" for s in left)},
         )
-    return stored_reader(owner)
 
 
 def _ident(name: str) -> str:

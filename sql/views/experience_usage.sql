@@ -5,8 +5,11 @@
 --   step and policy version. `lanpo eval` has one for every question it also answers zero-shot (one run, step 0);
 --   a training step only where a problem was drawn twice in it, once without context. A use without one has no
 --   baseline: no zero-shot attempt of another run, step or policy version stands in for it;
---   its gain is correct - baseline, with correct from attempts.correct (1 or 0). The reward is not used: it holds
---   the 0.1 format bonus, which a feedback prompt can earn and a zero-shot one cannot;
+--   its gain is correct - baseline, with correct from attempts.correct (1 or 0), or, where the grader left it NULL
+--   (a served answer has no gold answer), the attempt's latest answer_feedback verdict (`POST /v1/feedback`; a
+--   later verdict replaces an earlier one, a reward-only feedback row gives none). The same correctness counts in
+--   the zero-shot baselines. The reward is not used: it holds the 0.1 format bonus, which a feedback prompt can
+--   earn and a zero-shot one cannot;
 --   a context of k experience items shares its gain: each item is credited gain / k, so the credits of one
 --   context's items add up to that context's gain, and no item is credited its neighbours' effect in full;
 --   lift = the mean credited gain over the graded uses with a baseline = sum(gain / k) / uses_with_baseline.
@@ -14,12 +17,19 @@
 -- plain means over the uses_with_baseline, so lift = accuracy_with - zero_shot_accuracy where every context held
 -- one item. Ungraded attempts (correct NULL) are left out of all three. Versions never used appear with 0 uses.
 CREATE OR REPLACE VIEW experience_usage AS
-WITH zero_shot AS (
+WITH verdicts AS (
+    SELECT DISTINCT ON (f.attempt_id) f.attempt_id, f.correct
+    FROM answer_feedback f
+    WHERE f.correct IS NOT NULL
+    ORDER BY f.attempt_id, f.created_at DESC, f.id DESC
+),
+zero_shot AS (
     SELECT g.run_id, g.step, g.problem_id, g.policy_version_id,
-           avg(CAST(CAST(a.correct AS integer) AS double precision)) AS accuracy
+           avg(CAST(CAST(coalesce(a.correct, vd.correct) AS integer) AS double precision)) AS accuracy
     FROM attempts a
     JOIN rollout_groups g ON g.id = a.group_id
-    WHERE g.mode = 'zero_shot' AND a.correct IS NOT NULL
+    LEFT JOIN verdicts vd ON vd.attempt_id = a.id
+    WHERE g.mode = 'zero_shot' AND coalesce(a.correct, vd.correct) IS NOT NULL
     GROUP BY g.run_id, g.step, g.problem_id, g.policy_version_id
 ),
 items AS (
@@ -29,10 +39,12 @@ items AS (
 ),
 uses AS (
     SELECT i.version_id, a.id AS attempt_id, g.problem_id, i.k,
-           CAST(CAST(a.correct AS integer) AS double precision) AS correct, zs.accuracy AS baseline
+           CAST(CAST(coalesce(a.correct, vd.correct) AS integer) AS double precision) AS correct,
+           zs.accuracy AS baseline
     FROM items i
     JOIN rollout_groups g ON g.id = i.group_id
     JOIN attempts a ON a.group_id = g.id
+    LEFT JOIN verdicts vd ON vd.attempt_id = a.id
     LEFT JOIN zero_shot zs
            ON zs.run_id = g.run_id AND zs.step = g.step AND zs.problem_id = g.problem_id
           AND zs.policy_version_id IS NOT DISTINCT FROM g.policy_version_id

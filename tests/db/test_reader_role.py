@@ -297,6 +297,7 @@ def test_one_role_per_database(db: Engine, pg_url: str) -> None:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE "{other}" WITH (FORCE)'))
             conn.execute(sa.text(f'DROP ROLE IF EXISTS "lanpo_reader_{other}"'))
+            conn.execute(sa.text(f'DROP ROLE IF EXISTS "lanpo_serve_{other}"'))
         admin.dispose()
 
 
@@ -361,6 +362,8 @@ def test_owner_without_createrole_gets_the_administrators_sql(
         assert run_cli("sql", "SELECT 1").code == 0  # its transaction is always rolled back
         with there.connect() as conn:
             conn.execute(sa.text(statements[-1]))
+            # and the serving role's (migration 0014), which `lanpo db status` asks for too
+            conn.exec_driver_sql(conn.scalar(sa.text("SELECT setup_sql FROM lanpo_private.serve_login")))
         assert run_cli("db", "status").err == ""  # nothing left to do
         assert run_cli("db", "url", "--libpq").code == 0
 
@@ -387,6 +390,7 @@ def test_owner_without_createrole_gets_the_administrators_sql(
         with admin.connect() as conn:
             conn.execute(sa.text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
             conn.execute(sa.text(f'DROP ROLE IF EXISTS "{reader}"'))
+            conn.execute(sa.text(f'DROP ROLE IF EXISTS "lanpo_serve_{database}"'))
             conn.execute(sa.text(f"DROP ROLE {owner}"))
         admin.dispose()
 

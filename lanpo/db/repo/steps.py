@@ -29,10 +29,10 @@ def add_policy_version(session: Session, run_id: int, step: int, adapter_sha256:
     """Record which adapter produced rows at `step`; returns its id (the same id if already recorded)."""
     _check_sha256(adapter_sha256, "adapter_sha256")
     checks.int_or_none(step, "step", minimum=0)
-    row = session.execute(
-        sqlfiles.load("queries/policy_version_upsert"),
-        {"run_id": run_id, "step": step, "adapter_sha256": adapter_sha256},
-    ).one()
+    params = {"run_id": run_id, "step": step, "adapter_sha256": adapter_sha256}
+    row = session.execute(sqlfiles.load("queries/policy_version_upsert"), params).one_or_none()
+    if row is None:  # recorded already (by a concurrent writer too: this statement sees its commit)
+        row = session.execute(sqlfiles.load("queries/policy_version_get"), params).one()
     if row.adapter_sha256 != adapter_sha256:
         raise InputError(
             f"run {run_id} step {step} is already recorded with adapter {row.adapter_sha256[:12]}..., "
