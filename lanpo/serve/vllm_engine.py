@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import shutil
 import tempfile
@@ -165,20 +166,32 @@ class AsyncVLLMEngine:
         kwargs = engine_kwargs(config, device, enable_lora=adapter is not None)
         stats = RunningStats()
         started = time.perf_counter()
+        engine = None  # no local names the AsyncLLM: a frame of this call that outlives it (vLLM's imports keep
+        # some) would keep it to interpreter exit, where its __del__ fails shutting it down a second time
         try:
             # the engine's processes inherit the owner and end when this one dies (lanpo.rollout.vllm_worker)
             with environment({OWNER_ENV: engine_owner()}), process_state_kept():
                 args = AsyncEngineArgs(model=str(folder), tokenizer=str(folder), disable_log_stats=True, **kwargs)
-                llm = AsyncLLM.from_engine_args(args, stat_loggers=[stats.factory])
+                engine = cls(
+                    AsyncLLM.from_engine_args(args, stat_loggers=[stats.factory]),
+                    vllm,
+                    tokenizer,
+                    model_id or str(model),
+                    stats,
+                    lora,
+                    sha,
+                    snapshots,
+                )
             if lora is not None:
-                await llm.add_lora(lora)
+                await engine.llm.add_lora(lora)
         except Exception as exc:
-            if snapshots is not None:
+            if engine is not None:
+                await engine.close()
+            elif snapshots is not None:
                 shutil.rmtree(snapshots, ignore_errors=True)
             raise LanpoError(
                 f"vLLM could not start its engine for {folder} on {device}: {type(exc).__name__}: {exc}", START_HINT
             ) from exc
-        engine = cls(llm, vllm, tokenizer, model_id or str(model), stats, lora, sha, snapshots)
         engine.load_seconds = time.perf_counter() - started
         log.info("vLLM AsyncLLM for %s on %s started in %.1f s (%s)", folder, device, engine.load_seconds, kwargs)
         return engine
@@ -188,6 +201,9 @@ class AsyncVLLMEngine:
         llm, self.llm = self.llm, None
         if llm is not None:
             llm.shutdown()
+            await asyncio.sleep(0)  # its output handler, cancelled, ends
+            del llm
+            gc.collect()  # not at interpreter exit, where its __del__ would shut it down again half torn down
         if self._snapshots is not None:
             shutil.rmtree(self._snapshots, ignore_errors=True)
 
