@@ -197,7 +197,7 @@ class AsyncVLLMEngine:
         return engine
 
     async def close(self) -> None:
-        """Abort what still runs, shut the engine down (its processes end) and delete the adapter snapshot."""
+        """Shut the engine down (its processes end, with any request still running) and delete the adapter copy."""
         llm, self.llm = self.llm, None
         if llm is not None:
             llm.shutdown()
