@@ -177,13 +177,13 @@ def serve(
 ) -> None:
     import uvicorn
 
-    from lanpo.db.connection import connect, transaction
+    from lanpo.db.connection import open_store, transaction
     from lanpo.db.repo.pools import pool_names, resolve_pool
     from lanpo.db.serve_role import serve_engine
     from lanpo.inference.run import default_name
     from lanpo.serve.app import Server, ServeSettings, create_app
 
-    owner = connect()
+    owner = open_store()  # a fresh home's store is created, as every command does
     with transaction(owner) as session:
         if pool_name is not None:
             resolve_pool(session, pool_name)  # an unknown name: exit 2 with the pools there are
@@ -209,7 +209,7 @@ def serve(
         if settings.backend == "vllm":
             from lanpo.serve.vllm_engine import AsyncVLLMEngine
 
-            return await AsyncVLLMEngine.start(settings.model, vllm, adapter)
+            return await AsyncVLLMEngine.start(settings.model, vllm, adapter, model_id=settings.model)
         from lanpo.serve.engine import load_hf
 
         return await asyncio.to_thread(

@@ -63,10 +63,12 @@ def retrieve(
     problem_id: int | None = None,
     ef_search: int = EF_SEARCH,
     cache: BM25Cache = DEFAULT_CACHE,
+    embed: bool = True,
 ) -> list[Retrieved]:
     """At most `m` current experiences of pool `pool_id` for `question`, best first (by relevance, then stage-1
     rank). `rater` is the loaded relevance judge; None: stage 1 only. Vector and hybrid search first embed the
-    pool's current lessons that have no embedding yet (`embed_pool`, in `session`'s transaction)."""
+    pool's current lessons that have no embedding yet (`embed_pool`, in `session`'s transaction), unless `embed` is
+    False (a caller whose role may not write embeddings runs `embed_pool` with another session first)."""
     check_question(question)
     if not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be in [0, 1], got {gamma}")
@@ -76,7 +78,8 @@ def retrieve(
     query_vector = None
     if stage1 != "bm25":
         embedder = embedder or default_embedder()
-        embed_pool(session, pool_id, embedder)  # lessons a trainer wrote have no embedding yet
+        if embed:
+            embed_pool(session, pool_id, embedder)  # lessons a trainer wrote have no embedding yet
         query_vector = embedder.encode([question])[0]
     hits = search_pool(
         session,

@@ -10,10 +10,12 @@ serving role's database connection; generation goes to the engine, which batches
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from lanpo import prompts
@@ -70,8 +72,9 @@ class _Prompter:
 class Answering:
     """Requests -> Solutions: prompts from the store (retrieval in `executor`), answers from `engine`."""
 
-    def __init__(self, engine: Any, db: Any, executor: Executor, judge: Any) -> None:
-        self.engine, self.db, self.executor, self.judge = engine, db, executor, judge
+    def __init__(self, engine: Any, db: Any, owner_db: Any, executor: Executor, judge: Any) -> None:
+        self.engine, self.db, self.owner_db, self.executor, self.judge = engine, db, owner_db, executor, judge
+        self._embedder_lock = threading.Lock()
 
     def question(self, text: str) -> Question:
         return Question(question_id(text), text)
@@ -97,11 +100,26 @@ class Answering:
         if ask.pool_id is None:
             return replace(retrieval_prompt(prompter, q, [], True), fallback=NO_POOL)
         rater = None if ask.retrieval.judge == "none" else self.judge
+        retriever = retrieve
+        if ask.retrieval.stage1 != "bm25":
+            retriever = partial(retrieve, embedder=self._embedded(ask.pool_id), embed=False)
         with transaction(self.db) as session:
             if active_size(session, ask.pool_id) == 0:
                 return retrieval_prompt(prompter, q, [], True)
-            exps = experiences_for(session, retrieve, q, ask.pool_id, ask.retrieval, rater)
+            exps = experiences_for(session, retriever, q, ask.pool_id, ask.retrieval, rater)
         return retrieval_prompt(prompter, q, exps, False)
+
+    def _embedded(self, pool_id: int) -> Any:
+        """The embedder, after the pool's lessons that have no embedding yet (a trainer writes them without) got
+        one: derived data the serving role may not write, so the owner writes it, before the role's search."""
+        from lanpo.retrieval.embeddings import embed_pool
+        from lanpo.retrieval.testtime import default_embedder
+
+        with self._embedder_lock:
+            embedder = default_embedder()
+            with transaction(self.owner_db) as session:
+                embed_pool(session, pool_id, embedder)
+        return embedder
 
     async def answer(self, ask: Ask, prepared: Prepared, timings: Timings) -> Solution:
         """All n samples of `ask` (self-correction: both turns of each)."""

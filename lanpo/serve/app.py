@@ -112,12 +112,12 @@ class Server:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.engine = await self._start_engine()
-        judge = self.engine.judge(loop) if self.settings.retrieval.judge == "policy" else None
+        judge = self.engine.judge(loop)  # a request may ask for the policy's judgement whatever the default
         if self.settings.retrieval.judge not in ("policy", "none"):
             from lanpo.retrieval.judge import load_judge
 
-            judge = load_judge(self.settings.retrieval.judge)
-        self.answering = Answering(self.engine, self.db, self.executor, judge)
+            judge = await asyncio.to_thread(load_judge, self.settings.retrieval.judge)
+        self.answering = Answering(self.engine, self.db, self.owner_db, self.executor, judge)
         self.recorder = Recorder(self.db)
         self.runs = Runs(
             self.db, self.settings.run_name, self.settings.model, self.settings.config(), self.engine.adapter_sha256
@@ -248,7 +248,10 @@ class Server:
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache", "x-lanpo-request-id": request_id},
             )
-        solution = await self.answering.answer(ask, prepared, timings)
+        try:
+            solution = await self.answering.answer(ask, prepared, timings)
+        except InputError as exc:  # the engine refused the prompt (with its lessons): longer than its context
+            raise ApiError(413, exc.message, "context_length_exceeded", "messages") from None
         served.timings = timings.of()
         ids = await self._record(run, solution, served)
         lanpo["answer_ids"] = ids
@@ -304,9 +307,10 @@ class Server:
             assert solution is not None
             served.timings = timings.of()
             ids = await self._record(run, solution, served)
-        except ApiError as exc:
-            self._log(served.request_id, None, ask, served, exc.status, None)
-            yield _sse(error_body(exc.message, exc.type, exc.code))
+        except (ApiError, InputError) as exc:
+            error = exc if isinstance(exc, ApiError) else ApiError(413, exc.message, "context_length_exceeded")
+            self._log(served.request_id, None, ask, served, error.status, None)
+            yield _sse(error_body(error.message, error.type, error.code))
             return
         final = {"index": 0, "delta": {}, "finish_reason": solution.samples[0].final.finish_reason, "logprobs": None}
         chunk: dict[str, Any] = {**head, "choices": [final], "lanpo": {**lanpo, "answer_ids": ids}}
@@ -341,9 +345,8 @@ class Server:
         )
 
     def _feedback(self, caller: Caller, body: FeedbackRequest) -> tuple[int, bool | None]:
-        from lanpo.db.repo.serving import record_feedback, served_answer
-
         from lanpo.db.connection import transaction
+        from lanpo.db.repo.serving import record_feedback, served_answer
         from lanpo.rewards import is_correct
 
         unknown = ApiError(

@@ -17,7 +17,7 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -97,7 +97,7 @@ class BatchingEngine:
 
     @property
     def judge_id(self) -> str:
-        return self.model_id + (f"+{self.adapter_sha256[:12]}" if self.adapter_sha256 else "")
+        return judge_id(self.model_id, self.adapter_sha256)
 
     def stats(self) -> dict[str, Any]:
         return {"backend": "hf", "batching": "dynamic", "peak_batch": self.peak_batch, "batches": self.batches}
@@ -144,6 +144,11 @@ class BatchingEngine:
             return
         for j, group in zip(live, groups, strict=True):
             j.loop.call_soon_threadsafe(_settle, j.future, group, None)
+
+
+def judge_id(model_id: str, adapter_sha256: str | None) -> str:
+    """The model id the served policy is known by as a relevance judge (other weights, other scores)."""
+    return model_id + (f"+{adapter_sha256[:12]}" if adapter_sha256 else "")
 
 
 def _batches(jobs: list[_Job]) -> list[list[_Job]]:
@@ -208,6 +213,3 @@ def load_hf(model: str, adapter: str | None, dtype: str | None, device: str | No
     hf_model.eval()
     backend = HFBackend(hf_model, tokenizer, max_batch=max(8, max_batch))
     return BatchingEngine(backend, hf_model, tokenizer, model, sha, max_batch=max_batch)
-
-
-EngineFactory = Callable[[], Any]

@@ -24,8 +24,6 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from lanpo.db.connection import transaction
 from lanpo.inference import store as answers
 from lanpo.inference.results import Solution
@@ -165,14 +163,13 @@ def _store(session: Any, item: _Pending) -> list[int]:
         solution = Solution(question, solution.mode, solution.samples, solution.experiences, solution.fallback)
     assert run.run_id is not None
     ids = answers.record_solutions(session, [solution], run.run_id, run.version_id)
-    group_id = session.execute(sa.text("SELECT group_id FROM attempts WHERE id = :id"), {"id": ids[0]}).scalar_one()
     s = item.served
     record_served(
         session,
         ServedAnswer(
             request_id=s.request_id,
             run_id=run.run_id,
-            group_id=int(group_id),
+            group_id=None,  # the turn-0 group, found from the first answer
             answer_ids=ids,
             mode=s.mode,
             fallback=s.fallback,

@@ -207,6 +207,24 @@ class AsyncVLLMEngine:
         if self._snapshots is not None:
             shutil.rmtree(self._snapshots, ignore_errors=True)
 
+    async def aclose(self) -> None:
+        await self.close()
+
+    def judge(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """The served policy as relevance judge, on this engine, for retrieval's worker threads (blocking calls)."""
+        from lanpo.retrieval.vllm_judge import AsyncVLLMJudge
+        from lanpo.serve.engine import BlockingJudge, judge_id
+
+        return BlockingJudge(AsyncVLLMJudge(self, judge_id(self.model_id, self.adapter_sha256)), loop)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "backend": "vllm",
+            "batching": "continuous",
+            "peak_running": self.peak_running(),
+            "running": self.running(),
+        }
+
     # ------------------------------------------------------------------ state
 
     def peak_running(self) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2 as httpx
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -126,11 +126,11 @@ def stop_server(served: Served, sig: int = signal.SIGTERM) -> int:
 
 @pytest.fixture(scope="module")
 def store_env(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A fresh, migrated database with pools `alpha` (four lessons) and `beta` (one), for one test module."""
+    """A fresh, migrated database with pools `alpha` (four lessons) and `beta` (three), for one test module."""
     with fresh_store(pg_url, tmp_path_factory.mktemp("home")) as env:
         db = open_store(env["LANPO_DATABASE_URL"])
         add_pool(db, "alpha")
-        add_pool(db, "beta", ("geometry",))
+        add_pool(db, "beta", ("geometry", "algebra", "statistics"))
         db.dispose()
         yield env
 

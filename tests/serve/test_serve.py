@@ -7,7 +7,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
+import httpx2 as httpx
 import openai
 import pytest
 
@@ -220,4 +220,4 @@ def test_concurrent_requests_are_batched_and_each_stored_once(server: Served) ->
     engine = httpx.get(server.url + "/health").json()["engine"]
     assert engine["peak_batch"] >= 2, engine  # requests that waited together were generated together
     log = [json.loads(line) for line in server.log.read_text().splitlines() if line.startswith("{")]
-    assert {r["request_id"] for r in replies} <= {e["request_id"] for e in log}
+    assert {r.id for r in replies} <= {e["request_id"] for e in log}
