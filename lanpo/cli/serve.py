@@ -73,7 +73,33 @@ MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_M
 @click.option(
     "--max-pending", default=256, show_default=True, type=Int(1), help="Requests in flight before 503 (backpressure)."
 )
-def command(
+def command(**options: Any) -> None:
+    """Serve MODEL behind an OpenAI-compatible API whose answers read the experience store.
+
+    \b
+    Routes (any OpenAI client works by its base_url):
+      /v1/chat/completions              the default pool (--pool, else the store's only pool)
+      /pools/NAME/v1/chat/completions   pool NAME
+      /v1/models, /v1/feedback, /health
+    A request sends one user message: the question. lanpo writes the prompt as `lanpo infer` does, in --mode
+    (a request may set `lanpo: {mode, gamma, m, top_k, judge, stage1}`): retrieval puts the pool's relevant
+    lessons into it; with none relevant it answers zero-shot and says why (`lanpo.fallback`).
+
+    \b
+    Every answer is stored before its response is sent: an attempt of the serving run (one per pool), with the
+    lessons its prompt read; the response's `lanpo.answer_ids` name them. POST /v1/feedback
+    {"answer_id", "verdict" | "reward" | "gold_answer"} records how an answer did: experience_usage, lanpo report
+    and SQL then show which lessons helped.
+
+    \b
+    Keys: none needed on a loopback address; binding any other needs --api-key or --keys. Requests run their
+    SQL as the serving role (`lanpo db serve-role`): it reads pools and inserts answers and feedback, nothing else.
+    Ctrl-C (or SIGTERM) drains: requests in flight finish and are stored, then the runs are marked finished.
+    """
+    start(**options)
+
+
+def start(
     model: str,
     adapter: Path | None,
     backend: str,
@@ -97,34 +123,11 @@ def command(
     run_name: str | None,
     served_model_name: str | None,
     max_batch: int,
-    max_tokens_limit: int,
-    max_question_tokens: int,
-    max_body_bytes: int,
-    max_pending: int,
+    **limits: int,
 ) -> None:
-    """Serve MODEL behind an OpenAI-compatible API whose answers read the experience store.
-
-    \b
-    Routes (any OpenAI client works by its base_url):
-      /v1/chat/completions              the default pool (--pool, else the store's only pool)
-      /pools/NAME/v1/chat/completions   pool NAME
-      /v1/models, /v1/feedback, /health
-    A request sends one user message: the question. lanpo writes the prompt as `lanpo infer` does, in --mode
-    (a request may set `lanpo: {mode, gamma, m, top_k, judge, stage1}`): retrieval puts the pool's relevant
-    lessons into it; with none relevant it answers zero-shot and says why (`lanpo.fallback`).
-
-    \b
-    Every answer is stored before its response is sent: an attempt of the serving run (one per pool), with the
-    lessons its prompt read; the response's `lanpo.answer_ids` name them. POST /v1/feedback
-    {"answer_id", "verdict" | "reward" | "gold_answer"} records how an answer did: experience_usage, lanpo report
-    and SQL then show which lessons helped.
-
-    \b
-    Keys: none needed on a loopback address; binding any other needs --api-key or --keys. Requests run their
-    SQL as the serving role (`lanpo db serve-role`): it reads pools and inserts answers and feedback, nothing else.
-    Ctrl-C (or SIGTERM) drains: requests in flight finish and are stored, then the runs are marked finished.
-    """
+    """The options checked (what a typo can break fails before the store or a model is touched), then `serve`."""
     from lanpo.inference.config import normalise_mode
+    from lanpo.models import check_model_ref
     from lanpo.rollout.config import VLLMConfig
     from lanpo.serve.keys import KeyRing, is_loopback
 
@@ -137,15 +140,13 @@ def command(
     retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, judge=judge)
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=None)
     vllm = from_mapping(VLLMConfig, apply_overrides({}, list(vllm_settings)), prefix="vllm.")
-    if sampling.max_new_tokens > max_tokens_limit:
+    if sampling.max_new_tokens > limits["max_tokens_limit"]:
         raise ConfigError(
-            f"--max-new-tokens ({max_new_tokens}) is over --max-tokens-limit ({max_tokens_limit})",
+            f"--max-new-tokens ({max_new_tokens}) is over --max-tokens-limit ({limits['max_tokens_limit']})",
             hint="raise --max-tokens-limit or lower --max-new-tokens",
         )
     if adapter is not None and not (adapter / "adapter_config.json").is_file():
         raise ConfigError(f"{adapter} holds no PEFT adapter (adapter_config.json)", hint="pass a trainer's adapter")
-    from lanpo.models import check_model_ref
-
     check_model_ref(model)
     settings_kwargs: dict[str, Any] = {
         "model": model,
@@ -154,10 +155,7 @@ def command(
         "mode": normalise_mode(mode),
         "retrieval": retrieval,
         "sampling": sampling,
-        "max_tokens_limit": max_tokens_limit,
-        "max_question_tokens": max_question_tokens,
-        "max_body_bytes": max_body_bytes,
-        "max_pending": max_pending,
+        **limits,
     }
     serve(settings_kwargs, keys, host, port, pool_name, run_name, adapter, dtype, device, max_batch, vllm)
 

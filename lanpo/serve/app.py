@@ -5,11 +5,8 @@ Routes (each also under `/pools/{pool}`, which picks the pool retrieval reads; w
 - `GET /v1/models`, `POST /v1/chat/completions` (SSE when `stream`), `POST /v1/feedback`;
 - `GET /health` (no key needed: liveness, the model, whether the server drains).
 
-Every error is OpenAI's JSON body with its status: 400 (not JSON, or a request lanpo cannot answer as asked),
-401 (no key or a wrong one), 404 (an unknown pool, model or answer; a pool the key may not read looks unknown),
-413 (a body or a question over the limits), 422 (JSON that breaks the schema: a negative max_tokens, an unknown
-mode), 503 (draining for shutdown, too many requests waiting, the store unreachable). A request refused this way
-writes nothing.
+Errors are OpenAI's JSON bodies with their status (`lanpo.serve.http`). A request refused writes nothing: the
+pool's serving run is opened by its first stored answer.
 """
 
 from __future__ import annotations
@@ -26,34 +23,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from lanpo.errors import InputError, LanpoError
+from lanpo.errors import InputError
 from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
 from lanpo.rollout import SamplingParams
 from lanpo.serve.answer import Answering, Ask, Timings
 from lanpo.serve.api import ChatRequest, FeedbackRequest, error_body
+from lanpo.serve.http import ApiError, BodyLimit, error_response, install_error_handlers, read_json, sse
 from lanpo.serve.keys import Caller, KeyRing
 from lanpo.serve.store import Recorder, Runs, Served
 
 log = logging.getLogger("lanpo.serve")
 access = logging.getLogger("lanpo.serve.access")
-
-
-class ApiError(Exception):
-    """An error answered with `status` and OpenAI's body."""
-
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.code, self.param = status, message, code, param
-
-    @property
-    def type(self) -> str:
-        if self.status == 401:
-            return "authentication_error"
-        return "server_error" if self.status >= 500 else "invalid_request_error"
 
 
 @dataclass
@@ -119,9 +101,8 @@ class Server:
             judge = await asyncio.to_thread(load_judge, self.settings.retrieval.judge)
         self.answering = Answering(self.engine, self.db, self.owner_db, self.executor, judge)
         self.recorder = Recorder(self.db)
-        self.runs = Runs(
-            self.db, self.settings.run_name, self.settings.model, self.settings.config(), self.engine.adapter_sha256
-        )
+        s = self.settings
+        self.runs = Runs(self.db, s.run_name, s.model, s.config(), self.engine.adapter_sha256, self.default_pool)
         log.info(
             "serving %s (%s backend) as %r", self.settings.model, self.settings.backend, self.settings.served_name
         )
@@ -214,13 +195,10 @@ class Server:
 
     async def chat(self, request: Request, pool_name: str | None) -> Any:
         caller = self.caller(request)
-        body = ChatRequest.model_validate(await _json(request))
+        body = ChatRequest.model_validate(await read_json(request))
         pool = await asyncio.get_running_loop().run_in_executor(self.executor, self.pool, caller, pool_name)
         ask = self.ask(body, pool)
-        assert self.answering is not None and self.runs is not None
-        run = await asyncio.get_running_loop().run_in_executor(
-            self.executor, self.runs.of, pool[0], pool[1], pool_name is None
-        )
+        assert self.answering is not None
         timings = Timings()
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         try:
@@ -230,7 +208,6 @@ class Server:
         lanpo = {
             "mode": ask.mode,
             "pool": pool[1],
-            "run_id": run.run_id,
             "fallback": prepared.fallback if ask.mode == "retrieval" else None,
             "lessons": [
                 {
@@ -244,7 +221,7 @@ class Server:
         served = Served(request_id, ask.mode, lanpo["fallback"], _sampling(ask), {}, caller.name, body.stream)
         if body.stream:
             return StreamingResponse(
-                self._stream(ask, prepared, timings, run, served, lanpo, body),
+                self._stream(ask, prepared, timings, served, lanpo, body),
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache", "x-lanpo-request-id": request_id},
             )
@@ -253,8 +230,8 @@ class Server:
         except InputError as exc:  # the engine refused the prompt (with its lessons): longer than its context
             raise ApiError(413, exc.message, "context_length_exceeded", "messages") from None
         served.timings = timings.of()
-        ids = await self._record(run, solution, served)
-        lanpo["answer_ids"] = ids
+        lanpo.update(await self._record(ask, solution, served))
+        ids = lanpo["answer_ids"]
         choices = [
             {
                 "index": i,
@@ -279,7 +256,18 @@ class Server:
         )
 
     async def _stream(
-        self, ask: Ask, prepared: Any, timings: Timings, run: Any, served: Served, lanpo: dict, body: ChatRequest
+        self, ask: Ask, prepared: Any, timings: Timings, served: Served, lanpo: dict, body: ChatRequest
+    ) -> AsyncIterator[str]:
+        assert self.answering is not None
+        self.pending += 1  # the gate let the request through when its response began; its body runs until here
+        try:
+            async for event in self._events(ask, prepared, timings, served, lanpo, body):
+                yield event
+        finally:
+            self.pending -= 1
+
+    async def _events(
+        self, ask: Ask, prepared: Any, timings: Timings, served: Served, lanpo: dict, body: ChatRequest
     ) -> AsyncIterator[str]:
         assert self.answering is not None
         head = {
@@ -289,14 +277,14 @@ class Server:
             "model": self.settings.served_name,
         }
         first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}
-        yield _sse({**head, "choices": [first], "lanpo": lanpo})
+        yield sse({**head, "choices": [first], "lanpo": lanpo})
         try:
             solution = None
             async for delta, done in self.answering.stream(ask, prepared, timings):
                 if done is not None:
                     solution = done
                 elif delta:
-                    yield _sse(
+                    yield sse(
                         {
                             **head,
                             "choices": [
@@ -306,24 +294,29 @@ class Server:
                     )
             assert solution is not None
             served.timings = timings.of()
-            ids = await self._record(run, solution, served)
+            stored = await self._record(ask, solution, served)
         except (ApiError, InputError) as exc:
             error = exc if isinstance(exc, ApiError) else ApiError(413, exc.message, "context_length_exceeded")
             self._log(served.request_id, None, ask, served, error.status, None)
-            yield _sse(error_body(error.message, error.type, error.code))
+            yield sse(error_body(error.message, error.type, error.code))
             return
         final = {"index": 0, "delta": {}, "finish_reason": solution.samples[0].final.finish_reason, "logprobs": None}
-        chunk: dict[str, Any] = {**head, "choices": [final], "lanpo": {**lanpo, "answer_ids": ids}}
+        chunk: dict[str, Any] = {**head, "choices": [final], "lanpo": {**lanpo, **stored}}
         if body.stream_options and body.stream_options.get("include_usage"):
             chunk["usage"] = _usage(solution)
         self._log(served.request_id, None, ask, served, 200, solution)
-        yield _sse(chunk)
+        yield sse(chunk)
         yield "data: [DONE]\n\n"
 
-    async def _record(self, run: Any, solution: Any, served: Served) -> list[int]:
-        assert self.recorder is not None
+    async def _record(self, ask: Ask, solution: Any, served: Served) -> dict[str, Any]:
+        """Store the answer (opening the pool's serving run on its first answer); its run and answer ids."""
+        assert self.recorder is not None and self.runs is not None
         try:
-            return await self.recorder.record(run, solution, served)
+            run = await asyncio.get_running_loop().run_in_executor(
+                self.executor, self.runs.of, ask.pool_id, ask.pool_name
+            )
+            ids = await self.recorder.record(run, solution, served)
+            return {"run_id": run.run_id, "answer_ids": ids}
         except Exception as exc:
             raise ApiError(
                 503, f"the answer could not be stored ({type(exc).__name__}), so it is not sent", "store_unavailable"
@@ -331,7 +324,7 @@ class Server:
 
     async def feedback(self, request: Request, pool_name: str | None) -> Any:
         caller = self.caller(request)
-        body = FeedbackRequest.model_validate(await _json(request))
+        body = FeedbackRequest.model_validate(await read_json(request))
         loop = asyncio.get_running_loop()
         row_id, correct = await loop.run_in_executor(self.executor, self._feedback, caller, body)
         return JSONResponse(
@@ -461,61 +454,6 @@ def _usage(solution: Any) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _sse(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload)}\n\n"
-
-
-async def _json(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "the request body is not JSON", "invalid_json") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "the request body must be a JSON object", "invalid_json")
-    return data
-
-
-class BodyLimit:
-    """ASGI middleware: a body over `limit` bytes is answered 413 before the app reads it (Content-Length, or the
-    bytes counted as they arrive)."""
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await _send_error(send, ApiError(413, f"the body is over {self.limit} bytes", "body_too_large"))
-            return
-        seen = 0
-
-        async def counted() -> dict:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise ApiError(413, f"the body is over {self.limit} bytes", "body_too_large")
-            return message
-
-        await self.app(scope, counted, send)
-
-
-async def _send_error(send: Callable, exc: ApiError) -> None:
-    body = json.dumps(error_body(exc.message, exc.type, exc.code, exc.param)).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": exc.status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 def create_app(server: Server) -> BodyLimit:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -532,43 +470,16 @@ def create_app(server: Server) -> BodyLimit:
         if request.url.path == "/health":
             return await call_next(request)
         if server.draining:
-            return _error(ApiError(503, "the server is shutting down", "draining"))
+            return error_response(ApiError(503, "the server is shutting down", "draining"))
         if server.pending >= server.settings.max_pending:
-            return _error(ApiError(503, f"{server.pending} requests are waiting; try again", "overloaded"))
+            return error_response(ApiError(503, f"{server.pending} requests are waiting; try again", "overloaded"))
         server.pending += 1
         try:
             return await call_next(request)
         finally:
             server.pending -= 1
 
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return _error(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(_validation(exc.errors()))
-
-    from pydantic import ValidationError
-
-    @app.exception_handler(ValidationError)
-    async def invalid_body(request: Request, exc: ValidationError) -> JSONResponse:
-        return _error(_validation(exc.errors()))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = "not_found" if exc.status_code == 404 else None
-        return _error(ApiError(exc.status_code, str(exc.detail), code))
-
-    @app.exception_handler(LanpoError)
-    async def lanpo_error(request: Request, exc: LanpoError) -> JSONResponse:
-        return _error(ApiError(400, exc.message, "invalid_request"))
-
-    @app.exception_handler(Exception)
-    async def crashed(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("request failed")
-        return _error(ApiError(500, f"internal error ({type(exc).__name__})", "internal_error"))
-
+    install_error_handlers(app)
     app.add_api_route("/health", server.health, methods=["GET"])
     for prefix in ("", "/pools/{pool}"):
         app.add_api_route(f"{prefix}/v1/models", _route(server.models), methods=["GET"])
@@ -582,14 +493,3 @@ def _route(handler: Callable) -> Callable:
         return await handler(request, request.path_params.get("pool"))
 
     return route
-
-
-def _validation(errors: list[Any]) -> ApiError:
-    first = errors[0] if errors else {}
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
-    message = first.get("msg", "invalid request")
-    return ApiError(422, f"{where}: {message}" if where else message, "invalid_value", where)
-
-
-def _error(exc: ApiError) -> JSONResponse:
-    return JSONResponse(error_body(exc.message, exc.type, exc.code, exc.param), status_code=exc.status)

@@ -59,21 +59,27 @@ class _Pending:
 class Runs:
     """The server's runs, one per pool read (None: zero-shot with no pool), opened on first use."""
 
-    def __init__(self, db: Any, name: str, model: str, config: dict[str, Any], adapter_sha256: str | None) -> None:
+    def __init__(
+        self,
+        db: Any,
+        name: str,
+        model: str,
+        config: dict[str, Any],
+        adapter_sha256: str | None,
+        default_pool: str | None,
+    ) -> None:
         self.db, self.name, self.model, self.config, self.adapter_sha256 = db, name, model, config, adapter_sha256
+        self.default_pool = default_pool
         self._runs: dict[int | None, InferenceRun] = {}
         self._lock = threading.Lock()
         self._open = ExitStack()
 
-    def check(self) -> None:
-        """What the store would refuse of the default run, tried and rolled back before the model loads."""
-        InferenceRun.check(self.db, self.name, "serve", self.model)
-
-    def of(self, pool_id: int | None, pool_name: str | None, default: bool) -> InferenceRun:
+    def of(self, pool_id: int | None, pool_name: str | None) -> InferenceRun:
+        """The run of `pool_id`'s answers, opened by the first one (so a refused request writes nothing)."""
         with self._lock:
             run = self._runs.get(pool_id)
             if run is None:
-                name = self.name if default or pool_name is None else f"{self.name}@{pool_name}"
+                name = self.name if pool_name in (None, self.default_pool) else f"{self.name}@{pool_name}"
                 run = InferenceRun.check(self.db, name, "serve", self.model, pool_id=pool_id, dataset=DATASET)
                 run.open({**self.config, "pool": pool_name}, self.adapter_sha256)
                 self._open.enter_context(run.running())  # beats while the server runs; finished on close

@@ -23,7 +23,7 @@ def lanpo_of(response: Any) -> dict[str, Any]:
 
 
 def written(server: Served) -> tuple[int, ...]:
-    return tuple(server.count(t) for t in ("attempts", "served_answers", "answer_feedback", "problems"))
+    return tuple(server.count(t) for t in ("attempts", "served_answers", "answer_feedback", "problems", "runs"))
 
 
 def test_a_lesson_reaches_the_prompt_and_the_answer_is_stored(server: Served) -> None:
@@ -101,6 +101,23 @@ def test_a_pool_in_the_path_and_zero_shot_by_request(server: Served) -> None:
         id=lanpo_of(zero)["answer_ids"][0],
     )
     assert group.mode == "zero_shot" and "lesson" not in group.prompt.lower()
+
+
+def test_the_policy_judges_relevance_when_a_request_asks(server: Served) -> None:
+    reply = server.client().chat.completions.create(
+        model=server.model,
+        messages=[{"role": "user", "content": FRACTIONS}],
+        max_tokens=2,
+        extra_body={"lanpo": {"judge": "policy", "m": 2}},
+    )
+    lessons = lanpo_of(reply)["lessons"]  # BM25 finds one candidate (the one lesson on fractions); gamma is 0
+    assert len(lessons) == 1 and 0.0 <= lessons[0]["relevance"] <= 1.0
+    stored = server.rows(
+        "SELECT gc.experience_version_id, gc.score FROM group_contexts gc JOIN attempts a ON a.group_id = gc.group_id "
+        "WHERE a.id = :id ORDER BY gc.position",
+        id=lanpo_of(reply)["answer_ids"][0],
+    )
+    assert [(r.experience_version_id, r.score) for r in stored] == [(x["version_id"], x["relevance"]) for x in lessons]
 
 
 def test_feedback_lands_and_experience_usage_reads_it(server: Served) -> None:
@@ -220,4 +237,4 @@ def test_concurrent_requests_are_batched_and_each_stored_once(server: Served) ->
     engine = httpx.get(server.url + "/health").json()["engine"]
     assert engine["peak_batch"] >= 2, engine  # requests that waited together were generated together
     log = [json.loads(line) for line in server.log.read_text().splitlines() if line.startswith("{")]
-    assert {r.id for r in replies} <= {e["request_id"] for e in log}
+    assert {r.id for r in replies} <= {e["request_id"] for e in log if e["event"] == "answer"}
