@@ -182,7 +182,8 @@ class Server:
         r = s.retrieval
         if opts is not None:
             changes = {k: v for k, v in opts.model_dump(exclude={"mode"}).items() if v is not None}
-            r = RetrievalSettings(**{**asdict(r), **changes, "pool": pool[1]})
+            top_k = max(changes.get("top_k", r.top_k), changes.get("m", r.m))  # m from top_k, as the CLI raises it
+            r = RetrievalSettings(**{**asdict(r), **changes, "top_k": top_k, "pool": pool[1]})
         temperature = s.sampling.temperature if body.temperature is None else body.temperature
         params = SamplingParams(
             max_new_tokens=limit,

@@ -13,8 +13,6 @@ import pytest
 
 from tests.serve.conftest import KEY, LESSON_REWARD, Served
 
-pytestmark = pytest.mark.long("starts lanpo serve in a subprocess (imports torch, loads a model) once per module")
-
 FRACTIONS = "What is 1/2 + 1/3? Show the fractions work."
 
 

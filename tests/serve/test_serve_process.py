@@ -17,8 +17,6 @@ import pytest
 
 from tests.serve.conftest import KEY, start_server, stop_server
 
-pytestmark = pytest.mark.long("starts lanpo serve in a subprocess (imports torch, loads a model), several times")
-
 
 def env_of(store_env: dict[str, str]) -> dict[str, str]:
     return {**store_env, "PYTHONPATH": os.getcwd()}

@@ -20,7 +20,6 @@ from tests.vllm_engine.helpers import HAS_VLLM
 
 pytestmark = [
     pytest.mark.vllm,
-    pytest.mark.long("starts lanpo serve on a vLLM engine in a subprocess (~40 s on two cores)"),
     pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed"),
 ]
 
