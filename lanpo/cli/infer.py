@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lanpo.cli.params import SEED, Float, Int, field_option
+from lanpo.cli.params import SEED, VLLM_SETTINGS, Float, Int, field_option
 from lanpo.config import DTYPE_NAMES, apply_overrides, from_mapping
 from lanpo.inference.config import BACKENDS, INFERENCE_MODES, EvalConfig, RetrievalSettings, SamplingSettings
 from lanpo.inference.io import read_questions, write_jsonl
@@ -59,13 +59,7 @@ MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_M
 @field_option(SamplingSettings, "seed", type=SEED, help="Sampling seed.")
 @field_option(EvalConfig, "batch_size", type=Int(1), help="Questions generated together.")
 @field_option(EvalConfig, "backend", type=click.Choice(BACKENDS))
-@click.option(
-    "--vllm",
-    "vllm_settings",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A vLLM engine setting (lanpo.rollout.config.VLLMConfig), e.g. --vllm memory_fraction=0.3 (repeatable).",
-)
+@VLLM_SETTINGS
 @field_option(EvalConfig, "dtype", type=click.Choice(DTYPE_NAMES))
 @field_option(EvalConfig, "device", help="torch device (default: cuda when available, else cpu).")
 @click.option(

@@ -33,6 +33,14 @@ class Float(click.FloatRange):
         return super().convert(number, param, ctx)
 
 
+VLLM_SETTINGS = click.option(
+    "--vllm",
+    "vllm_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A vLLM engine setting (lanpo.rollout.config.VLLMConfig), e.g. --vllm memory_fraction=0.3 (repeatable).",
+)
+
 SEED = Int(-(2**63), BIGINT_MAX)  # a signed 64-bit seed, what the SQL hash and torch accept
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from lanpo.cli.params import Float, Int, field_option
+from lanpo.cli.params import VLLM_SETTINGS, Float, Int, field_option
 from lanpo.config import DTYPE_NAMES, apply_overrides, from_mapping
 from lanpo.errors import ConfigError
 from lanpo.inference.config import BACKENDS, INFERENCE_MODES, EvalConfig, RetrievalSettings, SamplingSettings
@@ -22,13 +22,7 @@ MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_M
 @field_option(EvalConfig, "model")
 @click.option("--adapter", type=click.Path(path_type=Path), help="PEFT LoRA adapter folder to serve.")
 @field_option(EvalConfig, "backend", type=click.Choice(BACKENDS))
-@click.option(
-    "--vllm",
-    "vllm_settings",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A vLLM engine setting (lanpo.rollout.config.VLLMConfig), e.g. --vllm max_model_len=4096 (repeatable).",
-)
+@VLLM_SETTINGS
 @field_option(EvalConfig, "dtype", type=click.Choice(DTYPE_NAMES))
 @field_option(EvalConfig, "device", help="torch device for the hf backend (default: cuda when available, else cpu).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; beyond loopback, keys needed.")

@@ -140,10 +140,10 @@ class BatchingEngine:
                 groups = self.backend.generate([j.prompt for j in live], live[0].n, live[0].params)
         except BaseException as exc:  # every waiting request learns of it; the thread goes on
             for j in live:
-                j.loop.call_soon_threadsafe(_settle, j.future, None, exc)
+                j.loop.call_soon_threadsafe(settle, j.future, None, exc)
             return
         for j, group in zip(live, groups, strict=True):
-            j.loop.call_soon_threadsafe(_settle, j.future, group, None)
+            j.loop.call_soon_threadsafe(settle, j.future, group, None)
 
 
 def judge_id(model_id: str, adapter_sha256: str | None) -> str:
@@ -159,7 +159,8 @@ def _batches(jobs: list[_Job]) -> list[list[_Job]]:
     return list(groups.values())
 
 
-def _settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:
+def settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:
+    """Resolve `future` (from its loop's thread, `call_soon_threadsafe`) unless its waiter has gone."""
     if future.done():
         return
     if exc is not None:

@@ -28,6 +28,7 @@ from lanpo.db.connection import transaction
 from lanpo.inference import store as answers
 from lanpo.inference.results import Solution
 from lanpo.inference.run import InferenceRun
+from lanpo.serve.engine import settle
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class Recorder:
             self.commits += 1
             self.stored += sum(1 for _, ids, _ in results if ids is not None)
         for item, ids, exc in results:
-            item.loop.call_soon_threadsafe(_settle, item.future, ids, exc)
+            item.loop.call_soon_threadsafe(settle, item.future, ids, exc)
 
 
 def _store(session: Any, item: _Pending) -> list[int]:
@@ -186,12 +187,3 @@ def _store(session: Any, item: _Pending) -> list[int]:
         ),
     )
     return ids
-
-
-def _settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)
