@@ -420,8 +420,8 @@ def _question(body: ChatRequest) -> str:
             "messages",
         )
     text = body.messages[0].text()
-    if not text.strip():
-        raise ApiError(400, "the user message is empty", "invalid_question", "messages")
+    if not text.strip() or "\x00" in text:
+        raise ApiError(400, "the user message is empty or holds a NUL character", "invalid_question", "messages")
     return text
 
 

@@ -166,6 +166,8 @@ def test_feedback_lands_and_experience_usage_reads_it(server: Served) -> None:
         ("/v1/chat/completions", {"json": {"lanpo": {"gama": 0.5}}}, 422, "invalid_value"),
         ("/v1/chat/completions", {"json": {"model": "gpt-4"}}, 404, "model_not_found"),
         ("/v1/chat/completions", {"json": {"messages": [{"role": "system", "content": "x"}]}}, 400, None),
+        ("/v1/chat/completions", {"json": {"content": "2+2\u0000?", "lanpo": {"mode": "zero_shot"}}}, 400, None),
+        ("/v1/chat/completions", {"json": {"content": "   "}}, 400, "invalid_question"),
         ("/v1/chat/completions", {"json": {"content": "word " * 600}}, 413, "context_length_exceeded"),
         ("/v1/chat/completions", {"json": {"pad": "x" * 70_000}}, 413, "body_too_large"),
         ("/v1/chat/completions", {"json": "ok", "key": "wrong-key-0123456789"}, 401, "invalid_api_key"),
