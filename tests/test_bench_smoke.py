@@ -86,6 +86,11 @@ VLLM_BENCHES: dict[str, tuple[str, str]] = {
         "--shape 2x4x16 --rounds 1 --prompt-tokens 64",
         r"reproducible on/off: decode time [\d.]+x",
     ),
+    # two servers (plain `vllm serve` and `lanpo serve --backend vllm`) on one embedded Postgres, 2 requests an arm
+    "serve": (
+        "--clients 2 --requests 2 --reps 1 --max-tokens 4 --pool 10 --top-k 2 --timeout 400",
+        r"target: zero-shot tok/s >= 0\.9x plain vLLM -> [\d.]+x",
+    ),
 }
 
 

@@ -1,0 +1,498 @@
+"""Load benchmark of `lanpo serve` (vLLM backend) against plain `vllm serve` on the same model, prompts and engine.
+
+Three arms, each `--requests` chat completions sent by `--clients` concurrent `openai` clients (AsyncOpenAI, one
+per client) over loopback, in turns every rep (the order rotating, so that no arm always goes first):
+
+  vllm        plain `vllm serve`, sent the messages lanpo's zero-shot prompt renders (`lanpo.prompts.actor_messages`),
+              so both engines see the same prompt tokens (checked: usage.prompt_tokens per question);
+  zero-shot   `lanpo serve`, the question alone, `lanpo.mode = zero_shot`;
+  retrieval   the same lanpo server, `lanpo.mode = retrieval` over a pool of `--pool` lessons (BM25 stage 1,
+              `--top-k` candidates judged by the policy on the serving engine, gamma 0, m 3);
+  bm25-only   (with `--bm25-arm`) retrieval with `lanpo.judge = none`: the same longer prompts, no judge on the
+              engine, so that the judge's share of retrieval's added latency shows apart from the prompt's.
+
+Both servers run once for the whole bench on a private embedded Postgres (a fresh store), with
+VLLM_CPU_KVCACHE_SPACE=1 and the engine settings lanpo's `VLLMConfig(max_model_len=2048).engine_kwargs("cpu")`
+resolves to, passed to `vllm serve` as flags (printed). Only one arm's load runs at a time. Greedy decoding, at
+most `--max-tokens` tokens; lengths vary with EOS, so throughput is completion tokens/s (and requests/s) over the
+arm's wall time, and the token totals of both sides are printed beside each other. Each rep draws new questions
+(reasoning-gym test split), the same for every arm; a warm-up pass of `--clients` requests per arm is not
+counted. Medians over reps.
+
+Retrieval's own cost: the median `served_answers.timings->>'retrieval_ms'` of the retrieval arm; its added p50 is
+the retrieval arm's p50 latency less the zero-shot arm's. Records: every response lanpo sent has exactly one
+`served_answers` row (by its request id) whose answer attempt holds the text received: lost and doubled counted.
+
+Goals (issue 53): lanpo zero-shot >= 0.9x plain vLLM's completion tokens/s; retrieval's added p50 <= its own
+measured cost + 10 %; 0 records lost or doubled. Exit status 1 when a record is lost, doubled or differs.
+
+Run:  python bench/serve.py                                   (8 clients, 3 reps of 32 requests per arm)
+      python bench/serve.py --clients 4 --requests 8 --reps 1 --max-tokens 16 --out serve.json   (a smoke)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import Rounds
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ARMS = ("vllm", "zero-shot", "retrieval")
+BM25_ARM = "bm25-only"  # --bm25-arm: retrieval with lanpo.judge = none (stage 1 alone), to part the judge's cost off
+MODEL_NAME = "smollm2"
+TASKS = ["basic_arithmetic", "chain_sum", "gsm_symbolic", "simple_equations"]
+LESSONS = [
+    "Restate what is asked, list the given numbers, then combine them step by step.",
+    "Work left to right, keep a running total and check each partial sum.",
+    "Keep the sign attached to each number when subtracting in a long chain.",
+    "Move the constant term first, then divide both sides by the coefficient.",
+    "Translate the story into one equation, solve it, and re-read the question.",
+    "Multiplication binds tighter than addition: evaluate products first.",
+]
+
+
+@dataclass
+class Reply:
+    """One request as a client saw it."""
+
+    question: str
+    request_id: str | None
+    text: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+    error: str | None = None
+
+
+def questions(n: int, split: str, seed: int) -> list[str]:
+    from lanpo.data.generate import generate_problems
+
+    per_task = -(-n // len(TASKS))
+    rows = [r for t in TASKS for r in generate_problems(t, per_task, seed=seed, split=split)]
+    random.Random(seed).shuffle(rows)
+    return [r["question"] for r in rows[:n]]
+
+
+def fill_pool(db: Any, n: int, seed: int) -> None:
+    """Pool `bench`: one lesson on each of `n` train questions, worded around the question (so BM25 finds some)."""
+    from lanpo.config import StoreConfig
+    from lanpo.data.generate import generate_problems
+    from lanpo.db.connection import transaction
+    from lanpo.db.repo.experiences import NewExperience, add_experiences
+    from lanpo.db.repo.pools import ensure_pool
+    from lanpo.db.repo.problems import ProblemIn, upsert_problems
+    from lanpo.inference.io import Question
+    from lanpo.inference.store import attach_problem_ids
+
+    rng = random.Random(seed)
+    per_task = -(-n // len(TASKS))
+    rows = [r for t in TASKS for r in generate_problems(t, per_task, seed=seed, split="train")][:n]
+    with transaction(db) as session:
+        upsert_problems(session, "bench-train", [ProblemIn(r["id"], r["question"], r["answer"]) for r in rows])
+        qs = attach_problem_ids(session, "bench-train", [Question(r["id"], r["question"]) for r in rows])
+        items = []
+        for q in qs:
+            words = " ".join(w for w in q.question.split()[:12] if w.isalpha())
+            summary = f"For a problem about {words}: {rng.choice(LESSONS)} Then check: {rng.choice(LESSONS)}"
+            items.append(NewExperience(q.problem_id, summary, reward=1.0))  # type: ignore[arg-type]
+        pool = ensure_pool(session, "bench", StoreConfig(per_problem_cap=1000, per_step_cap=1000))
+        add_experiences(session, pool, items)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vllm_flags(max_model_len: int) -> list[str]:
+    """`vllm serve` flags for the engine settings lanpo's vLLM engine starts with on CPU (printed in the output)."""
+    from lanpo.rollout.config import VLLMConfig
+    from lanpo.rollout.vllm_requests import engine_kwargs
+
+    kw = engine_kwargs(VLLMConfig(max_model_len=max_model_len), "cpu", enable_lora=False)
+    flags = [
+        f"--dtype={kw['dtype']}",
+        f"--max-model-len={kw['max_model_len']}",
+        f"--seed={kw['seed']}",
+        f"--gpu-memory-utilization={kw['gpu_memory_utilization']}",
+        f"--max-num-batched-tokens={kw['max_num_batched_tokens']}",
+        f"--logprobs-mode={kw['logprobs_mode']}",
+        "--enforce-eager" if kw["enforce_eager"] else "--no-enforce-eager",
+        "--enable-chunked-prefill" if kw["enable_chunked_prefill"] else "--no-enable-chunked-prefill",
+    ]
+    if kw.get("distributed_executor_backend"):
+        flags.append(f"--distributed-executor-backend={kw['distributed_executor_backend']}")
+    # prefix caching: neither side sets it (vLLM's default); lanpo's engine logs no stats, no requests
+    return [*flags, "--disable-log-stats", "--no-enable-log-requests", "--disable-uvicorn-access-log"]
+
+
+class Process:
+    """A server in a subprocess, its output in `log`."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str], log: Path, port: int) -> None:
+        self.name, self.log, self.url = name, log, f"http://127.0.0.1:{port}"
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def wait_healthy(self, deadline: float) -> None:
+        import httpx
+
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"{self.name} exited {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise SystemExit(f"{self.name} did not answer /health in time:\n{self.log.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+async def load(
+    arm: str, base: str, qs: Sequence[str], clients: int, max_tokens: int, deadline: float
+) -> tuple[list[Reply], float]:
+    """`qs` sent by `clients` concurrent openai clients; the replies (in question order) and the wall seconds."""
+    import openai
+
+    from lanpo import prompts
+
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(len(qs)):
+        queue.put_nowait(i)
+    replies: list[Reply | None] = [None] * len(qs)
+
+    async def one(client: Any, question: str) -> Reply:
+        if arm == "vllm":
+            messages, extra = prompts.actor_messages(question), None
+        else:
+            mode = "zero_shot" if arm == "zero-shot" else "retrieval"
+            messages, extra = [{"role": "user", "content": question}], {"lanpo": {"mode": mode}}
+            if arm == BM25_ARM:
+                extra["lanpo"]["judge"] = "none"
+        started = time.perf_counter()
+        try:
+            r = await client.chat.completions.create(
+                model=MODEL_NAME, messages=messages, max_tokens=max_tokens, temperature=0.0, extra_body=extra
+            )
+        except Exception as exc:  # a lost request is counted, not fatal
+            return Reply(question, None, None, 0, 0, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+        seconds = time.perf_counter() - started
+        u = r.usage
+        return Reply(question, r.id, r.choices[0].message.content, u.prompt_tokens, u.completion_tokens, seconds)
+
+    async def worker(client: Any) -> None:
+        while not queue.empty() and time.monotonic() < deadline:
+            i = queue.get_nowait()
+            replies[i] = await asyncio.wait_for(one(client, qs[i]), max(1.0, deadline - time.monotonic()))
+
+    pool = [
+        openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=600) for _ in range(clients)
+    ]
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker(c) for c in pool))
+    finally:
+        wall = time.perf_counter() - started
+        for c in pool:
+            await c.close()
+    return [r for r in replies if r is not None], wall
+
+
+def profile(pid: int, out: Path) -> subprocess.Popen:
+    """py-spy recording `pid` (its busy threads) into `out` until it is sent SIGINT."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = ["py-spy", "record", "--pid", str(pid), "--rate", "100", "--format", "raw", "--output", str(out)]
+    spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached before the load starts
+    return spy
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def check_records(db: Any, replies: list[Reply]) -> dict[str, Any]:
+    """Lost (no row), doubled (more than one row, or an answer id in two rows) and differing (stored text is not the
+    text received) records of lanpo's replies; with each row's timings (retrieval_ms, generate_ms, total_ms)."""
+    import sqlalchemy as sa
+
+    ok = [r for r in replies if r.request_id is not None]
+    with db.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT s.request_id, s.answer_ids, a.response, s.timings"
+                " FROM served_answers s JOIN attempts a ON a.id = s.answer_ids[1]"
+                " WHERE s.request_id = ANY(:ids)"
+            ),
+            {"ids": [r.request_id for r in ok]},
+        ).all()
+        shared = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM (SELECT unnest(answer_ids) AS a FROM served_answers) u"
+                " GROUP BY a HAVING count(*) > 1"
+            )
+        ).all()
+    by_id: dict[str, list[Any]] = {}
+    for row in rows:
+        by_id.setdefault(row.request_id, []).append(row)
+    lost = sum(1 for r in ok if r.request_id not in by_id)
+    doubled = sum(len(v) - 1 for v in by_id.values()) + len(shared)
+    differ = sum(1 for r in ok if r.request_id in by_id and by_id[r.request_id][0].response != r.text)
+    timings = {k: v[0].timings for k, v in by_id.items()}
+    return {"received": len(ok), "lost": lost, "doubled": doubled, "differ": differ, "timings": timings}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=8, help="concurrent openai clients")
+    parser.add_argument("--requests", type=int, default=32, help="requests per arm per rep")
+    parser.add_argument("--reps", type=int, default=3, help="interleaved reps (medians over them)")
+    parser.add_argument("--max-tokens", type=int, default=64, help="max_tokens of every request (greedy)")
+    parser.add_argument("--pool", type=int, default=200, help="lessons in the retrieval pool")
+    parser.add_argument("--top-k", type=int, default=8, help="stage-1 candidates the policy judges")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--timeout", type=float, default=1800, help="wall-clock limit of the whole bench, s")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--bm25-arm",
+        action="store_true",
+        help=f"a fourth arm, {BM25_ARM}: retrieval by BM25 alone (no judge): the longer prompt's cost alone",
+    )
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy (on PATH) records each server's front end in the last rep, into ARM.txt (collapsed stacks)",
+    )
+    args = parser.parse_args()
+    if args.profile is not None and shutil.which("py-spy") is None:
+        parser.error("--profile needs py-spy on PATH")
+    arms = (*ARMS, BM25_ARM) if args.bm25_arm else ARMS
+    began = time.monotonic()
+    deadline = began + args.timeout
+
+    from lanpo.db import migrate, server
+    from lanpo.db.connection import make_db
+    from lanpo.models import prepare_smollm2
+
+    model = str(prepare_smollm2())
+    home = Path(tempfile.mkdtemp(prefix="lanpo-bench-serve-"))
+    home.chmod(0o755)  # the embedded server may run as another user
+    url = server.start(home)
+    db = make_db(url)
+    procs: list[Process] = []
+    try:
+        migrate.upgrade(db)
+        fill_pool(db, args.pool, args.seed)
+        env = {
+            **os.environ,
+            "LANPO_HOME": str(home),
+            "LANPO_DATABASE_URL": url,
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        }
+        flags = vllm_flags(args.max_model_len)
+        vllm_cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--served-model-name",
+                    MODEL_NAME, "--host", "127.0.0.1", *flags]  # fmt: skip
+        lanpo_cmd = [sys.executable, "-m", "lanpo", "serve", "--backend", "vllm", "--model", model,
+                     "--served-model-name", MODEL_NAME, "--vllm", f"max_model_len={args.max_model_len}",
+                     "--pool", "bench", "--judge", "policy", "--stage1", "bm25", "--top-k", str(args.top_k),
+                     "--gamma", "0", "--m", "3", "--run-name", "serve-bench"]  # fmt: skip
+        vp, lp = free_port(), free_port()
+        started = time.monotonic()
+        procs.append(Process("vllm serve", [*vllm_cmd, "--port", str(vp)], env, home / "vllm.log", vp))
+        procs.append(Process("lanpo serve", [*lanpo_cmd, "--port", str(lp)], env, home / "lanpo.log", lp))
+        for p in procs:
+            p.wait_healthy(min(deadline, time.monotonic() + 600))
+        print(f"(pool of {args.pool} lessons; both servers up in {time.monotonic() - started:.0f} s)", flush=True)
+        base = {"vllm": procs[0].url, "zero-shot": procs[1].url, "retrieval": procs[1].url, BM25_ARM: procs[1].url}
+        qs = questions(args.clients + args.reps * args.requests, "test", args.seed)
+        for arm in arms:  # warm-up, not counted
+            asyncio.run(load(arm, base[arm], qs[: args.clients], args.clients, args.max_tokens, deadline))
+        rounds = Rounds(arms, args.reps, warmup=0)
+        got: dict[str, list[list[Reply]]] = {arm: [] for arm in arms}
+        walls: dict[str, list[float]] = {arm: [] for arm in arms}
+        for rep, order in rounds:
+            batch = qs[args.clients + rep * args.requests : args.clients + (rep + 1) * args.requests]
+            for arm in order:
+                spy = None
+                if args.profile is not None and rep == args.reps - 1:
+                    spy = profile(procs[0 if arm == "vllm" else 1].proc.pid, args.profile / f"{arm}.txt")
+                replies, wall = asyncio.run(load(arm, base[arm], batch, args.clients, args.max_tokens, deadline))
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait(timeout=60)
+                got[arm].append(replies)
+                walls[arm].append(wall)
+                tokens = sum(r.completion_tokens for r in replies)
+                print(f"rep {rep + 1} {arm:9}: {len(replies)} replies, {tokens} tokens in {wall:.1f} s", flush=True)
+            if time.monotonic() > deadline:
+                print(f"(stopped after rep {rep + 1}: past --timeout {args.timeout:.0f} s)")
+                break
+        lanpo_replies = [r for arm in arms[1:] for rep in got[arm] for r in rep]
+        records = check_records(db, lanpo_replies)
+    finally:
+        for p in procs:
+            p.stop()
+        db.dispose()
+        server.stop(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+    figures: dict[str, dict[str, Any]] = {}
+    for arm in arms:
+        reps = got[arm]
+        ok = [[r for r in rep if r.error is None] for rep in reps]
+        figures[arm] = {
+            "tokens_per_s": statistics.median(
+                sum(r.completion_tokens for r in rep) / w for rep, w in zip(ok, walls[arm], strict=False)
+            ),
+            "requests_per_s": statistics.median(len(rep) / w for rep, w in zip(ok, walls[arm], strict=False)),
+            "p50_ms": statistics.median(pct([r.seconds * 1000 for r in rep], 50) for rep in ok),
+            "p99_ms": statistics.median(pct([r.seconds * 1000 for r in rep], 99) for rep in ok),
+            "completion_tokens": sum(r.completion_tokens for rep in ok for r in rep),
+            "prompt_tokens": sum(r.prompt_tokens for rep in ok for r in rep),
+            "errors": sum(1 for rep in reps for r in rep if r.error is not None),
+            "sent": len(reps) * args.requests,
+            "received": sum(len(rep) for rep in ok),
+        }
+    errors = [r.error for arm in arms for rep in got[arm] for r in rep if r.error is not None]
+    for arm in arms[1:]:  # where lanpo's time goes, as the server timed each request
+        ids = {r.request_id for rep in got[arm] for r in rep if r.request_id}
+        rows = [t for k, t in records["timings"].items() if k in ids]
+        for key in ("retrieval_ms", "generate_ms", "total_ms"):
+            figures[arm][f"server_{key}"] = statistics.median(float(t[key]) for t in rows)
+        # what the client waited beyond the server's own timing (pool and run look-ups, recording, the response)
+        outside = [
+            r.seconds * 1000 - float(records["timings"][r.request_id]["total_ms"])
+            for rep in got[arm]
+            for r in rep
+            if r.request_id in records["timings"]
+        ]
+        figures[arm]["outside_ms"] = statistics.median(outside)
+    retrieval_ms = figures["retrieval"]["server_retrieval_ms"]
+    # the same prompt tokens: plain vLLM and lanpo zero-shot, question by question
+    vprompt = {r.question: r.prompt_tokens for rep in got["vllm"] for r in rep if r.error is None}
+    zprompt = {r.question: r.prompt_tokens for rep in got["zero-shot"] for r in rep if r.error is None}
+    same_prompts = sum(1 for q in vprompt if q in zprompt and vprompt[q] == zprompt[q])
+    compared = sum(1 for q in vprompt if q in zprompt)
+    v, z, r = figures["vllm"], figures["zero-shot"], figures["retrieval"]
+    added = r["p50_ms"] - z["p50_ms"]
+    ratio = z["tokens_per_s"] / v["tokens_per_s"]
+
+    print(
+        f"\nSmolLM2-135M-Instruct on vllm-cpu {_vllm_version()}, {os.cpu_count()} cores, {args.clients} clients, "
+        f"{args.requests} requests per arm x {len(walls['vllm'])} reps (medians), greedy, max_tokens "
+        f"{args.max_tokens}; retrieval: pool {args.pool}, BM25 top_k {args.top_k}, policy judge, gamma 0, m 3"
+    )
+    print(f"vllm serve flags (lanpo's VLLMConfig on CPU): {' '.join(flags)}; VLLM_CPU_KVCACHE_SPACE=1\n")
+    print("| arm | completion tok/s | req/s | p50 ms | p99 ms | tok/s vs vLLM | completion tokens | errors |")
+    print("|---|---|---|---|---|---|---|---|")
+    for arm in arms:
+        f = figures[arm]
+        print(
+            f"| {arm} | {f['tokens_per_s']:.1f} | {f['requests_per_s']:.2f} | {f['p50_ms']:.0f} | {f['p99_ms']:.0f} "
+            f"| {f['tokens_per_s'] / v['tokens_per_s']:.2f}x | {f['completion_tokens']} | {f['errors']} |"
+        )
+    print(
+        "\n| lanpo arm | prompt tokens/request | server retrieval ms | server generate ms | server total ms "
+        "| client p50 ms | client - server ms |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for arm in arms[1:]:
+        f = figures[arm]
+        print(
+            f"| {arm} | {f['prompt_tokens'] / max(1, f['received']):.0f} | {f['server_retrieval_ms']:.0f} "
+            f"| {f['server_generate_ms']:.0f} | {f['server_total_ms']:.0f} | {f['p50_ms']:.0f} "
+            f"| {f['outside_ms']:.0f} |"
+        )
+    print(
+        "(server timings: medians over the arm's requests of served_answers.timings; client - server: of each "
+        f"request's latency less its total_ms; vLLM prompt tokens/request "
+        f"{v['prompt_tokens'] / max(1, v['received']):.0f})"
+    )
+    print(
+        f"\nsame prompt tokens (vLLM vs lanpo zero-shot): {same_prompts} of {compared} questions; completion "
+        f"tokens vLLM {v['completion_tokens']}, lanpo zero-shot {z['completion_tokens']} "
+        f"({z['completion_tokens'] / max(1, v['completion_tokens']):.2f}x)"
+    )
+    print(
+        f"records: {records['received']} lanpo replies, lost {records['lost']}, doubled {records['doubled']}, "
+        f"stored text differs {records['differ']}"
+    )
+    print(f"target: zero-shot tok/s >= 0.9x plain vLLM -> {ratio:.2f}x ({'met' if ratio >= 0.9 else 'missed'})")
+    bound = retrieval_ms * 1.1
+    print(
+        f"target: retrieval added p50 <= its own cost + 10 % -> added {added:.0f} ms, retrieval_ms median "
+        f"{retrieval_ms:.0f} ms (bound {bound:.0f} ms: {'met' if added <= bound else 'missed'})"
+    )
+    if errors:
+        print(f"errors ({len(errors)}), first: {errors[0]}")
+    wall = time.monotonic() - began
+    print(f"(bench wall time {wall:.0f} s)")
+    if args.out is not None:
+        out = {
+            "args": {k: str(x) if isinstance(x, Path) else x for k, x in vars(args).items()},
+            "vllm_flags": flags,
+            "arms": figures,
+            "walls_s": walls,
+            "throughput_ratio": ratio,
+            "retrieval_ms_median": retrieval_ms,
+            "retrieval_added_p50_ms": added,
+            "records": {k: x for k, x in records.items() if k != "timings"},
+            "server_timings": records["timings"],
+            "same_prompt_tokens": [same_prompts, compared],
+            "replies": {arm: [[asdict(r) for r in rep] for rep in got[arm]] for arm in arms},
+            "wall_s": wall,
+        }
+        args.out.write_text(json.dumps(out, indent=1))
+    if records["lost"] or records["doubled"] or records["differ"]:
+        raise SystemExit(1)
+
+
+def _vllm_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("vllm-cpu")
+    except Exception:
+        try:
+            import vllm
+
+            return vllm.__version__
+        except Exception:
+            return "?"
+
+
+if __name__ == "__main__":
+    main()
