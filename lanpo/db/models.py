@@ -13,9 +13,10 @@ from typing import Any
 import sqlalchemy as sa
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects.postgresql import JSONB, UUID
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
 from lanpo.config import EVICTION_POLICIES, default_embedding_dim
+from lanpo.db.models_base import Base, _finite, _in, _nonempty
 
 EMBEDDING_DIM = default_embedding_dim()
 
@@ -26,30 +27,6 @@ RUN_STATUSES = ("running", "finished", "failed")
 STEP_SPLITS = ("lines", "sentences")  # how MEL splits a response into reasoning steps
 META_VERDICTS = ("validated", "rejected")
 NLL_TARGETS = ("lesson", "replay")  # what MEL's NLL term is taken on
-
-NAMING_CONVENTION = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-def _in(column: str, values: tuple[str, ...]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
-
-
-def _nonempty(column: str) -> str:
-    return f"length(btrim({column})) > 0"
-
-
-def _finite(column: str) -> str:
-    return f"{column} IS NULL OR {column} NOT IN ('NaN'::float8, 'Infinity'::float8, '-Infinity'::float8)"
-
-
-class Base(DeclarativeBase):
-    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
 
 class Run(Base):
@@ -478,6 +455,5 @@ class RolloutResult(Base):
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 
-# `lanpo serve`'s tables (migration 0014) live beside these, in their own module, imported here so that the metadata
-# holds every table whichever module is imported first.
+# `lanpo serve`'s tables (migration 0014) live in their own module, imported here so that `Base.metadata` holds them.
 from lanpo.db import models_serving  # noqa: E402, F401

@@ -1,5 +1,5 @@
 """The tables `lanpo serve` writes besides attempts (migration 0014): one row per answered request, and the feedback
-clients post on answers. Imported by `lanpo.db.models` (its `Base`, its check helpers)."""
+clients post on answers. Imported by `lanpo.db.models`, so that its metadata holds them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from lanpo.db.models import Base, _finite, _nonempty
+from lanpo.db.models_base import Base, _finite, _nonempty
 
 
 class ServedAnswer(Base):
