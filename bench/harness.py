@@ -25,6 +25,17 @@ from typing import Generic, TypeVar
 Row = TypeVar("Row")
 T = TypeVar("T")
 
+# The reasoning-gym tasks the inference and serving benches ask about, and the lessons their pools hold.
+TASKS = ["basic_arithmetic", "chain_sum", "gsm_symbolic", "simple_equations"]
+LESSONS = [
+    "Restate what is asked, list the given numbers, then combine them step by step.",
+    "Work left to right, keep a running total and check each partial sum.",
+    "Keep the sign attached to each number when subtracting in a long chain.",
+    "Move the constant term first, then divide both sides by the coefficient.",
+    "Translate the story into one equation, solve it, and re-read the question.",
+    "Multiplication binds tighter than addition: evaluate products first.",
+]
+
 
 def rotated(rows: Sequence[Row], round_: int) -> list[Row]:
     """`rows` rotated left by `round_`: over len(rows) rounds each row goes first once."""

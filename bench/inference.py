@@ -30,17 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import LESSONS, TASKS
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-TASKS = ["basic_arithmetic", "chain_sum", "gsm_symbolic", "simple_equations"]
-LESSONS = [
-    "Restate what is asked, list the given numbers, then combine them step by step.",
-    "Work left to right, keep a running total and check each partial sum.",
-    "Keep the sign attached to each number when subtracting in a long chain.",
-    "Move the constant term first, then divide both sides by the coefficient.",
-    "Translate the story into one equation, solve it, and re-read the question.",
-    "Multiplication binds tighter than addition: evaluate products first.",
-]
 PITFALLS = ["Dropping a minus sign.", "Answering an intermediate quantity.", "Forgetting to carry.", "Rounding early."]
 
 

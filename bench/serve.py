@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import Rounds
+from harness import LESSONS, TASKS, Rounds
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -58,15 +58,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ARMS = ("vllm", "zero-shot", "retrieval")
 BM25_ARM = "bm25-only"  # --bm25-arm: retrieval with lanpo.judge = none (stage 1 alone), to part the judge's cost off
 MODEL_NAME = "smollm2"
-TASKS = ["basic_arithmetic", "chain_sum", "gsm_symbolic", "simple_equations"]
-LESSONS = [
-    "Restate what is asked, list the given numbers, then combine them step by step.",
-    "Work left to right, keep a running total and check each partial sum.",
-    "Keep the sign attached to each number when subtracting in a long chain.",
-    "Move the constant term first, then divide both sides by the coefficient.",
-    "Translate the story into one equation, solve it, and re-read the question.",
-    "Multiplication binds tighter than addition: evaluate products first.",
-]
 
 
 @dataclass
