@@ -227,3 +227,4 @@ def _log_requests() -> None:
     access.propagate = False
     info = logging.getLogger("lanpo.serve")
     info.setLevel(logging.INFO)
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # its per-call timeout warnings, at every graded answer

@@ -92,7 +92,7 @@ def test_the_readme_serve_step_works_as_written(
     with fresh_store(pg_url, tmp_path_factory.mktemp("lanpo-home")) as env:
         db = open_store(env["LANPO_DATABASE_URL"])
         try:
-            add_pool(db, "demo")
+            add_pool(db, "demo", ("arithmetic",))  # the demo leaves a lesson or two: BM25 finds none of one
             port = free_port()
             served = start_server(
                 {**env, "HOME": str(home), "PYTHONPATH": str(ROOT)},
@@ -127,6 +127,8 @@ def test_the_readme_serve_step_works_as_written(
             assert [r.request_id for r in rows][:1] == [answer["id"]]
             assert rows[0].answer_ids == answer["lanpo"]["answer_ids"]
             assert len(rows) == 2 and {(r.kind, r.status, r.dataset) for r in rows} == {("serve", "finished", "serve")}
+            # vector search ran: the lesson the store held without an embedding got one, written by the owner
+            assert served.rows("SELECT count(*) FROM experience_versions WHERE embedding IS NULL")[0][0] == 0
             feedback = served.rows("SELECT attempt_id, gold_answer, correct FROM answer_feedback")
             assert [(f.attempt_id, f.gold_answer) for f in feedback] == [(rows[1].answer_ids[0], "12")]
             assert feedback[0].correct is not None  # graded by lanpo's grader against the gold answer
