@@ -387,6 +387,8 @@ class Server:
         body = {"status": status, "model": self.settings.served_name, "backend": self.settings.backend}
         if self.engine is not None:
             body["engine"] = self.engine.stats()
+        if self.recorder is not None:  # answers stored, in how many group commits
+            body["store"] = {"answers": self.recorder.stored, "commits": self.recorder.commits}
         return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
     def _log(

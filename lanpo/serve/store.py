@@ -19,7 +19,6 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -88,9 +87,6 @@ class Runs:
                 log.info("opened serving run %s (id %s) for pool %s", name, run.run_id, pool_name)
             return run
 
-    def ids(self) -> dict[str, int]:
-        return {run.name: int(run.run_id) for run in self._runs.values() if run.run_id is not None}
-
     def close(self) -> None:
         self._open.close()
 
@@ -98,13 +94,12 @@ class Runs:
 class Recorder:
     """The writer thread: `await record(run, solution, served)` returns the answer ids once committed."""
 
-    def __init__(self, db: Any, on_error: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(self, db: Any) -> None:
         self.db = db
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="lanpo-serve-writer", daemon=True)
-        self.commits = 0
+        self.commits = 0  # transactions committed, each holding every answer that waited for it
         self.stored = 0
-        self._on_error = on_error
         self._thread.start()
 
     async def record(self, run: InferenceRun, solution: Solution, served: Served) -> list[int]:
@@ -151,8 +146,6 @@ class Recorder:
                         results.append((item, None, exc))
         except Exception as exc:  # the commit itself failed: nothing of the batch is stored
             log.exception("a commit of %d answer(s) failed", len(batch))
-            if self._on_error is not None:
-                self._on_error(exc)
             results = [(item, None, exc) for item in batch]
         else:
             self.commits += 1

@@ -234,7 +234,9 @@ def test_concurrent_requests_are_batched_and_each_stored_once(server: Served) ->
         "SELECT request_id, answer_ids FROM served_answers WHERE request_id = ANY(:r)", r=[r.id for r in replies]
     )
     assert sorted(s.answer_ids[0] for s in stored) == sorted(ids)
-    engine = httpx.get(server.url + "/health").json()["engine"]
+    health = httpx.get(server.url + "/health").json()
+    engine = health["engine"]
     assert engine["peak_batch"] >= 2, engine  # requests that waited together were generated together
+    assert 1 <= health["store"]["commits"] <= health["store"]["answers"] and health["store"]["answers"] >= 16
     log = [json.loads(line) for line in server.log.read_text().splitlines() if line.startswith("{")]
     assert {r.id for r in replies} <= {e["request_id"] for e in log if e["event"] == "answer"}
