@@ -146,9 +146,19 @@ def test_sigkill_under_load_loses_no_received_answer(
     served.db.dispose()
 
 
-def test_sigterm_drains_and_finishes_the_runs(store_env: dict[str, str], tiny_dir: Path, tmp_path: Path) -> None:
+def test_backpressure_then_sigterm_drains_and_finishes_the_runs(
+    store_env: dict[str, str], tiny_dir: Path, tmp_path: Path
+) -> None:
     served = start_server(
-        env_of(store_env), tiny_dir, tmp_path / "serve.log", "--judge", "none", "--run-name", "serve-drained"
+        env_of(store_env),
+        tiny_dir,
+        tmp_path / "serve.log",
+        "--judge",
+        "none",
+        "--run-name",
+        "serve-drained",
+        "--max-pending",
+        "1",
     )
     reply: dict[str, Any] = {}
 
@@ -156,7 +166,7 @@ def test_sigterm_drains_and_finishes_the_runs(store_env: dict[str, str], tiny_di
         body = {
             "model": served.model,
             "messages": [{"role": "user", "content": "A long question?"}],
-            "max_tokens": 512,
+            "max_tokens": 1500,
             "n": 8,
         }
         reply["response"] = served.post("/v1/chat/completions", key=None, json=body)
@@ -164,6 +174,9 @@ def test_sigterm_drains_and_finishes_the_runs(store_env: dict[str, str], tiny_di
     t = threading.Thread(target=ask)
     t.start()
     time.sleep(0.5)  # the request is in flight
+    short = {"model": served.model, "messages": [{"role": "user", "content": "2+2?"}], "max_tokens": 2}
+    busy = served.post("/v1/chat/completions", key=None, json=short)
+    assert busy.status_code == 503 and busy.json()["error"]["code"] == "overloaded"  # --max-pending 1, at once
     assert stop_server(served) == 143  # lanpo exits 143 on SIGTERM (lanpo.cli.main), after the drain
     t.join(timeout=60)
     assert reply["response"].status_code == 200  # the request in flight was answered before the server stopped
@@ -171,3 +184,8 @@ def test_sigterm_drains_and_finishes_the_runs(store_env: dict[str, str], tiny_di
     assert run.status == "finished"
     answer = reply["response"].json()["lanpo"]["answer_ids"][0]
     assert served.rows("SELECT count(*) FROM attempts WHERE id = :a", a=answer)[0][0] == 1
+    (row,) = served.rows(
+        "SELECT (s.timings ->> 'total_ms')::float AS ms FROM served_answers s JOIN runs r ON r.id = s.run_id "
+        "WHERE r.name = 'serve-drained'"
+    )  # the one answer stored: the refused request wrote nothing
+    assert row.ms > 600, row.ms  # it was still being answered when SIGTERM came, 0.5 s and a request after it began
