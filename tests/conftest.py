@@ -174,7 +174,7 @@ def pytest_configure(config: pytest.Config) -> None:
     cores = sorted(os.sched_getaffinity(0))
     if worker is None or count < 2 or count > len(cores):
         return
-    index = int(worker.removeprefix("gw"))
+    index = int(worker.removeprefix("gw")) % count  # a worker that replaces a crashed one is gw<count> and up
     share = cores[index::count]
     os.sched_setaffinity(0, share)
     os.environ["OMP_NUM_THREADS"] = str(len(share))
