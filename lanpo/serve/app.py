@@ -384,7 +384,12 @@ class Server:
 
     def health(self) -> Any:
         status = "draining" if self.draining else "ok" if self.engine is not None else "starting"
-        body = {"status": status, "model": self.settings.served_name, "backend": self.settings.backend}
+        body = {
+            "status": status,
+            "model": self.settings.served_name,
+            "backend": self.settings.backend,
+            "in_flight": self.pending,
+        }
         if self.engine is not None:
             body["engine"] = self.engine.stats()
         if self.recorder is not None:  # answers stored, in how many group commits
