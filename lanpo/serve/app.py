@@ -351,7 +351,7 @@ class Server:
         )
         with transaction(self.db) as session:
             row = served_answer(session, body.answer_id)
-            if row is None or not caller.may_read(_pool_name(session, row.pool_id)):
+            if row is None or not caller.may_read(row.pool_name):
                 raise unknown
             correct = None if body.verdict is None else body.verdict == "correct"
             if correct is None and body.gold_answer is not None:
@@ -430,14 +430,6 @@ def _question(body: ChatRequest) -> str:
     if not text.strip() or "\x00" in text:
         raise ApiError(400, "the user message is empty or holds a NUL character", "invalid_question", "messages")
     return text
-
-
-def _pool_name(session: Any, pool_id: int | None) -> str | None:
-    import sqlalchemy as sa
-
-    if pool_id is None:
-        return None
-    return session.execute(sa.text("SELECT name FROM pools WHERE id = :id"), {"id": pool_id}).scalar_one()
 
 
 def _sampling(ask: Ask) -> dict[str, Any]:

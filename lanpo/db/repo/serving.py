@@ -54,6 +54,7 @@ class FeedbackTarget:
     request_id: str
     run_id: int
     pool_id: int | None
+    pool_name: str | None  # what an API key's pools name
     mode: str
 
 
@@ -122,6 +123,7 @@ def served_answer(session: Session, attempt_id: int) -> FeedbackTarget | None:
         row.request_id,
         int(row.run_id),
         None if row.pool_id is None else int(row.pool_id),
+        row.pool_name,
         row.mode,
     )
 
