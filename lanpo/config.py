@@ -28,7 +28,9 @@ from lanpo.errors import ConfigError, listing
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-EVICTION_POLICIES = ("oldest", "lowest_reward", "lowest_relevance")
+EVICTION_POLICIES = ("oldest", "lowest_reward", "lowest_relevance", "lowest_utility")
+# store.merge_keeps: which text a near-duplicate's merge keeps as the lesson's new version (lanpo.merging)
+MERGE_KEEPS = ("newer", "higher_reward")
 # the model dtypes a config or a --dtype option may name (lanpo.models.DTYPES maps them to torch dtypes)
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
@@ -57,7 +59,28 @@ class StoreConfig:
     per_step_cap: int = help_field(8, "new experiences admitted per problem per training step (the paper recipes: 8)")
     global_cap: int | None = help_field(None, "active experiences kept in the whole pool (None: unbounded)")
     eviction: str = help_field(
-        "oldest", "what leaves first when a cap is hit: oldest | lowest_reward | lowest_relevance"
+        "oldest",
+        "what leaves first when a cap is hit: oldest | lowest_reward | lowest_relevance | lowest_utility (the "
+        "lowest lift among lessons with min_uses uses or more; the oldest untried one only when no tried one is left)",
+    )
+    min_uses: int = help_field(
+        4, "lowest_utility: uses with a known outcome a lesson's current version needs before its lift can evict it"
+    )
+    merge_threshold: float | None = help_field(
+        None,
+        "cosine similarity (all-MiniLM-L6-v2) at or above which a new lesson becomes a new version of an active "
+        "lesson of its own problem, when both name the same numbers and operations (None: never merge; the paper "
+        "keeps every lesson; ACE merges at 0.9)",
+    )
+    merge_keeps: str = help_field(
+        "newer",
+        "the text a merge keeps -- newer (the later policy's wording, a new version) | higher_reward (the new text "
+        "only when its rollout scored higher; else the duplicate is dropped and counted)",
+    )
+    max_policy_age: int | None = help_field(
+        None,
+        "retire a lesson whose current version a policy wrote more than this many steps (policy updates) before the "
+        "writing run's step, as expired:policy_age (None: lessons never expire; the paper's never do)",
     )
 
     def __post_init__(self) -> None:
@@ -71,6 +94,17 @@ class StoreConfig:
             raise ConfigError(f"store.global_cap must be >= 1 or unset, got {self.global_cap}")
         if self.eviction not in EVICTION_POLICIES:
             raise ConfigError(f"store.eviction must be one of {', '.join(EVICTION_POLICIES)}, got {self.eviction!r}")
+        if self.min_uses < 1:
+            raise ConfigError(f"store.min_uses must be >= 1, got {self.min_uses}")
+        if self.merge_threshold is not None and not 0.0 < self.merge_threshold <= 1.0:
+            raise ConfigError(
+                f"store.merge_threshold must be in (0, 1] or unset, got {self.merge_threshold}",
+                hint="0.9 merges close paraphrases (ACE's threshold); leave it out to keep every lesson",
+            )
+        if self.merge_keeps not in MERGE_KEEPS:
+            raise ConfigError(f"store.merge_keeps must be one of {', '.join(MERGE_KEEPS)}, got {self.merge_keeps!r}")
+        if self.max_policy_age is not None and self.max_policy_age < 1:
+            raise ConfigError(f"store.max_policy_age must be >= 1 or unset, got {self.max_policy_age}")
 
 
 def default_embedding_dim() -> int:

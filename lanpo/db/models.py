@@ -15,13 +15,15 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from lanpo.config import EVICTION_POLICIES, default_embedding_dim
+from lanpo.config import EVICTION_POLICIES, MERGE_KEEPS, default_embedding_dim
 from lanpo.db.models_base import Base, _finite, _in, _nonempty
 
 EMBEDDING_DIM = default_embedding_dim()
 
 ATTEMPT_MODES = ("zero_shot", "intra", "inter", "self_correct", "retrieval", "val", "replay")
 EXPERIENCE_KINDS = ("summary", "reflection", "meta")
+# experience_versions.reason: a lesson's first version, a rewrite, or a near-duplicate merged in (store.merge_keeps)
+VERSION_REASONS = ("new", "rewrite", "merge:newer", "merge:higher_reward")
 RUN_KINDS = ("train", "sft", "eval", "infer", "import", "bench", "serve")
 RUN_STATUSES = ("running", "finished", "failed")
 STEP_SPLITS = ("lines", "sentences")  # how MEL splits a response into reasoning steps
@@ -80,6 +82,12 @@ class Pool(Base):
         sa.CheckConstraint("per_step_cap >= 1", name="per_step_cap_positive"),
         sa.CheckConstraint("global_cap IS NULL OR global_cap >= 1", name="global_cap_positive"),
         sa.CheckConstraint(_in("eviction", EVICTION_POLICIES), name="eviction_valid"),
+        sa.CheckConstraint("min_uses >= 1", name="min_uses_positive"),
+        sa.CheckConstraint(
+            "merge_threshold IS NULL OR (merge_threshold > 0 AND merge_threshold <= 1)", name="merge_threshold_range"
+        ),
+        sa.CheckConstraint(_in("merge_keeps", MERGE_KEEPS), name="merge_keeps_valid"),
+        sa.CheckConstraint("max_policy_age IS NULL OR max_policy_age >= 1", name="max_policy_age_positive"),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
@@ -88,6 +96,11 @@ class Pool(Base):
     per_step_cap: Mapped[int] = mapped_column(sa.Integer)
     global_cap: Mapped[int | None] = mapped_column(sa.Integer)
     eviction: Mapped[str] = mapped_column(sa.Text)
+    # lessons that live (migration 0015; lanpo.config.StoreConfig says what each does)
+    min_uses: Mapped[int] = mapped_column(sa.Integer, server_default="4")
+    merge_threshold: Mapped[float | None] = mapped_column(sa.Double)
+    merge_keeps: Mapped[str] = mapped_column(sa.Text, server_default="newer")
+    max_policy_age: Mapped[int | None] = mapped_column(sa.Integer)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 
@@ -241,6 +254,7 @@ class Experience(Base):
     # the run and step whose transaction evicted it (NULL: no training step did; `steps.rollback_uncommitted`)
     evicted_run_id: Mapped[int | None] = mapped_column(sa.ForeignKey("runs.id", ondelete="SET NULL"))
     evicted_step: Mapped[int | None] = mapped_column(sa.Integer)
+    evicted_note: Mapped[str | None] = mapped_column(sa.Text)  # why, in a person's words (`lanpo pool retire`)
 
 
 class ExperienceVersion(Base):
@@ -251,6 +265,15 @@ class ExperienceVersion(Base):
         sa.UniqueConstraint("experience_id", "version"),
         sa.CheckConstraint("version >= 1", name="version_positive"),
         sa.CheckConstraint(_nonempty("summary"), name="summary_nonempty"),
+        sa.CheckConstraint(_in("reason", VERSION_REASONS), name="reason_valid"),
+        sa.CheckConstraint(_finite("reward"), name="reward_finite"),
+        sa.CheckConstraint("(reason LIKE 'merge:%') = (similarity IS NOT NULL)", name="merge_similarity"),
+        sa.Index(  # a resume's rollback: the versions the steps it undoes appended (migration 0015)
+            "ix_experience_versions_run_step",
+            "run_id",
+            "step",
+            postgresql_where=sa.text("run_id IS NOT NULL"),
+        ),
         sa.Index(
             "ix_experience_versions_embedding_hnsw",
             "embedding",
@@ -268,6 +291,15 @@ class ExperienceVersion(Base):
     policy_version_id: Mapped[int | None] = mapped_column(sa.ForeignKey("policy_versions.id"))
     prompt_version: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+    # why this version exists (migration 0015): new (a lesson's first), rewrite, or merge:<store.merge_keeps> (a
+    # near-duplicate admitted as this version, `similarity` its cosine to the version it supersedes)
+    reason: Mapped[str] = mapped_column(sa.Text, server_default="new")
+    similarity: Mapped[float | None] = mapped_column(sa.Double)
+    # the rollout this text was distilled from, its reward, and the run's step that wrote it
+    source_attempt_id: Mapped[int | None] = mapped_column(sa.ForeignKey("attempts.id", ondelete="SET NULL"))
+    reward: Mapped[float | None] = mapped_column(sa.Double)
+    run_id: Mapped[int | None] = mapped_column(sa.ForeignKey("runs.id", ondelete="SET NULL"))
+    step: Mapped[int | None] = mapped_column(sa.Integer)
 
 
 class GroupContext(Base):
@@ -456,4 +488,4 @@ class RolloutResult(Base):
 
 
 # `lanpo serve`'s tables (migration 0014) live in their own module, imported here so that `Base.metadata` holds them.
-from lanpo.db import models_serving  # noqa: E402, F401
+from lanpo.db import models_lessons, models_serving  # noqa: E402, F401

@@ -1,4 +1,6 @@
 -- Create a pool unless one of that name exists (a concurrent creator wins; the caller then reads it back).
-INSERT INTO pools (name, per_problem_cap, per_step_cap, global_cap, eviction)
-VALUES (:name, :per_problem_cap, :per_step_cap, :global_cap, :eviction)
+INSERT INTO pools (name, per_problem_cap, per_step_cap, global_cap, eviction, min_uses, merge_threshold, merge_keeps,
+                   max_policy_age)
+VALUES (:name, :per_problem_cap, :per_step_cap, :global_cap, :eviction, :min_uses, :merge_threshold, :merge_keeps,
+        :max_policy_age)
 ON CONFLICT (name) DO NOTHING

@@ -18,6 +18,18 @@ from lanpo.db import sqlfiles
 from lanpo.db.repo import checks
 from lanpo.errors import InputError, listing
 
+# a pool's settings, as named in [store] and in the pools table
+SETTINGS = (
+    "per_problem_cap",
+    "per_step_cap",
+    "global_cap",
+    "eviction",
+    "min_uses",
+    "merge_threshold",
+    "merge_keeps",
+    "max_policy_age",
+)
+
 
 @dataclass(frozen=True)
 class PoolRow:
@@ -30,14 +42,18 @@ class PoolRow:
     global_cap: int | None
     eviction: str
     created_at: datetime
+    min_uses: int = 4
+    merge_threshold: float | None = None
+    merge_keeps: str = "newer"
+    max_policy_age: int | None = None
 
     def settings(self) -> dict[str, object]:
-        return {
-            "per_problem_cap": self.per_problem_cap,
-            "per_step_cap": self.per_step_cap,
-            "global_cap": self.global_cap,
-            "eviction": self.eviction,
-        }
+        return {name: getattr(self, name) for name in SETTINGS}
+
+    @property
+    def merges(self) -> bool:
+        """Whether a near-duplicate lesson becomes a new version of the one it repeats (`store.merge_threshold`)."""
+        return self.merge_threshold is not None
 
 
 @dataclass(frozen=True)
@@ -58,7 +74,8 @@ def check_pool_name(name: object) -> str:
 
 
 def _row(r: object) -> PoolRow:
-    return PoolRow(r.id, r.name, r.per_problem_cap, r.per_step_cap, r.global_cap, r.eviction, r.created_at)  # type: ignore[attr-defined]
+    return PoolRow(r.id, r.name, r.per_problem_cap, r.per_step_cap, r.global_cap, r.eviction, r.created_at,  # type: ignore[attr-defined]
+                   r.min_uses, r.merge_threshold, r.merge_keeps, r.max_policy_age)  # type: ignore[attr-defined]  # fmt: skip
 
 
 def find_pool(session: Session, name: str) -> PoolRow | None:
@@ -90,12 +107,7 @@ def get_pool(session: Session, name: str) -> PoolRow:
 
 def ensure_pool(session: Session, name: str, store: StoreConfig) -> PoolRow:
     """The pool `name`, created with `store`'s capacity settings when new; an existing pool must have the same."""
-    wanted = {
-        "per_problem_cap": store.per_problem_cap,
-        "per_step_cap": store.per_step_cap,
-        "global_cap": store.global_cap,
-        "eviction": store.eviction,
-    }
+    wanted = {name: getattr(store, name) for name in SETTINGS}
     session.execute(sqlfiles.load("queries/pool_insert"), {"name": check_pool_name(name), **wanted})
     pool = get_pool(session, name)
     differ = {k: (v, wanted[k]) for k, v in pool.settings().items() if v != wanted[k]}

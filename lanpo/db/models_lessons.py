@@ -1,0 +1,41 @@
+"""What the store keeps about its lessons' use (migration 0015): per lesson version, the counts of its uses and
+their outcomes against the zero-shot baseline, kept current by the writers (`lanpo.db.repo.usefulness`), so a
+query or an eviction reads them without rescanning history. Imported by `lanpo.db.models`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column
+
+from lanpo.db.models_base import Base, _finite
+
+
+class LessonUsefulness(Base):
+    """One lesson version's record: its uses (groups whose context held it) by outcome, and its credited gain.
+
+    A use's outcome compares its group's graded correctness with the zero-shot baseline of the same run, step,
+    problem and policy version (`experience_usage`'s estimator): helped (above), hurt (below), even, or unknown (no
+    baseline, or nothing graded). `graded` counts the attempts with a baseline and `credit` their summed gain, each
+    divided by its context's item count, so `credit / graded` is `experience_usage.lift`.
+    """
+
+    __tablename__ = "lesson_usefulness"
+    __table_args__ = (
+        sa.CheckConstraint("uses = helped + hurt + even + unknown", name="uses_add_up"),
+        sa.CheckConstraint("least(uses, helped, hurt, even, unknown, graded) >= 0", name="counts_nonnegative"),
+        sa.CheckConstraint(_finite("credit"), name="credit_finite"),
+    )
+
+    version_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("experience_versions.id", ondelete="CASCADE"), primary_key=True
+    )
+    uses: Mapped[int] = mapped_column(sa.Integer, server_default="0")
+    helped: Mapped[int] = mapped_column(sa.Integer, server_default="0")
+    hurt: Mapped[int] = mapped_column(sa.Integer, server_default="0")
+    even: Mapped[int] = mapped_column(sa.Integer, server_default="0")
+    unknown: Mapped[int] = mapped_column(sa.Integer, server_default="0")
+    graded: Mapped[int] = mapped_column(sa.Integer, server_default="0")
+    credit: Mapped[float] = mapped_column(sa.Double, server_default="0")
+    updated_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())

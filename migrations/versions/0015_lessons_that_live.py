@@ -1,0 +1,164 @@
+"""lessons that live: merge settings and lowest_utility on pools, why each version exists, retirement notes, and
+lesson_usefulness
+
+Revision ID: 0015
+Revises: 0014
+Create Date: 2026-12-05
+
+- `pools`: `min_uses` (lowest_utility acts on a lesson only after this many uses with a known outcome), the merge
+  settings `merge_threshold` (NULL: never merge) and `merge_keeps`, and `max_policy_age` (NULL: lessons never
+  expire); `eviction` may now read `lowest_utility`. Existing pools keep their behaviour: no merge, no expiry.
+- `experience_versions`: `reason` (new | rewrite | merge:newer | merge:higher_reward), `similarity` (a merge's
+  cosine to the version it supersedes; set exactly on merges), and the provenance of each version's own text:
+  `source_attempt_id`, `reward`, `run_id`, `step`. Version 1 of every existing lesson takes its experience's
+  provenance, later versions read `rewrite`. The immutability trigger now covers the new columns too.
+- `experiences.evicted_note`: a person's reason for a retirement (`lanpo pool retire`, `evicted_by =
+  'manual:retired'`).
+- `lesson_usefulness`: per lesson version, its uses by outcome (helped, hurt, even, unknown), its graded attempts
+  and credited gain (`lanpo.db.repo.usefulness` keeps it current; filled here from the history). The serving role
+  may insert and update it: `POST /v1/feedback` changes a use's outcome.
+
+Downgrade drops the table and the columns, and evicts nothing back: lessons retired by use or expiry stay retired.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0015"
+down_revision = "0014"
+branch_labels = None
+depends_on = None
+
+OLD_EVICTION = ("oldest", "lowest_reward", "lowest_relevance")
+EVICTION = (*OLD_EVICTION, "lowest_utility")
+MERGE_KEEPS = ("newer", "higher_reward")
+VERSION_REASONS = ("new", "rewrite", "merge:newer", "merge:higher_reward")
+
+IMMUTABLE = """
+CREATE OR REPLACE FUNCTION lanpo_experience_versions_immutable() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF (NEW.experience_id, NEW.version, NEW.summary, NEW.author, NEW.policy_version_id, NEW.prompt_version,
+        NEW.created_at{new}) IS DISTINCT FROM (OLD.experience_id, OLD.version, OLD.summary, OLD.author,
+        OLD.policy_version_id, OLD.prompt_version, OLD.created_at{old})
+       OR (OLD.embedding IS NOT NULL AND NEW.embedding IS DISTINCT FROM OLD.embedding) THEN
+        RAISE EXCEPTION 'experience_versions are immutable (id %): append a new version instead', OLD.id
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    RETURN NEW;
+END $$;
+"""
+# the provenance columns may still be emptied by their foreign keys' ON DELETE SET NULL (a deleted attempt or run)
+NEW_IMMUTABLE = ", NEW.reason, NEW.similarity, NEW.reward, NEW.step"
+OLD_IMMUTABLE = ", OLD.reason, OLD.similarity, OLD.reward, OLD.step"
+
+SERVE_ROLE = "SELECT role_name FROM lanpo_private.serve_login"
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+def _eviction(policies: tuple[str, ...]) -> None:
+    op.drop_constraint(op.f("ck_pools_eviction_valid"), "pools", type_="check")
+    op.create_check_constraint(op.f("ck_pools_eviction_valid"), "pools", _in("eviction", policies))
+
+
+def _pools() -> None:
+    op.add_column("pools", sa.Column("min_uses", sa.Integer(), server_default="4", nullable=False))
+    op.add_column("pools", sa.Column("merge_threshold", sa.Double(), nullable=True))
+    op.add_column("pools", sa.Column("merge_keeps", sa.Text(), server_default="newer", nullable=False))
+    op.add_column("pools", sa.Column("max_policy_age", sa.Integer(), nullable=True))
+    op.create_check_constraint(op.f("ck_pools_min_uses_positive"), "pools", "min_uses >= 1")
+    op.create_check_constraint(
+        op.f("ck_pools_merge_threshold_range"), "pools",
+        "merge_threshold IS NULL OR (merge_threshold > 0 AND merge_threshold <= 1)",
+    )  # fmt: skip
+    op.create_check_constraint(op.f("ck_pools_merge_keeps_valid"), "pools", _in("merge_keeps", MERGE_KEEPS))
+    op.create_check_constraint(
+        op.f("ck_pools_max_policy_age_positive"), "pools", "max_policy_age IS NULL OR max_policy_age >= 1"
+    )
+    _eviction(EVICTION)
+
+
+def _versions() -> None:
+    op.add_column("experience_versions", sa.Column("reason", sa.Text(), server_default="new", nullable=False))
+    for name, kind in (("similarity", sa.Double()), ("source_attempt_id", sa.BigInteger()), ("reward", sa.Double()),
+                       ("run_id", sa.BigInteger()), ("step", sa.Integer())):  # fmt: skip
+        op.add_column("experience_versions", sa.Column(name, kind, nullable=True))
+    # the old trigger does not look at the new columns: fill them, then let it guard them
+    op.execute(
+        "UPDATE experience_versions v SET source_attempt_id = e.source_attempt_id, reward = e.reward, "
+        "run_id = e.run_id, step = e.step FROM experiences e WHERE e.id = v.experience_id AND v.version = 1"
+    )
+    op.execute("UPDATE experience_versions SET reason = 'rewrite' WHERE version > 1")
+    op.execute(IMMUTABLE.format(new=NEW_IMMUTABLE, old=OLD_IMMUTABLE))
+    op.create_foreign_key(
+        op.f("fk_experience_versions_source_attempt_id_attempts"), "experience_versions", "attempts",
+        ["source_attempt_id"], ["id"], ondelete="SET NULL",
+    )  # fmt: skip
+    op.create_foreign_key(
+        op.f("fk_experience_versions_run_id_runs"), "experience_versions", "runs", ["run_id"], ["id"],
+        ondelete="SET NULL",
+    )  # fmt: skip
+    op.create_check_constraint(op.f("ck_experience_versions_reason_valid"), "experience_versions",
+                               _in("reason", VERSION_REASONS))  # fmt: skip
+    op.create_check_constraint(
+        op.f("ck_experience_versions_reward_finite"), "experience_versions",
+        "reward IS NULL OR reward NOT IN ('NaN'::float8, 'Infinity'::float8, '-Infinity'::float8)",
+    )  # fmt: skip
+    op.create_check_constraint(
+        op.f("ck_experience_versions_merge_similarity"), "experience_versions",
+        "(reason LIKE 'merge:%') = (similarity IS NOT NULL)",
+    )  # fmt: skip
+    op.create_index(
+        "ix_experience_versions_run_step", "experience_versions", ["run_id", "step"],
+        postgresql_where=sa.text("run_id IS NOT NULL"),
+    )  # fmt: skip
+
+
+def _usefulness() -> None:
+    op.create_table(
+        "lesson_usefulness",
+        sa.Column("version_id", sa.BigInteger(), nullable=False),
+        *(sa.Column(name, sa.Integer(), server_default="0", nullable=False)
+          for name in ("uses", "helped", "hurt", "even", "unknown", "graded")),
+        sa.Column("credit", sa.Double(), server_default="0", nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.CheckConstraint("uses = helped + hurt + even + unknown", name=op.f("ck_lesson_usefulness_uses_add_up")),
+        sa.CheckConstraint("least(uses, helped, hurt, even, unknown, graded) >= 0",
+                           name=op.f("ck_lesson_usefulness_counts_nonnegative")),
+        sa.CheckConstraint(
+            "credit IS NULL OR credit NOT IN ('NaN'::float8, 'Infinity'::float8, '-Infinity'::float8)",
+            name=op.f("ck_lesson_usefulness_credit_finite"),
+        ),
+        sa.ForeignKeyConstraint(["version_id"], ["experience_versions.id"],
+                                name=op.f("fk_lesson_usefulness_version_id_experience_versions"), ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("version_id", name=op.f("pk_lesson_usefulness")),
+    )  # fmt: skip
+    bind = op.get_bind()
+    role = bind.scalar(sa.text(SERVE_ROLE))
+    if role:
+        quoted = bind.dialect.identifier_preparer.quote(role)
+        op.execute(f"GRANT SELECT, INSERT, UPDATE ON lesson_usefulness TO {quoted}")
+
+
+def upgrade() -> None:
+    _pools()
+    _versions()
+    op.add_column("experiences", sa.Column("evicted_note", sa.Text(), nullable=True))
+    _usefulness()
+
+
+def downgrade() -> None:
+    op.drop_table("lesson_usefulness")
+    op.drop_column("experiences", "evicted_note")
+    op.drop_index("ix_experience_versions_run_step", table_name="experience_versions")
+    op.execute(IMMUTABLE.format(new="", old=""))
+    for name in ("reason", "similarity", "source_attempt_id", "reward", "run_id", "step"):
+        op.drop_column("experience_versions", name)  # drops its constraints and foreign keys with it
+    op.execute("UPDATE pools SET eviction = 'oldest' WHERE eviction = 'lowest_utility'")
+    _eviction(OLD_EVICTION)
+    for name in ("min_uses", "merge_threshold", "merge_keeps", "max_policy_age"):
+        op.drop_column("pools", name)
