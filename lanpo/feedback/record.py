@@ -113,14 +113,18 @@ def summary_fields(summary: Summary | None) -> dict[str, Any]:
 @dataclass
 class StepWrite:
     attempts: int
-    added: int
+    added: int  # new lessons
     evicted: int
     pool_active: int
     attempt_ids: list[list[int]] = field(default_factory=list)  # per group, its attempts' ids in rollout order
+    merged: int = 0  # lessons that became a new version of an active one (a merging pool)
+    duplicates: int = 0  # lessons that repeated an active one and added nothing
 
     def as_metrics(self) -> dict[str, float]:
         return {
             "pool/added": float(self.added),
+            "pool/merged": float(self.merged),
+            "pool/duplicates": float(self.duplicates),
             "pool/evicted": float(self.evicted),
             "pool/active": float(self.pool_active),
         }
@@ -135,35 +139,48 @@ def write_step_rows(
     groups: Sequence[GroupRecord],
     summary_author: str,
 ) -> StepWrite:
-    """Groups with their attempts and contexts, then experiences summarised from them (capacity enforced inside)."""
+    """Groups with their attempts and contexts, then experiences summarised from them (capacity enforced inside;
+    a merging pool takes a near-duplicate as a new version of the lesson it repeats)."""
     attempt_ids = write_groups(session, run_id, step, policy_version_id, groups)
-    added = experiences_repo.add_experiences(
-        session,
-        pool,
-        [
-            experiences_repo.NewExperience(
-                problem_id=g.problem_id,
-                summary=r.summary,
-                reward=r.reward,
-                source_attempt_id=attempt_id,
-                run_id=run_id,
-                step=step,
-                author=summary_author,
-                policy_version_id=policy_version_id,
-                prompt_version=prompts.SUMMARY_VERSION,
-            )
-            for g, ids in zip(groups, attempt_ids, strict=True)
-            for r, attempt_id in zip(g.rollouts, ids, strict=True)
-            if r.summary
-        ],
-    )
+    lessons = [
+        experiences_repo.NewExperience(
+            problem_id=g.problem_id,
+            summary=r.summary,
+            reward=r.reward,
+            source_attempt_id=attempt_id,
+            run_id=run_id,
+            step=step,
+            author=summary_author,
+            policy_version_id=policy_version_id,
+            prompt_version=prompts.SUMMARY_VERSION,
+        )
+        for g, ids in zip(groups, attempt_ids, strict=True)
+        for r, attempt_id in zip(g.rollouts, ids, strict=True)
+        if r.summary
+    ]
+    embed_lessons(session, pool, lessons)
+    added = experiences_repo.add_experiences(session, pool, lessons)
     return StepWrite(
-        sum(len(ids) for ids in attempt_ids),
-        len(added.experience_ids),
-        len(added.evicted_ids),
-        pools_repo.active_size(session, pool.id),
-        attempt_ids,
+        attempts=sum(len(ids) for ids in attempt_ids),
+        added=len(added.experience_ids) - len(added.merged),
+        evicted=len(added.evicted_ids),
+        pool_active=pools_repo.active_size(session, pool.id),
+        attempt_ids=attempt_ids,
+        merged=len(added.merged),
+        duplicates=len(added.duplicates),
     )
+
+
+def embed_lessons(session: Session, pool: PoolRow, lessons: list[experiences_repo.NewExperience]) -> None:
+    """A merging pool compares lessons by embedding: embed the new ones, and the pool's active ones that have none
+    yet (a pool that started merging late, a lesson another writer left unembedded). Any other pool: nothing."""
+    if not (pool.merges and lessons):
+        return
+    from lanpo.retrieval.embeddings import embed_pool, fill_embeddings, shared_embedder
+
+    embedder = shared_embedder()
+    embed_pool(session, pool.id, embedder)
+    fill_embeddings(lessons, embedder)
 
 
 def write_groups(

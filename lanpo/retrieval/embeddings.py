@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -78,6 +79,13 @@ class SentenceTransformerEmbedder:
             list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True
         )
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+
+
+@cache
+def shared_embedder() -> SentenceTransformerEmbedder:
+    """The default embedder (all-MiniLM-L6-v2), loaded once per process: what a merging pool's writer embeds new
+    lessons with (`lanpo.feedback.record.embed_lessons`), step after step."""
+    return SentenceTransformerEmbedder()
 
 
 def column_dim(session: Session, table: str) -> int:

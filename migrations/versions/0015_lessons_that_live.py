@@ -53,7 +53,10 @@ END $$;
 NEW_IMMUTABLE = ", NEW.reason, NEW.similarity, NEW.reward, NEW.step"
 OLD_IMMUTABLE = ", OLD.reason, OLD.similarity, OLD.reward, OLD.step"
 
-SERVE_ROLE = "SELECT role_name FROM lanpo_private.serve_login"
+# the serving role, when 0014 (or an administrator since) created it
+SERVE_ROLE = (
+    "SELECT s.role_name FROM lanpo_private.serve_login s JOIN pg_catalog.pg_roles r ON r.rolname = s.role_name"
+)
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:

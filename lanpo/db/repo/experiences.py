@@ -1,4 +1,5 @@
-"""Experiences: add (version 1) to a pool under its capacity rules, append versions, read current or all versions."""
+"""Experiences: add (version 1) to a pool under its capacity rules, or, where the pool merges, as a new version of the
+active lesson a new one repeats (`lanpo.db.repo.merge`); append versions; read current or all versions."""
 
 from __future__ import annotations
 
@@ -10,11 +11,24 @@ from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
 from lanpo.db.models import EXPERIENCE_KINDS
-from lanpo.db.repo import bulk, capacity, checks
+from lanpo.db.repo import bulk, capacity, checks, merge
 from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import InputError
+from lanpo.merging import keeps_new, same_text
 
 EXPERIENCE_TYPES = ("int8", "int8", "int8", "int8", "text", "float8", "int8", "int4")
+# a version's columns after (id, experience_id, version), as experience_versions_copy.sql lists them
+VERSION_COLUMNS = (
+    "summary",
+    "embedding",
+    "author",
+    "policy_version_id",
+    "prompt_version",
+    "source_attempt_id",
+    "reward",
+    "run_id",
+    "step",
+)
 
 
 @dataclass
@@ -34,16 +48,21 @@ class NewExperience:
 
 @dataclass
 class AddResult:
-    """`experience_ids` / `version_ids`: one per admitted item, in input order (dropped items are skipped).
+    """`experience_ids` / `version_ids`: one per admitted item, in input order (dropped items are skipped): a new
+    lesson and its version 1, or, for an item merged into the lesson it repeats, that lesson and its new version.
 
-    `dropped`: input indices refused by the per-step cap; `evicted_ids`: experiences evicted by this call
-    (may include ones it just inserted, e.g. a low reward under `lowest_reward`).
+    `dropped`: input indices refused by the per-step cap; `merged`: those that became a new version of an active
+    lesson; `duplicates`: those that repeated one and added nothing (the same text, or `merge_keeps` kept the
+    current one); `evicted_ids`: experiences evicted by this call (may include ones it just inserted, e.g. a low
+    reward under `lowest_reward`).
     """
 
     experience_ids: list[int] = field(default_factory=list)
     version_ids: list[int] = field(default_factory=list)
     evicted_ids: list[int] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
+    merged: list[int] = field(default_factory=list)
+    duplicates: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -58,8 +77,9 @@ class VersionRow:
     created_at: datetime
 
 
-def add_experiences(session: Session, pool: PoolRow, items: list[NewExperience]) -> AddResult:
-    """Insert experiences (with version 1) into `pool` and enforce its capacity policies in this transaction."""
+def add_experiences(session: Session, pool: PoolRow, items: list[NewExperience], merge: bool = True) -> AddResult:
+    """Insert experiences (with version 1) into `pool` and enforce its capacity policies in this transaction. When
+    the pool merges (and `merge`), an item that repeats an active lesson of its problem becomes its new version."""
     if not items:
         return AddResult()
     rows = _checked_rows(session, items)
@@ -67,15 +87,40 @@ def add_experiences(session: Session, pool: PoolRow, items: list[NewExperience])
         [r["problem_id"] for r in rows], [r["reward"] for r in rows], pool.per_step_cap
     )
     capacity.lock_problems(session, pool, [r["problem_id"] for r in rows])
-    experience_ids, version_ids = _insert(session, pool, [rows[i] for i in kept])
+    if pool.merges and merge:
+        result = _admit_merging(session, pool, rows, kept)
+    else:
+        result = AddResult(*_insert(session, pool, [rows[i] for i in kept]))
     evicted = capacity.enforce(session, pool, [r["problem_id"] for r in rows])
     _name_evicting_step(session, rows, evicted)
-    return AddResult(
-        experience_ids=experience_ids,
-        version_ids=version_ids,
-        evicted_ids=sorted(evicted),
-        dropped=dropped,
-    )
+    result.evicted_ids, result.dropped = sorted(evicted), dropped
+    return result
+
+
+def _admit_merging(session: Session, pool: PoolRow, rows: list[dict[str, Any]], kept: list[int]) -> AddResult:
+    """The kept rows one at a time, in input order (an item may repeat one admitted just before it): a new version
+    of the active lesson it repeats (`merge.nearest`), nothing when that adds no text, else a new lesson."""
+    out = AddResult()
+    for index in kept:
+        row = rows[index]
+        if row["embedding"] is None:
+            raise InputError(
+                f"experience {index}: pool {pool.name!r} merges near-duplicates, and this lesson has no embedding",
+                hint="embed new lessons first (lanpo.retrieval.embeddings.fill_embeddings), as the store client does",
+            )
+        near = merge.nearest(session, pool, row["problem_id"], row["kind"], row["summary"], row["embedding"])
+        if near is None:
+            experience_ids, version_ids = _insert(session, pool, [row])
+            out.experience_ids += experience_ids
+            out.version_ids += version_ids
+        elif same_text(row["summary"], near.summary) or not keeps_new(pool.merge_keeps, row["reward"], near.reward):
+            out.duplicates.append(index)
+        else:
+            version = _append(session, near.experience_id, row, f"merge:{pool.merge_keeps}", near.similarity)
+            out.experience_ids.append(near.experience_id)
+            out.version_ids.append(version)
+            out.merged.append(index)
+    return out
 
 
 def _name_evicting_step(session: Session, rows: list[dict[str, Any]], evicted: list[int]) -> None:
@@ -151,7 +196,7 @@ def _insert(session: Session, pool: PoolRow, rows: list[dict[str, Any]]) -> tupl
         session,
         "queries/experience_versions_copy",
         (
-            (vid, eid, 1, r["summary"], r["embedding"], r["author"], r["policy_version_id"], r["prompt_version"])
+            (vid, eid, 1, *(r[name] for name in VERSION_COLUMNS))
             for vid, eid, r in zip(version_ids, experience_ids, rows, strict=True)
         ),
         None,
@@ -169,27 +214,29 @@ def append_version(
     prompt_version: str | None = None,
     embedding: Any = None,
 ) -> int:
-    """A rewrite of an experience: a new version (max + 1); returns its id. Evicted experiences may be rewritten."""
+    """A rewrite of an experience: a new version (max + 1, reason `rewrite`); returns its id. Evicted experiences
+    may be rewritten."""
     summary = checks.generated_text(summary, "summary") or ""
     if not summary.strip():
         raise InputError("summary is empty")
-    vector = checks.vector_text(session, embedding, "experience_versions", "embedding")
+    row = {
+        "summary": summary,
+        "embedding": checks.vector_text(session, embedding, "experience_versions", "embedding"),
+        "author": author,
+        "policy_version_id": policy_version_id,
+        "prompt_version": prompt_version,
+    }
+    return _append(session, experience_id, row, "rewrite", None)
+
+
+def _append(session: Session, experience_id: int, row: dict[str, Any], reason: str, similarity: float | None) -> int:
+    """Append `row` (checked, as `_checked_rows` gives) as the experience's next version, with why; its id."""
     found = session.scalar(sqlfiles.load("queries/experience_lock"), {"experience_id": experience_id})
     if found is None:
         raise InputError(f"no experience with id {experience_id}")
-    return int(
-        session.scalar(
-            sqlfiles.load("queries/experience_version_append"),
-            {
-                "experience_id": experience_id,
-                "summary": summary,
-                "embedding": vector,
-                "author": author,
-                "policy_version_id": policy_version_id,
-                "prompt_version": prompt_version,
-            },
-        )
-    )
+    params = {name: row.get(name) for name in VERSION_COLUMNS}
+    params |= {"experience_id": experience_id, "reason": reason, "similarity": similarity}
+    return int(session.scalar(sqlfiles.load("queries/experience_version_append"), params))
 
 
 def current_versions(session: Session, experience_ids: list[int]) -> dict[int, VersionRow]:

@@ -128,6 +128,7 @@ class RollbackResult:
     evictions: int = 0  # experiences the rolled-back steps evicted, active again
     meta_nll_uses: int = 0
     work: int = 0  # rollout_work rows (their results went with them)
+    versions: int = 0  # versions the rolled-back steps merged into older lessons
 
     def line(self, after_step: int, last_step: int) -> str:
         """What a resume prints: the checkpointed step it continues from and what it undid of the steps after."""
@@ -143,15 +144,17 @@ def rollback_uncommitted(session: Session, run_id: int, after_step: int | None) 
     transaction: for resuming after a crash, from the last committed step or (`checkpoint.every` > 1) from the last
     checkpointed one, before which committed steps roll back too.
 
-    Rolled back: the steps' rollout groups (attempts, contexts, MEL replays and pairs cascade), experiences
-    (versions and their relevance scores cascade), MEL NLL uses, metrics, `run_steps` rows, the policy versions
-    nothing refers to any more, and, when committed steps go, the rollout work queued for them; the experiences
-    those steps evicted (`evicted_run_id`, `evicted_step`: migration 0013) are active again. So the pool is the
-    one step `after_step` left. Not rolled back: relevance scores of surviving experiences that later steps
-    computed (a cache of a pure function of the texts), and what other runs writing the same pool did meanwhile.
+    Rolled back: the steps' rollout groups (attempts, contexts, MEL replays and pairs cascade), the versions they
+    merged into older lessons, experiences (versions and their relevance scores cascade), MEL NLL uses, metrics,
+    `run_steps` rows, the policy versions nothing refers to any more, and, when committed steps go, the rollout
+    work queued for them; the experiences those steps evicted (`evicted_run_id`, `evicted_step`: migration 0013)
+    are active again. So the pool is the one step `after_step` left. Not rolled back: relevance scores of
+    surviving experiences that later steps computed (a cache of a pure function of the texts), and what other runs
+    writing the same pool did meanwhile.
     """
     p = {"run_id": run_id, "after_step": -1 if after_step is None else after_step}
     attempts = int(session.scalar(sqlfiles.load("queries/rollback_count_attempts"), p) or 0)
-    names = ("work", "groups", "meta_nll_uses", "experiences", "evictions", "metrics", "steps", "policy_versions")
+    names = ("work", "groups", "meta_nll_uses", "versions", "experiences", "evictions", "metrics", "steps")
+    names += ("policy_versions",)
     counts = {name: session.execute(sqlfiles.load(f"queries/rollback_{name}"), p).rowcount for name in names}
     return RollbackResult(attempts=attempts, **counts)  # order above matters: work reads run_steps; FKs

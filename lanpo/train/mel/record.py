@@ -135,8 +135,9 @@ def _store_lessons(
     session: Session, pool: PoolRow, at: _At, validated: list[Diagnosed], rejected: list[Diagnosed]
 ) -> tuple[experiences_repo.AddResult, dict[int, tuple[int, int]]]:
     """The lessons as experiences: validated ones through the pool's caps, the rest straight into history.
-    Returns what the pool admitted and, per record (by id), its (experience id, version id)."""
-    added = experiences_repo.add_experiences(session, pool, [_lesson(at, *p) for p in validated])
+    Returns what the pool admitted and, per record (by id), its (experience id, version id). MEL's lessons are never
+    merged: each is tied to its own pair and replays."""
+    added = experiences_repo.add_experiences(session, pool, [_lesson(at, *p) for p in validated], merge=False)
     dropped = [validated[i] for i in added.dropped]
     kept = [p for i, p in enumerate(validated) if i not in set(added.dropped)]
     stored = {id(p[2]): (e, v) for p, e, v in zip(kept, added.experience_ids, added.version_ids, strict=True)}
