@@ -115,9 +115,7 @@ def test_use_metrics_are_per_mode_means_over_the_rollouts() -> None:
         GroupRecord(1, "zero_shot", "p", 4, [], [_rollout(BARE), _rollout(TERSE), _rollout(IGNORES)]),
         GroupRecord(2, "inter", "p", 4, [], [_rollout(COPIES), _rollout(BARE)], context_texts=[LESSON]),
         GroupRecord(3, "inter", "p", 4, [], [_rollout(ONE_SENTENCE), _rollout(IGNORES)], context_texts=[LESSON]),
-        GroupRecord(
-            4, "intra", "p", 4, [], [_rollout(BARE), _rollout(TERSE)], context_texts=["first \\boxed{20}"]
-        ),
+        GroupRecord(4, "intra", "p", 4, [], [_rollout(BARE), _rollout(TERSE)], context_texts=["first \\boxed{20}"]),
     ]
     metrics = rollout_metrics(groups)
     use = {name: value for name, value in metrics.items() if name.startswith("use/")}
