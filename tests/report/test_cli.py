@@ -192,3 +192,6 @@ def test_report_of_a_real_tiny_training_run(
     for png in out.glob("*.png"):
         assert_has_content(png)
     assert "Recorded but in no figure" not in (out / "report.md").read_text()
+    with db.connect() as conn:  # step 1: no history yet, zero-shot; step 2: every prompt served feedback (p_t = 1)
+        uses = conn.execute(sa.text("SELECT DISTINCT step, mode FROM use_diagnostics WHERE run_name = 'tiny'")).all()
+    assert (1, "zero_shot") in uses and {m for s, m in uses if s == 2} & {"intra", "inter"}, uses
