@@ -208,7 +208,8 @@ def render_context(name: str, items: Sequence[Any]) -> str:
 
 
 def required_headers(name: str) -> tuple[str, ...]:
-    """Headers a response in `name` must carry for the format bonus (none for zero_shot)."""
+    """Headers the prompt of `name` asks a response to carry (none for zero_shot): the format bonus pays for them in
+    the training context modes (lanpo.rewards.format_ok), the use diagnostics read them in every mode."""
     return MODES[name].headers if name in MODES else ()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lanpo import diagnostics, feedback_modes
+from lanpo import diagnostics, feedback_modes, prompts
 from lanpo.db.repo.contexts import InterItem, IntraItem
 from lanpo.diagnostics import answer_copied, answer_only, echo, reasoning_words, sections, shingles
 from lanpo.feedback.contexts import StepPrompts
@@ -77,6 +77,20 @@ def test_sections_follow_the_modes_prompt_whatever_the_answer() -> None:
     assert sections(review, "intra") and sections(review, "self_correct")  # REFLECT asks for intra's headers
     assert not sections(review, "inter")
     assert not sections(review, "zero_shot")  # no sections asked
+
+
+@pytest.mark.parametrize(
+    ("mode", "template"),
+    [
+        ("intra", prompts.INTRA),
+        ("inter", prompts.INTER),
+        ("retrieval", prompts.INTER),
+        ("self_correct", prompts.REFLECT),
+    ],
+)
+def test_the_sections_checked_are_the_ones_the_prompt_asks_for(mode: str, template: str) -> None:
+    asked = [line for line in template.splitlines() if line.startswith("## ")]
+    assert tuple(asked) == feedback_modes.required_headers(mode)
 
 
 @pytest.mark.parametrize(
