@@ -57,7 +57,7 @@ class Mode:
     template: str  # the prompt's version stored with its groups
     drawn: bool = False  # its context is drawn from the store (by its sampler in lanpo.feedback.draw)
     context_field: str | None = None  # the one field of a context item its prompt reads
-    headers: tuple[str, ...] = ()  # a response in its format carries these (the format bonus, paper 10.3)
+    headers: tuple[str, ...] = ()  # its prompt asks for these: the format bonus (paper 10.3), use/sections/<mode>
     training: bool = False  # a training step's prompt mode
     metrics: tuple[str, ...] = ()  # the run_metrics names it is counted under
 
@@ -81,6 +81,9 @@ _FEEDBACK_METRICS = (
     "feedback/items/fewer_fitted/{mode}",
 )
 
+# lanpo.diagnostics: does a response use its context (the mean over the mode's rollouts; zero_shot: answer_only alone)
+_USE_METRICS = ("use/sections/{mode}", "use/echo/{mode}", "use/answer_only/{mode}", "use/answer_copied/{mode}")
+
 
 def _named(mode: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(p.format(mode=mode) for p in patterns)
@@ -96,7 +99,7 @@ MODES: dict[str, Mode] = {
             _actor,
             prompts.ACTOR_VERSION,
             training=True,
-            metrics=_named("zero_shot", _STEP_METRICS),
+            metrics=(*_named("zero_shot", _STEP_METRICS), "use/answer_only/zero_shot"),
         ),
         Mode(
             "intra",
@@ -108,7 +111,7 @@ MODES: dict[str, Mode] = {
             context_field="response",
             headers=prompts.INTRA_HEADERS,
             training=True,
-            metrics=_named("intra", _STEP_METRICS + _FEEDBACK_METRICS),
+            metrics=_named("intra", _STEP_METRICS + _FEEDBACK_METRICS + _USE_METRICS),
         ),
         Mode(
             "inter",
@@ -121,7 +124,7 @@ MODES: dict[str, Mode] = {
             context_field="summary",
             headers=prompts.INTER_HEADERS,
             training=True,
-            metrics=_named("inter", _STEP_METRICS + _FEEDBACK_METRICS),
+            metrics=_named("inter", _STEP_METRICS + _FEEDBACK_METRICS + _USE_METRICS),
         ),
         Mode(
             "val",
@@ -147,6 +150,7 @@ MODES: dict[str, Mode] = {
             prompts.INTER_VERSION,
             context_field="summary",
             headers=prompts.INTER_HEADERS,
+            metrics=_named("retrieval", _USE_METRICS),
         ),
         Mode(
             "self_correct",
@@ -154,6 +158,9 @@ MODES: dict[str, Mode] = {
             "the first answer's grade or the gold answer",
             None,
             prompts.REFLECT_VERSION,
+            context_field="response",
+            headers=prompts.INTRA_HEADERS,  # the reflection request asks for them; test time: no format bonus
+            metrics=_named("self_correct", _USE_METRICS),
         ),
     )
 }
@@ -201,7 +208,8 @@ def render_context(name: str, items: Sequence[Any]) -> str:
 
 
 def required_headers(name: str) -> tuple[str, ...]:
-    """Headers a response in `name` must carry for the format bonus (none for zero_shot)."""
+    """Headers the prompt of `name` asks a response to carry (none for zero_shot): the format bonus pays for them in
+    the training context modes (lanpo.rewards.format_ok), the use diagnostics read them in every mode."""
     return MODES[name].headers if name in MODES else ()
 
 

@@ -5,7 +5,8 @@
 - No import cycle among lanpo's modules (function-level imports count: they run; a module's import of its own
   package, the package's face, does not).
 - `lanpo/integrations/*` and `lanpo/feedback/*` (the store's client layer) import no `lanpo.train` module.
-- The pure core (`lanpo.rewards`, `lanpo.prompts`, `lanpo.rl`, `lanpo.config`) loads no SQLAlchemy.
+- The pure core (`lanpo.rewards`, `lanpo.prompts`, `lanpo.rl`, `lanpo.config`, `lanpo.diagnostics`) loads no
+  SQLAlchemy.
 
 A failure names each offending import as `file:line -> module`.
 """
@@ -244,6 +245,7 @@ print("sqlalchemy" in sys.modules)
         "lanpo.prompts",
         "lanpo.rl",
         "lanpo.config",
+        "lanpo.diagnostics",
     ],
 )
 def test_the_pure_core_loads_no_sqlalchemy(module: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from lanpo import feedback_modes, prompts
+from lanpo import diagnostics, feedback_modes, prompts
 from lanpo.db.repo import attempts as attempts_repo
 from lanpo.db.repo import experiences as experiences_repo
 from lanpo.db.repo import pools as pools_repo
@@ -57,6 +57,9 @@ class GroupRecord:
         default_factory=list
     )  # MEL's diagnosed pairs of this group (lanpo.train.mel.experiences.MetaRecord)
     prompt_version: str | None = None  # the template's version (None: the one of `mode`)
+    # what the prompt showed, for the use diagnostics (never written: the items are group_contexts' rows)
+    context_texts: list[str] = field(default_factory=list)  # each context item's text as shown (cut ones cut)
+    question: str = ""
 
 
 def group_records(
@@ -77,6 +80,8 @@ def group_records(
             prompt_tokens=len(completions[0].prompt_token_ids),
             contexts=[item.ref(pos) for pos, item in enumerate(prompts.items[g])],
             prompt_version=prompts.version(g),
+            context_texts=[feedback_modes.context_text(prompts.modes[g], item) for item in prompts.items[g]],
+            question=prompts.questions[g],
             rollouts=[
                 RolloutRecord(
                     response=c.text,
@@ -241,7 +246,8 @@ def cost_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
 
 def rollout_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
     """Reward and accuracy overall and by mode, format rate, response length, summaries (generated, with the
-    lesson's format, admitted, turned away by reason)."""
+    lesson's format, admitted, turned away by reason), and whether the answers use their context by mode
+    (`use/<diagnostic>/<mode>`, lanpo.diagnostics)."""
 
     def mean(values: list[float]) -> float:
         return float(sum(values) / len(values)) if values else math.nan
@@ -275,4 +281,5 @@ def rollout_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
         if picked:
             out[f"reward/{mode}"] = mean([r.reward for r in picked])
             out[f"accuracy/{mode}"] = mean([float(r.correct) for r in picked])
+    out.update(diagnostics.use_metrics(groups))  # use/<diagnostic>/<mode>: do the answers use their context
     return out

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from lanpo.diagnostics import DIAGNOSED_MODES
 from lanpo.feedback_modes import CONTEXT_MODES, MODES, PROMPT_MODES
 from lanpo.report.cost import GENERATED, PROMPT_TOKENS, PROMPTS, SECONDS_AXIS, TOKENS, TOKENS_AXIS, Axis
 from lanpo.report.series import RunData, Series, derived, total
@@ -203,6 +204,25 @@ def _feedback(runs: Sequence[RunData]) -> list[Panel]:
     )
 
 
+# the title of each use diagnostic's panel (lanpo.diagnostics.DIAGNOSTICS; metrics use/<diagnostic>/<mode>)
+USE_PANELS = {
+    "sections": "followed the prompt's sections",
+    "echo": "echo: share of the context's 5-word shingles",
+    "answer_only": "answer-only replies (zero-shot: reference)",
+    "answer_copied": "final answer copied from a context item",
+}
+
+
+def _use(runs: Sequence[RunData]) -> list[Panel]:
+    """One panel per use diagnostic, a curve per mode with a context (and zero-shot's answer-only rate)."""
+    panels = []
+    for diagnostic, title in USE_PANELS.items():
+        modes = (("zero_shot",) if diagnostic == "answer_only" else ()) + DIAGNOSED_MODES
+        curves = tuple(metric(f"use/{diagnostic}/{m}", MODES[m].title) for m in modes)
+        panels.append(Panel(title, curves, "share", bounds=SHARE))
+    return panels
+
+
 def _time(runs: Sequence[RunData]) -> list[Panel]:
     recorded = {n.removeprefix("time/") for n in names_matching(runs, "time/")} - set(NOT_PHASES)
     order = [p for p in PHASES if p in recorded] + sorted(recorded - set(PHASES) - set(PHASES_LAST))
@@ -355,6 +375,15 @@ CATALOGUE: tuple[FigureSpec, ...] = (
         "share of rollouts served a context vs the p_t asked for",
         _feedback,
         "count/<mode>, feedback/asked|served/<mode>, feedback/missed/<reason>, feedback/items/*, feedback/truncated/*",
+    ),
+    FigureSpec(
+        "use",
+        "Do the answers use their context",
+        "per mode with a context, the share of rollouts in the prompt's sections, the mean share of the context's "
+        "5-word shingles the answer repeats, the share of answer-only replies (zero-shot's, the reference) and of "
+        "final answers copied from a context item (lanpo.diagnostics; docs/concepts.md says what each can tell)",
+        _use,
+        "use/<diagnostic>/<mode>",
     ),
     FigureSpec(
         "pool",

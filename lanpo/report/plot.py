@@ -29,7 +29,7 @@ from lanpo.report.series import BAND_LABELS, Aggregate, Band, Line, Series, band
 
 MARKERS_UP_TO = 30  # points per curve below which every point gets a marker
 MIN_SPAN = 0.1  # of a bounded panel's range: its y axis spans at least this share of it
-STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))  # one per curve of a panel; dotted is the reference level
+STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (10, 3)))  # one per curve of a panel; dotted: the reference
 
 
 def curve_of(curve: Curve, line: Line, kind: Band, x: Axis | None = None) -> Aggregate | None:

@@ -14,7 +14,9 @@ from store_helpers import fill_history
 from lanpo.cli.sql import format_result
 from lanpo.db import migrate, sqlfiles
 from lanpo.db.readonly import query_readonly
+from lanpo.db.repo import runs as runs_repo
 from lanpo.errors import InputError
+from lanpo.feedback.record import GroupRecord, RolloutRecord, rollout_metrics
 
 VIEWS = [
     "experience_history",
@@ -24,6 +26,7 @@ VIEWS = [
     "pool_current",
     "run_attempts",
     "run_rewards",
+    "use_diagnostics",
 ]
 
 
@@ -96,6 +99,30 @@ def test_experience_usage_compares_with_the_same_steps_zero_shot_correctness(ses
     # correctness, not reward (the inter rewards of 1.0 carry no bonus here, the zero-shot 0.0 / 1.0 mean 0.5);
     # the step-0 zero-shot attempts (both wrong) are another step's and stay out of the baseline
     assert (usage.accuracy_with, usage.zero_shot_accuracy, usage.lift) == (1.0, 0.5, 0.5)
+
+
+def test_use_diagnostics_splits_the_use_metrics(session: Session) -> None:
+    """The step's use/<diagnostic>/<mode> metrics as rows, as a trainer records them (rollout_metrics); every other
+    metric left out."""
+    run_id = runs_repo.create_run(session, "use", "train", {}).id
+    responses = ["## Relevance\nnone\n## Plan\nadd\n## Solution\n\\boxed{3}", "It is 1 + 2 = 3, \\boxed{3}"]
+    groups = [
+        GroupRecord(1, "inter", "p", 4, [], [RolloutRecord(r, 1.0, True, True, 9, False) for r in responses]),
+        GroupRecord(2, "zero_shot", "p", 4, [], [RolloutRecord("\\boxed{3}", 1.0, True, False, 3, False)]),
+    ]
+    metrics = rollout_metrics(groups)
+    runs_repo.record_metrics(session, run_id, 1, metrics)
+    rows = session.execute(
+        sa.text("SELECT run_name, step, mode, diagnostic, value FROM use_diagnostics ORDER BY mode, diagnostic")
+    ).all()
+    assert [tuple(r) for r in rows] == [
+        ("use", 1, "inter", "answer_copied", 0.0),
+        ("use", 1, "inter", "answer_only", 1.0),
+        ("use", 1, "inter", "echo", 0.0),
+        ("use", 1, "inter", "sections", 0.5),
+        ("use", 1, "zero_shot", "answer_only", 1.0),
+    ]
+    assert {f"use/{r.diagnostic}/{r.mode}" for r in rows} == {n for n in metrics if n.startswith("use/")}
 
 
 @pytest.mark.parametrize("recipe", sqlfiles.names("recipes"))

@@ -69,7 +69,12 @@ def step_groups(step: int, seed: int, mode: str) -> list[GroupRecord]:
             correct = (step + seed + g + j) % 3 == 0
             rollouts.append(
                 RolloutRecord(
-                    f"r{j}", float(correct) + 0.1 * (m != "zero_shot"), correct, j == 0, 20 + step + g + seed, g == 3
+                    "\\boxed{7}" if (step + g + j) % 2 == 0 else f"r{j}",  # answer-only every other rollout
+                    float(correct) + 0.1 * (m != "zero_shot"),
+                    correct,
+                    j == 0,
+                    20 + step + g + seed,
+                    g == 3,
                 )
             )
         groups.append(GroupRecord(g + 1, m, "prompt", 10, [], rollouts))

@@ -21,7 +21,18 @@ from tests.report.helpers import fill_experiment, make_experiment, make_run, wri
 from tests.train.conftest import tiny_config
 
 VALIDATION = {"validation", "validation_tokens", "validation_time", "validation_detail", "matched_budget"}
-ALWAYS = {"reward", "accuracy", *VALIDATION, "response_length", "policy", "optimizer", "feedback", "pool", "time"}
+ALWAYS = {
+    "reward",
+    "accuracy",
+    *VALIDATION,
+    "response_length",
+    "policy",
+    "optimizer",
+    "feedback",
+    "use",
+    "pool",
+    "time",
+}
 
 
 def assert_has_content(path: Path) -> None:
@@ -80,6 +91,11 @@ def test_runs_overlaid_and_missing_panels_named(run_cli: Callable[..., Any], ses
     assert "No validation was recorded by these runs" in report
     assert "- Validation mean@k (`validation.png`, from val/<dataset>/mean@<k>): not recorded by these runs." in report
     assert "Panels left out, not recorded by these runs: intra (reward/intra); inter (reward/inter)." in report
+    # no rollout had a context: of the use diagnostics, zero-shot's answer-only rate alone is drawn
+    assert "### Do the answers use their context" in report
+    assert (
+        "Panels left out, not recorded by these runs: followed the prompt's sections (use/sections/intra, " in report
+    )
     assert not (out / "validation.png").exists()
     for png in out.glob("*.png"):
         assert_has_content(png)
@@ -176,3 +192,6 @@ def test_report_of_a_real_tiny_training_run(
     for png in out.glob("*.png"):
         assert_has_content(png)
     assert "Recorded but in no figure" not in (out / "report.md").read_text()
+    with db.connect() as conn:  # step 1: no history yet, zero-shot; step 2: every prompt served feedback (p_t = 1)
+        uses = conn.execute(sa.text("SELECT DISTINCT step, mode FROM use_diagnostics WHERE run_name = 'tiny'")).all()
+    assert (1, "zero_shot") in uses and {m for s, m in uses if s == 2} & {"intra", "inter"}, uses

@@ -1,14 +1,15 @@
 """The validation figure does not magnify noise: a band of +-1 SE around a single run, and a y axis of a sensible
-range, read back from the matplotlib objects `plot.draw` builds."""
+range, read back from the matplotlib objects `plot.draw` builds; the use diagnostics' figure draws each mode."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from lanpo.diagnostics import DIAGNOSED_MODES, DIAGNOSTICS
 from lanpo.report import plot
 from lanpo.report.cost import TOKENS, TOKENS_AXIS
-from lanpo.report.figures import CATALOGUE, SHARE
+from lanpo.report.figures import CATALOGUE, SHARE, USE_PANELS
 from lanpo.report.series import Line, RunData, RunInfo, Series
 
 VAL = "val/chain-test/mean@4"
@@ -77,3 +78,20 @@ def test_validation_against_tokens_has_the_band_too() -> None:
     assert xs.min() == pytest.approx(0.0) and xs.max() == pytest.approx(400.0 / divisor)  # step 4: 4 x 100 tokens
     bottom, top = ax.get_ylim()
     assert bottom <= 0.20 and top >= 0.33 and top - bottom >= 0.1
+
+
+def test_use_figure_draws_each_diagnostic_per_mode_with_zero_shot_as_reference() -> None:
+    """One panel per diagnostic, a curve per mode with a context, read under the names rollout_metrics writes; a
+    run without intra rollouts has no intra curve, and zero-shot is drawn in the answer-only panel alone."""
+    recorded = {"use/answer_only/zero_shot": [0.1, 0.0], "use/echo/inter": [0.2, 0.4], "use/sections/inter": [1, 1]}
+    recorded |= {"use/answer_only/inter": [0.5, 0.25], "use/answer_copied/inter": [0.0, 0.5]}
+    data = RunData(RunInfo(1, "u", "train", "finished"), {n: Series.of([1, 2], v) for n, v in recorded.items()})
+    panels = spec("use").panels([data])
+    assert [p.title for p in panels] == list(USE_PANELS.values())
+    assert list(USE_PANELS) == list(DIAGNOSTICS)
+    assert panels[2].reads == tuple(f"use/answer_only/{m}" for m in ("zero_shot", *DIAGNOSED_MODES))
+    assert all(p.bounds == SHARE and plot.has_data(p, [Line("u", [data])]) for p in panels)
+    figure = plot.draw("use", panels, [Line("u", [data])])
+    legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in figure.axes[:4]]
+    assert legends == [["inter"], ["inter"], ["zero-shot", "inter"], ["inter"]]
+    assert [len(ax.get_lines()) for ax in figure.axes[:4]] == [1, 1, 2, 1]
