@@ -71,9 +71,9 @@ def history_cmd(lesson: int, as_json: bool) -> None:
     )
     click.echo(header)
     for r in rows:
-        mark = "*" if r.is_current else " "
+        v = ("*" if r.is_current else " ") + str(r.version)
         click.echo(
-            f"{mark}{r.version:>2}  {r.reason:<19} {_num(r.similarity, 3):>5}  {_short(r.author or '-', 16):<16} "
+            f"{v:>3}  {r.reason:<19} {_num(r.similarity, 3):>5}  {_short(r.author or '-', 16):<16} "
             f"{_num(r.policy_step):>6} {_run_step(r.run_id, r.step):>9} {r.uses:>5} {r.helped:>6} {r.hurt:>5} "
             f"{r.even:>5} {r.unknown:>7} {_num(r.lift, 3, signed=True):>7}  {_short(r.summary, 60)}"
         )
