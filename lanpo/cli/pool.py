@@ -16,6 +16,7 @@ import click
 from sqlalchemy.orm import Session
 
 from lanpo import feedback_modes
+from lanpo.cli import pool_history
 from lanpo.cli.params import SEED, Float, Int, field_option
 from lanpo.db import sqlfiles
 from lanpo.db.connection import connect, transaction
@@ -34,7 +35,12 @@ def render(mode: str, items: Sequence[object]) -> str:
 
 @click.group("pool")
 def command() -> None:
-    """Experience pools: list them; statistics, weighted draws and rendered feedback contexts of one."""
+    """Experience pools: list them; statistics, weighted draws and rendered feedback contexts of one; a lesson's
+    history, and its retirement by hand."""
+
+
+command.add_command(pool_history.retire_cmd)
+command.add_command(pool_history.history_cmd)
 
 
 @command.command("list")

@@ -17,8 +17,12 @@ Create Date: 2026-12-05
 - `lesson_usefulness`: per lesson version, its uses by outcome (helped, hurt, even, unknown), its graded attempts
   and credited gain (`lanpo.db.repo.usefulness` keeps it current; filled here from the history). The serving role
   may insert and update it: `POST /v1/feedback` changes a use's outcome.
+- Views (definitions also in sql/views/): `lesson_history`, one row per lesson version with its reason, provenance,
+  the lesson's state and the version's usefulness; `pool_churn`, per pool, run and step the lessons added, merged,
+  evicted, expired and retired by hand.
 
-Downgrade drops the table and the columns, and evicts nothing back: lessons retired by use or expiry stay retired.
+Downgrade drops the views, the table and the columns, and evicts nothing back: lessons retired by use or expiry
+stay retired.
 """
 
 from __future__ import annotations
@@ -57,6 +61,60 @@ OLD_IMMUTABLE = ", OLD.reason, OLD.similarity, OLD.reward, OLD.step"
 SERVE_ROLE = (
     "SELECT s.role_name FROM lanpo_private.serve_login s JOIN pg_catalog.pg_roles r ON r.rolname = s.role_name"
 )
+
+# the views of a lesson's life; the same definitions are in sql/views/ (tests/db/test_views.py proves it). The
+# reader role reads them through 0004's default privileges.
+LESSON_HISTORY = """
+CREATE OR REPLACE VIEW lesson_history AS
+SELECT e.id AS experience_id, e.pool_id, pl.name AS pool, e.problem_id AS source_problem_id, e.kind,
+       v.id AS version_id, v.version, v.reason, v.similarity, v.summary, v.author, v.policy_version_id,
+       pv.step AS policy_step, v.run_id, v.step, v.source_attempt_id, v.reward, v.created_at,
+       v.version = max(v.version) OVER (PARTITION BY v.experience_id) AS is_current,
+       e.evicted_at IS NULL AS active, e.evicted_by, e.evicted_at, e.evicted_run_id, e.evicted_step, e.evicted_note,
+       coalesce(u.uses, 0) AS uses, coalesce(u.helped, 0) AS helped, coalesce(u.hurt, 0) AS hurt,
+       coalesce(u.even, 0) AS even, coalesce(u.unknown, 0) AS unknown, coalesce(u.graded, 0) AS graded,
+       coalesce(u.credit, 0) AS credit, u.credit / CAST(nullif(u.graded, 0) AS double precision) AS lift
+FROM experiences e
+JOIN pools pl ON pl.id = e.pool_id
+JOIN experience_versions v ON v.experience_id = e.id
+LEFT JOIN policy_versions pv ON pv.id = v.policy_version_id
+LEFT JOIN lesson_usefulness u ON u.version_id = v.id;
+"""
+
+POOL_CHURN = """
+CREATE OR REPLACE VIEW pool_churn AS
+WITH events AS (
+    SELECT e.pool_id, e.run_id, e.step, 'added' AS event, CAST(NULL AS text) AS evicted_by,
+           CAST(count(*) AS integer) AS n
+    FROM experiences e
+    GROUP BY e.pool_id, e.run_id, e.step
+    UNION ALL
+    SELECT e.pool_id, v.run_id, v.step, 'merged', NULL, CAST(count(*) AS integer)
+    FROM experience_versions v
+    JOIN experiences e ON e.id = v.experience_id
+    WHERE v.reason LIKE 'merge:%'
+    GROUP BY e.pool_id, v.run_id, v.step
+    UNION ALL
+    SELECT e.pool_id, e.evicted_run_id, e.evicted_step, 'left', e.evicted_by, CAST(count(*) AS integer)
+    FROM experiences e
+    WHERE e.evicted_at IS NOT NULL
+    GROUP BY e.pool_id, e.evicted_run_id, e.evicted_step, e.evicted_by
+)
+SELECT ev.pool_id, pl.name AS pool, ev.run_id, ev.step,
+       coalesce(sum(ev.n) FILTER (WHERE ev.event = 'added'), 0) AS added,
+       coalesce(sum(ev.n) FILTER (WHERE ev.event = 'merged'), 0) AS merged,
+       coalesce(sum(ev.n) FILTER (WHERE ev.event = 'left'), 0) AS left_pool,
+       coalesce(sum(ev.n) FILTER (WHERE ev.event = 'left' AND ev.evicted_by NOT LIKE 'expired:%'
+                                  AND ev.evicted_by NOT LIKE 'manual:%'), 0) AS evicted,
+       coalesce(sum(ev.n) FILTER (WHERE ev.evicted_by LIKE 'expired:%'), 0) AS expired,
+       coalesce(sum(ev.n) FILTER (WHERE ev.evicted_by LIKE 'manual:%'), 0) AS retired,
+       coalesce(jsonb_object_agg(ev.evicted_by, ev.n) FILTER (WHERE ev.event = 'left'), '{}') AS evicted_by
+FROM events ev
+JOIN pools pl ON pl.id = ev.pool_id
+GROUP BY ev.pool_id, pl.name, ev.run_id, ev.step;
+"""
+
+VIEWS = {"lesson_history": LESSON_HISTORY, "pool_churn": POOL_CHURN}
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -147,14 +205,22 @@ def _usefulness() -> None:
         op.execute(f"GRANT SELECT, INSERT, UPDATE ON lesson_usefulness TO {quoted}")
 
 
+def _views() -> None:
+    for ddl in VIEWS.values():
+        op.execute(ddl)
+
+
 def upgrade() -> None:
     _pools()
     _versions()
     op.add_column("experiences", sa.Column("evicted_note", sa.Text(), nullable=True))
     _usefulness()
+    _views()
 
 
 def downgrade() -> None:
+    for name in reversed(VIEWS):
+        op.execute(f"DROP VIEW IF EXISTS {name}")
     op.drop_table("lesson_usefulness")
     op.drop_column("experiences", "evicted_note")
     op.drop_index("ix_experience_versions_run_step", table_name="experience_versions")

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 import sqlalchemy as sa
+from lesson_helpers import MERGE_SIMILARITY, USEFULNESS, fill_lesson_life
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from store_helpers import fill_history
@@ -21,8 +22,10 @@ from lanpo.feedback.record import GroupRecord, RolloutRecord, rollout_metrics
 VIEWS = [
     "experience_history",
     "experience_usage",
+    "lesson_history",
     "meta_experience_history",
     "meta_experience_yield",
+    "pool_churn",
     "pool_current",
     "run_attempts",
     "run_rewards",
@@ -127,7 +130,7 @@ def test_use_diagnostics_splits_the_use_metrics(session: Session) -> None:
 
 @pytest.mark.parametrize("recipe", sqlfiles.names("recipes"))
 def test_recipes_run_on_filled_data(db: Engine, session: Session, recipe: str) -> None:
-    fill_history(session, same_step_baseline=True)
+    fill_lesson_life(session, fill_history(session, same_step_baseline=True))
     session.commit()
     result = query_readonly(db, sqlfiles.text_of(recipe))
     assert result.rows, f"{recipe} returned nothing on filled data"
@@ -170,3 +173,100 @@ def test_readonly_refuses_writes_and_changes_nothing(db: Engine, session: Sessio
         query_readonly(db, "SELECT * FROM nope")
     assert query_readonly(db, "SELECT count(*) FROM problems").rows == before == [(3,)]
     assert query_readonly(db, "SELECT count(*) FROM attempts").rows == [(6,)]
+
+
+def test_lesson_history_on_a_lesson_of_three_versions(db: Engine, session: Session) -> None:
+    ids = fill_history(session)
+    life = fill_lesson_life(session, ids)
+    session.commit()
+    columns = ("experience_id", "version_id", "version", "similarity", "summary", "is_current", "active",
+               "evicted_by", "uses", "helped", "hurt", "even", "unknown", "graded", "credit", "lift")  # fmt: skip
+    chain = f"SELECT {', '.join(columns)}, reason, run_id, step FROM lesson_history WHERE experience_id = :e"
+    rows = session.execute(sa.text(f"{chain} ORDER BY version"), {"e": life["lesson"]}).all()
+    b, (u1, u3) = life["lesson"], (USEFULNESS[1], USEFULNESS[3])
+    assert [tuple(r)[: len(columns)] for r in rows] == [
+        (b, life["v1"], 1, None, "lesson of b", False, True, None, *u1, u1[-1] / u1[-2]),
+        (b, life["v2"], 2, None, "lesson of b, rewritten", False, True, None, 0, 0, 0, 0, 0, 0, 0.0, None),
+        (b, life["v3"], 3, MERGE_SIMILARITY, "lesson of b, merged", True, True, None, *u3, 0.5),
+    ]
+    # version 1 takes its lesson's provenance and append_version names its reason once the writers do (issue 54's
+    # merge work); the merge written by SQL here says it all
+    assert rows[0].reason == "new" and (rows[0].run_id, rows[0].step) in {(None, None), (ids["run"], 1)}
+    assert rows[1].reason in {"new", "rewrite"} and (rows[1].run_id, rows[1].step) == (None, None)
+    assert (rows[2].reason, rows[2].run_id, rows[2].step) == ("merge:newer", ids["run"], 2)
+    states = session.execute(
+        sa.text("SELECT experience_id, active, evicted_by, evicted_run_id, evicted_step, evicted_note, pool, "
+                "source_problem_id FROM lesson_history WHERE version = 1 ORDER BY experience_id")
+    ).all()  # fmt: skip
+    assert [tuple(r) for r in states] == [
+        (ids["evicted"], False, "per_problem:oldest", ids["run"], 1, None, "hist", ids["b"]),
+        (b, True, None, None, None, None, "hist", ids["b"]),
+        (life["lesson_a"], False, "manual:retired", None, None, "misleads on a", "hist", ids["a"]),
+        (life["lesson_c"], False, "expired:policy_age", ids["run"], 2, None, "hist", ids["c"]),
+    ]
+    # one row per version, no more: every version of the store, each once
+    assert (
+        session.scalar(sa.text("SELECT count(*) FROM lesson_history"))
+        == session.scalar(sa.text("SELECT count(*) FROM experience_versions"))
+        == 6
+    )
+    reader = query_readonly(db, "SELECT count(*), sum(uses) FROM lesson_history")
+    assert reader.rows == [(6, 8)]
+
+
+def _churn_reference(session: Session) -> dict[tuple[int | None, int | None], tuple[int, ...]]:
+    """pool_churn computed row by row in Python from the raw tables."""
+    out: dict[tuple[int | None, int | None], list] = {}
+
+    def row(run: int | None, step: int | None) -> list:
+        return out.setdefault((run, step), [0, 0, 0, 0, 0, 0, {}])
+
+    for run, step, evicted_by, evicted_run, evicted_step in session.execute(
+        sa.text("SELECT run_id, step, evicted_by, evicted_run_id, evicted_step FROM experiences")
+    ):
+        row(run, step)[0] += 1
+        if evicted_by is not None:
+            r = row(evicted_run, evicted_step)
+            r[2] += 1
+            r[3 + (2 if evicted_by.startswith("manual:") else 1 if evicted_by.startswith("expired:") else 0)] += 1
+            r[6][evicted_by] = r[6].get(evicted_by, 0) + 1
+    for run, step in session.execute(
+        sa.text("SELECT run_id, step FROM experience_versions WHERE reason LIKE 'merge:%'")
+    ):
+        row(run, step)[1] += 1
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def test_pool_churn_per_step(db: Engine, session: Session) -> None:
+    ids = fill_history(session)
+    fill_lesson_life(session, ids)
+    session.commit()
+    columns = "run_id, step, added, merged, left_pool, evicted, expired, retired, evicted_by"
+    churn = session.execute(sa.text(f"SELECT {columns} FROM pool_churn WHERE pool = 'hist' ORDER BY step")).all()
+    run = ids["run"]
+    assert [tuple(r) for r in churn] == [
+        (run, 0, 1, 0, 0, 0, 0, 0, {}),
+        (run, 1, 1, 0, 1, 1, 0, 0, {"per_problem:oldest": 1}),
+        (run, 2, 2, 1, 1, 0, 1, 0, {"expired:policy_age": 1}),
+        (None, None, 0, 0, 1, 0, 0, 1, {"manual:retired": 1}),
+    ]
+    assert {(r[0], r[1]): tuple(r[2:]) for r in churn} == _churn_reference(session)
+    assert query_readonly(db, "SELECT sum(added), sum(left_pool) FROM pool_churn").rows == [(4, 3)]
+
+
+def test_lesson_recipes(db: Engine, session: Session) -> None:
+    ids = fill_history(session)
+    life = fill_lesson_life(session, ids)
+    session.commit()
+    hurt = query_readonly(db, sqlfiles.text_of("recipes/lessons_that_hurt"))
+    # version 1 of b's lesson: 5 known uses (>= the pool's min_uses 4), lift -0.25; version 3 helped
+    assert [(r[0], r[1], r[2]) for r in hurt.rows] == [(life["lesson"], 1, life["v1"])]
+    merged = query_readonly(db, sqlfiles.text_of("recipes/merged_lessons"))
+    assert [(r[0], r[1], r[2]) for r in merged.rows] == [
+        (life["lesson"], 1, "new"), (life["lesson"], 2, merged.rows[1][2]), (life["lesson"], 3, "merge:newer")
+    ]  # fmt: skip
+    churn = query_readonly(db, sqlfiles.text_of("recipes/pool_churn_per_step"))
+    # step, added, merged, left_pool, net_so_far: the hand retirement (no run, no step) last, a run of its own
+    assert [(r[2], r[3], r[4], r[5], r[9]) for r in churn.rows] == [
+        (0, 1, 0, 0, 1), (1, 1, 0, 1, 1), (2, 2, 1, 1, 2), (None, 0, 0, 1, -1)
+    ]  # fmt: skip

@@ -1,0 +1,7 @@
+-- One lesson's chain, oldest version first, from the lesson_history view (lanpo pool history).
+SELECT experience_id, pool, source_problem_id, kind, version_id, version, reason, similarity, summary, author,
+       policy_version_id, policy_step, run_id, step, created_at, is_current, active, evicted_by, evicted_at,
+       evicted_run_id, evicted_step, evicted_note, uses, helped, hurt, even, unknown, graded, credit, lift
+FROM lesson_history
+WHERE experience_id = :experience_id
+ORDER BY version

@@ -1,0 +1,22 @@
+-- Every version of every lesson (experience), evicted or not: what the lesson is (pool, source problem, kind), why
+-- the version exists (reason: new | rewrite | merge:newer | merge:higher_reward; similarity: a merge's cosine to the
+-- version it supersedes), its text, who wrote it (author, the policy version's step, the run and step whose
+-- transaction wrote it), whether it is the lesson's current version, the lesson's state (active, or evicted_by /
+-- evicted_at / evicted_run_id / evicted_step, and a person's evicted_note for 'manual:retired'), and the
+-- version's usefulness from lesson_usefulness (0 uses where it has no row yet): its uses by outcome against the
+-- zero-shot baseline (helped + hurt + even + unknown = uses), its graded attempts with a baseline and their summed
+-- credit, and lift = credit / graded (experience_usage.lift; NULL with nothing graded).
+CREATE OR REPLACE VIEW lesson_history AS
+SELECT e.id AS experience_id, e.pool_id, pl.name AS pool, e.problem_id AS source_problem_id, e.kind,
+       v.id AS version_id, v.version, v.reason, v.similarity, v.summary, v.author, v.policy_version_id,
+       pv.step AS policy_step, v.run_id, v.step, v.source_attempt_id, v.reward, v.created_at,
+       v.version = max(v.version) OVER (PARTITION BY v.experience_id) AS is_current,
+       e.evicted_at IS NULL AS active, e.evicted_by, e.evicted_at, e.evicted_run_id, e.evicted_step, e.evicted_note,
+       coalesce(u.uses, 0) AS uses, coalesce(u.helped, 0) AS helped, coalesce(u.hurt, 0) AS hurt,
+       coalesce(u.even, 0) AS even, coalesce(u.unknown, 0) AS unknown, coalesce(u.graded, 0) AS graded,
+       coalesce(u.credit, 0) AS credit, u.credit / CAST(nullif(u.graded, 0) AS double precision) AS lift
+FROM experiences e
+JOIN pools pl ON pl.id = e.pool_id
+JOIN experience_versions v ON v.experience_id = e.id
+LEFT JOIN policy_versions pv ON pv.id = v.policy_version_id
+LEFT JOIN lesson_usefulness u ON u.version_id = v.id;
