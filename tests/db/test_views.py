@@ -189,10 +189,9 @@ def test_lesson_history_on_a_lesson_of_three_versions(db: Engine, session: Sessi
         (b, life["v2"], 2, None, "lesson of b, rewritten", False, True, None, 0, 0, 0, 0, 0, 0, 0.0, None),
         (b, life["v3"], 3, MERGE_SIMILARITY, "lesson of b, merged", True, True, None, *u3, 0.5),
     ]
-    # version 1 takes its lesson's provenance and append_version names its reason once the writers do (issue 54's
-    # merge work); the merge written by SQL here says it all
-    assert rows[0].reason == "new" and (rows[0].run_id, rows[0].step) in {(None, None), (ids["run"], 1)}
-    assert rows[1].reason in {"new", "rewrite"} and (rows[1].run_id, rows[1].step) == (None, None)
+    # version 1 takes its lesson's provenance, append_version's rewrite says so, and the merge says it all
+    assert rows[0].reason == "new" and (rows[0].run_id, rows[0].step) == (ids["run"], 1)
+    assert rows[1].reason == "rewrite" and (rows[1].run_id, rows[1].step) == (None, None)
     assert (rows[2].reason, rows[2].run_id, rows[2].step) == ("merge:newer", ids["run"], 2)
     states = session.execute(
         sa.text("SELECT experience_id, active, evicted_by, evicted_run_id, evicted_step, evicted_note, pool, "
@@ -263,7 +262,7 @@ def test_lesson_recipes(db: Engine, session: Session) -> None:
     assert [(r[0], r[1], r[2]) for r in hurt.rows] == [(life["lesson"], 1, life["v1"])]
     merged = query_readonly(db, sqlfiles.text_of("recipes/merged_lessons"))
     assert [(r[0], r[1], r[2]) for r in merged.rows] == [
-        (life["lesson"], 1, "new"), (life["lesson"], 2, merged.rows[1][2]), (life["lesson"], 3, "merge:newer")
+        (life["lesson"], 1, "new"), (life["lesson"], 2, "rewrite"), (life["lesson"], 3, "merge:newer")
     ]  # fmt: skip
     churn = query_readonly(db, sqlfiles.text_of("recipes/pool_churn_per_step"))
     # step, added, merged, left_pool, net_so_far: the hand retirement (no run, no step) last, a run of its own
