@@ -228,7 +228,7 @@ def held_out_problems(
 
 
 def _sql_tour(db: Any, cfg: Any, echo: Callable[[str], None]) -> None:
-    """Two queries over the run's history, printed as `lanpo sql` prints them."""
+    """Three queries over the run's history, printed as `lanpo sql` prints them."""
     from lanpo.db.format import format_result
     from lanpo.db.readonly import query_readonly
 
@@ -241,6 +241,11 @@ def _sql_tour(db: Any, cfg: Any, echo: Callable[[str], None]) -> None:
         "the newest experiences in the run's pool": (
             "SELECT experience_id, problem_id, round(reward::numeric, 2) AS reward, left(summary, 70) AS summary "
             f"FROM pool_current WHERE pool = '{cfg.pool_name()}' ORDER BY created_at DESC LIMIT 3"
+        ),
+        "lessons that took a near-duplicate as a new version, with their uses (lanpo pool history ID)": (
+            "SELECT experience_id, version, reason, round(similarity::numeric, 2) AS sim, uses, helped, hurt, "
+            f"left(summary, 40) AS summary FROM lesson_history WHERE pool = '{cfg.pool_name()}' AND experience_id "
+            "IN (SELECT experience_id FROM lesson_history WHERE version > 1) ORDER BY experience_id, version LIMIT 6"
         ),
     }
     for title, sql in queries.items():

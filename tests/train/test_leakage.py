@@ -72,3 +72,33 @@ def test_contexts_from_the_store_never_leak(db: Engine, history, lessons, seed: 
         own = {t for p, t, _, _ in history if pids[p] == pid}
         assert all(item.response in own for item in intra[pid]), "intra context from another problem"
         assert all(item.source_problem_id != pid for item in inter[pid]), "inter context from the same problem"
+
+
+def test_an_inter_prompt_shows_a_merged_lessons_current_text_and_nothing_of_its_record(db: Engine) -> None:
+    """A lesson merged into version 2 with a usefulness record: the prompt carries version 2's words, never version
+    1's, never either reward, and none of the counts (lesson_usefulness is read by no prompt builder)."""
+    first = "## Flow\nAdd the tens first.\n## Principles\nCarry into the next column.\n## Pitfalls\nKeep signs."
+    second = "## Flow\nFirst sum up the tens.\n## Principles\nCarry into the column after.\n## Pitfalls\nMind signs."
+    near = [1.0, 0.1] + [0.0] * 382
+    with transaction(db) as session:
+        upsert_problems(session, "merged", [ProblemIn(str(i), f"question {i}", f"answer {i}") for i in range(2)])
+        a, b = problem_ids(session, "merged")
+        pool = ensure_pool(session, "merged", StoreConfig(merge_threshold=0.9))
+        embedding = [1.0] + [0.0] * 383
+        add_experiences(session, pool, [NewExperience(b, first, reward=0.8137, embedding=embedding)])
+        merged = add_experiences(session, pool, [NewExperience(b, second, reward=0.9173, embedding=near)])
+        assert merged.merged == [0]
+        session.connection().exec_driver_sql(
+            "INSERT INTO lesson_usefulness (version_id, uses, helped, hurt, even, unknown, graded, credit) "
+            f"VALUES ({merged.version_ids[0]}, 9431, 7331, 2100, 0, 0, 8642, 51.37)"
+        )
+        session.connection().exec_driver_sql(
+            f"INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) VALUES ({a}, {b}, 'm', 1)"
+        )
+        inter = contexts.inter_contexts(
+            session, [a], k=2, candidates=8, seed=3, gamma=0.5, scorer="m", pool_id=pool.id
+        )
+    text = "\n".join(m["content"] for m in prompts.inter_messages("question 0", inter[a]))
+    assert "First sum up the tens." in text and "Add the tens first." not in text
+    for number in ("0.8137", "0.9173", "9431", "7331", "2100", "8642", "51.37"):
+        assert number not in text
