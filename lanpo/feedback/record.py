@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from lanpo import feedback_modes, prompts
 from lanpo.db.repo import attempts as attempts_repo
+from lanpo.db.repo import capacity
 from lanpo.db.repo import experiences as experiences_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo.attempts import ContextRef
@@ -117,11 +118,13 @@ class StepWrite:
     evicted: int
     pool_active: int
     attempt_ids: list[list[int]] = field(default_factory=list)  # per group, its attempts' ids in rollout order
+    expired: int = 0  # lessons retired by policy age (store.max_policy_age) before the step's were added
 
     def as_metrics(self) -> dict[str, float]:
         return {
             "pool/added": float(self.added),
             "pool/evicted": float(self.evicted),
+            "pool/expired": float(self.expired),
             "pool/active": float(self.pool_active),
         }
 
@@ -135,8 +138,10 @@ def write_step_rows(
     groups: Sequence[GroupRecord],
     summary_author: str,
 ) -> StepWrite:
-    """Groups with their attempts and contexts, then experiences summarised from them (capacity enforced inside)."""
+    """Groups with their attempts and contexts, then the lessons too old in policy versions retired
+    (`store.max_policy_age`), then experiences summarised from the groups (capacity enforced inside)."""
     attempt_ids = write_groups(session, run_id, step, policy_version_id, groups)
+    expired = capacity.expire(session, pool, run_id, step)
     added = experiences_repo.add_experiences(
         session,
         pool,
@@ -163,6 +168,7 @@ def write_step_rows(
         len(added.evicted_ids),
         pools_repo.active_size(session, pool.id),
         attempt_ids,
+        len(expired),
     )
 
 

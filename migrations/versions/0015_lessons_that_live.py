@@ -141,7 +141,9 @@ def _usefulness() -> None:
     role = bind.scalar(sa.text(SERVE_ROLE))
     if role:
         quoted = bind.dialect.identifier_preparer.quote(role)
-        op.execute(f"GRANT SELECT, INSERT, UPDATE ON lesson_usefulness TO {quoted}")
+        # UPDATE by column: a role that may UPDATE a whole table is refused (lanpo.db.serve_role.check_unprivileged)
+        columns = "uses, helped, hurt, even, unknown, graded, credit, updated_at"
+        op.execute(f"GRANT SELECT, INSERT, UPDATE ({columns}) ON lesson_usefulness TO {quoted}")
 
 
 def upgrade() -> None:
