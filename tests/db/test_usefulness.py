@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
-from store_helpers import make_pool, make_problems
+from store_helpers import make_experiences, make_pool, make_problems
 
 from lanpo.db import sqlfiles
 from lanpo.db.connection import transaction
@@ -181,15 +181,31 @@ def test_a_rollback_takes_the_deleted_uses_away(session: Session) -> None:
     assert sum(r.uses for r in after.values()) < sum(r.uses for r in before.values())
 
 
-def test_a_write_without_lessons_costs_at_most_one_query(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_what_a_write_costs(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No lesson and no baseline: no query; a zero-shot group of a run: one look for lessons used at its key; a use
+    by a group with no run (never a baseline): its own version's row, with no look."""
     (p,) = make_problems(session, 1, dataset="cheap")
+    (version,) = make_experiences(session, p, 1)
     loaded: list[str] = []
     real = sqlfiles.load
     monkeypatch.setattr(sqlfiles, "load", lambda name: loaded.append(name) or real(name))
+
+    def looked() -> list[str]:
+        names = [n.removeprefix("queries/usefulness_") for n in loaded if "usefulness" in n]
+        loaded.clear()
+        return names
+
     record_groups(session, [NewGroup(p, "intra", "q", [NewAttempt("r", 1.0, True)], step=0)])
-    assert not [n for n in loaded if "usefulness" in n]  # changes no baseline and uses no lesson: no query
+    assert looked() == []
     record_groups(session, [NewGroup(p, "zero_shot", "q", [NewAttempt("r", 1.0, True)], step=0)])
-    assert [n for n in loaded if "usefulness" in n] == ["queries/usefulness_versions_at"]  # a baseline: one look
+    assert looked() == []  # no run: never a baseline
+    run = runs_repo.create_run(session, "cheap", "eval", {}).id
+    record_groups(session, [NewGroup(p, "zero_shot", "q", [NewAttempt("r", 1.0, True)], step=0, run_id=run)])
+    assert looked() == ["versions_at"]
+    lesson = [ContextRef(0, experience_version_id=version)]
+    record_groups(session, [NewGroup(p, "inter", "q", [NewAttempt("r", 1.0, True)], step=0, contexts=lesson)])
+    assert looked() == ["insert_missing", "lock", "recompute"]
+    assert usefulness.of_versions(session, [version])[version] == usefulness.Usefulness(version, uses=1, unknown=1)
 
 
 def test_concurrent_writers_of_one_lesson_lose_no_use(db: Engine) -> None:

@@ -61,22 +61,24 @@ class Usefulness:
         return self.credit / self.graded if self.graded else None
 
 
-def refresh(session: Session, keys: Iterable[Key]) -> list[int]:
-    """Recompute the rows of every version used by a group at any of `keys`; the versions refreshed.
+def refresh(session: Session, keys: Iterable[Key], versions: Iterable[int] = ()) -> list[int]:
+    """Recompute the rows of every version used by a group at any of `keys`, and of `versions`; those refreshed.
 
-    One query when no version is used at those keys; none when `keys` is empty.
+    A key with no run or step is dropped: such a group never has a baseline, so only its own versions (pass them
+    as `versions`) change. One query when no version is used at the keys and none is given; none without keys.
     """
-    wanted = sorted(set(keys), key=lambda k: (k[2], k[0] or 0, k[1] or 0))
-    if not wanted:
-        return []
-    params = {
-        "run_ids": [k[0] for k in wanted],
-        "steps": [k[1] for k in wanted],
-        "problem_ids": [k[2] for k in wanted],
-    }
-    versions = list(session.scalars(sqlfiles.load("queries/usefulness_versions_at"), params))
-    refresh_versions(session, versions)
-    return versions
+    wanted = sorted({k for k in keys if k[0] is not None and k[1] is not None})  # type: ignore[type-var]
+    found: list[int] = []
+    if wanted:
+        params = {
+            "run_ids": [k[0] for k in wanted],
+            "steps": [k[1] for k in wanted],
+            "problem_ids": [k[2] for k in wanted],
+        }
+        found = list(session.scalars(sqlfiles.load("queries/usefulness_versions_at"), params))
+    refreshed = sorted({*found, *versions})
+    refresh_versions(session, refreshed)  # one pass: all rows locked in one order
+    return refreshed
 
 
 def refresh_at_attempt(session: Session, attempt_id: int) -> list[int]:
