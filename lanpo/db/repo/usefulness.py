@@ -6,9 +6,10 @@ is `sql/queries/usefulness_recompute.sql`). What can change a version's row: a g
 at the (run, step, problem) key of one of its uses (a new baseline), a verdict on an attempt at such a key, and a
 rollback that deletes uses. So the writers call:
 
-- `refresh(session, keys)` after writing groups at `keys` (`attempts.record_groups`) or a verdict
-  (`refresh_at_attempt`, `serving.record_feedback`): every version used at those keys is recomputed;
-- `used_by_run_after` before a rollback deletes groups, and `refresh_versions` after.
+- `refresh(session, keys, versions)` after writing groups (`attempts.record_groups`: the keys of its zero-shot groups
+  and of its groups that use a lesson, and the versions those use): every version used at those keys is recomputed;
+- `refresh_at_attempt` after a verdict (`serving.record_feedback`): the versions used at the attempt's key;
+- `used_by_run_after` before a rollback deletes groups, and `refresh_versions` after (`steps.rollback_uncommitted`).
 
 Rows are recomputed from the evidence, never incremented, so a refresh is idempotent and repairs any row. Concurrency
 (two transactions writing uses of one version, READ COMMITTED): each refresher inserts the missing rows (ON CONFLICT
@@ -102,9 +103,13 @@ def refresh_versions(session: Session, version_ids: Sequence[int]) -> None:
     if not ids:
         return
     params = {"version_ids": ids}
-    session.execute(sqlfiles.load("queries/usefulness_insert_missing"), params)
+    session.execute(sqlfiles.load("queries/usefulness_insert_missing"), params)  # so that there is a row to lock
+    # held to commit: another refresher of any of these rows waits here until this transaction commits, and ...
     session.execute(sqlfiles.load("queries/usefulness_lock"), params)
-    session.execute(sqlfiles.load("queries/usefulness_recompute"), params)  # a new statement: a fresh snapshot
+    # ... this recompute, a new statement, reads a snapshot taken after the lock was granted: every use committed
+    # by an earlier refresher, and this transaction's own. One statement that both read and upserted would read its
+    # snapshot before waiting on the row, and overwrite the earlier refresher's count with one that misses its use.
+    session.execute(sqlfiles.load("queries/usefulness_recompute"), params)
 
 
 def of_versions(session: Session, version_ids: Iterable[int]) -> dict[int, Usefulness]:
