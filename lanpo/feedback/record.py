@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from lanpo import diagnostics, feedback_modes, prompts
 from lanpo.db.repo import attempts as attempts_repo
+from lanpo.db.repo import capacity
 from lanpo.db.repo import experiences as experiences_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo.attempts import ContextRef
@@ -124,6 +125,7 @@ class StepWrite:
     attempt_ids: list[list[int]] = field(default_factory=list)  # per group, its attempts' ids in rollout order
     merged: int = 0  # lessons that became a new version of an active one (a merging pool)
     duplicates: int = 0  # lessons that repeated an active one and added nothing
+    expired: int = 0  # lessons retired by policy age (store.max_policy_age) before the step's were added
 
     def as_metrics(self) -> dict[str, float]:
         return {
@@ -131,6 +133,7 @@ class StepWrite:
             "pool/merged": float(self.merged),
             "pool/duplicates": float(self.duplicates),
             "pool/evicted": float(self.evicted),
+            "pool/expired": float(self.expired),
             "pool/active": float(self.pool_active),
         }
 
@@ -144,9 +147,11 @@ def write_step_rows(
     groups: Sequence[GroupRecord],
     summary_author: str,
 ) -> StepWrite:
-    """Groups with their attempts and contexts, then experiences summarised from them (capacity enforced inside;
-    a merging pool takes a near-duplicate as a new version of the lesson it repeats)."""
+    """Groups with their attempts and contexts, then the lessons too old in policy versions retired
+    (`store.max_policy_age`), then experiences summarised from the groups (capacity enforced inside; a merging
+    pool takes a near-duplicate as a new version of the lesson it repeats)."""
     attempt_ids = write_groups(session, run_id, step, policy_version_id, groups)
+    expired = capacity.expire(session, pool, run_id, step)
     lessons = [
         experiences_repo.NewExperience(
             problem_id=g.problem_id,
@@ -173,6 +178,7 @@ def write_step_rows(
         attempt_ids=attempt_ids,
         merged=len(added.merged),
         duplicates=len(added.duplicates),
+        expired=len(expired),
     )
 
 

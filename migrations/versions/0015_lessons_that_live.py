@@ -15,7 +15,8 @@ Create Date: 2026-12-05
 - `experiences.evicted_note`: a person's reason for a retirement (`lanpo pool retire`, `evicted_by =
   'manual:retired'`).
 - `lesson_usefulness`: per lesson version, its uses by outcome (helped, hurt, even, unknown), its graded attempts
-  and credited gain (`lanpo.db.repo.usefulness` keeps it current; filled here from the history). The serving role
+  and credited gain (`lanpo.db.repo.usefulness` keeps it current; filled here from the history by its recompute
+  statement, `sql/queries/usefulness_recompute.sql`, for every version a context ever held). The serving role
   may insert and update it: `POST /v1/feedback` changes a use's outcome.
 - Views (definitions also in sql/views/): `lesson_history`, one row per lesson version with its reason, provenance,
   the lesson's state and the version's usefulness; `pool_churn`, per pool, run and step the lessons added, merged,
@@ -202,7 +203,9 @@ def _usefulness() -> None:
     role = bind.scalar(sa.text(SERVE_ROLE))
     if role:
         quoted = bind.dialect.identifier_preparer.quote(role)
-        op.execute(f"GRANT SELECT, INSERT, UPDATE ON lesson_usefulness TO {quoted}")
+        # UPDATE by column: a role that may UPDATE a whole table is refused (lanpo.db.serve_role.check_unprivileged)
+        columns = "uses, helped, hurt, even, unknown, graded, credit, updated_at"
+        op.execute(f"GRANT SELECT, INSERT, UPDATE ({columns}) ON lesson_usefulness TO {quoted}")
 
 
 def _views() -> None:
@@ -210,11 +213,28 @@ def _views() -> None:
         op.execute(ddl)
 
 
+def _fill_usefulness() -> None:
+    """Every version a context ever held gets its row, computed as the writers compute it from now on."""
+    from lanpo.db import sqlfiles
+
+    bind = op.get_bind()
+    bind.execute(
+        sa.text(
+            "INSERT INTO lesson_usefulness (version_id) SELECT DISTINCT experience_version_id FROM group_contexts "
+            "WHERE experience_version_id IS NOT NULL"
+        )
+    )
+    used = list(bind.scalars(sa.text("SELECT version_id FROM lesson_usefulness")))
+    if used:
+        bind.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": used})
+
+
 def upgrade() -> None:
     _pools()
     _versions()
     op.add_column("experiences", sa.Column("evicted_note", sa.Text(), nullable=True))
     _usefulness()
+    _fill_usefulness()
     _views()
 
 

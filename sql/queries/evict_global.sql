@@ -1,6 +1,7 @@
 -- Global cap: evict the worst active experiences of pool :pool_id until at most :cap remain.
--- Worst-first order by :policy as in evict_per_problem.sql (oldest, lowest reward, lowest relevance; ties by
--- age). Call it holding the pool's lock of lock_global_cap.sql.
+-- Worst-first order by :policy as in evict_per_problem.sql (oldest, lowest reward, lowest relevance, lowest
+-- utility: the lessons tried at least :min_uses times by lowest lift, then the untried; ties by age). Call it
+-- holding the pool's lock of lock_global_cap.sql.
 WITH excess AS (
     SELECT greatest(count(*) - :cap, 0) AS n FROM experiences WHERE pool_id = :pool_id AND evicted_at IS NULL
 ),
@@ -10,6 +11,16 @@ version_relevance AS (
     JOIN experience_versions v ON v.id = rs.candidate_version_id
     WHERE :policy = 'lowest_relevance'
     GROUP BY v.experience_id
+),
+utility AS (
+    SELECT e.id AS experience_id, lu.helped + lu.hurt + lu.even >= :min_uses AS tried,
+           lu.credit / nullif(lu.graded, 0) AS lift
+    FROM experiences e
+    CROSS JOIN LATERAL (
+        SELECT v.id FROM experience_versions v WHERE v.experience_id = e.id ORDER BY v.version DESC LIMIT 1
+    ) cv
+    JOIN lesson_usefulness lu ON lu.version_id = cv.id
+    WHERE :policy = 'lowest_utility' AND e.pool_id = :pool_id AND e.evicted_at IS NULL
 ),
 problem_relevance AS (
     SELECT rs.candidate_problem_id AS problem_id, avg(rs.score) AS score
@@ -22,10 +33,13 @@ victims AS (
     FROM experiences e
     LEFT JOIN version_relevance vr ON vr.experience_id = e.id
     LEFT JOIN problem_relevance pr ON pr.problem_id = e.problem_id
+    LEFT JOIN utility u ON u.experience_id = e.id
     WHERE e.pool_id = :pool_id AND e.evicted_at IS NULL
-    ORDER BY CASE :policy
+    ORDER BY coalesce(u.tried, false) DESC,  -- lowest_utility: the tried leave before the untried (false elsewhere)
+             CASE :policy
                  WHEN 'lowest_reward' THEN e.reward
                  WHEN 'lowest_relevance' THEN coalesce(vr.score, pr.score, 0)
+                 WHEN 'lowest_utility' THEN CASE WHEN u.tried THEN u.lift END
              END ASC NULLS FIRST,
              e.created_at ASC, e.id ASC
     LIMIT (SELECT n FROM excess)

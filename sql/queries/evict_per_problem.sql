@@ -2,8 +2,11 @@
 -- Keep order by :policy -- oldest: newest first; lowest_reward: highest reward first (NULL reward counts
 -- lowest); lowest_relevance: highest relevance first, where an experience's relevance is the mean score of
 -- relevance_scores rows naming one of its versions, else the mean score of rows naming its problem as the
--- candidate, else 0. Ties always fall back to recency (created_at, id). The relevance means are computed
--- once per statement (one pass over relevance_scores), and only under lowest_relevance.
+-- candidate, else 0; lowest_utility: the lessons whose current version has at least :min_uses uses with a known
+-- outcome (lesson_usefulness helped + hurt + even) leave first, lowest lift (credit / graded) first, and only then
+-- the untried ones, oldest first (so the cap holds). Ties always fall back to recency (created_at, id). The
+-- relevance means are computed once per statement (one pass over relevance_scores), and only under
+-- lowest_relevance; the usefulness rows are read only under lowest_utility.
 WITH active AS MATERIALIZED (
     SELECT e.id, e.problem_id, e.created_at, e.reward
     FROM experiences e
@@ -17,6 +20,16 @@ version_relevance AS (
     WHERE :policy = 'lowest_relevance'
     GROUP BY v.experience_id
 ),
+utility AS (
+    SELECT a.id AS experience_id, lu.helped + lu.hurt + lu.even >= :min_uses AS tried,
+           lu.credit / nullif(lu.graded, 0) AS lift
+    FROM active a
+    CROSS JOIN LATERAL (
+        SELECT v.id FROM experience_versions v WHERE v.experience_id = a.id ORDER BY v.version DESC LIMIT 1
+    ) cv
+    JOIN lesson_usefulness lu ON lu.version_id = cv.id
+    WHERE :policy = 'lowest_utility'
+),
 problem_relevance AS (
     SELECT rs.candidate_problem_id AS problem_id, avg(rs.score) AS score
     FROM relevance_scores rs
@@ -26,15 +39,18 @@ problem_relevance AS (
 ranked AS (
     SELECT a.id, row_number() OVER (
         PARTITION BY a.problem_id
-        ORDER BY CASE :policy
+        ORDER BY coalesce(u.tried, false) ASC,  -- lowest_utility keeps the untried first (false elsewhere)
+                 CASE :policy
                      WHEN 'lowest_reward' THEN a.reward
                      WHEN 'lowest_relevance' THEN coalesce(vr.score, pr.score, 0)
+                     WHEN 'lowest_utility' THEN CASE WHEN u.tried THEN u.lift END
                  END DESC NULLS LAST,
                  a.created_at DESC, a.id DESC
     ) AS keep_rank
     FROM active a
     LEFT JOIN version_relevance vr ON vr.experience_id = a.id
     LEFT JOIN problem_relevance pr ON pr.problem_id = a.problem_id
+    LEFT JOIN utility u ON u.experience_id = a.id
 )
 UPDATE experiences e
 SET evicted_at = now(), evicted_by = :evicted_by

@@ -12,8 +12,13 @@ from store_helpers import make_pool, make_problems, relevance
 
 from lanpo.config import StoreConfig
 from lanpo.db.connection import transaction
+from lanpo.db.repo import capacity, usefulness
+from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo import steps as steps_repo
+from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.capacity import per_step_admit
 from lanpo.db.repo.experiences import NewExperience, add_experiences
+from lanpo.feedback.record import GroupRecord, RolloutRecord, write_step_rows
 
 
 def test_per_step_admit_keeps_best_reward_first() -> None:
@@ -208,9 +213,125 @@ def test_oldest_fast_path_evicts_what_the_general_ranking_evicts(session: Sessio
                 chosen[name] = sorted(
                     session.scalars(
                         sqlfiles.load(f"queries/{name}"),
-                        {"pool_id": pool.id, "problem_ids": pids, "policy": "oldest", "evicted_by": "t", "cap": cap},
+                        {
+                            "pool_id": pool.id,
+                            "problem_ids": pids,
+                            "policy": "oldest",
+                            "evicted_by": "t",
+                            "cap": cap,
+                            "min_uses": 1,
+                        },
                     )
                 )
                 savepoint.rollback()
         assert chosen["evict_per_problem"] == chosen["evict_per_problem_oldest"], cap
         assert cap == 50 or chosen["evict_per_problem"]
+
+
+def _usefulness(session: Session, version_id: int, known: int, lift: float, unknown: int = 1) -> None:
+    """A lesson_usefulness row: `known` uses with an outcome (all helped or all hurt, by lift's sign), one graded
+    attempt each, credit = lift * known."""
+    helped, hurt = (known, 0) if lift > 0 else (0, known)
+    session.execute(
+        sa.text(
+            "INSERT INTO lesson_usefulness (version_id, uses, helped, hurt, even, unknown, graded, credit) "
+            "VALUES (:v, :u, :h, :x, 0, :n, :g, :c)"
+        ),
+        {"v": version_id, "u": known + unknown, "h": helped, "x": hurt, "n": unknown, "g": known, "c": lift * known},
+    )
+
+
+def test_lowest_utility_evicts_the_lesson_that_hurt_not_the_one_that_helped(session: Session) -> None:
+    """Uses written as a run writes them: on problem q, a zero-shot baseline of 1/2; the prompt holding the older
+    lesson is answered right twice (helped), the one holding the newer wrong twice (hurt). `oldest` would evict
+    the one that helped."""
+    p, q = make_problems(session, 2)
+    pool = make_pool(
+        session, "p", StoreConfig(per_problem_cap=2, per_step_cap=8, eviction="lowest_utility", min_uses=1)
+    )
+    helped, hurt = add_experiences(session, pool, [NewExperience(p, "helped"), NewExperience(p, "hurt")]).version_ids
+    wrong, right = NewAttempt("r", 0.0, False), NewAttempt("r", 1.0, True)
+    run = runs_repo.create_run(session, "u", "eval", {}).id
+    uses = [ContextRef(0, experience_version_id=helped)], [ContextRef(0, experience_version_id=hurt)]
+    record_groups(session, [
+        NewGroup(q, "zero_shot", "q", [right, wrong], step=1, run_id=run),
+        NewGroup(q, "inter", "q", [right, right], step=1, run_id=run, contexts=uses[0]),
+        NewGroup(q, "inter", "q", [wrong, wrong], step=1, run_id=run, contexts=uses[1]),
+    ])  # fmt: skip
+    rows = usefulness.of_versions(session, [helped, hurt])
+    assert (rows[helped].helped, rows[hurt].hurt) == (1, 1) and rows[helped].lift == 0.5 and rows[hurt].lift == -0.5
+    result = add_experiences(session, pool, [NewExperience(p, "new")])
+    assert _active(session, p) == ["helped", "new"] and len(result.evicted_ids) == 1
+    assert session.scalar(
+        sa.text("SELECT evicted_by FROM experiences WHERE id = :i"), {"i": result.evicted_ids[0]}
+    ) == ("per_problem:lowest_utility")
+
+
+@pytest.mark.parametrize("scope", ["per_problem", "global"])
+@pytest.mark.parametrize(("known", "evicted"), [(2, "helper"), (3, "tried"), (4, "tried")])
+def test_lowest_utility_waits_for_min_uses(session: Session, scope: str, known: int, evicted: str) -> None:
+    """min_uses = 3. `untried` (the oldest) has 2 known uses and the worst lift, `helper` 5 that helped, `tried`
+    `known` with a lift of -0.5; a fourth lesson goes over the cap of 3. At and above min_uses `tried` leaves (the
+    lowest lift among the tried), though `untried`'s lift is lower; below it `helper` is the only tried lesson and
+    leaves: no lesson under min_uses leaves while a tried one is left."""
+    pids = make_problems(session, 4)
+    caps = {"per_problem_cap": 3} if scope == "per_problem" else {"per_problem_cap": 10, "global_cap": 3}
+    pool = make_pool(
+        session,
+        "p",
+        StoreConfig(per_step_cap=8, eviction="lowest_utility", min_uses=3, **caps),  # type: ignore[arg-type]
+    )
+    where = [pids[0]] * 4 if scope == "per_problem" else pids
+    names = ["untried", "helper", "tried", "new"]
+    versions = [add_experiences(session, pool, [NewExperience(where[i], names[i])]).version_ids[0] for i in range(3)]
+    for version, (count, lift) in zip(versions, [(2, -1.0), (5, 1.0), (known, -0.5)], strict=True):
+        _usefulness(session, version, count, lift)
+    result = add_experiences(session, pool, [NewExperience(where[3], "new")])
+    gone = session.scalars(
+        sa.text("SELECT v.summary FROM experience_versions v JOIN experiences e ON e.id = v.experience_id "
+                "WHERE e.id = ANY(:ids)"), {"ids": result.evicted_ids}
+    ).all()  # fmt: skip
+    assert gone == [evicted]
+    assert session.scalar(
+        sa.text("SELECT evicted_by FROM experiences WHERE id = :i"), {"i": result.evicted_ids[0]}
+    ) == (f"{scope}:lowest_utility")
+
+
+def test_expiry_by_policy_age(session: Session) -> None:
+    """max_policy_age = 2 at step 5: lessons by the run's policies of steps 4 (age 1), 3 (age 2) stay, of step 2
+    (age 3) expires; another run's, and one with no policy version, never do. write_step_rows counts it before
+    adding the step's lesson, and a resume's rollback of step 5 brings it back."""
+    pids = make_problems(session, 6)
+    pool = make_pool(session, "p", StoreConfig(per_problem_cap=100, per_step_cap=100, max_policy_age=2))
+    run = runs_repo.create_run(session, "age", "train", {}, pool_id=pool.id).id
+    other = runs_repo.create_run(session, "other", "train", {}, pool_id=pool.id).id
+    pv = {s: steps_repo.add_policy_version(session, run, s, f"{s:x}" * 64) for s in range(5)}
+    foreign = steps_repo.add_policy_version(session, other, 0, "f" * 64)
+    written = {"age 1": pv[4], "age 2": pv[3], "age 3": pv[2], "other run": foreign, "no policy": None}
+    for pid, (name, version) in zip(pids, written.items(), strict=False):
+        add_experiences(session, pool, [NewExperience(pid, name, policy_version_id=version)])
+    assert capacity.expire(session, make_pool(session, "q"), run, 5) == []  # no max_policy_age: nothing
+    summary = "## Flow\nnew\n## Principles\nrule\n## Pitfalls\nslip"
+    rollout = RolloutRecord("r", 1.0, True, True, 5, False, summary)
+    wrote = write_step_rows(
+        session, run, pool, 5, pv[4], [GroupRecord(pids[5], "zero_shot", "q", 9, [], [rollout])], "x"
+    )
+    assert wrote.as_metrics()["pool/expired"] == 1.0 and wrote.added == 1
+    expired = session.execute(
+        sa.text("SELECT v.summary, e.evicted_by, e.evicted_run_id, e.evicted_step FROM experiences e "
+                "JOIN experience_versions v ON v.experience_id = e.id WHERE e.evicted_at IS NOT NULL")
+    ).all()  # fmt: skip
+    assert [tuple(r) for r in expired] == [("age 3", "expired:policy_age", run, 5)]
+    steps_repo.rollback_uncommitted(session, run, 4)
+    assert session.scalar(sa.text("SELECT count(*) FROM experiences WHERE evicted_at IS NULL")) == 5
+
+
+def test_lowest_utility_evicts_the_oldest_untried_when_none_is_tried(session: Session) -> None:
+    (p,) = make_problems(session, 1)
+    pool = make_pool(
+        session, "p", StoreConfig(per_problem_cap=2, per_step_cap=8, eviction="lowest_utility", min_uses=2)
+    )
+    first = add_experiences(session, pool, [NewExperience(p, "old"), NewExperience(p, "newer")]).version_ids
+    _usefulness(session, first[0], 1, 1.0)  # one use short of min_uses
+    add_experiences(session, pool, [NewExperience(p, "newest")])
+    assert _active(session, p) == ["newer", "newest"]

@@ -28,6 +28,7 @@ from lanpo.db.serve_role import (
     LOCK_FUNCTION,
     SEQUENCES,
     TABLE_GRANTS,
+    USEFULNESS_COLUMNS,
     renew,
     serve_engine,
     serve_login,
@@ -130,6 +131,7 @@ def test_the_role_is_made_as_0014_says(db: Engine) -> None:
         "experience_versions": "SELECT",
         "experiences": "SELECT",
         "group_contexts": "INSERT, SELECT",
+        "lesson_usefulness": "INSERT, SELECT",
         "policy_versions": "INSERT, SELECT",
         "pools": "SELECT",
         "problems": "INSERT, SELECT",
@@ -139,6 +141,7 @@ def test_the_role_is_made_as_0014_says(db: Engine) -> None:
         "served_answers": "INSERT, SELECT",
     }
     assert [tuple(c) for c in columns] == [
+        ("lesson_usefulness", "UPDATE", "credit, even, graded, helped, hurt, unknown, updated_at, uses"),
         ("run_metrics", "UPDATE", "value"),
         ("runs", "UPDATE", "finished_at, heartbeat_at, owner, status"),
     ]
@@ -228,6 +231,8 @@ REFUSED = [
     "UPDATE served_answers SET mode = 'x'",
     "UPDATE answer_feedback SET correct = false",
     "DELETE FROM answer_feedback",
+    "DELETE FROM lesson_usefulness",
+    "UPDATE lesson_usefulness SET version_id = version_id + 1",
     "UPDATE runs SET name = 'x', kind = 'train'",
     "DELETE FROM runs",
     "UPDATE policy_versions SET adapter_sha256 = repeat('0', 64)",
@@ -404,6 +409,7 @@ def _grants() -> list[str]:
     ]
     revokes += [f"REVOKE UPDATE ({c}) ON runs FROM {{r}}" for c in ("status", "finished_at", "heartbeat_at", "owner")]
     revokes += ["REVOKE UPDATE (value) ON run_metrics FROM {r}"]
+    revokes += [f"REVOKE UPDATE ({c}) ON lesson_usefulness FROM {{r}}" for c in USEFULNESS_COLUMNS]
     revokes += [f"REVOKE USAGE ON SEQUENCE {s} FROM {{r}}" for s in SEQUENCES]
     return [*revokes, f"REVOKE EXECUTE ON FUNCTION {LOCK_FUNCTION} FROM {{r}}"]
 

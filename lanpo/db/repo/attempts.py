@@ -15,7 +15,7 @@ from typing import Protocol
 from sqlalchemy.orm import Session
 
 from lanpo.db.models import ATTEMPT_MODES
-from lanpo.db.repo import bulk, checks
+from lanpo.db.repo import bulk, checks, usefulness
 from lanpo.errors import InputError
 
 GROUP_TYPES = ("int8", "int8", "int8", "int4", "int8", "text", "text", "text", "int4")
@@ -148,7 +148,7 @@ def record_groups(session: Session, groups: list[NewGroup]) -> list[list[int]]:
 
     NUL bytes in prompt / response are stripped with a warning; text over 1 MiB, unknown modes, non-finite
     rewards, malformed hashes and contexts that name both or neither source raise InputError before anything
-    is written.
+    is written. Keeps the `lesson_usefulness` of the versions used at the groups' keys current (`usefulness.refresh`).
     """
     group_rows, attempt_rows, context_rows = [], [], []
     for i, g in enumerate(groups):
@@ -184,6 +184,14 @@ def record_groups(session: Session, groups: list[NewGroup]) -> list[list[int]]:
             CONTEXT_TYPES,
             "group contexts",
         )
+    # a use, or a zero-shot baseline, changes lesson_usefulness at its key; any other group changes nothing there
+    keys, versions = set(), set()
+    for g, row in zip(groups, group_rows, strict=True):
+        used = {c.experience_version_id for c in g.contexts if c.experience_version_id is not None}
+        if g.mode == "zero_shot" or used:
+            keys.add((row[0], row[2], row[1]))  # (run_id, step, problem_id)
+            versions |= used  # found at the key too, unless the group has no run or step
+    usefulness.refresh(session, keys, versions)
     out: list[list[int]] = [[] for _ in groups]
     for aid, (i, _) in zip(attempt_ids, attempt_rows, strict=True):
         out[i].append(aid)

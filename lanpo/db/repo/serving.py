@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
-from lanpo.db.repo import checks
+from lanpo.db.repo import checks, usefulness
 from lanpo.errors import InputError
 
 
@@ -139,7 +139,8 @@ def record_feedback(
 ) -> int:
     """Append feedback on attempt `attempt_id` (in the caller's transaction); its id. A reward (finite) or a
     verdict is required; InputError, with nothing written, otherwise. The caller checks the attempt is a served
-    answer (`served_answer`) and that the key may reach its pool."""
+    answer (`served_answer`) and that the key may reach its pool. A verdict refreshes the `lesson_usefulness` of the
+    versions used at the attempt's key (`usefulness.refresh_at_attempt`); a reward alone changes none."""
     reward = checks.finite_or_none(reward, "reward")
     correct = checks.bool_or_none(correct, "verdict")
     if reward is None and correct is None:
@@ -156,4 +157,7 @@ def record_feedback(
         "gold_answer": gold_answer,
         "key_name": _name(key_name, "key name"),
     }
-    return int(session.scalar(sqlfiles.load("queries/answer_feedback_insert"), params))  # type: ignore[arg-type]
+    feedback_id = int(session.scalar(sqlfiles.load("queries/answer_feedback_insert"), params))  # type: ignore[arg-type]
+    if correct is not None:
+        usefulness.refresh_at_attempt(session, params["attempt_id"])
+    return feedback_id

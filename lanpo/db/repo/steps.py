@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
-from lanpo.db.repo import checks
+from lanpo.db.repo import checks, usefulness
 from lanpo.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -150,11 +150,14 @@ def rollback_uncommitted(session: Session, run_id: int, after_step: int | None) 
     work queued for them; the experiences those steps evicted (`evicted_run_id`, `evicted_step`: migration 0013)
     are active again. So the pool is the one step `after_step` left. Not rolled back: relevance scores of
     surviving experiences that later steps computed (a cache of a pure function of the texts), and what other runs
-    writing the same pool did meanwhile.
+    writing the same pool did meanwhile. The `lesson_usefulness` of the versions the deleted groups used is
+    recomputed without them.
     """
     p = {"run_id": run_id, "after_step": -1 if after_step is None else after_step}
     attempts = int(session.scalar(sqlfiles.load("queries/rollback_count_attempts"), p) or 0)
+    used = usefulness.used_by_run_after(session, run_id, p["after_step"])  # before their uses are deleted
     names = ("work", "groups", "meta_nll_uses", "versions", "experiences", "evictions", "metrics", "steps")
     names += ("policy_versions",)
     counts = {name: session.execute(sqlfiles.load(f"queries/rollback_{name}"), p).rowcount for name in names}
+    usefulness.refresh_versions(session, used)  # the surviving versions lose the deleted uses
     return RollbackResult(attempts=attempts, **counts)  # order above matters: work reads run_steps; FKs
