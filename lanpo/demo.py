@@ -242,10 +242,9 @@ def _sql_tour(db: Any, cfg: Any, echo: Callable[[str], None]) -> None:
             "SELECT experience_id, problem_id, round(reward::numeric, 2) AS reward, left(summary, 70) AS summary "
             f"FROM pool_current WHERE pool = '{cfg.pool_name()}' ORDER BY created_at DESC LIMIT 3"
         ),
-        "lessons that took a near-duplicate as a new version, with their uses (lanpo pool history ID)": (
-            "SELECT experience_id, version, reason, round(similarity::numeric, 2) AS sim, uses, helped, hurt, "
-            f"left(summary, 40) AS summary FROM lesson_history WHERE pool = '{cfg.pool_name()}' AND experience_id "
-            "IN (SELECT experience_id FROM lesson_history WHERE version > 1) ORDER BY experience_id, version LIMIT 6"
+        "the pool's lessons: versions, and uses against their zero-shot baselines (lanpo pool history ID)": (
+            "SELECT experience_id, version, reason, uses, helped, hurt, even, unknown, left(summary, 30) AS summary "
+            f"FROM lesson_history WHERE pool = '{cfg.pool_name()}' AND active ORDER BY experience_id, version LIMIT 4"
         ),
     }
     for title, sql in queries.items():
@@ -277,6 +276,7 @@ def _print_next(
     echo("  next:")
     echo(f"    lanpo sql \"SELECT * FROM run_rewards WHERE run_name = '{cfg.run_name}'\"")
     echo(f"    lanpo pool stats --pool {cfg.pool_name()}")
+    echo("    lanpo pool history ID      (a lesson of stage 5: its versions, and its uses after stage 6)")
     echo(f'    lanpo retrieve "What is 6 - 2?" --pool {cfg.pool_name()} --judge none')
     same = " ".join(f"--set {shlex.quote(o)}" for o in demo_overrides(cfg, options))
     echo(

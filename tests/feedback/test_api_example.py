@@ -46,3 +46,21 @@ def test_the_api_example_runs_on_a_fresh_store(pg_url: str, tmp_path: Path) -> N
     assert (1, "zero_shot", "answer_only") in diagnosed  # step 1: no context yet, every prompt zero-shot
     assert all(0.0 <= u.value <= 1.0 for u in uses)
     assert "step 2 intra:" in done.stdout and "step 2 inter:" in done.stdout  # what the example's SQL read back
+
+
+def test_the_lesson_life_example_shows_version_2_and_its_uses(pg_url: str, tmp_path: Path) -> None:
+    """examples/api/lesson_life.py on a fresh store: the paraphrase of step 2 becomes version 2 of step 1's lesson
+    (cosine about 0.97 under all-MiniLM-L6-v2), and `lanpo pool history` shows each version's use: version 1
+    helped (problem B right 2/2 with it, 0/2 zero-shot), version 2 even (1/2 both ways)."""
+    with fresh_store(pg_url, tmp_path / "home") as env:
+        example = [sys.executable, str(ROOT / "examples/api/lesson_life.py")]
+        done = subprocess.run(example, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "step 2: modes ['inter', 'zero_shot', 'zero_shot']; 0 lesson(s) added, 1 merged" in lines
+    table = lines[lines.index("$ lanpo pool history 1") + 1 :]
+    assert table[:2] == ["lesson 1: pool lesson-life, problem 1, kind summary, 2 version(s)", "state: active"]
+    first, second = (row.split() for row in table[3:5])
+    assert first[:2] == ["1", "new"] and first[6:12] == ["1", "1", "0", "0", "0", "+1.000"]
+    assert second[:2] == ["*2", "merge:newer"] and 0.95 < float(second[2]) < 0.99
+    assert second[6:12] == ["1", "0", "0", "1", "0", "+0.000"]
