@@ -296,3 +296,31 @@ def test_inter_ranks_by_relevance(session: Session) -> None:
     assert none == {target: []}
     wide = sampling.sample_inter(session, [target], k=9, candidates=9, seed=3, gamma=0.9, scorer="s", pool_id=pool.id)
     assert len(wide[target]) == 4 and all("lesson" in d.text for d in wide[target])
+
+
+def test_a_merge_changes_the_text_drawn_never_the_draw(session: Session, small_layout: Layout) -> None:
+    """Merging on: a lesson that took a near-duplicate as version 2 keeps its rank and its draw key (both name the
+    lesson, not its version), so every seed draws the same lessons in the same order; only their text is the new
+    version's. The distribution test above therefore holds with merging on."""
+
+    def draws(seed: int) -> list[tuple[int, int, int, int]]:
+        drawn = _draw(session, small_layout, "inter", small_layout.problem_ids, seed)
+        return [(d.problem_id, d.rank, d.position, lesson_of[d.candidate_id]) for ds in drawn.values() for d in ds]
+
+    versions = session.execute(sa.text("SELECT id, experience_id FROM experience_versions")).all()
+    lesson_of = {v.id: v.experience_id for v in versions}
+    before = {seed: draws(seed) for seed in range(5)}
+    merged = [v.experience_id for v in versions[::2]]
+    new = session.execute(
+        sa.text(
+            "INSERT INTO experience_versions (experience_id, version, summary, reason, similarity) "
+            "SELECT id, 2, 'merged text of ' || id, 'merge:newer', 0.95 FROM experiences "
+            "WHERE id = ANY(CAST(:ids AS bigint[])) RETURNING id, experience_id"
+        ),
+        {"ids": merged},
+    ).all()
+    lesson_of |= {v.id: v.experience_id for v in new}
+    for seed, drawn_before in before.items():
+        assert draws(seed) == drawn_before
+    texts = {d.text for ds in _draw(session, small_layout, "inter", small_layout.problem_ids, 0).values() for d in ds}
+    assert any(t.startswith("merged text of ") for t in texts)
