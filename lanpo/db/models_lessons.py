@@ -1,6 +1,7 @@
-"""What the store keeps about its lessons' use (migration 0015): per lesson version, the counts of its uses and
-their outcomes against the zero-shot baseline, kept current by the writers (`lanpo.db.repo.usefulness`), so a
-query or an eviction reads them without rescanning history. Imported by `lanpo.db.models`."""
+"""What the store keeps about its lessons' use (migration 0015): per use (a lesson version in a group's context) its
+outcome against the zero-shot baseline, and per lesson version the counts of its uses by outcome, kept current by
+the writers (`lanpo.db.repo.usefulness`), so a query or an eviction reads them without rescanning history, and a
+writer recomputes only the uses its own groups touch. Imported by `lanpo.db.models`."""
 
 from __future__ import annotations
 
@@ -39,3 +40,32 @@ class LessonUsefulness(Base):
     graded: Mapped[int] = mapped_column(sa.Integer, server_default="0")
     credit: Mapped[float] = mapped_column(sa.Double, server_default="0")
     updated_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+
+
+class LessonUse(Base):
+    """One use: a rollout group whose context holds the version, with its outcome, precomputed (what
+    `lesson_usefulness` sums by version).
+
+    `m`: the positions the version holds in that context (almost always 1). `outcome`: 1 helped, -1 hurt, 0 even,
+    NULL unknown (no baseline, or nothing graded). `graded`: m * the group's graded attempts, when there is a
+    baseline (else 0); `credit`: m * their summed (correct - baseline) / k, k the context's item count. Deleted with
+    its group or its version.
+    """
+
+    __tablename__ = "lesson_uses"
+    __table_args__ = (
+        sa.CheckConstraint("m >= 1", name="m_positive"),
+        sa.CheckConstraint("outcome IS NULL OR outcome IN (-1, 0, 1)", name="outcome_valid"),
+        sa.CheckConstraint("graded >= 0", name="graded_nonnegative"),
+        sa.CheckConstraint(_finite("credit"), name="credit_finite"),
+        sa.Index("ix_lesson_uses_group_id", "group_id"),
+    )
+
+    version_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("experience_versions.id", ondelete="CASCADE"), primary_key=True
+    )
+    group_id: Mapped[int] = mapped_column(sa.ForeignKey("rollout_groups.id", ondelete="CASCADE"), primary_key=True)
+    m: Mapped[int] = mapped_column(sa.Integer, server_default="1")
+    outcome: Mapped[int | None] = mapped_column(sa.SmallInteger)
+    graded: Mapped[int] = mapped_column(sa.Integer, server_default="0")
+    credit: Mapped[float] = mapped_column(sa.Double, server_default="0")

@@ -30,6 +30,7 @@ RENEW_COMMAND = "lanpo db serve-role --renew"
 
 # What migration 0014 gives the role; `renew` restores the same (each grant: tests/db/test_serving.py).
 ROLE_SETTINGS = {"statement_timeout": "'30s'"}
+USE_COLUMNS = ("m", "outcome", "graded", "credit")
 USEFULNESS_COLUMNS = ("uses", "helped", "hurt", "even", "unknown", "graded", "credit", "updated_at")
 TABLE_GRANTS = {
     "pools": "SELECT",
@@ -47,6 +48,7 @@ TABLE_GRANTS = {
     # a verdict, or a use, recomputes its lessons' rows (migration 0015): UPDATE by column, as a whole-table UPDATE
     # would make check_unprivileged refuse the role
     "lesson_usefulness": f"SELECT, INSERT, UPDATE ({', '.join(USEFULNESS_COLUMNS)})",
+    "lesson_uses": f"SELECT, INSERT, UPDATE ({', '.join(USE_COLUMNS)})",  # no DELETE: uses go by cascade
 }
 SEQUENCES = ("rollout_groups_id_seq", "attempts_id_seq")  # ids reserved with nextval() before a COPY
 LOCK_FUNCTION = "pg_catalog.pg_advisory_xact_lock(integer, integer)"  # the per-dataset lock of a problem upsert

@@ -14,15 +14,19 @@ Create Date: 2026-12-05
   provenance, later versions read `rewrite`. The immutability trigger now covers the new columns too.
 - `experiences.evicted_note`: a person's reason for a retirement (`lanpo pool retire`, `evicted_by =
   'manual:retired'`).
+- `lesson_uses`: per use (a lesson version in a rollout group's context), its outcome against the zero-shot
+  baseline (helped 1, hurt -1, even 0, unknown NULL), graded attempts and credited gain, precomputed; deleted with
+  its group or version.
 - `lesson_usefulness`: per lesson version, its uses by outcome (helped, hurt, even, unknown), its graded attempts
-  and credited gain (`lanpo.db.repo.usefulness` keeps it current; filled here from the history by its recompute
-  statement, `sql/queries/usefulness_recompute.sql`, for every version a context ever held). The serving role
-  may insert and update it: `POST /v1/feedback` changes a use's outcome.
+  and credited gain: the sum of its `lesson_uses` rows (`lanpo.db.repo.usefulness` keeps both current; filled here
+  from the history by the writers' statements, `sql/queries/usefulness_uses_recompute.sql` for every use and
+  `sql/queries/usefulness_recompute.sql` for every version a context ever held). The serving role may insert and
+  update both: `POST /v1/feedback` changes a use's outcome.
 - Views (definitions also in sql/views/): `lesson_history`, one row per lesson version with its reason, provenance,
   the lesson's state and the version's usefulness; `pool_churn`, per pool, run and step the lessons added, merged,
   evicted, expired and retired by hand.
 
-Downgrade drops the views, the table and the columns, and evicts nothing back: lessons retired by use or expiry
+Downgrade drops the views, the tables and the columns, and evicts nothing back: lessons retired by use or expiry
 stay retired.
 """
 
@@ -199,6 +203,28 @@ def _usefulness() -> None:
                                 name=op.f("fk_lesson_usefulness_version_id_experience_versions"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("version_id", name=op.f("pk_lesson_usefulness")),
     )  # fmt: skip
+    op.create_table(
+        "lesson_uses",
+        sa.Column("version_id", sa.BigInteger(), nullable=False),
+        sa.Column("group_id", sa.BigInteger(), nullable=False),
+        sa.Column("m", sa.Integer(), server_default="1", nullable=False),
+        sa.Column("outcome", sa.SmallInteger(), nullable=True),
+        sa.Column("graded", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("credit", sa.Double(), server_default="0", nullable=False),
+        sa.CheckConstraint("m >= 1", name=op.f("ck_lesson_uses_m_positive")),
+        sa.CheckConstraint("outcome IS NULL OR outcome IN (-1, 0, 1)", name=op.f("ck_lesson_uses_outcome_valid")),
+        sa.CheckConstraint("graded >= 0", name=op.f("ck_lesson_uses_graded_nonnegative")),
+        sa.CheckConstraint(
+            "credit IS NULL OR credit NOT IN ('NaN'::float8, 'Infinity'::float8, '-Infinity'::float8)",
+            name=op.f("ck_lesson_uses_credit_finite"),
+        ),
+        sa.ForeignKeyConstraint(["version_id"], ["experience_versions.id"],
+                                name=op.f("fk_lesson_uses_version_id_experience_versions"), ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["group_id"], ["rollout_groups.id"],
+                                name=op.f("fk_lesson_uses_group_id_rollout_groups"), ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("version_id", "group_id", name=op.f("pk_lesson_uses")),
+    )  # fmt: skip
+    op.create_index("ix_lesson_uses_group_id", "lesson_uses", ["group_id"])  # a group's delete cascades by it
     bind = op.get_bind()
     role = bind.scalar(sa.text(SERVE_ROLE))
     if role:
@@ -206,6 +232,7 @@ def _usefulness() -> None:
         # UPDATE by column: a role that may UPDATE a whole table is refused (lanpo.db.serve_role.check_unprivileged)
         columns = "uses, helped, hurt, even, unknown, graded, credit, updated_at"
         op.execute(f"GRANT SELECT, INSERT, UPDATE ({columns}) ON lesson_usefulness TO {quoted}")
+        op.execute(f"GRANT SELECT, INSERT, UPDATE (m, outcome, graded, credit) ON lesson_uses TO {quoted}")
 
 
 def _views() -> None:
@@ -214,7 +241,8 @@ def _views() -> None:
 
 
 def _fill_usefulness() -> None:
-    """Every version a context ever held gets its row, computed as the writers compute it from now on."""
+    """Every use in the history gets its lesson_uses row and every version a context ever held its lesson_usefulness
+    row, computed by the statements the writers use from now on (all keys at once)."""
     from lanpo.db import sqlfiles
 
     bind = op.get_bind()
@@ -224,9 +252,25 @@ def _fill_usefulness() -> None:
             "WHERE experience_version_id IS NOT NULL"
         )
     )
-    used = list(bind.scalars(sa.text("SELECT version_id FROM lesson_usefulness")))
-    if used:
-        bind.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": used})
+    used = list(bind.scalars(sa.text("SELECT version_id FROM lesson_usefulness ORDER BY version_id")))
+    if not used:
+        return
+    keys = bind.execute(
+        sa.text(
+            "SELECT DISTINCT g.run_id, g.step, g.problem_id FROM rollout_groups g WHERE EXISTS (SELECT 1 FROM "
+            "group_contexts c WHERE c.group_id = g.id AND c.experience_version_id IS NOT NULL)"
+        )
+    ).all()
+    full = [k for k in keys if k.run_id is not None and k.step is not None]
+    params = {
+        "run_ids": [k.run_id for k in full],
+        "steps": [k.step for k in full],
+        "problem_ids": [k.problem_id for k in full],
+        "loose_problem_ids": sorted({k.problem_id for k in keys if k.run_id is None or k.step is None}),
+        "version_ids": used,
+    }
+    bind.execute(sqlfiles.load("queries/usefulness_uses_recompute"), params)
+    bind.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": used})
 
 
 def upgrade() -> None:
@@ -241,6 +285,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     for name in reversed(VIEWS):
         op.execute(f"DROP VIEW IF EXISTS {name}")
+    op.drop_table("lesson_uses")
     op.drop_table("lesson_usefulness")
     op.drop_column("experiences", "evicted_note")
     op.drop_index("ix_experience_versions_run_step", table_name="experience_versions")

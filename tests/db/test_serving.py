@@ -28,6 +28,7 @@ from lanpo.db.serve_role import (
     LOCK_FUNCTION,
     SEQUENCES,
     TABLE_GRANTS,
+    USE_COLUMNS,
     USEFULNESS_COLUMNS,
     renew,
     serve_engine,
@@ -132,6 +133,7 @@ def test_the_role_is_made_as_0014_says(db: Engine) -> None:
         "experiences": "SELECT",
         "group_contexts": "INSERT, SELECT",
         "lesson_usefulness": "INSERT, SELECT",
+        "lesson_uses": "INSERT, SELECT",
         "policy_versions": "INSERT, SELECT",
         "pools": "SELECT",
         "problems": "INSERT, SELECT",
@@ -142,6 +144,7 @@ def test_the_role_is_made_as_0014_says(db: Engine) -> None:
     }
     assert [tuple(c) for c in columns] == [
         ("lesson_usefulness", "UPDATE", "credit, even, graded, helped, hurt, unknown, updated_at, uses"),
+        ("lesson_uses", "UPDATE", "credit, graded, m, outcome"),
         ("run_metrics", "UPDATE", "value"),
         ("runs", "UPDATE", "finished_at, heartbeat_at, owner, status"),
     ]
@@ -233,6 +236,8 @@ REFUSED = [
     "DELETE FROM answer_feedback",
     "DELETE FROM lesson_usefulness",
     "UPDATE lesson_usefulness SET version_id = version_id + 1",
+    "DELETE FROM lesson_uses",
+    "UPDATE lesson_uses SET group_id = group_id + 1",
     "UPDATE runs SET name = 'x', kind = 'train'",
     "DELETE FROM runs",
     "UPDATE policy_versions SET adapter_sha256 = repeat('0', 64)",
@@ -410,6 +415,7 @@ def _grants() -> list[str]:
     revokes += [f"REVOKE UPDATE ({c}) ON runs FROM {{r}}" for c in ("status", "finished_at", "heartbeat_at", "owner")]
     revokes += ["REVOKE UPDATE (value) ON run_metrics FROM {r}"]
     revokes += [f"REVOKE UPDATE ({c}) ON lesson_usefulness FROM {{r}}" for c in USEFULNESS_COLUMNS]
+    revokes += [f"REVOKE UPDATE ({c}) ON lesson_uses FROM {{r}}" for c in USE_COLUMNS]
     revokes += [f"REVOKE USAGE ON SEQUENCE {s} FROM {{r}}" for s in SEQUENCES]
     return [*revokes, f"REVOKE EXECUTE ON FUNCTION {LOCK_FUNCTION} FROM {{r}}"]
 

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from store_helpers import make_experiences, make_pool, make_problems
 
-from lanpo.db import sqlfiles
+from lanpo.db import migrate, sqlfiles
 from lanpo.db.connection import transaction
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
@@ -100,8 +100,8 @@ def _write_store(session: Session, seed: int = 3) -> dict[str, object]:
     return {"run": run, "versions": versions, "before_verdicts": before, "problems": problems}
 
 
-def _reference(session: Session) -> dict[int, tuple[int, int, int, int, int, int, float]]:
-    """The definition, as a loop over the raw rows: per version (uses, helped, hurt, even, unknown, graded, credit)."""
+def _reference_uses(session: Session) -> dict[tuple[int, int], tuple[int, int | None, int, float]]:
+    """The definition, as a loop over the raw rows: per use (version, group) its (m, outcome, graded, credit)."""
     groups = session.execute(
         sa.text("SELECT id, run_id, step, problem_id, policy_version_id, mode FROM rollout_groups")
     ).all()
@@ -122,22 +122,45 @@ def _reference(session: Session) -> dict[int, tuple[int, int, int, int, int, int
     for g in groups:
         if g.mode == "zero_shot" and g.run_id is not None and g.step is not None:
             zero_shot[(g.run_id, g.step, g.problem_id, g.policy_version_id)] += correct[g.id]
-    out: dict[int, list] = {}
+    out: dict[tuple[int, int], tuple[int, int | None, int, float]] = {}
     for g in groups:
         base = zero_shot.get((g.run_id, g.step, g.problem_id, g.policy_version_id))
         own = correct[g.id]
         for v in set(items[g.id]):
             m, k = items[g.id].count(v), len(items[g.id])
-            row = out.setdefault(v, [0, 0, 0, 0, 0, 0, 0.0])
-            row[0] += 1
             if not base or not own:  # no baseline, or nothing graded: unknown (and no graded attempt counts)
-                row[4] += 1
+                out[(v, g.id)] = (m, None, 0, 0.0)
                 continue
             gain = Fraction(sum(own), len(own)) - Fraction(sum(base), len(base))
-            row[1 if gain > 0 else 2 if gain < 0 else 3] += 1
-            row[5] += m * len(own)
-            row[6] += m * sum((c - sum(base) / len(base)) / k for c in own)
+            credit = m * sum((c - sum(base) / len(base)) / k for c in own)
+            out[(v, g.id)] = (m, 1 if gain > 0 else -1 if gain < 0 else 0, m * len(own), credit)
+    return out
+
+
+def _reference(session: Session) -> dict[int, tuple[int, int, int, int, int, int, float]]:
+    """Per version (uses, helped, hurt, even, unknown, graded, credit): the sums of its uses in `_reference_uses`."""
+    out: dict[int, list] = {}
+    for (v, _), (_, outcome, graded, credit) in _reference_uses(session).items():
+        row = out.setdefault(v, [0, 0, 0, 0, 0, 0, 0.0])
+        row[0] += 1
+        row[{1: 1, -1: 2, 0: 3, None: 4}[outcome]] += 1
+        row[5] += graded
+        row[6] += credit
     return {v: tuple(r) for v, r in out.items()}  # type: ignore[misc]
+
+
+def _check_uses(session: Session) -> dict[tuple[int, int], tuple]:
+    """lesson_uses holds exactly the uses of `_reference_uses`, each with its outcome; the rows."""
+    got = {
+        (r.version_id, r.group_id): (r.m, r.outcome, r.graded, r.credit)
+        for r in session.execute(sa.text("SELECT version_id, group_id, m, outcome, graded, credit FROM lesson_uses"))
+    }
+    want = _reference_uses(session)
+    assert set(got) == set(want)
+    for use, (m, outcome, graded, credit) in want.items():
+        assert got[use][:3] == (m, outcome, graded), use
+        assert got[use][3] == pytest.approx(credit, abs=1e-12), use
+    return got
 
 
 def _check_against_reference(session: Session) -> dict[int, usefulness.Usefulness]:
@@ -149,6 +172,7 @@ def _check_against_reference(session: Session) -> dict[int, usefulness.Usefulnes
         expected = want.get(v, (0, 0, 0, 0, 0, 0, 0.0))
         assert (row.uses, row.helped, row.hurt, row.even, row.unknown, row.graded) == expected[:6], v
         assert row.credit == pytest.approx(expected[6], abs=1e-12), v
+    _check_uses(session)
     usage = {r.version_id: r for r in session.execute(sa.text("SELECT * FROM experience_usage"))}
     for v in all_versions:  # the same estimator: lift is credit / graded
         row = got.get(v, usefulness.Usefulness(v))
@@ -204,8 +228,18 @@ def test_what_a_write_costs(session: Session, monkeypatch: pytest.MonkeyPatch) -
     assert looked() == ["versions_at"]
     lesson = [ContextRef(0, experience_version_id=version)]
     record_groups(session, [NewGroup(p, "inter", "q", [NewAttempt("r", 1.0, True)], step=0, contexts=lesson)])
-    assert looked() == ["insert_missing", "lock", "recompute"]
+    assert looked() == ["insert_missing", "lock", "uses_recompute", "recompute"]
     assert usefulness.of_versions(session, [version])[version] == usefulness.Usefulness(version, uses=1, unknown=1)
+    # a use at a run's key: the versions used there, locked; the uses at that key recomputed; their versions re-summed
+    looked()
+    record_groups(
+        session, [NewGroup(p, "inter", "q", [NewAttempt("r", 0.0, False)], step=0, run_id=run, contexts=lesson)]
+    )
+    assert looked() == ["versions_at", "insert_missing", "lock", "uses_recompute", "recompute"]
+    assert usefulness.of_versions(session, [version])[version] == usefulness.Usefulness(
+        version, uses=2, hurt=1, unknown=1, graded=1, credit=-1.0
+    )
+    _check_uses(session)
 
 
 def test_concurrent_writers_of_one_lesson_lose_no_use(db: Engine) -> None:
@@ -251,3 +285,65 @@ def test_concurrent_writers_of_one_lesson_lose_no_use(db: Engine) -> None:
         _check_against_reference(s)
         usefulness.refresh_versions(s, [version])
         assert usefulness.of_versions(s, [version])[version] == got
+
+
+def test_lesson_uses_equal_the_loop_estimator_per_use_and_the_migration_fills_them(db: Engine) -> None:
+    """Each use's row (m, outcome, graded, credit) as the writers keep it, and as migration 0015 fills it from the
+    history (downgraded to 0014, the tables go; upgraded, they are rebuilt from the raw rows)."""
+    with Session(db) as s:
+        _write_store(s, seed=7)
+        kept = _check_uses(s)
+        assert {1, -1, 0, None} <= {row[1] for row in kept.values()}  # every outcome
+    migrate.downgrade(db, "0014")
+    with db.connect() as conn:
+        assert not sa.inspect(conn).has_table("lesson_uses")
+    migrate.upgrade(db)
+    with Session(db) as s:
+        filled = _check_against_reference(s)  # each use's row, and each version's sums
+        assert set(_check_uses(s)) == set(kept) and sum(r.uses for r in filled.values()) == len(kept)
+
+
+def test_a_verdict_and_a_new_baseline_at_one_key_at_once_both_reach_the_use(db: Engine) -> None:
+    """One use at a key, ungraded and without a baseline. Transaction 1 writes a zero-shot group there (a baseline)
+    and holds; transaction 2 grades the use meanwhile. Its refresh waits on the version's lock and recomputes the
+    use's row in a new statement, seeing both: even (1 against 1), one graded attempt. A use row recomputed from a
+    snapshot read before the wait would stay unknown."""
+    with transaction(db) as s:
+        (problem,) = make_problems(s, 1, dataset="verdict")
+        (version,) = make_experiences(s, problem, 1)
+        run = runs_repo.create_run(s, "use-verdict", "eval", {}).id
+        lesson = [ContextRef(0, experience_version_id=version)]
+        ((answer,),) = record_groups(
+            s, [NewGroup(problem, "retrieval", "q", [NewAttempt("r")], step=0, run_id=run, contexts=lesson)]
+        )
+        assert usefulness.of_versions(s, [version])[version] == usefulness.Usefulness(version, uses=1, unknown=1)
+    holding, errors = threading.Event(), []
+
+    def baseline() -> None:
+        try:
+            with transaction(db) as s:
+                zero = NewGroup(problem, "zero_shot", "q", [NewAttempt("z", 1.0, True)], step=0, run_id=run)
+                record_groups(s, [zero])
+                holding.set()
+                time.sleep(0.5)  # the verdict is written and waits on the lock meanwhile
+        except Exception as exc:  # pragma: no cover - shown by the assert below
+            errors.append(exc)
+
+    def verdict() -> None:
+        try:
+            holding.wait(10)
+            with transaction(db) as s:
+                record_feedback(s, answer, reward=None, correct=True, gold_answer=None, key_name="k")
+        except Exception as exc:  # pragma: no cover - shown by the assert below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=baseline), threading.Thread(target=verdict)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    with transaction(db) as s:
+        got = usefulness.of_versions(s, [version])[version]
+        assert got == usefulness.Usefulness(version, uses=1, even=1, graded=1, credit=0.0)
+        _check_against_reference(s)

@@ -1,27 +1,34 @@
 """Usefulness per lesson version (`lesson_usefulness`, migration 0015), kept current by every writer of its evidence.
 
 A use is one rollout group whose context holds the version; its outcome compares the group's graded correctness with
-the zero-shot baseline of the same run, step, problem and policy version (`experience_usage`'s estimator; the SQL
-is `sql/queries/usefulness_recompute.sql`). What can change a version's row: a group that uses it, a zero-shot group
-at the (run, step, problem) key of one of its uses (a new baseline), a verdict on an attempt at such a key, and a
-rollback that deletes uses. So the writers call:
+the zero-shot baseline of the same run, step, problem and policy version (`experience_usage`'s estimator). Each use
+has its row in `lesson_uses`, precomputed (`sql/queries/usefulness_uses_recompute.sql`), and a version's
+`lesson_usefulness` row sums its use rows (`sql/queries/usefulness_recompute.sql`). What can change a use's row: its
+group's writing, a zero-shot group at its group's (run, step, problem) key (a new baseline), a verdict on an attempt
+at that key; a rollback deletes uses (their rows cascade). So the writers call:
 
 - `refresh(session, keys, versions)` after writing groups (`attempts.record_groups`: the keys of its zero-shot groups
-  and of its groups that use a lesson, and the versions those use): every version used at those keys is recomputed;
-- `refresh_at_attempt` after a verdict (`serving.record_feedback`): the versions used at the attempt's key;
-- `used_by_run_after` before a rollback deletes groups, and `refresh_versions` after (`steps.rollback_uncommitted`).
+  and of its groups that use a lesson, and the versions those use): the uses at those keys are recomputed, and the
+  rows of every version used there re-summed;
+- `refresh_at_attempt` after a verdict (`serving.record_feedback`): the same at the attempt's key;
+- `used_by_run_after` before a rollback deletes groups, and `refresh_versions` after (`steps.rollback_uncommitted`):
+  re-sums the versions that lost uses.
 
-Rows are recomputed from the evidence, never incremented, so a refresh is idempotent and repairs any row. Concurrency
-(two transactions writing uses of one version, READ COMMITTED): each refresher inserts the missing rows (ON CONFLICT
-DO NOTHING, waiting on a concurrent inserter of the same row), locks them FOR UPDATE in version order, and only then
-recomputes, in a new statement. The lock is held to commit. So of two refreshers of a version the second waits until
-the first commits; its recompute statement then takes a fresh snapshot that holds every use committed so far (the
-first's included) and its own uncommitted ones: the last refresher to commit writes a row that counts every committed
-use, and no use is lost. One order (version id) for inserts and locks: no deadlock between two refreshes. A limit:
-a zero-shot group written at a key while another transaction writes a use at the same key, both uncommitted, is
-seen by neither refresh (no version to lock is known yet); lanpo's writers of one (run, step) write it in one
-transaction (a training step, an evaluation), except two concurrent serve requests on one question, and the next
-refresh of the version repairs its row.
+A write recomputes only the uses at its own keys, and re-sums small rows by version: its cost is bounded by what it
+wrote, not by the length of the versions' histories. Rows are recomputed from the evidence, never incremented, so a
+refresh is idempotent and repairs the rows it covers (a use's row, by a refresh at its key). Concurrency (two
+transactions writing uses of one version, READ COMMITTED): each refresher inserts the missing version rows (ON
+CONFLICT DO NOTHING, waiting on a concurrent inserter of the same row), locks them FOR UPDATE in version order, and
+only then recomputes the use rows of the locked versions at its keys and re-sums the version rows, in new statements.
+The lock is held to commit. So of two refreshers of a version the second waits until the first commits; its
+statements then take fresh snapshots that hold every use row committed so far (the first's included) and its own
+uncommitted ones: the last refresher to commit writes a row that sums every committed use, and no use is lost. A use
+row is written only under its version's lock, so two writers of one use row are serialized the same way. One order
+(version id) for inserts and locks: no deadlock between two refreshes. A limit: a zero-shot group written at a key
+while another transaction writes a use at the same key, both uncommitted, is seen by neither refresh (no version to
+lock is known yet); lanpo's writers of one (run, step) write it in one transaction (a training step, an evaluation),
+except two concurrent serve requests on one question, and the next refresh at that key (a verdict there, another
+group there) repairs that use's row.
 
 `of_versions(session, ids)` reads the rows as `Usefulness` dataclasses.
 """
@@ -65,29 +72,40 @@ class Usefulness:
 def refresh(session: Session, keys: Iterable[Key], versions: Iterable[int] = ()) -> list[int]:
     """Recompute the rows of every version used by a group at any of `keys`, and of `versions`; those refreshed.
 
-    A key with no run or step is dropped: such a group never has a baseline, so only its own versions (pass them
-    as `versions`) change. One query when no version is used at the keys and none is given; none without keys.
+    The `lesson_uses` rows recomputed are those of the groups at `keys` (a key with no run or step: its problem's
+    groups with no run or step, which never have a baseline), of the versions refreshed; then each refreshed
+    version's `lesson_usefulness` row sums its `lesson_uses` rows. So a write costs what its keys hold, not what
+    the versions' histories hold. A version passed but not used at `keys` is re-summed from its rows. One query
+    when no version is used at the keys and none is given; none without keys.
     """
-    wanted = sorted({k for k in keys if k[0] is not None and k[1] is not None})  # type: ignore[type-var]
+    keys = set(keys)
+    full = sorted(k for k in keys if k[0] is not None and k[1] is not None)  # type: ignore[type-var]
+    loose = sorted({k[2] for k in keys if k[0] is None or k[1] is None})
+    params: dict[str, list] = {
+        "run_ids": [k[0] for k in full],
+        "steps": [k[1] for k in full],
+        "problem_ids": [k[2] for k in full],
+    }
     found: list[int] = []
-    if wanted:
-        params = {
-            "run_ids": [k[0] for k in wanted],
-            "steps": [k[1] for k in wanted],
-            "problem_ids": [k[2] for k in wanted],
-        }
+    if full:
         found = list(session.scalars(sqlfiles.load("queries/usefulness_versions_at"), params))
     refreshed = sorted({*found, *versions})
-    refresh_versions(session, refreshed)  # one pass: all rows locked in one order
+    if not refreshed:
+        return refreshed
+    _lock(session, refreshed)  # one pass: all rows locked in one order
+    # a new statement, after the lock: the uses of the locked versions at these keys, as committed so far
+    params |= {"loose_problem_ids": loose, "version_ids": refreshed}
+    session.execute(sqlfiles.load("queries/usefulness_uses_recompute"), params)
+    session.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": refreshed})
     return refreshed
 
 
 def refresh_at_attempt(session: Session, attempt_id: int) -> list[int]:
-    """Recompute the rows a verdict on `attempt_id` can change (versions used at its group's key)."""
-    found = session.scalars(sqlfiles.load("queries/usefulness_versions_at_attempt"), {"attempt_id": attempt_id})
-    versions = list(found)
-    refresh_versions(session, versions)
-    return versions
+    """Recompute the rows a verdict on `attempt_id` can change (the uses at its group's key, and their versions)."""
+    key = session.execute(sqlfiles.load("queries/usefulness_key_of_attempt"), {"attempt_id": attempt_id}).first()
+    if key is None or key.run_id is None or key.step is None:
+        return []  # no attempt, or a group that never has a baseline: a verdict changes no outcome
+    return refresh(session, [(key.run_id, key.step, key.problem_id)])
 
 
 def used_by_run_after(session: Session, run_id: int, after_step: int) -> list[int]:
@@ -97,19 +115,24 @@ def used_by_run_after(session: Session, run_id: int, after_step: int) -> list[in
 
 
 def refresh_versions(session: Session, version_ids: Sequence[int]) -> None:
-    """Insert the missing rows, lock them in version order to commit, then recompute them (see the module's note on
-    why this loses no use). Versions that no longer exist are skipped."""
+    """Lock the versions' rows in version order to commit, then recompute them from their `lesson_uses` rows (see
+    the module's note on why this loses no use): after a rollback, whose deleted groups took their use rows with
+    them. Versions that no longer exist are skipped."""
     ids = sorted(set(version_ids))
-    if not ids:
-        return
+    if ids:
+        _lock(session, ids)
+        session.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": ids})
+
+
+def _lock(session: Session, ids: list[int]) -> None:
+    """Insert the missing rows of `ids` (sorted) and lock them, to commit."""
     params = {"version_ids": ids}
     session.execute(sqlfiles.load("queries/usefulness_insert_missing"), params)  # so that there is a row to lock
     # held to commit: another refresher of any of these rows waits here until this transaction commits, and ...
     session.execute(sqlfiles.load("queries/usefulness_lock"), params)
-    # ... this recompute, a new statement, reads a snapshot taken after the lock was granted: every use committed
-    # by an earlier refresher, and this transaction's own. One statement that both read and upserted would read its
+    # ... what follows, new statements, read a snapshot taken after the lock was granted: every use committed by an
+    # earlier refresher, and this transaction's own. One statement that both read and upserted would read its
     # snapshot before waiting on the row, and overwrite the earlier refresher's count with one that misses its use.
-    session.execute(sqlfiles.load("queries/usefulness_recompute"), params)
 
 
 def of_versions(session: Session, version_ids: Iterable[int]) -> dict[int, Usefulness]:
