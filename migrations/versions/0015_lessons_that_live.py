@@ -262,11 +262,17 @@ def _fill_usefulness() -> None:
         )
     ).all()
     full = [k for k in keys if k.run_id is not None and k.step is not None]
+    loose = bind.scalars(
+        sa.text(
+            "SELECT g.id FROM rollout_groups g WHERE (g.run_id IS NULL OR g.step IS NULL) AND EXISTS (SELECT 1 FROM "
+            "group_contexts c WHERE c.group_id = g.id AND c.experience_version_id IS NOT NULL)"
+        )
+    )
     params = {
         "run_ids": [k.run_id for k in full],
         "steps": [k.step for k in full],
         "problem_ids": [k.problem_id for k in full],
-        "loose_problem_ids": sorted({k.problem_id for k in keys if k.run_id is None or k.step is None}),
+        "loose_group_ids": sorted(loose),
         "version_ids": used,
     }
     bind.execute(sqlfiles.load("queries/usefulness_uses_recompute"), params)

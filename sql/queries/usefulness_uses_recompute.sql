@@ -1,6 +1,6 @@
 -- Recompute the lesson_uses rows of the uses of the given versions by the rollout groups at the given keys: (run,
--- step, problem) as three arrays of one length, none NULL, and the problems of :loose_problem_ids, whose groups
--- without a run or a step are meant (such a group never has a baseline). Run it after usefulness_lock.sql, in a
+-- step, problem) as three arrays of one length, none NULL, and the groups :loose_group_ids (groups without a run or
+-- a step: they never have a baseline). Run it after usefulness_lock.sql, in a
 -- new statement (it reads the uses committed while it waited), then usefulness_recompute.sql. A use is one rollout
 -- group whose context holds the version (m times: m positions, almost always 1) among k experience items. Its graded
 -- attempts are those with a correctness: attempts.correct, else the attempt's latest answer_feedback verdict. Its
@@ -18,7 +18,7 @@ WITH groups AS (
     UNION ALL
     SELECT g.id, g.run_id, g.step, g.problem_id, g.policy_version_id
     FROM rollout_groups g
-    WHERE g.problem_id = ANY(CAST(:loose_problem_ids AS bigint[])) AND (g.run_id IS NULL OR g.step IS NULL)
+    WHERE g.id = ANY(CAST(:loose_group_ids AS bigint[]))
 ),
 items AS (
     SELECT gc.group_id, gc.experience_version_id AS version_id, count(*) AS m,

@@ -69,18 +69,19 @@ class Usefulness:
         return self.credit / self.graded if self.graded else None
 
 
-def refresh(session: Session, keys: Iterable[Key], versions: Iterable[int] = ()) -> list[int]:
+def refresh(
+    session: Session, keys: Iterable[Key], versions: Iterable[int] = (), loose_groups: Iterable[int] = ()
+) -> list[int]:
     """Recompute the rows of every version used by a group at any of `keys`, and of `versions`; those refreshed.
 
-    The `lesson_uses` rows recomputed are those of the groups at `keys` (a key with no run or step: its problem's
-    groups with no run or step, which never have a baseline), of the versions refreshed; then each refreshed
+    The `lesson_uses` rows recomputed are those of the groups at `keys` (run, step and problem, none NULL) and of
+    `loose_groups` (groups with no run or no step: they never have a baseline, so only their own uses change), of
+    the versions refreshed; then each refreshed
     version's `lesson_usefulness` row sums its `lesson_uses` rows. So a write costs what its keys hold, not what
     the versions' histories hold. A version passed but not used at `keys` is re-summed from its rows. One query
     when no version is used at the keys and none is given; none without keys.
     """
-    keys = set(keys)
-    full = sorted(k for k in keys if k[0] is not None and k[1] is not None)  # type: ignore[type-var]
-    loose = sorted({k[2] for k in keys if k[0] is None or k[1] is None})
+    full = sorted(k for k in set(keys) if k[0] is not None and k[1] is not None)  # type: ignore[type-var]
     params: dict[str, list] = {
         "run_ids": [k[0] for k in full],
         "steps": [k[1] for k in full],
@@ -94,7 +95,7 @@ def refresh(session: Session, keys: Iterable[Key], versions: Iterable[int] = ())
         return refreshed
     _lock(session, refreshed)  # one pass: all rows locked in one order
     # a new statement, after the lock: the uses of the locked versions at these keys, as committed so far
-    params |= {"loose_problem_ids": loose, "version_ids": refreshed}
+    params |= {"loose_group_ids": sorted(set(loose_groups)), "version_ids": refreshed}
     session.execute(sqlfiles.load("queries/usefulness_uses_recompute"), params)
     session.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": refreshed})
     return refreshed
