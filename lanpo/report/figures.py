@@ -388,11 +388,21 @@ CATALOGUE: tuple[FigureSpec, ...] = (
     FigureSpec(
         "pool",
         "Experience pool",
-        "active experiences, added and evicted per step, summaries written",
+        "active experiences, added, merged into a lesson they repeat, dropped as duplicates, evicted and expired "
+        "per step, summaries written",
         _fixed(
             single("active", "pool/active", "experiences"),
             single("added", "pool/added", "per step"),
-            single("evicted", "pool/evicted", "per step"),
+            Panel(
+                "merged and left",
+                (
+                    metric("pool/merged", "merged (a new version)"),
+                    metric("pool/duplicates", "duplicates (nothing new)"),
+                    metric("pool/evicted", "evicted by a cap"),
+                    metric("pool/expired", "expired by policy age"),
+                ),
+                "per step",
+            ),
             single("summaries", "pool/summaries", "per step"),
             single("summaries with the lesson's three parts", "summary/format", "share"),
             Panel(
@@ -406,7 +416,8 @@ CATALOGUE: tuple[FigureSpec, ...] = (
                 "per step",
             ),
         ),
-        "pool/active, pool/added, pool/evicted, pool/summaries, summary/format, summary/generated, summary/rejected/*",
+        "pool/active, pool/added, pool/merged, pool/duplicates, pool/evicted, pool/expired, pool/summaries, "
+        "summary/format, summary/generated, summary/rejected/*",
     ),
     FigureSpec(
         "time",

@@ -1,5 +1,4 @@
-"""lessons that live: merge settings and lowest_utility on pools, why each version exists, retirement notes, and
-lesson_usefulness
+"""lessons that live: merge and utility settings, versions' provenance, retirement notes, usefulness, views
 
 Revision ID: 0015
 Revises: 0014
