@@ -58,6 +58,7 @@ BENCHES: dict[str, tuple[str, str]] = {
         r"target: first draw lanpo / analyze <= 1.5x -> inter [\d.]+x, intra [\d.]+x",
     ),
     "lesson_similarity": ("--model tiny-random --per-problem 2", r"different problems: (no pair|\d+ pairs)"),
+    "usefulness": ("--steps 2 --groups 4 --versions 8 --rounds 1", r"lanpo / reference: [\d.]+x"),
     "pool_ops": ("--scale small --steps 1", r"target: whole step <= 1.5x in-memory -> wall [\d.]+x"),
     "logprob_memory": (  # two fresh processes (~5 s each, most of it importing torch and transformers)
         "--response-tokens 64 --chunk 16 --rounds 1 --phases update",

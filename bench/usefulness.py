@@ -1,0 +1,122 @@
+"""Benchmark: what keeping `lesson_usefulness` current costs a training step, against recomputing the step's
+versions from their whole history (the reference: what the refresh would cost without its per-use rows).
+
+A history is written as a training run writes it: --steps steps of --groups inter groups (16 attempts, 4 lessons
+drawn from --versions versions) each beside a zero-shot group of its problem. Then, interleaved for --rounds:
+lanpo writes one more such step through `record_groups` (its refresh recomputes the uses at the step's keys and sums
+each version's rows), and the reference recomputes every use of the same versions at every key they were ever used
+at, then sums. Medians of both, their ratio.
+
+    python bench/usefulness.py                          # 200 steps x 100 groups over 400 versions: 80,000 uses
+    python bench/usefulness.py --steps 2 --groups 4 --versions 8 --rounds 1   # the smoke
+
+Uses its own embedded Postgres in a temporary folder, or a new database on $LANPO_DATABASE_URL's server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sqlalchemy as sa
+from pool_ops import bench_database
+
+from lanpo.config import StoreConfig
+from lanpo.db import sqlfiles
+from lanpo.db.connection import transaction
+from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo import steps as steps_repo
+from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
+from lanpo.db.repo.experiences import NewExperience, add_experiences
+from lanpo.db.repo.pools import ensure_pool
+from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+
+ITEMS, ROLLOUTS = 4, 16
+
+
+def step_groups(step: int, run: int, version: int, pids: list[int], vids: list[int], n: int) -> list[NewGroup]:
+    """One step's groups: n inter groups of 4 lessons, each beside a zero-shot group of its problem."""
+    groups = []
+    for j in range(n):
+        problem = pids[1 + (step * 7 + j) % (len(pids) - 1)]
+        attempts = [NewAttempt("r", reward=float((a + j) % 2), correct=bool((a + j) % 2)) for a in range(ROLLOUTS)]
+        contexts = [ContextRef(k, vids[(step + j + k) % len(vids)]) for k in range(ITEMS)]
+        common = {"step": step, "run_id": run, "policy_version_id": version}
+        groups.append(NewGroup(problem, "inter", "prompt", attempts, contexts=contexts, **common))  # type: ignore[arg-type]
+        groups.append(NewGroup(problem, "zero_shot", "prompt", attempts, **common))  # type: ignore[arg-type]
+    return groups
+
+
+def write_step(db: sa.Engine, run: int, step: int, pids: list[int], vids: list[int], n: int) -> float:
+    """lanpo: one step's groups through record_groups (with its refresh); seconds."""
+    with transaction(db) as session:
+        version = steps_repo.add_policy_version(session, run, step, f"{step:064x}")
+        groups = step_groups(step, run, version, pids, vids, n)
+        started = time.perf_counter()
+        record_groups(session, groups)
+        return time.perf_counter() - started
+
+
+def full_recompute(db: sa.Engine, vids: list[int]) -> float:
+    """The reference: every use of `vids`, at every key they were ever used at, recomputed, then summed; seconds."""
+    with transaction(db) as session:
+        started = time.perf_counter()
+        keys = session.execute(
+            sa.text(
+                "SELECT DISTINCT g.run_id, g.step, g.problem_id FROM group_contexts c JOIN rollout_groups g "
+                "ON g.id = c.group_id WHERE c.experience_version_id = ANY(CAST(:v AS bigint[]))"
+            ),
+            {"v": vids},
+        ).all()
+        params = {
+            "run_ids": [k.run_id for k in keys],
+            "steps": [k.step for k in keys],
+            "problem_ids": [k.problem_id for k in keys],
+            "loose_group_ids": [],
+            "version_ids": vids,
+        }
+        session.execute(sqlfiles.load("queries/usefulness_uses_recompute"), params)
+        session.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": vids})
+        return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=200, help="steps of history")
+    parser.add_argument("--groups", type=int, default=100, help="inter groups a step (each beside a zero-shot one)")
+    parser.add_argument("--versions", type=int, default=400, help="lesson versions the contexts draw from")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    with bench_database() as db:
+        with transaction(db) as session:
+            upsert_problems(session, "bench", [ProblemIn(str(i), f"question {i}", "1") for i in range(200)])
+            pids = problem_ids(session, "bench")
+            pool = ensure_pool(session, "bench", StoreConfig(per_problem_cap=100_000, per_step_cap=100_000))
+            lessons = [NewExperience(pids[0], f"lesson {i}") for i in range(args.versions)]
+            vids = add_experiences(session, pool, lessons).version_ids
+            run = runs_repo.create_run(session, "bench", "train", {}, pool_id=pool.id).id
+        started = time.perf_counter()
+        for step in range(1, args.steps + 1):
+            write_step(db, run, step, pids, vids, args.groups)
+        with db.connect() as conn:
+            uses = conn.scalar(sa.text("SELECT count(*) FROM lesson_uses"))
+        print(f"history: {args.steps} steps, {uses} uses of {len(vids)} versions, written in "
+              f"{time.perf_counter() - started:.1f} s")  # fmt: skip
+        lanpo, reference = [], []
+        for r in range(args.rounds):
+            lanpo.append(write_step(db, run, args.steps + 1 + r, pids, vids, args.groups))
+            reference.append(full_recompute(db, vids))
+    lanpo_ms, ref_ms = 1000 * statistics.median(lanpo), 1000 * statistics.median(reference)
+    print(f"| one more step's record_groups, refresh included (lanpo) | {lanpo_ms:.1f} ms |")
+    print(f"| recompute its versions from their whole history (reference) | {ref_ms:.1f} ms |")
+    print(f"lanpo / reference: {lanpo_ms / ref_ms:.2f}x (medians of {args.rounds})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
