@@ -40,7 +40,6 @@ from lanpo.docgen import REGENERATE, stale
 from lanpo.docgen import cli as cli_doc
 from lanpo.docgen.configuration import FAMILIES, config_keys
 from lanpo.errors import LanpoError
-from lanpo.feedback.record import embed_lessons
 from tests.conftest import truncate_all
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -291,7 +290,6 @@ def fill_demo_store(db: Engine) -> None:
             earlier |= {g.problem_id: ids_[0] for g, ids_ in zip(groups, attempt_ids, strict=True)}
             lesson = NewExperience(ids[step], f"## Flow\nadd\n## Principles\ncarry\n## Pitfalls\nnone {step}", 1.0,
                                    attempt_ids[step][0], run_id=run, step=step, policy_version_id=version)  # fmt: skip
-            embed_lessons(session, pool, [lesson])  # the demo's pool merges: the store client embeds each lesson
             lesson_version = add_experiences(session, pool, [lesson]).version_ids[0]
             runs_repo.record_metrics(session, run, step, train_metrics(step, 0, "both"))
             steps_repo.commit_step(session, run, step, version)

@@ -188,12 +188,11 @@ def record_groups(session: Session, groups: list[NewGroup]) -> list[list[int]]:
     keys, versions, loose = set(), set(), []
     for g, row, group_id in zip(groups, group_rows, group_ids, strict=True):
         used = {c.experience_version_id for c in g.contexts if c.experience_version_id is not None}
+        versions |= used
         if row[0] is None or row[2] is None:  # no run or no step: never a baseline, so only its own uses change
             loose += [group_id] if used else []
-            versions |= used
         elif g.mode == "zero_shot" or used:
             keys.add((row[0], row[2], row[1]))  # (run_id, step, problem_id)
-            versions |= used  # found at the key too
     usefulness.refresh(session, keys, versions, loose)
     out: list[list[int]] = [[] for _ in groups]
     for aid, (i, _) in zip(attempt_ids, attempt_rows, strict=True):

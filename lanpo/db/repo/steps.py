@@ -156,8 +156,10 @@ def rollback_uncommitted(session: Session, run_id: int, after_step: int | None) 
     p = {"run_id": run_id, "after_step": -1 if after_step is None else after_step}
     attempts = int(session.scalar(sqlfiles.load("queries/rollback_count_attempts"), p) or 0)
     used = usefulness.used_by_run_after(session, run_id, p["after_step"])  # before their uses are deleted
-    names = ("work", "groups", "meta_nll_uses", "versions", "experiences", "evictions", "metrics", "steps")
-    names += ("policy_versions",)
+    names = (
+        *("work", "groups", "meta_nll_uses", "versions", "experiences"),
+        *("evictions", "metrics", "steps", "policy_versions"),
+    )
     counts = {name: session.execute(sqlfiles.load(f"queries/rollback_{name}"), p).rowcount for name in names}
     usefulness.refresh_versions(session, used)  # the surviving versions lose the deleted uses
     return RollbackResult(attempts=attempts, **counts)  # order above matters: work reads run_steps; FKs

@@ -7,9 +7,10 @@ has its row in `lesson_uses`, precomputed (`sql/queries/usefulness_uses_recomput
 group's writing, a zero-shot group at its group's (run, step, problem) key (a new baseline), a verdict on an attempt
 at that key; a rollback deletes uses (their rows cascade). So the writers call:
 
-- `refresh(session, keys, versions)` after writing groups (`attempts.record_groups`: the keys of its zero-shot groups
-  and of its groups that use a lesson, and the versions those use): the uses at those keys are recomputed, and the
-  rows of every version used there re-summed;
+- `refresh(session, keys, versions, loose_groups)` after writing groups (`attempts.record_groups`: the keys of its
+  zero-shot groups and of its groups that use a lesson, the versions those use, and its groups with no run or step
+  that use one): the uses at those keys and of those groups are recomputed, and the rows of every version used
+  there re-summed;
 - `refresh_at_attempt` after a verdict (`serving.record_feedback`): the same at the attempt's key;
 - `used_by_run_after` before a rollback deletes groups, and `refresh_versions` after (`steps.rollback_uncommitted`):
   re-sums the versions that lost uses.
