@@ -209,3 +209,17 @@ def test_concurrent_writers_of_one_paraphrase_make_versions_never_two_lessons(db
         current[v.id] = v
     active_topics = [(v.problem_id, v.summary.split(":")[0]) for v in current.values() if v.active]
     assert len(active_topics) == len(set(active_topics)) == len(pids) * topics  # one lesson per topic, no twins
+
+
+def test_the_threshold_merges_at_its_value_and_not_below(session: Session) -> None:
+    """merge_threshold 1.0 with unit vectors pgvector scores exactly: the same direction (cosine 1.0, at the
+    threshold) merges; a direction at cosine 0.9999 (below it) does not. Above it: the paraphrase test."""
+    a, b = make_problems(session, 2)
+    pool = make_pool(session, "exact", StoreConfig(merge_threshold=1.0))
+    axis = [1.0] + [0.0] * 383
+    tilted = [0.9999, (1 - 0.9999**2) ** 0.5] + [0.0] * 382
+    for problem in (a, b):
+        add_experiences(session, pool, [NewExperience(problem, LESSON, reward=1.0, embedding=axis)])
+    at = add_experiences(session, pool, [NewExperience(a, PARAPHRASE, reward=1.0, embedding=axis)])
+    below = add_experiences(session, pool, [NewExperience(b, PARAPHRASE, reward=1.0, embedding=tilted)])
+    assert at.merged == [0] and below.merged == [] and len(below.experience_ids) == 1
