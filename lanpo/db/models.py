@@ -20,7 +20,9 @@ from lanpo.db.models_base import Base, _finite, _in, _nonempty
 
 EMBEDDING_DIM = default_embedding_dim()
 
-ATTEMPT_MODES = ("zero_shot", "intra", "inter", "self_correct", "retrieval", "val", "replay")
+ATTEMPT_MODES = (
+    "zero_shot", "intra", "inter", "leaked_intra", "self_correct", "retrieval", "val", "replay", "replayed"
+)  # fmt: skip
 EXPERIENCE_KINDS = ("summary", "reflection", "meta")
 # experience_versions.reason: a lesson's first version, a rewrite, or a near-duplicate merged in (store.merge_keeps)
 VERSION_REASONS = ("new", "rewrite", "merge:newer", "merge:higher_reward")
@@ -198,6 +200,7 @@ class Attempt(Base):
             "served_adapter_sha256 IS NULL OR served_adapter_sha256 ~ '^[0-9a-f]{64}$'", name="served_sha256_hex"
         ),
         sa.Index("ix_attempts_group_id", "group_id", "id"),
+        sa.Index("ix_attempts_replay_of", "replay_of", postgresql_where=sa.text("replay_of IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
@@ -208,6 +211,7 @@ class Attempt(Base):
     format_ok: Mapped[bool | None] = mapped_column(sa.Boolean)
     completion_tokens: Mapped[int | None] = mapped_column(sa.Integer)
     served_adapter_sha256: Mapped[str | None] = mapped_column(sa.Text)  # the adapter the backend served it with
+    replay_of: Mapped[int | None] = mapped_column(sa.ForeignKey("attempts.id", ondelete="SET NULL"))  # its source
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 
@@ -488,4 +492,4 @@ class RolloutResult(Base):
 
 
 # `lanpo serve`'s tables (migration 0014) live in their own module, imported here so that `Base.metadata` holds them.
-from lanpo.db import models_lessons, models_serving  # noqa: E402, F401
+from lanpo.db import models_lessons, models_replay, models_serving  # noqa: E402, F401

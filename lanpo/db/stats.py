@@ -59,6 +59,7 @@ TABLES = frozenset(
         "relevance_scores",
         "rollout_groups",
         "attempts",
+        "attempt_tokens",
         "group_contexts",
         "experiences",
         "experience_versions",

@@ -27,6 +27,7 @@ VIEWS = [
     "meta_experience_yield",
     "pool_churn",
     "pool_current",
+    "replays",
     "run_attempts",
     "run_rewards",
     "use_diagnostics",
