@@ -37,6 +37,7 @@ TRAIN_LAYERS: list[tuple[str, ...]] = [
     ("sft", "mel", "plan", "plan_verdict"),  # what builds on the update: the warm start, MEL, the memory plan
     ("start",),  # the model RL starts from (the warm start merged), for the trainer and its workers
     ("producer",),  # contexts, rollouts, grades, summaries; the served policy, the rollout queue, its workers
+    ("replay",),  # `[replay]`: stored trajectories joined to a step's groups, and the tokens it keeps
     ("validate",),
     ("state",),  # everything a step needs, built once
     ("loop",),  # the step

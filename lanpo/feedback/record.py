@@ -18,12 +18,23 @@ from lanpo.db.repo import attempts as attempts_repo
 from lanpo.db.repo import capacity
 from lanpo.db.repo import experiences as experiences_repo
 from lanpo.db.repo import pools as pools_repo
+from lanpo.db.repo import replay as replay_repo
 from lanpo.db.repo.attempts import ContextRef
 from lanpo.db.repo.pools import PoolRow
 from lanpo.feedback.contexts import StepPrompts
 from lanpo.feedback.summarize import REJECTIONS, Summary
 from lanpo.rewards import Graded
 from lanpo.rollout import Completion
+
+
+@dataclass
+class RolloutTokens:
+    """What the engine sampled, kept for replay (`attempt_tokens`, `[replay]`): the token ids and each token's
+    behaviour log-prob, the engine's ('engine') or the trainer's under the sampling policy ('trainer')."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    logprobs_of: str
 
 
 @dataclass
@@ -42,6 +53,7 @@ class RolloutRecord:
     summary_rejected: str | None = None  # why its summary was not admitted (lanpo.feedback.summarize.REJECTIONS)
     summary_generated_tokens: int = 0  # what writing its summary generated (0: not summarised)
     summary_prompt_tokens: int = 0  # ... and read as prompt, over its generation calls
+    tokens: RolloutTokens | None = None  # kept for replay (`replay.stores_tokens`); None: not kept
 
 
 @dataclass
@@ -151,6 +163,7 @@ def write_step_rows(
     (`store.max_policy_age`), then experiences summarised from the groups (capacity enforced inside; a merging
     pool takes a near-duplicate as a new version of the lesson it repeats)."""
     attempt_ids = write_groups(session, run_id, step, policy_version_id, groups)
+    write_tokens(session, groups, attempt_ids)
     expired = capacity.expire(session, pool, run_id, step)
     lessons = [
         experiences_repo.NewExperience(
@@ -192,6 +205,18 @@ def embed_lessons(session: Session, pool: PoolRow, lessons: list[experiences_rep
     embedder = shared_embedder()
     embed_pool(session, pool.id, embedder)
     fill_embeddings(lessons, embedder)
+
+
+def write_tokens(session: Session, groups: Sequence[GroupRecord], attempt_ids: list[list[int]]) -> None:
+    """The kept rollouts' tokens and behaviour log-probs (`attempt_tokens`), beside their attempts."""
+    kept = [
+        (attempt_id, r.tokens.token_ids, r.tokens.logprobs, r.tokens.logprobs_of)
+        for g, ids in zip(groups, attempt_ids, strict=True)
+        for r, attempt_id in zip(g.rollouts, ids, strict=True)
+        if r.tokens is not None
+    ]
+    if kept:
+        replay_repo.write_tokens(session, kept)
 
 
 def write_groups(
@@ -283,6 +308,8 @@ def rollout_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
         out[f"summary/rejected/{reason}"] = float(sum(1 for r in summarised if r.summary_rejected == reason))
     for mode in feedback_modes.PROMPT_MODES:
         picked = [r for g in groups if g.mode == mode for r in g.rollouts]
+        if mode == feedback_modes.LEAKED_MODE and not picked:  # Fig. 2b's arm: its metrics in its own runs only
+            continue
         out[f"count/{mode}"] = float(len(picked))
         if picked:
             out[f"reward/{mode}"] = mean([r.reward for r in picked])

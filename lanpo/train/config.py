@@ -17,6 +17,7 @@ from lanpo.config import DTYPE_NAMES, Renamed, StoreConfig, help_field, lanpo_ho
 from lanpo.config import check as _check
 from lanpo.errors import ConfigError
 from lanpo.feedback.config import DataConfig, FeedbackConfig, RewardConfig, SummarizerConfig
+from lanpo.feedback.replay_config import ReplayConfig
 from lanpo.feedback_modes import CONTEXT_MODES
 from lanpo.mel.config import MELConfig
 from lanpo.report.live import check_report_to
@@ -279,6 +280,9 @@ class TrainConfig:
     workers: WorkersConfig = field(
         default_factory=WorkersConfig, metadata={"help": "asynchronous rollout workers (lanpo worker)"}
     )
+    replay: ReplayConfig = field(
+        default_factory=ReplayConfig, metadata={"help": "stored trajectories trained on again (ExGRPO, RLEP, RePO)"}
+    )
 
     def __post_init__(self) -> None:
         _check(self.run_name.strip() != "", "run_name must not be empty")
@@ -357,9 +361,31 @@ class TrainConfig:
             return self.method
         return "grpo" if self.feedback.mode == "none" else "lanpo"
 
+    def check_replay(self, world: int) -> None:
+        """What `[replay]` runs on for now: one process (its rows join that process's groups), no rollout workers (the
+        draw is the trainer's), one minibatch a step (the replayed rows follow the fresh ones in the batch)."""
+        r = self.replay
+        if not r.stores_tokens:
+            return
+        off = "or turn [replay] off (replay.enabled = false, replay.keep_tokens = false)"
+        _check(
+            world == 1, f"[replay] runs in one process, not at world size {world}", f"train without torchrun, {off}"
+        )
+        _check(
+            not self.workers.enabled,
+            "[replay] draws in the trainer's step: rollout workers make groups elsewhere",
+            f"set workers.count = 0 and workers.external = false, {off}",
+        )
+        _check(
+            not r.enabled or self.grpo.minibatch_size == 0,
+            "[replay] joins its rows to the step's one minibatch (grpo.minibatch_size = 0)",
+            f"set grpo.minibatch_size = 0, {off}",
+        )
+
     def check_world(self, world: int) -> None:
         """Refuse batch shapes that `world` ranks cannot split evenly (every rank takes the same share)."""
         at = f" at world size {world}" if world > 1 else ""
+        self.check_replay(world)
         _check(
             self.batch_size % world == 0,
             f"batch_size ({self.batch_size}) must be divisible by the world size ({world}): every rank takes "

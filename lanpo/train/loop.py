@@ -23,6 +23,9 @@ Where this departs from textbook GRPO (and why):
 - Successful rollouts are distilled into experiences by the summariser (default: the policy before this step's
   update); they join the run's pool in the same transaction as the attempts that produced them, and only with the
   lesson's format (`summarizer.require_format`; the step's summary/* metrics count the rest).
+- With `[replay]` (off by default), stored trajectories of a step's problems join their groups after the fresh
+  rollouts (`lanpo.train.replay`): the group's advantages take them in (RLEP, ExGRPO) or normalise them apart (RePO),
+  and their tokens' term is the correction's (`lanpo.rl.replay`); they are written as `replayed` groups.
 - With `method = "mel"` (meta-experience learning, `lanpo.train.mel.experiences`), groups with both correct and
   incorrect rollouts give contrastive pairs whose diagnosed lessons are validated by replay; the validated ones add an
   NLL term to the update, J = J_GRPO + lambda * J_NLL, and join the pool as experiences of kind `meta`.
@@ -62,12 +65,13 @@ from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.feedback import record
-from lanpo.feedback.record import GroupRecord
+from lanpo.feedback.contexts import StepPrompts
+from lanpo.feedback.record import GroupRecord, RolloutTokens
 from lanpo.feedback.schedule import mix_seed
 from lanpo.report.live import MetricsLogger
-from lanpo.rl.advantages import group_advantages
 from lanpo.rollout import Completion
 from lanpo.train.config import TrainConfig
+from lanpo.train.consumer.replay_rows import ReplayRows
 from lanpo.train.consumer.update import NLLTerm, UpdateStats, update_policy
 from lanpo.train.forward.batch import RolloutBatch, autocast_dtype, build_batch
 from lanpo.train.mel.experiences import MetaStep, meta_experiences
@@ -83,6 +87,15 @@ from lanpo.train.producer.contexts import feedback_prompts
 from lanpo.train.producer.produce import Produced, produce
 from lanpo.train.producer.rollout_queue import LocalWorkers
 from lanpo.train.producer.served_policy import behavior_logprobs
+from lanpo.train.replay import (
+    StepReplay,
+    attach_tokens,
+    behaviour_rows,
+    draw_step_replays,
+    record_step_replays,
+    replay_batch,
+    step_advantages,
+)
 from lanpo.train.state import Trainer, setup
 from lanpo.train.validate import due, validate, validated
 
@@ -197,15 +210,17 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
         # pairs -> lessons -> NLL; a worker's diagnoses and replays (`got.mel`) come with its groups
         meta = meta_experiences(cfg, t.sampler, device, step, prompts, groups, graded, made=got.mel)
 
-    # ------------------------------------------------------------------ 5. group advantages
+    # ------------------------------------------------------------------ 5. group advantages (and replayed rows)
+    replay = _draw_replays(t, step, prompts, phase)  # `[replay]`: stored rows join their groups; None: none
     with phase("prepare"):
-        advantages = group_advantages(rewards, n).to(device)  # (G*n,), zero for groups without spread
-        batch, behavior = _rollout_batch(rollouts, t.tokenizer.pad_token_id, device)  # (G*n, P+T); (G*n, T) or None
+        advantages = step_advantages(rewards, n, replay, cfg.replay).to(device)  # (G*n + R,); 0 without spread
+        batch, behavior, rows = _rollout_batch(t, rollouts, replay, device)  # (B, P+T); (B, T) or None; replayed
+        kept = behaviour_rows(cfg, t.policy, prompts, rollouts, [g.correct for g in graded], batch)  # for replay
 
     # ------------------------------------------------------------------ 6. reference log-probs + policy update
     with phase("sleep"):  # the engine's GPU memory is the update's until the sync wakes it (sleep_during_update)
         t.backend.sleep()
-    stats = _update(t, step, batch, advantages, behavior, meta.nll)  # PPO epochs x minibatches, the reference's KL
+    stats = _update(t, step, batch, advantages, behavior, meta.nll, rows)  # epochs x minibatches, the reference's KL
     phase.took(ref_logp=stats.seconds_ref, update=stats.seconds_update)
     with phase("sync"):
         t.backend.sync()  # wakes the engine's weights, loads the updated policy, wakes its KV cache
@@ -217,8 +232,9 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
     saved = _save_policy(t, step, phase)  # a checkpoint, the weights staged for workers, or the version's hash
 
     # ------------------------------------------------------------------ 8. record: every rank's rows, one commit
-    local = group_records(got, meta)  # (G,) groups of n rollouts
-    return _commit_step(t.store, t.policy, t.dist, step, phase, got, local, saved, metrics)
+    local = group_records(got, meta, kept)  # (G,) groups of n rollouts (with the tokens replay keeps)
+    metrics.update({} if replay is None else replay.metrics(step, sum(len(c.token_ids) for c in rollouts)))
+    return _commit_step(t.store, t.policy, t.dist, step, phase, got, local, saved, metrics, replay)
 
 
 def _update(
@@ -228,6 +244,7 @@ def _update(
     advantages: torch.Tensor,
     behavior: torch.Tensor | None,
     nll: NLLTerm | None,
+    replay: ReplayRows | None = None,
 ) -> UpdateStats:
     """The GRPO update of `t.policy` on this rank's `batch`, seeded by the step (lanpo.train.consumer.update)."""
     cfg = t.cfg
@@ -244,6 +261,7 @@ def _update(
         behavior_logp=behavior,
         nll=nll,
         temperature=cfg.rollout.temperature,
+        replay=replay,
     )
 
 
@@ -271,15 +289,17 @@ def _commit_step(
     local: list[GroupRecord],
     saved: tuple[Path | None, str] | None,
     metrics: dict[str, float],
+    replay: StepReplay | None = None,
 ) -> dict[str, float]:
     """Every rank's rows to rank 0, which writes them with the step's metrics in ONE transaction; the other
-    ranks wait for that commit before the next step reads the store. Returns `metrics`, completed on rank 0."""
+    ranks wait for that commit before the next step reads the store. Returns `metrics`, completed on rank 0.
+    `replay`: the step's replayed rows, written as 'replayed' groups (one process only: TrainConfig.check_replay)."""
     with phase("gather"):
         gathered = gather_step(dist, local, phase.timer.seconds, policy.replica_sha256() if dist.enabled else "")
     if gathered is not None and saved is not None:
         phase.timer.seconds = gathered.seconds  # the slowest rank's time per phase: the step waits for it
         metrics.update(record.rollout_metrics(gathered.rows))
-        _write_step(store, step, phase, got, gathered.rows, saved, metrics)
+        _write_step(store, step, phase, got, gathered.rows, saved, metrics, replay)
     dist.barrier()
     if gathered is not None and saved is not None:
         if saved[0] is not None:  # a checkpointed step
@@ -306,6 +326,7 @@ def _write_step(
     rows: list[GroupRecord],
     saved: tuple[Path | None, str],
     metrics: dict[str, float],
+    replay: StepReplay | None = None,
 ) -> None:
     """Rank 0's one transaction: rows, MEL rows, metrics, policy version, the queued work it used (`workers`);
     `commit_step` last (the step exists once this commits). Adds what the writes report to `metrics`."""
@@ -319,6 +340,8 @@ def _write_step(
             mel_metrics = record_meta(
                 session, store.mel, run.run_id, run.pool, step, policy_version_id, rows, written.attempt_ids
             )
+            if replay is not None and replay.size:
+                record_step_replays(session, run.run_id, step, policy_version_id, replay)
         metrics.update(written.as_metrics())
         metrics.update(mel_metrics)
         metrics.update(phase.timer.metrics())
@@ -334,18 +357,37 @@ def _write_step(
 # --------------------------------------------------------------------------- helpers
 
 
+def _draw_replays(t: Trainer, step: int, prompts: StepPrompts, phase: Phases) -> StepReplay | None:
+    """`[replay]`'s rows for this step (lanpo.train.replay); None with replay off, and no phase timed then."""
+    if not t.cfg.replay.enabled:
+        return None
+    with phase("replay"):
+        return draw_step_replays(t.cfg, t.run, t.replay_sources, t.policy, t.tokenizer, step, prompts)
+
+
 def _rollout_batch(
-    rollouts: list[Completion], pad_token_id: int, device: torch.device
-) -> tuple[RolloutBatch, torch.Tensor | None]:
+    t: Trainer, rollouts: list[Completion], replay: StepReplay | None, device: torch.device
+) -> tuple[RolloutBatch, torch.Tensor | None, ReplayRows | None]:
     """The rollouts as one padded batch (input_ids (G*n, P+T), completion_mask (G*n, T)) and the engine's
-    log-probs of their tokens (G*n, T) when it reports them (vLLM; else None)."""
-    batch = build_batch([c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts], pad_token_id, device)
-    return batch, behavior_logprobs(rollouts, batch.completion_ids.shape[1], device)
+    log-probs of their tokens (G*n, T) when it reports them (vLLM; else None); with replayed rows, those follow
+    (B = G*n + R), the engine's log-probs padded with 0 for them, and which rows they are."""
+    pad = t.tokenizer.pad_token_id
+    if replay is None or not replay.size:
+        batch = build_batch([c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts], pad, device)
+        return batch, behavior_logprobs(rollouts, batch.completion_ids.shape[1], device), None
+    batch, replayed, stored = replay_batch(rollouts, replay, pad, device)
+    engine = behavior_logprobs(rollouts, batch.completion_ids.shape[1], device)  # (G*n, T) or None
+    if engine is not None:
+        engine = torch.cat([engine, torch.zeros((replay.size, engine.shape[1]), device=device)])
+    return batch, engine, ReplayRows(replayed, stored, t.cfg.replay.correction, t.cfg.replay.shaping)
 
 
-def group_records(got: Produced, meta: MetaStep) -> list[GroupRecord]:
-    """What the store keeps of this rank's step: one record per prompt with its n graded rollouts."""
-    return record.group_records(got.prompts, got.groups, got.graded, got.summaries, meta.by_group)
+def group_records(got: Produced, meta: MetaStep, kept: dict[int, RolloutTokens] | None = None) -> list[GroupRecord]:
+    """What the store keeps of this rank's step: one record per prompt with its n graded rollouts (and, `kept`, the
+    tokens and behaviour log-probs `[replay]` keeps of some: lanpo.train.replay.behaviour_rows)."""
+    records = record.group_records(got.prompts, got.groups, got.graded, got.summaries, meta.by_group)
+    attach_tokens(records, kept or {}, len(got.groups[0]) if got.groups else 0)
+    return records
 
 
 def _progress(enabled: bool, start: int, steps: int) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from lanpo.train.plumbing.dist import Dist, init_from_env
 from lanpo.train.policy import Policy, build_policy, load_base
 from lanpo.train.producer.rollout_queue import RolloutQueue
 from lanpo.train.producer.served_policy import ServedPolicy, build_summarizer, open_served_policy, start_folder
+from lanpo.train.replay import check_sources
 from lanpo.train.run import RunStart, open_run
 from lanpo.train.start import load_start
 from lanpo.train.validate import ValidationSet, prepare_validation
@@ -77,6 +78,7 @@ class Trainer:
     start: dict[str, Any]  # what RL started from: the model and the start adapter merged into it (`lanpo.train.start`)
     validation: ValidationSet | None  # the held-out problems `eval` validates on (None: eval.every = 0)
     queue: RolloutQueue | None = None  # `workers`: the step's rollouts come from workers through the store
+    replay_sources: list[int] = field(default_factory=list)  # `[replay]`: the runs whose attempts it replays
 
     @property
     def run(self) -> RunRef:
@@ -204,6 +206,8 @@ def setup(
         validation=shared["validation"],
         queue=queue,
     )
+    if cfg.replay.enabled and dist.is_main:
+        trainer.replay_sources = check_sources(cfg, trainer.run)
     return trainer, first
 
 
@@ -233,7 +237,7 @@ def _open_in_store(cfg: TrainConfig, db: Engine, resume: bool, dist: Dist) -> di
         with transaction(db) as session:
             problem_ids = ensure_dataset(session, cfg.data)
             validation = prepare_validation(session, cfg)
-            feedback_inter = asks_inter(cfg.feedback.mode) and cfg.feedback.inter.gamma > 0
+            feedback_inter = asks_inter(cfg.feedback.mode) and cfg.feedback.inter.reads_relevance
             scorer = resolve_scorer(session, cfg.feedback.inter.scorer) if feedback_inter else None
             start = open_run(session, cfg, cfg.model.name, resume)
         staged.clear(cfg.checkpoint_root())  # weights staged for workers by steps the resume just rolled back

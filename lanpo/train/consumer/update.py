@@ -39,24 +39,20 @@ from typing import Any
 
 import torch
 
-from lanpo.rl.loss import kl_k3, nll_sum_of, policy_loss
+from lanpo.rl.loss import policy_loss
+from lanpo.rl.replay import replay_policy_loss
 from lanpo.train.config import GRPOConfig
+from lanpo.train.consumer.nll import NLLTerm, nll_backward
+from lanpo.train.consumer.replay_rows import ReplayRows, term_weights
+from lanpo.train.consumer.skipped import measure_only, skip_update
 from lanpo.train.forward.batch import RolloutBatch, autocast_dtype
-from lanpo.train.forward.chunking import NO_CHUNKS, Chunking
+from lanpo.train.forward.chunking import Chunking
 from lanpo.train.forward.logprobs import chunked_logprobs, completion_logprobs, lockstep_rounds, micro_batches
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import Policy
 
 STATS = ("loss", "kl", "entropy", "clip_frac", "dual_clip_frac", "tis_weight", "logp_diff")
-
-
-@dataclass
-class NLLTerm:
-    """The NLL examples of this rank (targets as completions after their prompts; None: none on this rank, which
-    still takes part, since token counts are global) and lambda, the term's weight."""
-
-    batch: RolloutBatch | None
-    coef: float
+REPLAY_STATS = ("replay_ratio_mean", "replay_shaped_mean")  # token-means over replayed tokens (lanpo.rl.replay)
 
 
 @dataclass
@@ -74,6 +70,7 @@ class UpdateStats:
     nll: float | None = None  # J_NLL, token-mean over the optimizer steps that had NLL tokens (None: none had)
     nll_tokens: float | None = None  # NLL target tokens over every rank (None: no NLL term configured)
     dual_clip_frac: float | None = None  # share of tokens held at the dual-clip bound (None: grpo.dual_clip unset)
+    replay: dict[str, float] = field(default_factory=dict)  # replay/*: the replayed tokens' weights (none: {})
 
     def as_metrics(self) -> dict[str, float]:
         out = {
@@ -94,7 +91,7 @@ class UpdateStats:
             out["mel/nll_tokens"] = self.nll_tokens
         if self.nll is not None:
             out["mel/nll"] = self.nll
-        return out
+        return {**out, **self.replay}
 
 
 def warmup_schedule(
@@ -132,17 +129,41 @@ def micro_batch_loss(
     behavior_logp: torch.Tensor | None,
     cfg: GRPOConfig,
     temperature: float = 1.0,
+    replay: ReplayRows | None = None,
+    row_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """The clipped GRPO loss of one micro-batch (its own token-mean), its stats, and its entropy (m, T).
 
     old_logp None: on-policy, the ratio is 1 and the forward's own detached log-probs stand in for it. The
-    log-probs are of softmax(logits / temperature), as old_logp, ref_logp and behavior_logp must be.
+    log-probs are of softmax(logits / temperature), as old_logp, ref_logp and behavior_logp must be. `replay`: the
+    micro-batch's replayed rows (lanpo.rl.replay.replay_policy_loss, `row_weight` (m,) its terms' weights).
     """
     autocast = autocast_dtype(cfg.autocast, sub.input_ids.device)
     logp, entropy = completion_logprobs(
         model, sub, True, cfg.share_prompts, autocast, temperature, Chunking.of(cfg)
     )  # (m, T)
     old = logp.detach() if old_logp is None else old_logp
+    if replay is not None:
+        loss, stats = replay_policy_loss(
+            logp,
+            old,
+            ref_logp,
+            advantages,
+            sub.completion_mask,
+            replay.replayed,
+            replay.behaviour,
+            replay.correction,  # type: ignore[arg-type]
+            cfg.eps_low,
+            cfg.eps_high,
+            cfg.beta,
+            cfg.loss_agg,  # type: ignore[arg-type]
+            shaping=replay.shaping,
+            row_weight=row_weight,
+            behavior_logp=behavior_logp,
+            tis_cap=cfg.tis_cap,
+            dual_clip=cfg.dual_clip,
+        )
+        return loss, stats, entropy  # type: ignore[return-value]
     loss, stats = policy_loss(
         logp,
         old,
@@ -160,87 +181,6 @@ def micro_batch_loss(
     return loss, stats, entropy  # type: ignore[return-value]
 
 
-def nll_backward(
-    model: Any,
-    batch: RolloutBatch | None,
-    index: torch.Tensor,
-    coef: float,
-    micro: int,
-    dist: Dist,
-    share_prompts: bool = True,
-    autocast: torch.dtype | None = None,
-    filler: RolloutBatch | None = None,
-    chunking: Chunking = NO_CHUNKS,
-) -> tuple[float, float]:
-    """Backward of `coef` * the token-mean NLL of `batch[index]` over every rank's share; returns (that NLL, its
-    global token count). Nothing runs when no rank has a token (every rank sees the same count).
-
-    `filler` (one row of any batch): the model's forwards are collectives (FSDP), so every rank runs as many
-    micro-batches as the rank with the most, a rank short of examples running `filler` with weight 0 (its
-    gradient is exactly 0, and the all-gathers and reduce-scatters of the ranks line up)."""
-    local = 0.0 if batch is None or index.numel() == 0 else float(batch.completion_mask[index].sum())
-    tokens = dist.all_reduce_sum(torch.tensor([local], dtype=torch.float64)).item()
-    if tokens == 0:
-        return 0.0, 0.0
-    starts = list(range(0, len(index) if batch is not None else 0, micro))
-    rounds = len(starts)
-    if filler is not None:
-        rounds = int(dist.all_reduce_max(torch.tensor([rounds])).item())
-    nll_sum = 0.0
-    for r in range(rounds):
-        if r < len(starts):
-            sub = batch.select(index[starts[r] : starts[r] + micro].to(batch.input_ids.device))  # type: ignore[union-attr]
-            weight = coef * dist.world / tokens  # times the world size: DDP and FSDP average the ranks' gradients
-        else:
-            sub, weight = filler, 0.0  # type: ignore[assignment]
-        logp, _ = completion_logprobs(model, sub, False, share_prompts, autocast, 1.0, chunking)  # (m, T)
-        summed = nll_sum_of(logp, sub.completion_mask)
-        (summed * weight).backward()
-        nll_sum += float(summed.detach()) if weight else 0.0
-    return dist.all_reduce_sum(torch.tensor([nll_sum], dtype=torch.float64)).item() / tokens, tokens
-
-
-def _skip_update(optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
-    """An optimizer step with no gradient (moves nothing) and a schedule step: the schedule stays on time."""
-    optimizer.zero_grad(set_to_none=True)
-    optimizer.step()
-    scheduler.step()
-
-
-def _measure_only(
-    policy: Policy,
-    batch: RolloutBatch,
-    micro: int,
-    share_prompts: bool,
-    autocast: torch.dtype | None = None,
-    temperature: float = 1.0,
-    chunking: Chunking = NO_CHUNKS,
-) -> dict[str, float]:
-    """KL and entropy of a batch nothing was learned from (every group skipped): no gradient, no step. Also
-    returns the seconds of its reference pass (`ref`) and of its policy pass (`policy`): a step that learns
-    nothing still spends them."""
-    kl_sum = entropy_sum = tokens = 0.0
-    started = time.perf_counter()
-    ref = policy.reference_logprobs(batch, micro, share_prompts, autocast, temperature, chunking=chunking)
-    seconds_ref = time.perf_counter() - started
-    with torch.no_grad():
-        for start in range(0, batch.size, micro):
-            sub = batch.select(slice(start, start + micro))
-            logp, entropy = completion_logprobs(
-                policy.model, sub, True, share_prompts, autocast, temperature, chunking
-            )
-            mask = sub.completion_mask.float()
-            kl_sum += float((kl_k3(logp, ref[start : start + micro]) * mask).sum())
-            entropy_sum += float((entropy * mask).sum())  # type: ignore[operator]
-            tokens += float(mask.sum())
-    return {
-        "kl": kl_sum / max(tokens, 1.0),
-        "entropy": entropy_sum / max(tokens, 1.0),
-        "ref": seconds_ref,
-        "policy": time.perf_counter() - started - seconds_ref,
-    }
-
-
 def update_policy(
     policy: Policy,
     optimizer: torch.optim.Optimizer,
@@ -253,6 +193,7 @@ def update_policy(
     behavior_logp: torch.Tensor | None = None,
     nll: NLLTerm | None = None,
     temperature: float = 1.0,
+    replay: ReplayRows | None = None,
 ) -> UpdateStats:
     """PPO epochs x minibatches on this rank's `batch` (B sequences) with `advantages` (B,); returns mean stats.
 
@@ -262,11 +203,13 @@ def update_policy(
     over the minibatches of each epoch as the rollouts are (pass it on every rank, or on none); its forwards use
     `policy.model`. `temperature`: the rollouts' sampling temperature; every GRPO log-prob is of softmax(logits /
     temperature) (1: the logits as they are, bit for bit what the update computed before the argument existed).
+    `replay`: which rows are replayed (`[replay]`); the minibatch count is the fresh rows' (the schedule's).
     """
     dist = dist or Dist()
     autocast = autocast_dtype(cfg.autocast, batch.input_ids.device)  # None: the forwards in the weights' dtype
     zero_spread = float(dist.all_reduce_sum((advantages == 0).float().mean().reshape(1)).item() / dist.world)
-    n_minibatches = minibatches_per_epoch(batch.size * dist.world, cfg)
+    fresh = batch.size - (0 if replay is None else int(replay.replayed.sum()))
+    n_minibatches = minibatches_per_epoch(fresh * dist.world, cfg)
     if cfg.skip_zero_spread:
         # Rollouts with advantage 0 carry no policy-gradient signal; dropping them saves their forward/backward
         # (and drops their KL term). Single process only: ranks would hold minibatches of different sizes.
@@ -275,20 +218,20 @@ def update_policy(
             return _nothing_to_learn(policy, optimizer, scheduler, batch, cfg, n_minibatches, zero_spread, temperature)
         batch, advantages = batch.select(keep.to(batch.input_ids.device)), advantages[keep]
         behavior_logp = None if behavior_logp is None else behavior_logp[keep]
+        replay = None if replay is None else replay.select(keep)
 
     started = time.perf_counter()
     ref_logp, old_logp = _reference_and_old_logp(policy, batch, cfg, n_minibatches, autocast, temperature, dist)
     seconds_ref = time.perf_counter() - started
 
     started = time.perf_counter()
-    use_nll = nll is not None and nll.coef != 0.0  # the same on every rank (a setting, not data)
-    update = _Update(
-        policy, batch, advantages, old_logp, ref_logp, behavior_logp, cfg, dist, temperature, nll if use_nll else None
-    )
+    nll_on = nll if nll is not None and nll.coef != 0.0 else None  # the same on every rank (a setting, not data)
+    update = _Update(policy, batch, advantages, old_logp, ref_logp, behavior_logp, cfg, dist, temperature, nll_on)
+    update.replay = replay
     policy.model.train()
     for mb, nll_share in _minibatches(batch.size, n_minibatches, cfg.ppo_epochs, seed, update.nll_size):
         if mb.numel() == 0:  # fewer rollouts kept than minibatches (skip_zero_spread): the schedule still steps
-            _skip_update(optimizer, scheduler)
+            skip_update(optimizer, scheduler)
             continue
         update.optimizer_step(optimizer, scheduler, mb, nll_share)
     optimizer.zero_grad(set_to_none=True)
@@ -347,10 +290,12 @@ class _Update:
     dist: Dist
     temperature: float
     nll: NLLTerm | None  # MEL's term, when it is on (coef != 0)
+    replay: ReplayRows | None = None  # the replayed rows (`[replay]`; None: none)
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys((*STATS, "grad_norm"), 0.0))
     updates: int = 0
     nll_updates: int = 0
     nll_total: float = 0.0
+    replay_sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("tokens", *REPLAY_STATS), 0.0))
 
     def __post_init__(self) -> None:
         self.autocast = autocast_dtype(self.cfg.autocast, self.batch.input_ids.device)
@@ -389,9 +334,11 @@ class _Update:
             batch.attention_mask[mb].sum(dim=1), cfg.micro_batch_size, cfg.max_tokens_per_micro_batch
         )
         rounds = lockstep_rounds(groups, cfg.max_tokens_per_micro_batch, dist)  # every rank as many as the busiest
+        replay = self.replay
+        terms = None if replay is None else term_weights(replay, batch.completion_mask, mb, cfg.loss_agg, dist)
         for r in range(rounds):
             idx = mb[groups[r]] if r < len(groups) else mb[:1]  # (m,); past this rank's own: a filler, weight 0
-            self._micro_step(idx, len(mb), tokens_mb, r == rounds - 1, mb_stats, filler=r >= len(groups))
+            self._micro_step(idx, len(mb), tokens_mb, r == rounds - 1, mb_stats, r >= len(groups), terms)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
         summed = dist.all_reduce_sum(torch.tensor([mb_stats[k] for k in STATS], dtype=torch.float64))
         optimizer.step()
@@ -409,11 +356,13 @@ class _Update:
         last: bool,
         mb_stats: dict[str, float],
         filler: bool = False,
+        terms: torch.Tensor | None = None,
     ) -> None:
         """Backward of micro-batch `idx` (m,) of a minibatch of `mb_size` sequences (`tokens_mb` tokens over every
         rank); adds its weighted stats to `mb_stats`. `filler`: a rank that has run its own micro-batches runs
         one more with weight 0 and no stats, so its collectives (FSDP; DDP's last-backward all-reduce) line up
-        with a busier rank's (`grpo.max_tokens_per_micro_batch` splits ranks' minibatches unevenly)."""
+        with a busier rank's (`grpo.max_tokens_per_micro_batch` splits ranks' minibatches unevenly). `terms` (B,):
+        each row's weight under replay's separate terms (`replay_rows.term_weights`)."""
         cfg, dist = self.cfg, self.dist
         sub = self.batch.select(idx.to(self.batch.input_ids.device))
         # DDP all-reduces on the minibatch's last backward only; the others accumulate locally.
@@ -427,6 +376,8 @@ class _Update:
                 None if self.behavior_logp is None else self.behavior_logp[idx],
                 cfg,
                 self.temperature,
+                None if self.replay is None else self.replay.select(idx),
+                None if terms is None else terms[idx],
             )
             # Weight micro-batches so the minibatch loss is the exact token-mean (or seq-mean) over every
             # rank's sequences; times the world size, since DDP and FSDP average the ranks' gradients.
@@ -442,6 +393,11 @@ class _Update:
         for key in ("kl", "clip_frac", "dual_clip_frac", "tis_weight", "logp_diff"):
             mb_stats[key] += stats[key].item() * token_weight
         mb_stats["entropy"] += float((entropy * sub.completion_mask.float()).sum() / tokens_mb)  # type: ignore[operator]
+        if self.replay is not None:  # token-means over the replayed tokens: summed here, divided in `stats`
+            replayed = float(sub.completion_mask[self.replay.replayed[idx]].sum())
+            self.replay_sums["tokens"] += replayed
+            for key in REPLAY_STATS:
+                self.replay_sums[key] += stats[key].item() * replayed
 
     def stats(self, zero_spread: float, seconds_ref: float, seconds_update: float) -> UpdateStats:
         """The mean of every stat over the optimizer steps taken (and J_NLL over those that had NLL tokens)."""
@@ -463,8 +419,16 @@ class _Update:
             seconds_ref=seconds_ref,
             seconds_update=seconds_update,
             dual_clip_frac=None if self.cfg.dual_clip is None else mean["dual_clip_frac"],
+            replay=self._replay_means(),
             **nll_stats,
         )
+
+    def _replay_means(self) -> dict[str, float]:
+        """replay/ratio_mean and replay/shaped_mean over every replayed token the update trained on ({}: none)."""
+        tokens = self.replay_sums["tokens"]
+        if not tokens:
+            return {}
+        return {f"replay/{key.removeprefix('replay_')}": self.replay_sums[key] / tokens for key in REPLAY_STATS}
 
 
 def _nothing_to_learn(
@@ -480,11 +444,11 @@ def _nothing_to_learn(
     """Every group skipped: the batch's KL and entropy measured, and the schedule stepped as often as an update
     would have (each step moving nothing)."""
     autocast = autocast_dtype(cfg.autocast, batch.input_ids.device)
-    measured = _measure_only(
+    measured = measure_only(
         policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast, temperature, Chunking.of(cfg)
     )
     for _ in range(cfg.ppo_epochs * n_minibatches):
-        _skip_update(optimizer, scheduler)
+        skip_update(optimizer, scheduler)
     return UpdateStats(
         0.0,
         measured["kl"],

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from lanpo.db.repo import problems as problems_repo
-from lanpo.db.repo.contexts import InterItem, IntraItem
+from lanpo.db.repo.contexts import InterAttemptItem, InterItem, IntraItem
 from lanpo.feedback import summarize as lessons
 from lanpo.feedback.contexts import StepPrompts, per_rollout
 from lanpo.feedback.schedule import mix_seed
@@ -117,7 +117,8 @@ def summaries_of(
 
 # --------------------------------------------------------------------------- through the store, as JSON
 
-_ITEMS = {"intra": IntraItem, "inter": InterItem}
+_ITEMS = {"intra": IntraItem, "inter": InterItem, "inter_attempt": InterAttemptItem}
+_KINDS = {cls: kind for kind, cls in _ITEMS.items()}
 
 
 def prompts_to_json(prompts: StepPrompts) -> dict[str, Any]:
@@ -126,10 +127,7 @@ def prompts_to_json(prompts: StepPrompts) -> dict[str, Any]:
     out = asdict(prompts)
     del out["answers"]
     out["missed"] = dict(prompts.missed)
-    out["items"] = [
-        [{"kind": "intra" if isinstance(item, IntraItem) else "inter", **asdict(item)} for item in items]
-        for items in prompts.items
-    ]
+    out["items"] = [[{"kind": _KINDS[type(item)], **asdict(item)} for item in items] for items in prompts.items]
     return out
 
 

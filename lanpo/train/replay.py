@@ -1,0 +1,264 @@
+"""Replay in lanpo's trainer (`[replay]`): stored trajectories of a step's problems joined to their groups.
+
+    the step's problems -> stored trajectories (lanpo.db.repo.replay) -> the draw (lanpo.feedback.replay)
+    -> R replayed rows appended after the G*n fresh ones -> advantages and loss (lanpo.rl.replay) -> 'replayed' groups
+
+What a replayed row is: an attempt of an earlier step (of this run, or of `replay.source_runs`) whose group was
+zero-shot, so its prompt is the question alone, the prompt it trains under now. Its tokens are the ones the engine
+sampled (`attempt_tokens.token_ids`), never the response re-tokenised, and its behaviour log-probs are the ones
+stored beside them:
+- 'engine': the rollout engine's log-prob of each sampled token (vLLM, at the rollout temperature);
+- 'trainer': with the hf backend, which samples from the trained model itself, the trainer's log-prob of each token
+  under the policy that sampled it, taken in a no-grad pass before that step's update (`behaviour_rows`), at the
+  rollout temperature and under the update's autocast.
+How that is checked: here, a stored row whose tokens do not decode to its stored response is never replayed (counted
+in `replay/mismatched`), and a source run sampled at another temperature is refused; in the tests
+(tests/train/test_replay.py), the stored log-probs of a step's attempts equal a fresh forward of the policy that
+sampled them, and differ from the policy after that step's update.
+
+The replayed rows cost no generation; they cost their share of the update, which `cost/trained_tokens` counts
+(lanpo.report.cost). They are written as groups of mode 'replayed', each attempt naming its source (`replay_of`):
+never a fresh rollout in any view or metric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lanpo.db.connection import transaction
+from lanpo.db.repo import replay as replay_repo
+from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo.replay import Candidate
+from lanpo.errors import ConfigError
+from lanpo.feedback import replay as replay_draw
+from lanpo.feedback.contexts import StepPrompts
+from lanpo.feedback.record import GroupRecord, RolloutTokens
+from lanpo.feedback.replay_config import ReplayConfig
+from lanpo.feedback.store import RunRef
+from lanpo.rl.advantages import group_advantages
+from lanpo.rl.replay import replay_advantages
+from lanpo.rollout import Completion
+from lanpo.train.config import TrainConfig
+from lanpo.train.forward.batch import RolloutBatch, autocast_dtype, build_batch
+from lanpo.train.forward.chunking import Chunking
+from lanpo.train.forward.logprobs import chunked_logprobs
+from lanpo.train.policy import Policy
+
+
+@dataclass
+class StepReplay:
+    """The step's R replayed rows, in the order they follow the G*n fresh rows of the batch."""
+
+    group: list[int]  # (R,) the step's group each joins
+    rows: list[Candidate]  # (R,) the stored attempts replayed
+    prompt_ids: list[list[int]]  # (R,) their prompts, tokenised as the engines tokenise a prompt
+    draws: list[replay_draw.ReplayDraw] = field(default_factory=list)  # per problem, what it replays
+    mismatched: int = 0  # stored rows left out: their tokens do not decode to their response
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    def rewards(self) -> torch.Tensor:
+        """(R,) the stored rewards (RLEP, ExGRPO: verified successes; the reward is the one they were graded)."""
+        return torch.tensor([float(r.reward) for r in self.rows], dtype=torch.float32)
+
+    def behaviour(self, width: int, device: torch.device) -> torch.Tensor:
+        """(R, width) the stored behaviour log-probs, right-padded with 0 (0 too where a row stored none)."""
+        out = torch.zeros((self.size, width), dtype=torch.float32)
+        for b, row in enumerate(self.rows):
+            if row.logprobs:
+                out[b, : len(row.logprobs)] = torch.tensor(row.logprobs, dtype=torch.float32)
+        return out.to(device)
+
+    def metrics(self, step: int, fresh_tokens: int) -> dict[str, float]:
+        """replay/*: how many rows and problems, their tokens, reward, accuracy and age in steps; and the update's
+        cost in tokens, `cost/trained_tokens` (the fresh rollouts' completions and the replayed ones': a replayed
+        row costs no generation, only its share of the update)."""
+        tokens = sum(len(r.token_ids) for r in self.rows)
+        cost = {"cost/trained_tokens": float(fresh_tokens + tokens), "cost/trained_tokens/replay": float(tokens)}
+        if not self.rows:
+            return {**dict.fromkeys(("replay/count", "replay/problems", "replay/tokens"), 0.0), **cost}
+        n = float(self.size)
+        return {
+            **cost,
+            "replay/count": n,
+            "replay/problems": float(len(set(self.group))),
+            "replay/tokens": float(tokens),
+            "replay/reward": sum(float(r.reward) for r in self.rows) / n,
+            "replay/accuracy": sum(float(bool(r.correct)) for r in self.rows) / n,
+            "replay/age": sum(step - r.step for r in self.rows) / n,
+            "replay/mismatched": float(self.mismatched),
+        }
+
+
+def check_sources(cfg: TrainConfig, run: RunRef) -> list[int]:
+    """The runs whose attempts this run replays (its own by default), refusing one sampled at another temperature
+    (its stored log-probs would be of another distribution) or one that does not exist."""
+    if not cfg.replay.source_runs:
+        return [run.run_id]
+    ids = []
+    with transaction(run.db) as session:
+        for name in cfg.replay.source_runs:
+            found = runs_repo.find_run(session, name)
+            if found is None:
+                raise ConfigError(f"replay.source_runs names {name!r}, which is no run", hint="see `lanpo runs`")
+            temperature = (found.config or {}).get("rollout", {}).get("temperature", 1.0)
+            if cfg.replay.needs_logprobs and float(temperature) != cfg.rollout.temperature:
+                raise ConfigError(
+                    f"run {name!r} sampled at temperature {temperature}, this one at {cfg.rollout.temperature}: its "
+                    "stored log-probs are of another distribution",
+                    hint="replay a run sampled at this run's rollout.temperature, or use replay.correction = none",
+                )
+            ids.append(found.id)
+    return ids
+
+
+def draw_step_replays(
+    cfg: TrainConfig,
+    run: RunRef,
+    sources: list[int],
+    policy: Policy,
+    tokenizer: Any,
+    step: int,
+    prompts: StepPrompts,
+) -> StepReplay | None:
+    """The stored trajectories joined to this step's groups; None with replay off. With nothing to replay, a
+    replay of no rows, with which the step is, bit for bit, a step without the feature (its metrics aside)."""
+    rc = cfg.replay
+    if not rc.enabled:
+        return None
+    groups = {pid: g for g, pid in reversed(list(enumerate(prompts.problem_ids)))}  # problem -> its first group
+    with transaction(run.db) as session:
+        stored = replay_repo.candidates(session, sources, list(groups), step, rc.successes_only, run.run_id)
+        bucket = rc.problems == "bucket"
+        latest = replay_repo.latest_correctness(session, sources, list(groups), step, run.run_id) if bucket else {}
+    stored, mismatched = _decodable(stored, tokenizer)
+    entropy = _entropy_of(cfg, policy, tokenizer) if rc.trajectories == "lowest_entropy" else None
+    draws = replay_draw.draw(list(groups), stored, latest, rc, cfg.seed, step, entropy, cfg.rollout.n)
+    rows = [(groups[d.problem_id], c) for d in draws for c in d.candidates]
+    return StepReplay(
+        [g for g, _ in rows],
+        [c for _, c in rows],
+        [tokenizer.encode(c.prompt, add_special_tokens=False) for _, c in rows],
+        draws,
+        mismatched,
+    )
+
+
+def _decodable(stored: dict[int, list[Candidate]], tokenizer: Any) -> tuple[dict[int, list[Candidate]], int]:
+    """The stored rows whose token ids decode to their stored response (the check that they are what was sampled);
+    and how many were left out."""
+    kept: dict[int, list[Candidate]] = {}
+    left = 0
+    for pid, rows in stored.items():
+        good = [r for r in rows if tokenizer.decode(r.token_ids, skip_special_tokens=True) == r.response]
+        left += len(rows) - len(good)
+        if good:
+            kept[pid] = good
+    return kept, left
+
+
+def _entropy_of(cfg: TrainConfig, policy: Policy, tokenizer: Any) -> Any:
+    """ExGRPO's trajectory choice: the mean token entropy of each candidate under the current policy (no grad)."""
+    from lanpo.train.forward.logprobs import completion_logprobs
+
+    def entropy(rows: list[Candidate]) -> list[float]:
+        device = next(policy.model.parameters()).device
+        prompt_ids = [tokenizer.encode(r.prompt, add_special_tokens=False) for r in rows]
+        batch = build_batch(prompt_ids, [r.token_ids for r in rows], tokenizer.pad_token_id, device)
+        autocast = autocast_dtype(cfg.grpo.autocast, device)
+        with torch.no_grad():
+            g = cfg.grpo
+            _, ent = completion_logprobs(
+                policy.model, batch, True, g.share_prompts, autocast, cfg.rollout.temperature, Chunking.of(g)
+            )
+        mask = batch.completion_mask.float()
+        return ((ent * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).tolist()  # type: ignore[operator]
+
+    return entropy
+
+
+def step_advantages(rewards: torch.Tensor, n: int, replay: StepReplay | None, rc: ReplayConfig) -> torch.Tensor:
+    """(G*n + R,) advantages: GRPO's alone without replayed rows; else by the correction's rule (lanpo.rl.replay)."""
+    if replay is None or not replay.size:
+        return group_advantages(rewards, n)
+    fresh = rewards.numel()
+    index = torch.cat([torch.arange(fresh // n).repeat_interleave(n), torch.tensor(replay.group)])
+    replayed = torch.cat([torch.zeros(fresh, dtype=torch.bool), torch.ones(replay.size, dtype=torch.bool)])
+    return replay_advantages(torch.cat([rewards, replay.rewards()]), index, replayed, rc.correction)
+
+
+def replay_batch(
+    rollouts: list[Completion], replay: StepReplay, pad_token_id: int, device: torch.device
+) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
+    """The fresh rollouts then the replayed rows as one batch (B = G*n + R), which rows are replayed (B,) and the
+    replayed rows' stored behaviour log-probs (B, T; 0 on fresh rows)."""
+    prompt_ids = [c.prompt_token_ids for c in rollouts] + replay.prompt_ids
+    token_ids = [c.token_ids for c in rollouts] + [r.token_ids for r in replay.rows]
+    batch = build_batch(prompt_ids, token_ids, pad_token_id, device)
+    width = batch.completion_ids.shape[1]
+    fresh = len(rollouts)
+    replayed = torch.zeros(batch.size, dtype=torch.bool, device=device)
+    replayed[fresh:] = True
+    behaviour = torch.zeros((batch.size, width), dtype=torch.float32, device=device)
+    behaviour[fresh:] = replay.behaviour(width, device)
+    return batch, replayed, behaviour
+
+
+def behaviour_rows(
+    cfg: TrainConfig,
+    policy: Policy,
+    prompts: StepPrompts,
+    rollouts: list[Completion],
+    correct: list[bool],
+    batch: RolloutBatch,
+) -> dict[int, RolloutTokens]:
+    """The fresh rollouts whose tokens and behaviour log-probs the store keeps (`replay.stores_tokens`): those of
+    zero-shot groups (the replayable ones), correct ones only under `replay.successes_only`. Their log-probs are
+    the engine's when it reports them, else the trainer's, taken here, before the update, under the policy that
+    sampled them. Returns {flat rollout index: its tokens}."""
+    rc, n = cfg.replay, cfg.rollout.n
+    if not rc.stores_tokens:
+        return {}
+    keep = [
+        i
+        for i in range(len(rollouts))
+        if prompts.modes[i // n] == "zero_shot" and rollouts[i].token_ids and (correct[i] or not rc.successes_only)
+    ]
+    if not keep:
+        return {}
+    if all(rollouts[i].logprobs is not None for i in keep):
+        engine = {i: list(rollouts[i].logprobs or ()) for i in keep}
+        return {i: RolloutTokens(list(rollouts[i].token_ids), engine[i], "engine") for i in keep}
+    device = batch.input_ids.device
+    autocast = autocast_dtype(cfg.grpo.autocast, device)
+    g = cfg.grpo
+    logp = chunked_logprobs(
+        policy.model,
+        batch.select(torch.tensor(keep, device=device)),
+        g.micro_batch_size,
+        g.share_prompts,
+        autocast,
+        cfg.rollout.temperature,
+        g.max_tokens_per_micro_batch,
+        Chunking.of(g),
+    )  # (K, T)
+    return {
+        i: RolloutTokens(list(rollouts[i].token_ids), logp[k, : len(rollouts[i].token_ids)].tolist(), "trainer")
+        for k, i in enumerate(keep)
+    }
+
+
+def attach_tokens(records: list[GroupRecord], tokens: dict[int, RolloutTokens], n: int) -> None:
+    """Hand each kept rollout's tokens to its record (written with it, `lanpo.feedback.record.write_step_rows`)."""
+    for i, kept in tokens.items():
+        records[i // n].rollouts[i % n].tokens = kept
+
+
+def record_step_replays(session: Any, run_id: int, step: int, policy_version_id: int, replay: StepReplay) -> None:
+    """The step's replayed rows as 'replayed' groups, one per problem, each attempt naming its source."""
+    replay_repo.record_replays(session, run_id, step, policy_version_id, replay.draws)
