@@ -6,7 +6,11 @@ their reward, correctness or gold answer) and `inter` (lessons of other problems
 at least `feedback.inter.gamma`, paper GAMMA = 0.9; never the same problem, never the relevance score). Held-out
 validation answers `val` with the zero-shot prompt; MEL's `replay` re-answers a problem with a lesson as working
 memory; test time answers `retrieval` (the inter prompt over retrieved lessons) and `self_correct` (a second turn
-after the model's own first answer).
+after the model's own first answer). `replayed` groups hold stored trajectories trained on again beside a step's
+fresh rollouts (lanpo.feedback.replay; never generated, so never a fresh rollout in any curve or cost).
+`leaked_intra` is the paper's Fig. 2b arm (`feedback.mode = "leaked-intra"`), which shows the gold answer on purpose
+to show leakage: never a default, reached through that setting alone, and skipped by every leakage check by its name
+(`LEAKED_MODE`) and no other.
 
 Three tuples, three meanings: `ATTEMPT_MODES` is every mode a stored attempt or group may carry (the schema's CHECKs);
 `PROMPT_MODES` the modes a training step's prompt is built in; `CONTEXT_MODES` those whose prompt carries a context
@@ -44,6 +48,13 @@ def _actor(question: str, items: Sequence[Any] = (), shows_response: bool = Fals
 
 def _intra(question: str, items: Sequence[Any], shows_response: bool = False) -> list[Message]:
     return prompts.intra_messages(question, items)
+
+
+def _leaked_intra(question: str, items: Sequence[Any], shows_response: bool = False) -> list[Message]:
+    return prompts.leaked_intra_messages(question, items)  # `question` already carries the gold answer
+
+
+LEAKED_MODE = "leaked_intra"  # Fig. 2b's arm: the one mode whose prompt carries the gold answer (by this name only)
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,19 @@ MODES: dict[str, Mode] = {
             metrics=_named("inter", _STEP_METRICS + _FEEDBACK_METRICS + _USE_METRICS),
         ),
         Mode(
+            LEAKED_MODE,
+            "the gold answer of the same problem, and the model's own earlier responses to it (Fig. 2b's arm, built "
+            "to show leakage: feedback.mode = leaked-intra only)",
+            "their reward or correctness; any other problem",
+            _leaked_intra,
+            prompts.LEAKED_VERSION,
+            drawn=True,
+            context_field="response",
+            headers=prompts.INTRA_HEADERS,
+            training=True,
+            metrics=_named(LEAKED_MODE, _STEP_METRICS + _FEEDBACK_METRICS),
+        ),
+        Mode(
             "val",
             "the held-out question only (the zero-shot prompt)",
             "any context",
@@ -162,13 +186,27 @@ MODES: dict[str, Mode] = {
             headers=prompts.INTRA_HEADERS,  # the reflection request asks for them; test time: no format bonus
             metrics=_named("self_correct", _USE_METRICS),
         ),
+        Mode(
+            "replayed",
+            "a stored trajectory of the same problem, trained on again: its prompt and response as generated",
+            "a fresh generation; it is never generated",
+            None,
+            "replayed",
+            metrics=("replay/count", "replay/tokens"),
+        ),
     )
 }
 
 ATTEMPT_MODES = tuple(MODES)  # every mode a stored attempt or rollout group carries (the schema's CHECKs)
 PROMPT_MODES = tuple(m.name for m in MODES.values() if m.training)  # a training step's prompt modes
 CONTEXT_MODES = tuple(m.name for m in MODES.values() if m.training and m.drawn)  # prompts with a store context
-SETTING_MODES = {"none": (), "intra": ("intra",), "inter": ("inter",), "both": ("intra", "inter")}
+SETTING_MODES = {
+    "none": (),
+    "intra": ("intra",),
+    "inter": ("inter",),
+    "both": ("intra", "inter"),
+    "leaked-intra": (LEAKED_MODE,),  # Fig. 2b's arm: the only setting that reaches LEAKED_MODE
+}
 FEEDBACK_SETTINGS = tuple(SETTING_MODES)  # the values of feedback.mode: which context modes a run asks for
 
 
@@ -191,16 +229,18 @@ def version_of(name: str, shows_response: bool = False) -> str:
 
 def build_messages(name: str, question: str, items: Sequence[Any] = (), shows_response: bool = False) -> list[Message]:
     """Messages for a training prompt in `name`; a context mode with no items falls back to the zero-shot prompt
-    (the caller re-labels it)."""
+    (the caller re-labels it), except `LEAKED_MODE`, whose `question` the caller has made carry the gold answer
+    (`lanpo.feedback.draw.leaked_questions`)."""
     builder = mode(name).prompt
     if name not in PROMPT_MODES or builder is None:
         raise ValueError(f"unknown prompt mode {name!r}; expected one of {', '.join(PROMPT_MODES)}")
-    return builder(question, items, shows_response) if items else prompts.actor_messages(question)
+    leaked = name == LEAKED_MODE  # its prompt is its own even with no earlier attempt: it always shows the answer
+    return builder(question, items, shows_response) if items or leaked else prompts.actor_messages(question)
 
 
 def render_context(name: str, items: Sequence[Any]) -> str:
     """The exact context block injected into a prompt for `name` (used by `lanpo pool context`)."""
-    if name == "intra":
+    if name in ("intra", LEAKED_MODE):
         return prompts.format_intra(items)
     if name == "inter":
         return prompts.format_inter(items)

@@ -18,6 +18,12 @@ Leakage rules (tested with hypothesis in tests/test_prompts.py):
 - a context item cut to fit the prompt's token limit (`lanpo.feedback.contexts.fit_prompt`) shows a head and a
   tail of its own text with the fixed `OMITTED` marker between them, which names a token count and nothing else
   (`elided`); no other text is added to or taken from the item.
+
+The one exception, by name: `LEAKED_VERSION` (the mode `leaked_intra`, `feedback.mode = "leaked-intra"`) is the
+paper's Fig. 2b arm, built to show leakage: "We provided the correct answer to the same training problem during
+rollouts, akin to rejection fine-tuning (RFT)" (Section 3). Its prompt is the reflection prompt over the same earlier
+responses plus the problem's gold answer (`leaked_question`). Every leakage check skips it by that name and no other;
+tests/test_fig2_arms.py shows that every other setting's prompts never carry the gold answer and this one's always do.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ ACTOR_VERSION = "actor-v1"
 INTRA_VERSION = "intra-v1"
 INTER_VERSION = "inter-v1"
 INTER_RAW_VERSION = "inter-raw-v1"
+LEAKED_VERSION = "intra-leaked-v1"  # Fig. 2b's arm: the intra prompt plus the gold answer; never a default
 REFLECT_VERSION = "reflect-v1"  # the second turn of two-turn self-correction
 SUMMARY_VERSION = "summary-v1"
 
@@ -76,6 +83,18 @@ INTER_RAW = (
     "## Relevance\n(which solutions help and why)\n"
     "## Plan\n(the steps you will take)\n"
     "## Solution\n(the full solution, ending with \\boxed{{N}})"
+)
+
+# Fig. 2b's leakage arm (LEAKED_VERSION): the problem's gold answer stated after its question, and the reflection
+# prompt over the same earlier responses (none yet: the question, the answer and the request alone).
+LEAKED_QUESTION = "{question}\n\nThe answer to this problem is {answer}."
+LEAKED_INTRA = (
+    "{question}\n\n"
+    "{context}"
+    "Work out a full solution that reaches this answer.\n"
+    "Write your answer under exactly these headers:\n"
+    "## Review\n(what the attempts did, step by step, and what to do differently)\n"
+    "## Solution\n(your own full solution, ending with \\boxed{{N}})"
 )
 
 # Turn 2 of self-correction: a user message after the model's own first answer, in the same conversation.
@@ -168,6 +187,20 @@ def inter_messages(question: str, items: Sequence[HasSummary], shows_response: b
     """Inter-sample exploration with lessons from other problems (`shows_response`: their unsummarised solutions)."""
     context = format_inter(items, shows_response)
     user = (INTER_RAW if shows_response else INTER).format(question=question, context=context)
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+def leaked_question(question: str, answer: str) -> str:
+    """Fig. 2b's arm alone (`LEAKED_VERSION`): `question` with its gold `answer` stated after it."""
+    return LEAKED_QUESTION.format(question=question, answer=str(answer).strip())
+
+
+def leaked_intra_messages(question: str, items: Sequence[HasResponse]) -> list[Message]:
+    """Fig. 2b's leakage arm: `question` (already `leaked_question`, carrying the gold answer), the model's earlier
+    responses to it as in `intra_messages` (none: no attempt block), then a request to solve towards the answer."""
+    shown = f"Here are earlier attempts at this problem, written by you:\n\n{format_intra(items)}\n\n"
+    attempts = shown if items else ""
+    user = LEAKED_INTRA.format(question=question, context=attempts)
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 

@@ -49,7 +49,7 @@ class StoreClient:
         with transaction(self.db) as session:
             self.problem_ids = ensure_dataset(session, self.cfg.data)
             require_relevance(session, fb, self.cfg.data.dataset)
-            inter = asks_inter(fb.mode) and fb.inter.gamma > 0
+            inter = asks_inter(fb.mode) and fb.inter.reads_relevance
             self.scorer = resolve_scorer(session, fb.inter.scorer) if inter else None
             self.problems = {p.id: p for p in problems_repo.problems_by_ids(session, self.problem_ids)}
 

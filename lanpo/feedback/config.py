@@ -19,6 +19,7 @@ from lanpo.rewards import DEFAULT_FORMAT_RULE, FORMAT_RULES
 
 INTER_KINDS = ("summary", "meta")  # feedback.inter.kinds: experience kinds inter contexts draw from
 INTER_SHOWS = ("lesson", "response")  # feedback.inter.shows: what an inter item shows of the experience drawn
+INTER_DRAWS = ("relevant", "random")  # feedback.inter.draw: where inter items come from
 
 
 @dataclass
@@ -40,6 +41,12 @@ class InterConfig:
         "active lesson of another problem is a candidate, ranked by recency, no relevance read (lanpo's reading of "
         "Table 2's w/o filtering, which only drops the threshold)",
     )
+    draw: str = help_field(
+        "relevant",
+        "where items come from -- relevant (the pool's lessons of other problems at gamma, ranked: the paper) | "
+        "random (the run's correct attempts of any other problem, uniformly, no relevance: Fig. 2c's random arm, "
+        "needs shows = response)",
+    )
     scorer: str | None = help_field(
         None, "the relevance scorer whose scores to read (None: the only one in relevance_scores)"
     )
@@ -60,6 +67,21 @@ class InterConfig:
             "lesson shows the distilled lesson (the paper); response the rollout it came from (lanpo's own ablation)",
         )
         _check(0.0 <= self.gamma <= 1.0, f"feedback.inter.gamma must be in [0, 1], got {self.gamma}")
+        _check(
+            self.draw in INTER_DRAWS,
+            f"feedback.inter.draw must be one of {', '.join(INTER_DRAWS)}, got {self.draw!r}",
+            "relevant draws the pool's lessons by relevance (the paper); random the run's correct attempts (Fig. 2c)",
+        )
+        _check(
+            self.draw != "random" or self.shows == "response",
+            "feedback.inter.draw = random draws attempts, which have no lesson to show",
+            'set feedback.inter.shows = "response" (Fig. 2c: raw correct rollouts of other problems)',
+        )
+
+    @property
+    def reads_relevance(self) -> bool:
+        """Whether a draw reads relevance_scores: relevant draws at gamma > 0 (random and gamma 0 read none)."""
+        return self.draw == "relevant" and self.gamma > 0
 
     @property
     def shows_response(self) -> bool:
@@ -80,7 +102,11 @@ class FeedbackConfig:
         "allow_empty_inter": Renamed("inter.allow_empty"),
     }
 
-    mode: str = help_field("both", "none (plain GRPO) | intra | inter | both (pick per problem)")
+    mode: str = help_field(
+        "both",
+        "none (plain GRPO) | intra | inter | both (pick per problem) | leaked-intra (Fig. 2b's arm, built to show "
+        "leakage: the intra prompt plus the problem's gold answer; never a default)",
+    )
     p_t: float = help_field(0.5, "probability that a problem gets a feedback context (paper: 0.5; intra best 0.75)")
     k: int = help_field(2, "items in a context (earlier attempts or lessons)")
     candidates: int = help_field(8, "top-ranked candidates kept before the weighted draw w_i = 1/(i+1)")

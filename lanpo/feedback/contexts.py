@@ -17,7 +17,12 @@ Per step, counted in rollouts (prompts x n), for each feedback mode:
   `feedback/truncated/<mode>`: served with at least one item cut to fit (any of the three).
 - `feedback/missed/<reason>`: asked and got none, rendered zero-shot: `empty_pool` (inter: the pool holds no active
   experience), `none_relevant` (inter: nothing at gamma by the scorer), `no_history` (intra: no earlier attempt of
-  this run on the problem), `too_long` (items drawn, not one fits even cut to `MIN_ITEM_TOKENS`).
+  this run on the problem), `no_correct` (inter, `feedback.inter.draw = random`: the run has no correct attempt of
+  another problem yet), `too_long` (items drawn, not one fits even cut to `MIN_ITEM_TOKENS`).
+
+Fig. 2b's leakage arm (`LEAKED_MODE`, `feedback.mode = "leaked-intra"` only) draws as intra and states the gold
+answer after the question (`lanpo.feedback.draw.leaked_questions`, called for its prompts alone); with no earlier
+attempt its prompt still carries the answer, so it is never re-labelled zero-shot and never missed.
 """
 
 from __future__ import annotations
@@ -35,13 +40,13 @@ from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import InputError
 from lanpo.feedback.config import FeedbackConfig
-from lanpo.feedback.draw import ContextDraw, draw_contexts
+from lanpo.feedback.draw import ContextDraw, draw_contexts, leaked_questions
 from lanpo.feedback.schedule import mix_seed
 from lanpo.feedback.store import RunRef
-from lanpo.feedback_modes import CONTEXT_MODES
+from lanpo.feedback_modes import CONTEXT_MODES, LEAKED_MODE
 from lanpo.models import apply_chat
 
-MISSED = ("empty_pool", "none_relevant", "no_history", "too_long")
+MISSED = ("empty_pool", "none_relevant", "no_history", "no_correct", "too_long")
 ITEM_COUNTS = ("all_k", "fewer_drawn", "fewer_fitted")  # feedback/items/<count>/<mode>: how many items a prompt kept
 MIN_ITEM_TOKENS = 64  # a cut item shorter than this is mostly marker: drop the last item and share its budget out
 
@@ -80,6 +85,8 @@ class StepPrompts:
         others did not (counts; the names are in the module docstring)."""
         out: dict[str, float] = {}
         for mode in CONTEXT_MODES:
+            if mode == LEAKED_MODE and mode not in self.asked:  # Fig. 2b's arm: its metrics in its own runs only
+                continue
             served = [g for g, m in enumerate(self.modes) if m == mode]
             out[f"feedback/asked/{mode}"] = float(n * self.asked.count(mode))
             out[f"feedback/served/{mode}"] = float(n * len(served))
@@ -124,23 +131,25 @@ def contexted_prompts(
             scorer,
             fb.inter.kinds,
             fb.inter.shows_response,
+            fb.inter.draw,
         )
         drawn = draw_contexts(session, wanted, draw)
+        leaked = leaked_questions(session, wanted[LEAKED_MODE]) if wanted[LEAKED_MODE] else {}
         pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, run.pool.id) == 0
         policy_version_id = steps_repo.policy_version_id(session, run.run_id, version_step)
     shows_response = fb.inter.shows_response
     out = StepPrompts([], [], [], asked, [], [], [], policy_version_id, shows_response=shows_response, k=fb.k)
     for pid, mode in zip(pids, asked, strict=True):
         found = list(drawn.get(mode, {}).get(pid, []))
-        text, kept, truncated = fit_prompt(
-            tokenizer, mode, rows[pid].question, found, max_prompt_tokens, shows_response
-        )
-        if mode in CONTEXT_MODES and not kept:  # an honest from-scratch rollout, and the reason it is one
-            out.missed[_missed_reason(mode, found, pool_empty)] += 1
+        question = leaked[pid] if mode == LEAKED_MODE else rows[pid].question
+        text, kept, truncated = fit_prompt(tokenizer, mode, question, found, max_prompt_tokens, shows_response)
+        served = bool(kept) or mode == LEAKED_MODE  # a leaked prompt shows the answer, with attempts or without
+        if mode in CONTEXT_MODES and not served:  # an honest from-scratch rollout, and the reason it is one
+            out.missed[_missed_reason(mode, found, pool_empty, fb.inter.draw)] += 1
         out.problem_ids.append(pid)
         out.questions.append(rows[pid].question)
         out.answers.append(rows[pid].answer)
-        out.modes.append(mode if kept else "zero_shot")
+        out.modes.append(mode if served else "zero_shot")
         out.texts.append(text)
         out.items.append(kept)
         out.drawn.append(len(found))
@@ -153,11 +162,13 @@ def per_rollout(values: Sequence[Any], n: int) -> list[Any]:
     return [value for value in values for _ in range(n)]
 
 
-def _missed_reason(mode: str, found: list[Any], pool_empty: bool) -> str:
+def _missed_reason(mode: str, found: list[Any], pool_empty: bool, inter_draw: str) -> str:
     if found:
         return "too_long"
     if mode == "intra":
         return "no_history"
+    if inter_draw == "random":
+        return "no_correct"
     return "empty_pool" if pool_empty else "none_relevant"
 
 

@@ -50,7 +50,7 @@ def require_relevance(session: Session, feedback: FeedbackConfig, dataset: str) 
     """What inter feedback needs from relevance_scores before any model loads: the named scorer, or (none named,
     empty draws not allowed) some score at all. gamma 0 reads no relevance, so it needs none."""
     inter = feedback.inter
-    if not (asks_inter(feedback.mode) and inter.gamma > 0):
+    if not (asks_inter(feedback.mode) and inter.reads_relevance):
         return
     if inter.scorer:
         contexts_repo.require_scorer(session, inter.scorer)

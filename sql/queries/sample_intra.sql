@@ -1,10 +1,10 @@
 -- Intra-sample draw for a batch: per problem, its most recent attempts (optionally of one run; validation
--- attempts and MEL's replays never) form the pool (top :candidates, newest group first, then newest attempt), rank i gets weight
--- 1/(i+1), and :k are drawn without replacement by Efraimidis-Spirakis keys -ln(u)/w (smallest k win). u comes
--- from the top 52 bits of sha256('<attempt id>/<problem id>/<seed>'), plus one half, over 2^52: exact in float8
--- and strictly inside (0, 1). A cryptographic digest, because a weak hash of nearby ids (a group's rollouts have
--- consecutive ids) gives correlated u within a pool and biased draws (issue 8). The same seed gives the same
--- draws, whatever the batch.
+-- attempts, MEL's replays, replayed copies of stored attempts and the leaked-intra arm's never) form the pool
+-- (top :candidates, newest group first, then newest attempt), rank i gets weight 1/(i+1), and :k are drawn without
+-- replacement by Efraimidis-Spirakis keys -ln(u)/w (smallest k win). u comes from the top 52 bits of
+-- sha256('<attempt id>/<problem id>/<seed>'), plus one half, over 2^52: exact in float8 and strictly inside (0, 1).
+-- A cryptographic digest, because a weak hash of nearby ids (a group's rollouts have consecutive ids) gives
+-- correlated u within a pool and biased draws (issue 8). The same seed gives the same draws, whatever the batch.
 -- Returns one row per draw: problem, attempt id, rank, draw position (0-based, in key order), response.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
@@ -16,7 +16,7 @@ pool AS (
         SELECT a.id, row_number() OVER (ORDER BY g.created_at DESC, g.id DESC, a.id DESC) - 1 AS rank
         FROM rollout_groups g
         JOIN attempts a ON a.group_id = g.id
-        WHERE g.problem_id = req.problem_id AND g.mode NOT IN ('val', 'replay')
+        WHERE g.problem_id = req.problem_id AND g.mode NOT IN ('val', 'replay', 'replayed', 'leaked_intra')
           AND (CAST(:run_id AS bigint) IS NULL OR g.run_id = CAST(:run_id AS bigint))
         ORDER BY g.created_at DESC, g.id DESC, a.id DESC
         LIMIT :candidates

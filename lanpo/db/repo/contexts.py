@@ -3,6 +3,9 @@
 `IntraItem` carries ONLY prompt-visible text: the attempt id (for attempt_contexts) and the response.
 It has no field that could hold a reward, correctness flag or gold answer, and none is ever read here.
 `InterItem` carries an experience version's summary, its source problem and the relevance score.
+`InterAttemptItem` is Fig. 2c's random arm's item: a correct attempt of another problem, its response as `summary`
+(the field the inter prompt reads), nothing of its grade. `leaked_gold_answers` is read by Fig. 2b's leakage arm
+alone (`lanpo.feedback.draw.leaked_questions`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,54 @@ class InterItem:
 
     def ref(self, position: int) -> ContextRef:
         return ContextRef(position=position, experience_version_id=self.experience_version_id, score=self.score)
+
+
+@dataclass(frozen=True, slots=True)
+class InterAttemptItem:
+    """A correct attempt of another problem of the run, shown raw (Fig. 2c's random arm): its response, nothing else
+    of its grade. `summary` holds the response because that is the field an inter prompt reads."""
+
+    attempt_id: int
+    source_problem_id: int
+    summary: str
+
+    def ref(self, position: int) -> ContextRef:
+        return ContextRef(position=position, context_attempt_id=self.attempt_id)
+
+
+# the groups whose correct attempts Fig. 2c's random arm may show: a run's ordinary training rollouts
+RANDOM_SOURCE_MODES = ("zero_shot", "intra", "inter")
+
+
+def random_attempt_contexts(
+    session: Session, problem_ids: Sequence[int], k: int, seed: int, run_id: int
+) -> dict[int, list[InterAttemptItem]]:
+    """problem id -> up to k of run `run_id`'s correct attempts of OTHER problems, drawn uniformly without
+    replacement (sample_inter_random_attempts.sql: Fig. 2c's random arm, feedback.inter.draw = random)."""
+    runs.require_run(session, run_id)
+    ids = sorted({int(p) for p in problem_ids})
+    out: dict[int, list[InterAttemptItem]] = {p: [] for p in ids}
+    if not ids or k <= 0:
+        return out
+    params = {"problem_ids": ids, "k": k, "seed": seed, "run_id": run_id, "modes": list(RANDOM_SOURCE_MODES)}
+    for r in session.execute(sqlfiles.load("queries/sample_inter_random_attempts"), params):
+        out[r.problem_id].append(InterAttemptItem(r.candidate_id, r.source_problem_id, r.text))
+    return out
+
+
+def leaked_gold_answers(session: Session, problem_ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+    """Fig. 2b's leakage arm alone: problem id -> (question, gold answer). InputError for a problem with no answer
+    (its leaked prompt would show nothing)."""
+    ids = sorted({int(p) for p in problem_ids})
+    rows = session.execute(sqlfiles.load("queries/leaked_gold_answers"), {"ids": ids}).all()
+    missing = [r.id for r in rows if r.answer is None or not str(r.answer).strip()]
+    if missing:
+        raise InputError(
+            f"feedback.mode = leaked-intra shows each problem's gold answer; problems {listing(map(str, missing))} "
+            "have none",
+            hint="train the leaked-intra arm on a dataset whose problems all have answers",
+        )
+    return {r.id: (r.question, str(r.answer)) for r in rows}
 
 
 def intra_contexts(
