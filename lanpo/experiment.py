@@ -45,18 +45,10 @@ from lanpo.db.connection import transaction
 from lanpo.db.repo import experiments as experiments_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.errors import ConfigError, LanpoError, listing
+from lanpo.experiment_arms import DEFAULT_ARMS
 from lanpo.feedback_modes import asks_inter
 from lanpo.retrieval import STAGE1
 from lanpo.train.config import TrainConfig
-
-# Each arm names its method, so that a recipe written for one method (e.g. a MEL recipe) serves every arm.
-DEFAULT_ARMS = {
-    "grpo": {"method": "grpo", "feedback.mode": "none", "feedback.p_t": 0.0},
-    "lanpo-intra": {"method": "lanpo", "feedback.mode": "intra"},
-    "lanpo-inter": {"method": "lanpo", "feedback.mode": "inter"},
-    "lanpo-both": {"method": "lanpo", "feedback.mode": "both"},
-    "mel": {"method": "mel", "feedback.mode": "none", "feedback.p_t": 0.0},
-}
 
 
 @dataclass
@@ -232,7 +224,7 @@ def run_experiment(
     start = shared_start(exp, base, db, folder, echo)
     arms = exp.arm_overrides()
     scorer = None
-    if any(asks_inter(arms[a].get("feedback.mode", base.feedback.mode)) for a in exp.arms):
+    if any(_reads_relevance(arms[a], base) for a in exp.arms):
         scorer = shared_relevance(exp, base, db, echo)
     cfgs = []
     for seed in exp.seeds:
@@ -453,6 +445,12 @@ def shared_start(
         f"in {time.perf_counter() - started:.0f}s -> {result.adapter_dir}"
     )
     return result.adapter_dir
+
+
+def _reads_relevance(arm: dict[str, Any], base: TrainConfig) -> bool:
+    """Whether an arm's inter draws read relevance (the random draw of Fig. 2c reads none)."""
+    inter = asks_inter(arm.get("feedback.mode", base.feedback.mode))
+    return inter and arm.get("feedback.inter.draw", base.feedback.inter.draw) != "random"
 
 
 def shared_relevance(exp: ExperimentConfig, base: TrainConfig, db: Engine, echo: Callable[[str], None]) -> str:

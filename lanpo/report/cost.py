@@ -9,6 +9,9 @@ Older runs, step by step where the new metric is missing (and said so in report.
   the cost of a LANPO or MEL arm is understated there); before that metric, `response_len/mean` x the step's
   rollouts (the sum of `count/<mode>`), the same sum;
 - prompt: `tokens/prompt`, the training rollouts' prompts only.
+Trained tokens, on their own axis: `cost/trained_tokens`, the completion tokens the step's update batch held, the
+fresh rollouts' and, with `[replay]`, the replayed rows' (a replayed row generates nothing: it costs its share of the
+update, never a generated token); a run without it (no replay): its rollouts' completions, `tokens/completion`.
 Not counted: validation (a measurement, the same protocol for every arm, not training; it records its own
 `cost/validation/*`).
 
@@ -33,6 +36,7 @@ from lanpo.report.series import RunData, Series, derived, total
 
 GENERATED = "cost/generated_tokens"  # every generated token of the step (rollouts, summaries, MEL)
 PROMPTS = "cost/prompt_tokens"  # every prompt token those generations read
+TRAINED = "cost/trained_tokens"  # completion tokens in the update's batch: fresh rollouts and replayed rows
 TOKENS = "tokens/completion"  # the training rollouts' completions only (older runs' axis)
 PROMPT_TOKENS = "tokens/prompt"
 SECONDS = "time/step"
@@ -89,6 +93,11 @@ def _preferred(full: Series | None, older: PerStep) -> PerStep:
     derived = tuple(x for x in older.derived if x in set(older.series.steps[keep].tolist()))
     rollouts_only = tuple(int(x) for x in older.series.steps[keep])
     return PerStep(Series(steps[order], values[order]), derived, rollouts_only)
+
+
+def trained_tokens(run: RunData) -> PerStep:
+    """Completion tokens of each step's update batch: `cost/trained_tokens`, else the rollouts' own."""
+    return _preferred(_finite(run.metrics.get(TRAINED)), completion_tokens(run))
 
 
 def step_seconds(run: RunData) -> PerStep:
@@ -166,6 +175,18 @@ PROMPT_AXIS = Axis(
         (1e3, "prompt tokens (thousands)"),
         (1e6, "prompt tokens (millions)"),
         (1e9, "prompt tokens (billions)"),
+    ),
+)
+TRAINED_AXIS = Axis(
+    "trained_tokens",
+    "trained tokens",
+    (TRAINED, TOKENS),
+    trained_tokens,
+    (
+        (1.0, "trained tokens"),
+        (1e3, "trained tokens (thousands)"),
+        (1e6, "trained tokens (millions)"),
+        (1e9, "trained tokens (billions)"),
     ),
 )
 SECONDS_AXIS = Axis(

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from lanpo.diagnostics import DIAGNOSED_MODES
-from lanpo.feedback_modes import CONTEXT_MODES, MODES, PROMPT_MODES
-from lanpo.report.cost import GENERATED, PROMPT_TOKENS, PROMPTS, SECONDS_AXIS, TOKENS, TOKENS_AXIS, Axis
+from lanpo.feedback_modes import CONTEXT_MODES, LEAKED_MODE, MODES, PROMPT_MODES
+from lanpo.report.cost import GENERATED, PROMPT_TOKENS, PROMPTS, SECONDS_AXIS, TOKENS, TOKENS_AXIS, TRAINED, Axis
 from lanpo.report.series import RunData, Series, derived, total
 
 Getter = Callable[[RunData], Series | None]
@@ -241,10 +241,16 @@ def _each(prefix: str) -> Callable[[Sequence[RunData]], list[Panel]]:
 
 
 def _by_mode(what: str, bounds: tuple[float, float] | None = None) -> Callable[[Sequence[RunData]], list[Panel]]:
-    return lambda runs: (
-        [single("all modes", f"{what}/mean", what, bounds)]
-        + [single(MODES[m].title, f"{what}/{m}", what, bounds) for m in PROMPT_MODES]
-    )
+    """`what` over every mode and per prompt mode; Fig. 2b's leaked mode only where a run recorded it (its arm's
+    runs alone do: a panel every other report would list as left out)."""
+
+    def panels(runs: Sequence[RunData]) -> list[Panel]:
+        modes = [m for m in PROMPT_MODES if m != LEAKED_MODE or any(f"{what}/{m}" in r.metrics for r in runs)]
+        return [single("all modes", f"{what}/mean", what, bounds)] + [
+            single(MODES[m].title, f"{what}/{m}", what, bounds) for m in modes
+        ]
+
+    return panels
 
 
 def _by_source(total_name: str) -> tuple[Curve, ...]:
@@ -428,4 +434,19 @@ CATALOGUE: tuple[FigureSpec, ...] = (
     ),
     FigureSpec("mel", "Meta-experience learning", "MEL pairs, validation, replay and NLL", _each("mel/"), "mel/*"),
     FigureSpec("engine", "Rollout engine", "vLLM against trainer log-probs", _each("engine/"), "engine/*"),
+    FigureSpec(
+        "replay",
+        "Replay",
+        "stored trajectories trained on again ([replay]): rows, problems, tokens, their reward, accuracy and age in "
+        "steps, rows left out, their correction's weights; and the update's trained tokens, fresh and replayed",
+        lambda runs: [
+            *_each("replay/")(runs),
+            Panel(
+                "trained tokens per step",
+                (metric(TRAINED, "fresh and replayed"), metric(f"{TRAINED}/replay", "replayed")),
+                "tokens",
+            ),
+        ],
+        f"replay/*, {TRAINED}, {TRAINED}/replay",
+    ),
 )

@@ -15,7 +15,7 @@ import io
 import math
 from dataclasses import dataclass, field
 
-from lanpo.report.cost import PROMPT_AXIS, SECONDS_AXIS, TOKENS_AXIS
+from lanpo.report.cost import PROMPT_AXIS, SECONDS_AXIS, TOKENS_AXIS, TRAINED_AXIS
 from lanpo.report.figures import validation_keys
 from lanpo.report.series import Line, RunData
 
@@ -23,7 +23,9 @@ AVERAGE = "Average"
 GENERATED_TOKENS = "generated tokens"
 TRAINING_MINUTES = "training minutes"
 PROMPT_TOKENS = "prompt tokens"
-COSTS = (GENERATED_TOKENS, TRAINING_MINUTES, PROMPT_TOKENS)  # the final table's cost columns, after Average
+TRAINED_TOKENS = "trained tokens"  # generated or replayed: what the update trained on (lanpo.report.cost)
+# the final table's cost columns, after Average
+COSTS = (GENERATED_TOKENS, TRAINING_MINUTES, PROMPT_TOKENS, TRAINED_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def _cost_cell(column: str, stat: Stat | None, seeds: int) -> str:
     """The mean over seeds: tokens as 812, 45.3k, 1.25M; minutes with one decimal; `(n of N)` when seeds lack it."""
     if stat is None:
         return "-"
-    if column in (GENERATED_TOKENS, PROMPT_TOKENS):
+    if column in (GENERATED_TOKENS, PROMPT_TOKENS, TRAINED_TOKENS):
         value = stat.mean
         text = f"{value / 1e9:.2f}G" if value >= 1e9 else f"{value / 1e6:.2f}M" if value >= 1e6 else ""
         text = text or (f"{value / 1e3:.1f}k" if value >= 1e4 else f"{value:.0f}")
@@ -187,6 +189,7 @@ def run_cost(run: RunData, step: int | None) -> dict[str, float]:
         (GENERATED_TOKENS, TOKENS_AXIS, 1.0),
         (TRAINING_MINUTES, SECONDS_AXIS, 1 / 60),
         (PROMPT_TOKENS, PROMPT_AXIS, 1.0),
+        (TRAINED_TOKENS, TRAINED_AXIS, 1.0),
     )
     for column, axis, scale in axes:
         cost = axis.of(run)
