@@ -57,6 +57,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "--steps 2 --rounds 1",
         r"target: first draw lanpo / analyze <= 1.5x -> inter [\d.]+x, intra [\d.]+x",
     ),
+    "transfer_lesson": (
+        "--model tiny-random --n 2 --k 1 --max-new-tokens 4",
+        r"\| right lesson \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \([\d.]+\) \|",
+    ),
     "lesson_similarity": ("--model tiny-random --per-problem 2", r"different problems: (no pair|\d+ pairs)"),
     "usefulness": ("--steps 2 --groups 4 --versions 8 --rounds 1", r"lanpo / reference: [\d.]+x"),
     "pool_ops": ("--scale small --steps 1", r"target: whole step <= 1.5x in-memory -> wall [\d.]+x"),

@@ -84,7 +84,11 @@ def import_cmd(file: Path, dataset: str | None, preset: str | None, skip_bad: bo
 
 
 @command.command("gen")
-@click.option("--task", required=True, help="reasoning-gym task, e.g. gsm_symbolic, basic_arithmetic, chain_sum.")
+@click.option(
+    "--task",
+    required=True,
+    help="reasoning-gym task, e.g. gsm_symbolic, basic_arithmetic, chain_sum; or lanpo's hidden_rule.",
+)
 @click.option("--n", "n", required=True, type=Int(1), help="Number of problems.")
 @click.option("--seed", default=0, show_default=True, type=Int(0), help="Seed (reproducible).")
 @click.option(
@@ -103,7 +107,14 @@ def import_cmd(file: Path, dataset: str | None, preset: str | None, skip_bad: bo
     help="Task config option (value read as TOML), e.g. --task-option max_terms=3. Repeatable.",
 )
 def gen_cmd(task: str, n: int, seed: int, split: str, out: Path, task_options: tuple[str, ...]) -> None:
-    """Generate problems offline from reasoning-gym in the `data import` format (worked solution kept)."""
+    """Generate problems offline from reasoning-gym in the `data import` format (worked solution kept).
+
+    \b
+    --task hidden_rule is lanpo's own transfer task (no reasoning-gym): each question names a land whose rule for
+    the operator ⊙ it never states, so a lesson from one problem of a land serves the others. Options:
+    families (1-6), min_operand, max_operand (default 1-9); the test split holds other operand pairs of the
+    same lands.
+    """
     options = {}
     for text in task_options:
         try:

@@ -6,6 +6,9 @@ seeds item i of a dataset with `seed + i`, so the splits use disjoint seed range
 Each record: `{"id", "question", "answer", "task", "split", "seed", "index", "solution"?, "source": {...}}`,
 where `solution` is the task's worked solution when it has one (gsm_symbolic's `answer_cot`, ending in
 `#### N`) for the trainer's SFT warm start, and `source` keeps reasoning-gym's own metadata.
+
+One task is lanpo's own, not reasoning-gym's: `hidden_rule` (`lanpo.data.hidden_rule`), where a lesson transfers
+between problems of a family; it takes the same arguments and gives records of the same format.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lanpo.data import hidden_rule
 from lanpo.errors import InputError, listing
 from lanpo.paths import atomic_write
 
@@ -38,13 +42,15 @@ def _json_safe(value: Any) -> Any:
 def generate_problems(
     task: str, n: int, seed: int = 0, split: str = "train", options: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
-    """`n` problems of reasoning-gym `task` as import records (see the module docstring)."""
-    import reasoning_gym
-
+    """`n` problems of reasoning-gym `task` (or lanpo's `hidden_rule`) as import records (see the module docstring)."""
     if n < 1 or n >= SPLIT_STRIDE:
         raise InputError(f"n must be between 1 and {SPLIT_STRIDE - 1}, got {n}")
     base = split_seed(seed, split)
-    known = sorted(reasoning_gym.factory.DATASETS)
+    if task == hidden_rule.TASK:
+        return hidden_rule.generate(n, seed, split, base, options)
+    import reasoning_gym
+
+    known = sorted([*reasoning_gym.factory.DATASETS, hidden_rule.TASK])
     if task not in known:
         raise InputError(
             f"unknown reasoning-gym task {task!r}",
