@@ -115,15 +115,7 @@ def policy_loss(
         raise ValueError(f"dual_clip must be > 1 (verl's clip_ratio_c), got {dual_clip}")
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
-    log_ratio = torch.clamp(logp - old_logp, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)  # as verl, for stability
-    ratio = torch.exp(log_ratio)  # (B, T)
-    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    pg = torch.maximum(-adv * ratio, -adv * clipped)  # (B, T)
-    dual_bound = None
-    if dual_clip is not None:
-        dual_bound = -adv * dual_clip  # (B, 1)
-        pg_unbounded = pg
-        pg = torch.where(adv < 0, torch.minimum(pg, dual_bound), pg)
+    ratio, pg, is_dual = clipped_terms(logp, old_logp, adv, eps_low, eps_high, dual_clip)
     weight = torch.ones_like(logp)
     if tis_cap is not None:
         if behavior_logp is None:
@@ -141,10 +133,32 @@ def policy_loss(
     loss = aggregate(per_token, mask, agg)
     with torch.no_grad():
         stats = _loss_stats(ratio, adv, mask, kl, pg, weight, old_logp, behavior_logp, eps_low, eps_high, agg)
-        if dual_bound is not None:  # verl: torch.gt(clip_pg_losses1, pg_losses3) * (advantages < 0)
-            is_dual = (pg_unbounded.detach() > dual_bound) & (adv < 0)
+        if is_dual is not None:
             stats["dual_clip_frac"] = (is_dual.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1.0)
     return loss, stats
+
+
+def clipped_terms(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The clipped (and dual-clipped) policy term per token, as verl computes it: `ratio` (B, T), `pg` (B, T) and
+    `is_dual` (B, T) bool, the tokens whose dual-clip bound is active (verl's `torch.gt(clip_pg_losses1,
+    pg_losses3) * (advantages < 0)`; None without a dual clip). adv: (B, 1). `policy_loss` and
+    `lanpo.rl.replay.replay_policy_loss` both take their terms from here, so fresh rows agree bit for bit."""
+    log_ratio = torch.clamp(logp - old_logp, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)  # as verl, for stability
+    ratio = torch.exp(log_ratio)  # (B, T)
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    pg = torch.maximum(-adv * ratio, -adv * clipped)  # (B, T)
+    if dual_clip is None:
+        return ratio, pg, None
+    dual_bound = -adv * dual_clip  # (B, 1)
+    is_dual = (pg.detach() > dual_bound) & (adv < 0)
+    return ratio, torch.where(adv < 0, torch.minimum(pg, dual_bound), pg), is_dual
 
 
 def _loss_stats(

@@ -79,7 +79,7 @@ from __future__ import annotations
 import torch
 
 from lanpo.rl.advantages import EPS, group_advantages
-from lanpo.rl.loss import LOG_RATIO_CLAMP, Aggregation, _loss_stats, aggregate, kl_k3
+from lanpo.rl.loss import LOG_RATIO_CLAMP, Aggregation, _loss_stats, aggregate, clipped_terms, kl_k3
 
 CORRECTIONS = ("none", "shaped", "separate")  # as lanpo.feedback.replay_config, which lanpo.rl may not import
 
@@ -164,16 +164,7 @@ def replay_policy_loss(
     if correction != "none" and any_replay:
         behaviour = torch.where(rep, replay_logp, old_logp)  # type: ignore[arg-type]
     old = behaviour if correction == "separate" else old_logp  # the clipped term's old log-probs
-    # policy_loss's ops, in its order (so fresh rows are its terms bit for bit)
-    log_ratio = torch.clamp(logp - old, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)  # (B, T)
-    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    pg = torch.maximum(-adv * ratio, -adv * clipped)  # (B, T)
-    is_dual = None
-    if dual_clip is not None:
-        dual_bound = -adv * dual_clip  # (B, 1)
-        is_dual = (pg.detach() > dual_bound) & (adv < 0)
-        pg = torch.where(adv < 0, torch.minimum(pg, dual_bound), pg)
+    ratio, pg, is_dual = clipped_terms(logp, old, adv, eps_low, eps_high, dual_clip)  # policy_loss's own terms
     weight = torch.ones_like(logp)
     if tis_cap is not None:
         if behavior_logp is None:
