@@ -147,6 +147,9 @@ def test_replayed_rows_are_written_as_replays_of_earlier_zero_shot_attempts(
     # fresh rollouts are counted as they always were; the replayed rows only under replay/*
     assert sum(m["replay/count"] for m in result.metrics) == len(replays) > 0
     assert result.metrics[0]["replay/count"] == 0  # step 1 has nothing earlier to replay
+    replayed = [m for m in result.metrics if m["replay/count"] > 0]
+    # only the shaped correction weighs replayed tokens by w / (w + 0.1): the others write no shaped_mean at all
+    assert all(("replay/shaped_mean" in m) == (correction == "shaped") for m in replayed), correction
     for metrics in result.metrics:
         assert metrics["count/zero_shot"] == 3 * 2
         assert metrics["cost/generated_tokens/rollout"] == metrics["tokens/completion"]
@@ -168,6 +171,7 @@ def test_the_update_with_replayed_rows_is_the_same_at_any_micro_batch_size(
         t, start = setup(cfg, db, False)
         metrics = [grpo_step(t, step) for step in (start, start + 1)]
         assert metrics[1]["replay/count"] > 0 and metrics[1]["replay/ratio_mean"] > 0
+        assert "replay/shaped_mean" not in metrics[1]  # separate terms shape nothing: no 0 that reads as a weight
         weights.append([p.detach().clone() for p in t.policy.trainable_parameters()])
     moved = max(float((a - b).abs().max()) for a, b in zip(*weights, strict=True))
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*weights, strict=True)), moved

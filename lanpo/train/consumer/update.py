@@ -424,11 +424,14 @@ class _Update:
         )
 
     def _replay_means(self) -> dict[str, float]:
-        """replay/ratio_mean and replay/shaped_mean over every replayed token the update trained on ({}: none)."""
+        """replay/ratio_mean, and under the shaped correction replay/shaped_mean, over every replayed token the
+        update trained on ({}: none). A correction without shaping writes no shaped_mean (a 0 would read as a
+        measured weight)."""
         tokens = self.replay_sums["tokens"]
-        if not tokens:
+        if not tokens or self.replay is None:
             return {}
-        return {f"replay/{key.removeprefix('replay_')}": self.replay_sums[key] / tokens for key in REPLAY_STATS}
+        keys = [k for k in REPLAY_STATS if k != "replay_shaped_mean" or self.replay.correction == "shaped"]
+        return {f"replay/{key.removeprefix('replay_')}": self.replay_sums[key] / tokens for key in keys}
 
 
 def _nothing_to_learn(
