@@ -67,11 +67,11 @@ class StepReplay:
         return torch.tensor([float(r.reward) for r in self.rows], dtype=torch.float32)
 
     def behaviour(self, width: int, device: torch.device) -> torch.Tensor:
-        """(R, width) the stored behaviour log-probs, right-padded with 0 (0 too where a row stored none)."""
+        """(R, width) the stored behaviour log-probs, right-padded with 0 (attempt_tokens' check gives every stored
+        row one per token)."""
         out = torch.zeros((self.size, width), dtype=torch.float32)
         for b, row in enumerate(self.rows):
-            if row.logprobs:
-                out[b, : len(row.logprobs)] = torch.tensor(row.logprobs, dtype=torch.float32)
+            out[b, : len(row.logprobs)] = torch.tensor(row.logprobs, dtype=torch.float32)
         return out.to(device)
 
     def metrics(self, step: int, fresh_tokens: int) -> dict[str, float]:
