@@ -71,6 +71,8 @@ class Mode:
     headers: tuple[str, ...] = ()  # its prompt asks for these: the format bonus (paper 10.3), use/sections/<mode>
     training: bool = False  # a training step's prompt mode
     metrics: tuple[str, ...] = ()  # the run_metrics names it is counted under
+    opt_in: bool = False  # only a run that asks for it counts it: no other run's metrics, figures or reports list it
+    served_without_items: bool = False  # its prompt is its own with no item drawn: never re-labelled zero-shot
 
     @property
     def title(self) -> str:
@@ -149,6 +151,8 @@ MODES: dict[str, Mode] = {
             headers=prompts.INTRA_HEADERS,
             training=True,
             metrics=_named(LEAKED_MODE, _STEP_METRICS + _FEEDBACK_METRICS),
+            opt_in=True,  # to be compared, never a default: every other run leaves it out
+            served_without_items=True,  # the gold answer is its context, earlier attempts or none
         ),
         Mode(
             "val",
@@ -229,13 +233,13 @@ def version_of(name: str, shows_response: bool = False) -> str:
 
 def build_messages(name: str, question: str, items: Sequence[Any] = (), shows_response: bool = False) -> list[Message]:
     """Messages for a training prompt in `name`; a context mode with no items falls back to the zero-shot prompt
-    (the caller re-labels it), except `LEAKED_MODE`, whose `question` the caller has made carry the gold answer
-    (`lanpo.feedback.draw.leaked_questions`)."""
-    builder = mode(name).prompt
-    if name not in PROMPT_MODES or builder is None:
+    (the caller re-labels it), except a mode `served_without_items` (`LEAKED_MODE`, whose `question` the caller has
+    made carry the gold answer: `lanpo.feedback.draw.leaked_questions`)."""
+    found = mode(name)
+    if name not in PROMPT_MODES or found.prompt is None:
         raise ValueError(f"unknown prompt mode {name!r}; expected one of {', '.join(PROMPT_MODES)}")
-    leaked = name == LEAKED_MODE  # its prompt is its own even with no earlier attempt: it always shows the answer
-    return builder(question, items, shows_response) if items or leaked else prompts.actor_messages(question)
+    own = items or found.served_without_items
+    return found.prompt(question, items, shows_response) if own else prompts.actor_messages(question)
 
 
 def render_context(name: str, items: Sequence[Any]) -> str:

@@ -43,7 +43,7 @@ from lanpo.feedback.config import FeedbackConfig
 from lanpo.feedback.draw import ContextDraw, draw_contexts, leaked_questions
 from lanpo.feedback.schedule import mix_seed
 from lanpo.feedback.store import RunRef
-from lanpo.feedback_modes import CONTEXT_MODES, LEAKED_MODE
+from lanpo.feedback_modes import CONTEXT_MODES, LEAKED_MODE, MODES
 from lanpo.models import apply_chat
 
 MISSED = ("empty_pool", "none_relevant", "no_history", "no_correct", "too_long")
@@ -85,7 +85,7 @@ class StepPrompts:
         others did not (counts; the names are in the module docstring)."""
         out: dict[str, float] = {}
         for mode in CONTEXT_MODES:
-            if mode == LEAKED_MODE and mode not in self.asked:  # Fig. 2b's arm: its metrics in its own runs only
+            if MODES[mode].opt_in and mode not in self.asked:  # Fig. 2b's arm: its metrics in its own runs only
                 continue
             served = [g for g, m in enumerate(self.modes) if m == mode]
             out[f"feedback/asked/{mode}"] = float(n * self.asked.count(mode))
@@ -143,7 +143,7 @@ def contexted_prompts(
         found = list(drawn.get(mode, {}).get(pid, []))
         question = leaked[pid] if mode == LEAKED_MODE else rows[pid].question
         text, kept, truncated = fit_prompt(tokenizer, mode, question, found, max_prompt_tokens, shows_response)
-        served = bool(kept) or mode == LEAKED_MODE  # a leaked prompt shows the answer, with attempts or without
+        served = bool(kept) or MODES[mode].served_without_items  # leaked: the answer, with attempts or without
         if mode in CONTEXT_MODES and not served:  # an honest from-scratch rollout, and the reason it is one
             out.missed[_missed_reason(mode, found, pool_empty, fb.inter.draw)] += 1
         out.problem_ids.append(pid)

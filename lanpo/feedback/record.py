@@ -308,7 +308,7 @@ def rollout_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
         out[f"summary/rejected/{reason}"] = float(sum(1 for r in summarised if r.summary_rejected == reason))
     for mode in feedback_modes.PROMPT_MODES:
         picked = [r for g in groups if g.mode == mode for r in g.rollouts]
-        if mode == feedback_modes.LEAKED_MODE and not picked:  # Fig. 2b's arm: its metrics in its own runs only
+        if feedback_modes.MODES[mode].opt_in and not picked:  # Fig. 2b's arm: its metrics in its own runs only
             continue
         out[f"count/{mode}"] = float(len(picked))
         if picked:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from lanpo.diagnostics import DIAGNOSED_MODES
-from lanpo.feedback_modes import CONTEXT_MODES, LEAKED_MODE, MODES, PROMPT_MODES
+from lanpo.feedback_modes import CONTEXT_MODES, MODES, PROMPT_MODES
 from lanpo.report.cost import GENERATED, PROMPT_TOKENS, PROMPTS, SECONDS_AXIS, TOKENS, TOKENS_AXIS, TRAINED, Axis
 from lanpo.report.series import RunData, Series, derived, total
 
@@ -241,11 +241,11 @@ def _each(prefix: str) -> Callable[[Sequence[RunData]], list[Panel]]:
 
 
 def _by_mode(what: str, bounds: tuple[float, float] | None = None) -> Callable[[Sequence[RunData]], list[Panel]]:
-    """`what` over every mode and per prompt mode; Fig. 2b's leaked mode only where a run recorded it (its arm's
-    runs alone do: a panel every other report would list as left out)."""
+    """`what` over every mode and per prompt mode; an opt-in mode (Fig. 2b's leaked one) only where a run recorded
+    it (its arm's runs alone do: a panel every other report would list as left out)."""
 
     def panels(runs: Sequence[RunData]) -> list[Panel]:
-        modes = [m for m in PROMPT_MODES if m != LEAKED_MODE or any(f"{what}/{m}" in r.metrics for r in runs)]
+        modes = [m for m in PROMPT_MODES if not MODES[m].opt_in or any(f"{what}/{m}" in r.metrics for r in runs)]
         return [single("all modes", f"{what}/mean", what, bounds)] + [
             single(MODES[m].title, f"{what}/{m}", what, bounds) for m in modes
         ]
