@@ -23,7 +23,8 @@ The one exception, by name: `LEAKED_VERSION` (the mode `leaked_intra`, `feedback
 paper's Fig. 2b arm, built to show leakage: "We provided the correct answer to the same training problem during
 rollouts, akin to rejection fine-tuning (RFT)" (Section 3). Its prompt is the reflection prompt over the same earlier
 responses plus the problem's gold answer (`leaked_question`). Every leakage check skips it by that name and no other;
-tests/test_fig2_arms.py shows that every other setting's prompts never carry the gold answer and this one's always do.
+tests/feedback/test_fig2_leakage.py shows that every other setting's prompts never carry the gold answer and this
+one's always do.
 """
 
 from __future__ import annotations

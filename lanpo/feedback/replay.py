@@ -98,19 +98,9 @@ def choose_problems(
     for _ in range(count_of(config.share, len(eligible))):
         keys = sorted(k for k, left in buckets.items() if left)
         weights = [bucket_weight(k, group_size, sigma) for k in keys]
-        key = keys[_weighted_index(rng, weights)]
+        [key] = rng.choices(keys, weights)  # one rng.random() against the cumulative weights
         chosen.add(buckets[key].pop(rng.randrange(len(buckets[key]))))
     return [p for p in eligible if p in chosen]
-
-
-def _weighted_index(rng: random.Random, weights: list[float]) -> int:
-    """An index drawn with probability its weight over their sum."""
-    x, acc = rng.random() * sum(weights), 0.0
-    for i, w in enumerate(weights):
-        acc += w
-        if x < acc:
-            return i
-    return len(weights) - 1
 
 
 def choose_trajectories(

@@ -1,7 +1,7 @@
 -- Per problem of :problem_ids, its latest correctness (ExGRPO buckets questions by it): the mean correctness of its
 -- FRESH graded attempts (zero_shot, intra and inter groups; never a replay, a validation or a test-time answer) in
--- the runs :run_ids at the latest step before :before_step (in :this_run; any step of another run) at which any of those runs graded it (all of those runs'
--- attempts at that step count). A problem never graded there has no row.
+-- the runs :run_ids at the latest step before :before_step (in :this_run; any step of another run) at which any of
+-- those runs graded it (all of those runs' attempts at that step count). A problem never graded there has no row.
 WITH fresh AS (
     SELECT g.problem_id, g.step, a.correct
     FROM rollout_groups g

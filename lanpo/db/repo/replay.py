@@ -163,10 +163,7 @@ def record_replays(
     if new_ids:
         session.execute(sqlfiles.load("queries/replay_link"), {"attempt_ids": new_ids, "source_ids": source_ids})
     # back to the caller's groups, each in its candidates' order
-    out: list[list[int]] = [[] for _ in groups]
     order: list[dict[int, int]] = [{} for _ in groups]
     for i, ids, srcs in zip(owner, written, sources, strict=True):
         order[i].update(zip(srcs, ids, strict=True))
-    for i, g in enumerate(groups):
-        out[i] = [order[i][c.attempt_id] for c in g.candidates]
-    return out
+    return [[order[i][c.attempt_id] for c in g.candidates] for i, g in enumerate(groups)]
