@@ -2,9 +2,9 @@
 
 - every entry of docs/log.md is a `## YYYY-MM-DD: title` heading, newest first, with a `Machine:` line and a
   `Reproduce:` line carrying a command in backticks;
-- the reference pages (every docs page but the log, and docs/learning/README.md) carry no date and no "before issue
-  N" outside a link to the log: a dated run, or the story of how a figure was reached, goes into the log, and the
-  page links to its entry;
+- the README and the reference pages (every docs page but the log, and docs/learning/README.md) carry no date and
+  no "before issue N" outside a link to the log: a dated run, or the story of how a figure was reached, goes into the
+  log, and the page links to its entry;
 - every link to the log names an entry (or a section of one) that exists.
 """
 
@@ -21,7 +21,7 @@ REFERENCE = [p for p in sorted((ROOT / "docs").glob("*.md")) if p != LOG] + [ROO
 ENTRY = re.compile(r"## (\d{4}-\d{2}-\d{2}): \S")
 ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 BEFORE_ISSUE = re.compile(r"\b(?:before|after|since) issue \d+", re.IGNORECASE)
-LOG_LINK = re.compile(r"\[[^\]]*\]\((?:\.\./)?log\.md(?:#[^)\s]*)?\)")
+LOG_LINK = re.compile(r"\[[^\]]*\]\((?:\.\./|docs/)?log\.md(?:#[^)\s]*)?\)")
 COMMAND = re.compile(r"^Reproduce:.*`[^`]+`")
 
 
@@ -76,7 +76,7 @@ def test_log_entries_are_dated_newest_first_with_machine_and_command() -> None:
 
 def test_reference_pages_carry_no_dated_history() -> None:
     problems = []
-    for path in REFERENCE:
+    for path in [ROOT / "README.md", *REFERENCE]:
         for number, text in prose(path):
             rest = LOG_LINK.sub("", text)
             for found in ISO_DATE.findall(rest) + BEFORE_ISSUE.findall(rest):
