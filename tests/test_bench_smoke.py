@@ -21,7 +21,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 240  # a bench that hangs fails instead of holding the lane
-VLLM_TIMEOUT_S = 540  # all the vLLM benches, run at once (each starts engines of ~10-45 s on two cores); under
+VLLM_TIMEOUT_S = 540  # the lane's vLLM benches, run at once (each starts engines of ~10-45 s on two cores); under
 # pytest-timeout's 600, so that the benches are ended here, by name
 
 # bench -> (its smallest arguments, a regex for the line with its ratio)
@@ -88,14 +88,26 @@ GPU_CHECK = ("--device cpu --small --dtype bfloat16", r"gpu check: 7 of 7 ok, 1 
 VLLM_BENCHES: dict[str, tuple[str, str]] = {
     "rollout": ("--shape 1x1x4 --repeats 1 --threads 1 --lora", r"\| vllm merged LoRA \| [\d.]+ \| \d+ \| [\d.]+× \|"),
     "weight_sync": ("--rounds 1 --max-new-tokens 4 --threads 1", r"sync lanpo in memory/vLLM reload: [\d.]+x"),
+}
+# The full lane's vLLM benches (bash .ci/run --full, in the vllm venv). Each starts two engines in processes of its
+# own, and the two were 318 s of the vLLM lane's work on the slowest 2-core machine (the lane itself 681 s):
+# - reproducible: a fresh process per side, the switch on (engine in process) and off (engine core in a process of
+#   its own). Twin in the vLLM lane: tests/vllm_engine/test_reproducible.py, which starts both kinds of engine and
+#   fails when the switch stops giving a repeat a fresh engine's answer, or the default engine another distribution.
+# - serve: plain `vllm serve` and `lanpo serve --backend vllm`, two engines on one embedded Postgres, 2 requests an
+#   arm. Twin: tests/vllm_engine/test_serve_vllm.py, `lanpo serve --backend vllm` under concurrent `openai` clients,
+#   batched by the engine, every answer stored once, the judge on the same engine.
+# What only the benches add is their ratio line, and that the scripts still run: run the full lane when a change
+# touches bench/reproducible.py, bench/serve.py or what they call.
+VLLM_FULL_BENCHES: dict[str, tuple[str, str]] = {
     "reproducible": (
         "--shape 2x4x16 --rounds 1 --prompt-tokens 64",
         r"reproducible on/off: decode time [\d.]+x",
     ),
 }
 # Two servers (plain `vllm serve` and `lanpo serve --backend vllm`, two engines) on one embedded Postgres, 2 requests
-# an arm: run alone, after the benches above, since beside their engines it ran the lane out of memory (an OOM-killed
-# xdist worker on a 24 GiB machine).
+# an arm: run alone, never beside other benches' engines, which ran the lane out of memory (an OOM-killed xdist
+# worker on a 24 GiB machine).
 SERVE_BENCH = (
     "--clients 2 --requests 2 --reps 1 --max-tokens 4 --pool 10 --top-k 2 --timeout 400",
     r"target: zero-shot tok/s >= 0\.9x plain vLLM -> [\d.]+x",
@@ -143,7 +155,7 @@ def test_the_gpu_check_wrapper_runs_every_row_and_refuses_a_missing_gpu(tmp_path
 
 
 def test_every_bench_is_smoked() -> None:
-    smoked = set(BENCHES) | set(VLLM_BENCHES) | {"gpu_check", "serve"}  # gpu_check: through its wrapper, above
+    smoked = set(BENCHES) | set(VLLM_BENCHES) | set(VLLM_FULL_BENCHES) | {"gpu_check", "serve"}  # gpu_check: above
     assert {p.stem for p in (ROOT / "bench").glob("*.py")} - {"harness"} == smoked
 
 
@@ -154,17 +166,9 @@ def test_bench_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
     assert re.search(ratio, stdout), f"bench/{name}.py printed no ratio line ({ratio}):\n{stdout[-3000:]}"
 
 
-# reproducible starts a fresh process per side, and the side with the switch off starts vLLM's engine core in a
-# process of its own (about 40 s on 2 cores, docs/reproducibility.md): its smoke is the longest of the three, the one
-# the `vllm_benches` fixture waits for.
-LONG_VLLM = {
-    "reproducible": "two fresh processes, each starting a vLLM engine (one with its core in a process of its own)"
-}
-
-
 @pytest.fixture(scope="module")
 def vllm_benches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int | None, str, str]]:
-    """Every vLLM bench run at once, each in a folder of its own, its output to files there (a pipe nobody reads
+    """The lane's vLLM benches run at once, each in a folder of its own, its output to files there (a pipe nobody reads
     yet would stall it); {name: (exit status, None past the timeout; stdout; stderr)}. A bench spends most of its
     smoke starting engines, waiting on one spawned process after another with a core idle, so side by side on 2
     cores they take about the longest one's time, not the sum. Only the ratio line is checked here, never a
@@ -193,10 +197,7 @@ def vllm_benches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[in
 
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="bench/rollout.py needs vLLM (the vllm lane)")
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.long(LONG_VLLM[n])) if n in LONG_VLLM else n for n in sorted(VLLM_BENCHES)],
-)
+@pytest.mark.parametrize("name", sorted(VLLM_BENCHES))
 def test_vllm_bench_runs_at_its_smallest_size(name: str, vllm_benches: dict[str, tuple[int | None, str, str]]) -> None:
     _, ratio = VLLM_BENCHES[name]
     code, stdout, stderr = vllm_benches[name]
@@ -207,11 +208,22 @@ def test_vllm_bench_runs_at_its_smallest_size(name: str, vllm_benches: dict[str,
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="bench/serve.py needs vLLM (the vllm lane)")
-def test_the_serving_bench_runs_at_its_smallest_size(
-    vllm_benches: dict[str, tuple[int | None, str, str]], tmp_path: Path
-) -> None:
-    """After the other vLLM benches have ended (it asks for their fixture), so that its two engines run alone."""
+@pytest.mark.full
+@pytest.mark.long("two fresh processes, each starting a vLLM engine (one with its core in a process of its own)")
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="the vLLM benches need vLLM (the vllm venv)")
+@pytest.mark.parametrize("name", sorted(VLLM_FULL_BENCHES))
+def test_full_lane_vllm_bench_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
+    args, ratio = VLLM_FULL_BENCHES[name]
+    stdout = run_bench(name, args, tmp_path, timeout=VLLM_TIMEOUT_S)
+    assert re.search(ratio, stdout), f"bench/{name}.py printed no ratio line ({ratio}):\n{stdout[-3000:]}"
+
+
+@pytest.mark.vllm
+@pytest.mark.full
+@pytest.mark.long("two servers, each with a vLLM engine in processes of its own")
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="bench/serve.py needs vLLM (the vllm venv)")
+def test_the_serving_bench_runs_at_its_smallest_size(tmp_path: Path) -> None:
+    """Alone (the full lane runs one test at a time), so that its two engines run beside no other bench's."""
     args, ratio = SERVE_BENCH
     stdout = run_bench("serve", args, tmp_path, timeout=VLLM_TIMEOUT_S)
     assert re.search(ratio, stdout), f"bench/serve.py printed no ratio line ({ratio}):\n{stdout[-3000:]}"

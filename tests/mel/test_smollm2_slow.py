@@ -61,6 +61,11 @@ class GoldFirst:
         return groups
 
 
+# The full lane (bash .ci/run --full): 111 s on the slowest 2-core machine. Its twin in the main lane,
+# tests/mel/test_loop.py::test_mel_steps_write_complete_provenance, runs the same loop (pairs, diagnoses, replays,
+# verdicts, the NLL term) on the tiny model and asserts the same provenance, so a defect of MEL's recording or
+# counting fails both; what only this test reads is the real model's own text in the diagnoses.
+@pytest.mark.full
 @pytest.mark.long("MEL on the real 135M model: SFT, then diagnoses, replays and the NLL term of two real steps")
 def test_mel_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
