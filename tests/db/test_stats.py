@@ -15,6 +15,14 @@ from store_helpers import make_pool, make_problems, write_training_steps
 
 from lanpo.db import stats
 from lanpo.db.repo.attempts import NewAttempt, NewGroup, record_groups
+from tests.conftest import truncate_all
+
+
+@pytest.fixture(autouse=True)
+def _fresh_statistics(db: Engine) -> None:
+    """These tests read the planner's statistics: each starts from tables as a fresh store has them (TRUNCATE resets
+    the statistics, the `db` fixture's DELETE between tests does not)."""
+    truncate_all(db)
 
 
 def _tuples(session: Session, table: str) -> tuple[float, int]:

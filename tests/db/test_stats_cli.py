@@ -13,10 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from tests.conftest import truncate_all
 from tests.db.store_helpers import planned_and_true
+
+
+@pytest.fixture(autouse=True)
+def _fresh_statistics(db: Engine) -> None:
+    """These tests read the planner's statistics: each starts from tables as a fresh store has them (TRUNCATE resets
+    the statistics, the `db` fixture's DELETE between tests does not)."""
+    truncate_all(db)
 
 
 def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:

@@ -41,6 +41,110 @@ from tests.vllm_engine.helpers import SavedAdapter, chat, needs_vllm
 pytestmark = [pytest.mark.vllm, needs_vllm]
 
 
+# First in the file, while this worker holds little: its two trainers and their engines take about 9 GB beside
+# the worker, and after the in-process trainings below the worker itself held 7.9 GB, which with the other xdist
+# worker's engine ran a 24 GiB machine out of memory (the OOM killer took this worker).
+SIGTERM_RECIPE = """
+run_name = "vllm-sigterm"
+steps = 4
+batch_size = 2
+output_dir = "{out}"
+
+[model]
+name = "{model}"
+threads = 1
+init_adapter = "{adapter}"
+
+[lora]
+r = 16
+alpha = 32
+
+[data]
+dataset = "sums-term"
+
+[rollout]
+backend = "vllm"
+n = 2
+max_new_tokens = 8
+max_prompt_tokens = 256
+
+[rollout.vllm]
+max_lora_rank = 16
+reproducible = false  # the engine core in processes of its own: what a signal must not leave behind
+
+[feedback]
+mode = "none"
+
+[sft]
+enabled = false
+"""
+
+
+@pytest.mark.long("two trainer processes, each with its engine core in processes of its own, side by side")
+def test_a_stopped_or_killed_trainer_leaves_no_engine_behind(
+    db_env: str, db: Engine, smollm2_dir: Path, adapters: list[SavedAdapter], tmp_path: Path
+) -> None:
+    """Two trainers serving from vLLM, each stopped once step 1 has committed and the engine is serving:
+
+    - SIGTERM (a scheduler's stop): the engine's processes go with the trainer, the run is marked failed, exit 143.
+      (Before, Python's default SIGTERM exit skipped every cleanup and left EngineCore.)
+    - SIGKILL (the OOM killer, a lost job) runs no cleanup at all: vLLM's EngineCore would outlive the trainer for
+      ever. The worker watches the process that started the engine (`lanpo.rollout.vllm_worker`) and ends the
+      engine's processes when it is gone; the run, which no one could mark, reads `dead` by its heartbeat.
+
+    Each trainer has a run, a dataset and an engine of its own; they start together because an engine's start
+    waits on one spawned process after another (engine core, worker), which leaves the second core idle: started
+    one after the other, in two tests, they took 80 s each."""
+    import os
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    import psutil
+
+    from lanpo.db.repo import runs as runs_repo
+    from tests.train.trainer_process import launch, wait_for_pause
+
+    procs = {}
+    for name, dataset in (("vllm-sigterm", "sums-term"), ("vllm-sigkill", "sums-kill")):
+        with transaction(db) as session:
+            upsert_problems(session, dataset, [ProblemIn(str(i), f"What is {i} + {i}?", str(2 * i)) for i in range(4)])
+        recipe = SIGTERM_RECIPE.replace("vllm-sigterm", name).replace("sums-term", dataset)
+        config = tmp_path / name / "recipe.toml"
+        config.parent.mkdir()
+        config.write_text(recipe.format(out=tmp_path / name / "run", model=smollm2_dir, adapter=adapters[1].path))
+        procs[name] = launch(config, "generate:2")
+    # both stderr pipes drained at once: a trainer whose pipe fills while the other is awaited would stall
+    with ThreadPoolExecutor(2) as pool:
+        waits = {name: pool.submit(wait_for_pause, proc, "generate:2", 600) for name, proc in procs.items()}
+        lines = {name: wait.result() for name, wait in waits.items()}  # step 1 has committed, the engine serves
+
+    # SIGTERM
+    proc = procs["vllm-sigterm"]
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "the vLLM engine core runs in a process of its own"
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.stderr is not None
+    err = "".join(lines["vllm-sigterm"]) + proc.stderr.read()
+    assert proc.wait(timeout=120) == 143, err[-3000:]
+    assert "terminated" in err and "Traceback" not in err, err[-3000:]
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"SIGTERM left running: {[(p.pid, p.name()) for p in alive]}"
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT status FROM runs WHERE name = 'vllm-sigterm'")).scalar() == "failed"
+
+    # SIGKILL
+    proc = procs["vllm-sigkill"]
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert sum(c.name().startswith("VLLM::") for c in children) >= 2, [c.name() for c in children]  # core, worker
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"SIGKILL left running: {[(p.pid, p.name()) for p in alive]}"
+    with transaction(db) as session:
+        [row] = runs_repo.list_runs(session, ["vllm-sigkill"])
+    assert row.status == "running" and row.liveness().state == "dead" and row.last_step == 1
+
+
 def test_two_train_steps_with_the_vllm_backend(
     db: Engine, smollm2_dir: Path, adapters: list[SavedAdapter], tmp_path: Path
 ) -> None:
@@ -223,104 +327,3 @@ def test_sync_serves_the_moved_weights_and_refuses_a_swapped_adapter(
             engine.generate(chat(tokenizer), 2, params)
     finally:
         model.unload()  # the session's HF model without the LoRA layers again
-
-
-SIGTERM_RECIPE = """
-run_name = "vllm-sigterm"
-steps = 4
-batch_size = 2
-output_dir = "{out}"
-
-[model]
-name = "{model}"
-threads = 1
-init_adapter = "{adapter}"
-
-[lora]
-r = 16
-alpha = 32
-
-[data]
-dataset = "sums-term"
-
-[rollout]
-backend = "vllm"
-n = 2
-max_new_tokens = 8
-max_prompt_tokens = 256
-
-[rollout.vllm]
-max_lora_rank = 16
-reproducible = false  # the engine core in processes of its own: what a signal must not leave behind
-
-[feedback]
-mode = "none"
-
-[sft]
-enabled = false
-"""
-
-
-@pytest.mark.long("two trainer processes, each with its engine core in processes of its own, side by side")
-def test_a_stopped_or_killed_trainer_leaves_no_engine_behind(
-    db_env: str, db: Engine, smollm2_dir: Path, adapters: list[SavedAdapter], tmp_path: Path
-) -> None:
-    """Two trainers serving from vLLM, each stopped once step 1 has committed and the engine is serving:
-
-    - SIGTERM (a scheduler's stop): the engine's processes go with the trainer, the run is marked failed, exit 143.
-      (Before, Python's default SIGTERM exit skipped every cleanup and left EngineCore.)
-    - SIGKILL (the OOM killer, a lost job) runs no cleanup at all: vLLM's EngineCore would outlive the trainer for
-      ever. The worker watches the process that started the engine (`lanpo.rollout.vllm_worker`) and ends the
-      engine's processes when it is gone; the run, which no one could mark, reads `dead` by its heartbeat.
-
-    Each trainer has a run, a dataset and an engine of its own; they start together because an engine's start
-    waits on one spawned process after another (engine core, worker), which leaves the second core idle: started
-    one after the other, in two tests, they took 80 s each."""
-    import os
-    import signal
-    from concurrent.futures import ThreadPoolExecutor
-
-    import psutil
-
-    from lanpo.db.repo import runs as runs_repo
-    from tests.train.trainer_process import launch, wait_for_pause
-
-    procs = {}
-    for name, dataset in (("vllm-sigterm", "sums-term"), ("vllm-sigkill", "sums-kill")):
-        with transaction(db) as session:
-            upsert_problems(session, dataset, [ProblemIn(str(i), f"What is {i} + {i}?", str(2 * i)) for i in range(4)])
-        recipe = SIGTERM_RECIPE.replace("vllm-sigterm", name).replace("sums-term", dataset)
-        config = tmp_path / name / "recipe.toml"
-        config.parent.mkdir()
-        config.write_text(recipe.format(out=tmp_path / name / "run", model=smollm2_dir, adapter=adapters[1].path))
-        procs[name] = launch(config, "generate:2")
-    # both stderr pipes drained at once: a trainer whose pipe fills while the other is awaited would stall
-    with ThreadPoolExecutor(2) as pool:
-        waits = {name: pool.submit(wait_for_pause, proc, "generate:2", 600) for name, proc in procs.items()}
-        lines = {name: wait.result() for name, wait in waits.items()}  # step 1 has committed, the engine serves
-
-    # SIGTERM
-    proc = procs["vllm-sigterm"]
-    children = psutil.Process(proc.pid).children(recursive=True)
-    assert children, "the vLLM engine core runs in a process of its own"
-    os.kill(proc.pid, signal.SIGTERM)
-    assert proc.stderr is not None
-    err = "".join(lines["vllm-sigterm"]) + proc.stderr.read()
-    assert proc.wait(timeout=120) == 143, err[-3000:]
-    assert "terminated" in err and "Traceback" not in err, err[-3000:]
-    _, alive = psutil.wait_procs(children, timeout=30)
-    assert not alive, f"SIGTERM left running: {[(p.pid, p.name()) for p in alive]}"
-    with db.connect() as conn:
-        assert conn.execute(sa.text("SELECT status FROM runs WHERE name = 'vllm-sigterm'")).scalar() == "failed"
-
-    # SIGKILL
-    proc = procs["vllm-sigkill"]
-    children = psutil.Process(proc.pid).children(recursive=True)
-    assert sum(c.name().startswith("VLLM::") for c in children) >= 2, [c.name() for c in children]  # core, worker
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait(timeout=30) == -signal.SIGKILL
-    _, alive = psutil.wait_procs(children, timeout=30)
-    assert not alive, f"SIGKILL left running: {[(p.pid, p.name()) for p in alive]}"
-    with transaction(db) as session:
-        [row] = runs_repo.list_runs(session, ["vllm-sigkill"])
-    assert row.status == "running" and row.liveness().state == "dead" and row.last_step == 1
