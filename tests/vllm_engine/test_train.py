@@ -41,9 +41,9 @@ from tests.vllm_engine.helpers import SavedAdapter, chat, needs_vllm
 pytestmark = [pytest.mark.vllm, needs_vllm]
 
 
-# First in the file, while this worker holds little: its two trainers and their engines take about 9 GB beside
-# the worker, and after the in-process trainings below the worker itself held 7.9 GB, which with the other xdist
-# worker's engine ran a 24 GiB machine out of memory (the OOM killer took this worker).
+# By itself, after the rest of the vllm lane (`alone`, .ci/run): its two trainers and their engines take about 9 GB,
+# and beside the other xdist worker's engines the lane ran a 24 GiB machine out of memory twice (the OOM killer took
+# one worker at 7.9 GB, then the other at 4.6 GB); first in its file, while this worker holds little.
 SIGTERM_RECIPE = """
 run_name = "vllm-sigterm"
 steps = 4
@@ -80,6 +80,7 @@ enabled = false
 """
 
 
+@pytest.mark.alone
 @pytest.mark.long("two trainer processes, each with its engine core in processes of its own, side by side")
 def test_a_stopped_or_killed_trainer_leaves_no_engine_behind(
     db_env: str, db: Engine, smollm2_dir: Path, adapters: list[SavedAdapter], tmp_path: Path
