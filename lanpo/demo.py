@@ -343,6 +343,28 @@ def _write_report(db: Any, run_name: str, out: Path, echo: Callable[[str], None]
     return str(written.out_dir)
 
 
+def _say_retired(db: Any, pool: str, echo: Callable[[str], None]) -> None:
+    """The pool's lessons that their record retired as harmful (`store.retire_below`), with that record."""
+    import sqlalchemy as sa
+
+    from lanpo.db.connection import transaction
+
+    with transaction(db) as session:
+        bound = session.scalar(sa.text("SELECT retire_below FROM pools WHERE name = :pool"), {"pool": pool})
+        rows = session.execute(
+            sa.text(
+                "SELECT experience_id, uses, lift, lift_low, lift_high FROM lesson_history WHERE pool = :pool "
+                "AND is_current AND evicted_by = 'retired:harmful' ORDER BY experience_id"
+            ),
+            {"pool": pool},
+        ).all()
+    for r in rows:
+        echo(
+            f"      lesson #{r.experience_id} retired as harmful: lift {r.lift:+.3f} over {r.uses} uses, 95% interval "
+            f"{r.lift_low:+.3f} .. {r.lift_high:+.3f}, below store.retire_below = {bound}; no later prompt reads it"
+        )
+
+
 def _say_conversion(model: str, echo: Callable[[str], None]) -> None:
     """A line before the one-time conversion of the offline SmolLM2 (about 40 s), which logs at INFO only."""
     from lanpo.models.gguf import SMOLLM2, smollm2_converted
@@ -413,6 +435,7 @@ def _answer_held_out(
     )
     echo(click.style(f"      {verdict}", bold=True))
     echo(f"      stored as run {cfg.run_name}-infer (both modes, step 0: experience_usage compares them)")
+    _say_retired(db, cfg.pool_name(), echo)
     return [
         {
             "id": z.question.id,

@@ -56,6 +56,7 @@ def test_demo_carries_lessons_from_the_pool_into_training_and_retrieval(
     assert len(out["rewards"]) == 3 and "Demo finished" in text and "lanpo sql" in text
     cfg = load_config(recipe_path("demo-cpu.toml"))
     assert cfg.summarizer.scaffold and cfg.summarizer.require_format  # the recipe's own summariser
+    assert cfg.store.retire_below == 0.0  # the demo retires a lesson whose lift is confidently below zero
     summaries = out["summaries"]
     assert summaries["admitted"] > 0 and summaries["with_format"] >= summaries["admitted"], text
     assert f"summaries: {summaries['written']} written, {summaries['with_format']} with the lesson format" in text

@@ -3,6 +3,7 @@ state and each version's usefulness (the `lesson_history` view). Registered on t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 
@@ -46,11 +47,12 @@ def history_cmd(lesson: int, as_json: bool) -> None:
       policy   the step of the policy version whose weights wrote it
       run/step the run and training step whose transaction wrote the version
       uses     rollout groups whose prompt carried the version
-      helped / hurt / even   uses whose graded correctness beat / fell below / matched the zero-shot baseline
-               of the same run, step, problem and policy version
+      helped / hurt / even   uses whose graded correctness beat / fell below / matched the problem's zero-shot
+               success under the same policy (exact, or in training estimated: docs/concepts.md)
       unknown  uses with no baseline or nothing graded
       lift     credited gain per graded attempt over that baseline (experience_usage.lift; - with none graded)
-      text     the version's text, shortened (--json gives it whole)
+      95% CI   lift's interval, lift -+ 1.96 standard errors (- with none graded)
+      text     the version's text, shortened (--json gives it whole, with every column of lesson_history)
 
     LESSON: the lesson's experiences.id (`SELECT * FROM pool_current` lists the active ones).
     """
@@ -67,7 +69,7 @@ def history_cmd(lesson: int, as_json: bool) -> None:
     click.echo(f"state: {_state(first)}")
     header = (
         f"{'v':>3}  {'reason':<19} {'sim':>5}  {'author':<16} {'policy':>6} {'run/step':>9} "
-        f"{'uses':>5} {'helped':>6} {'hurt':>5} {'even':>5} {'unknown':>7} {'lift':>7}  text"
+        f"{'uses':>5} {'helped':>6} {'hurt':>5} {'even':>5} {'unknown':>7} {'lift':>7} {'95% CI':>16}  text"
     )
     click.echo(header)
     for r in rows:
@@ -75,7 +77,7 @@ def history_cmd(lesson: int, as_json: bool) -> None:
         click.echo(
             f"{v:>3}  {r.reason:<19} {_num(r.similarity, 3):>5}  {_short(r.author or '-', 16):<16} "
             f"{_num(r.policy_step):>6} {_run_step(r.run_id, r.step):>9} {r.uses:>5} {r.helped:>6} {r.hurt:>5} "
-            f"{r.even:>5} {r.unknown:>7} {_num(r.lift, 3, signed=True):>7}  {_short(r.summary, 60)}"
+            f"{r.even:>5} {r.unknown:>7} {_num(r.lift, 3, signed=True):>7} {_interval(r):>16}  {_short(r.summary, 60)}"
         )
 
 
@@ -89,14 +91,22 @@ def _state(r: lessons.HistoryRow) -> str:
     return f"{what} ({r.evicted_by}) at {_when(r.evicted_at)}{where}{note}"
 
 
+def _interval(r: lessons.HistoryRow) -> str:
+    if r.lift_low is None or r.lift_high is None:
+        return "-"
+    return f"[{r.lift_low:+.3f}, {r.lift_high:+.3f}]"
+
+
+# the lesson's columns of lesson_history (they repeat on each version's row); every other column is the version's
+LESSON_COLUMNS = ("experience_id", "pool_id", "pool", "source_problem_id", "kind", "active", "evicted_by",
+                  "evicted_at", "evicted_run_id", "evicted_step", "evicted_note")  # fmt: skip
+
+
 def _as_json(rows: list[lessons.HistoryRow]) -> dict[str, object]:
+    """The lesson's columns once, and each version with every other column of lesson_history."""
     first = rows[0]
-    lesson = ("experience_id", "pool", "source_problem_id", "kind", "active", "evicted_by", "evicted_at",
-              "evicted_run_id", "evicted_step", "evicted_note")  # fmt: skip
-    version = ("version_id", "version", "reason", "similarity", "summary", "author", "policy_version_id",
-               "policy_step", "run_id", "step", "created_at", "is_current", "uses", "helped", "hurt", "even",
-               "unknown", "graded", "credit", "lift")  # fmt: skip
-    out: dict[str, object] = {name: _plain(getattr(first, name)) for name in lesson}
+    version = [f.name for f in dataclasses.fields(lessons.HistoryRow) if f.name not in LESSON_COLUMNS]
+    out: dict[str, object] = {name: _plain(getattr(first, name)) for name in LESSON_COLUMNS}
     out["versions"] = [{name: _plain(getattr(r, name)) for name in version} for r in rows]
     return out
 

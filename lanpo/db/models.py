@@ -90,6 +90,14 @@ class Pool(Base):
         ),
         sa.CheckConstraint(_in("merge_keeps", MERGE_KEEPS), name="merge_keeps_valid"),
         sa.CheckConstraint("max_policy_age IS NULL OR max_policy_age >= 1", name="max_policy_age_positive"),
+        # >= 0 and finite (Postgres orders NaN above Infinity)
+        sa.CheckConstraint(
+            "baseline_half_life >= 0 AND baseline_half_life < 'Infinity'", name="baseline_half_life_range"
+        ),
+        sa.CheckConstraint("baseline_prior >= 0 AND baseline_prior < 'Infinity'", name="baseline_prior_range"),
+        sa.CheckConstraint(
+            "retire_below IS NULL OR (retire_below > -1 AND retire_below <= 1)", name="retire_below_range"
+        ),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
@@ -103,6 +111,10 @@ class Pool(Base):
     merge_threshold: Mapped[float | None] = mapped_column(sa.Double)
     merge_keeps: Mapped[str] = mapped_column(sa.Text, server_default="newer")
     max_policy_age: Mapped[int | None] = mapped_column(sa.Integer)
+    # usefulness known in training (migration 0018): the estimated zero-shot baseline's settings, and retirement
+    baseline_half_life: Mapped[float] = mapped_column(sa.Double, server_default="2")
+    baseline_prior: Mapped[float] = mapped_column(sa.Double, server_default="2")
+    retire_below: Mapped[float | None] = mapped_column(sa.Double)  # retired:harmful below this lift bound
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 

@@ -16,10 +16,12 @@ from lanpo.db.models_base import Base, _finite
 class LessonUsefulness(Base):
     """One lesson version's record: its uses (groups whose context held it) by outcome, and its credited gain.
 
-    A use's outcome compares its group's graded correctness with the zero-shot baseline of the same run, step,
-    problem and policy version (`experience_usage`'s estimator): helped (above), hurt (below), even, or unknown (no
-    baseline, or nothing graded). `graded` counts the attempts with a baseline and `credit` their summed gain, each
-    divided by its context's item count, so `credit / graded` is `experience_usage.lift`.
+    A use's outcome compares its group's graded correctness with the problem's zero-shot success under the same
+    policy: exact (the zero-shot attempts of the same run, step, problem and policy version) or, in a training run,
+    estimated from its zero-shot attempts at that step and a few before (docs/concepts.md): helped (above), hurt
+    (below), even, or unknown (no baseline, or nothing graded). `graded` counts the attempts with a baseline and
+    `credit` their summed gain, each divided by its context's item count, so `credit / graded` is
+    `experience_usage.lift`; `credit_var` sums its uses' variances.
     """
 
     __tablename__ = "lesson_usefulness"
@@ -27,6 +29,7 @@ class LessonUsefulness(Base):
         sa.CheckConstraint("uses = helped + hurt + even + unknown", name="uses_add_up"),
         sa.CheckConstraint("least(uses, helped, hurt, even, unknown, graded) >= 0", name="counts_nonnegative"),
         sa.CheckConstraint(_finite("credit"), name="credit_finite"),
+        sa.CheckConstraint("credit_var >= 0 AND credit_var < 'Infinity'", name="credit_var_valid"),
     )
 
     version_id: Mapped[int] = mapped_column(
@@ -39,6 +42,7 @@ class LessonUsefulness(Base):
     unknown: Mapped[int] = mapped_column(sa.Integer, server_default="0")
     graded: Mapped[int] = mapped_column(sa.Integer, server_default="0")
     credit: Mapped[float] = mapped_column(sa.Double, server_default="0")
+    credit_var: Mapped[float] = mapped_column(sa.Double, server_default="0")  # migration 0018
     updated_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 
@@ -48,8 +52,9 @@ class LessonUse(Base):
 
     `m`: the positions the version holds in that context (almost always 1). `outcome`: 1 helped, -1 hurt, 0 even,
     NULL unknown (no baseline, or nothing graded). `graded`: m * the group's graded attempts, when there is a
-    baseline (else 0); `credit`: m * their summed (correct - baseline) / k, k the context's item count. Deleted with
-    its group or its version.
+    baseline (else 0); `credit`: m * their summed (correct - baseline) / k, k the context's item count; `baseline`,
+    worth `baseline_n` attempts, from `baseline_source` (exact | estimated); `credit_var`: credit's variance
+    (sql/queries/usefulness_uses_recompute.sql). Deleted with its group or its version.
     """
 
     __tablename__ = "lesson_uses"
@@ -58,6 +63,12 @@ class LessonUse(Base):
         sa.CheckConstraint("outcome IS NULL OR outcome IN (-1, 0, 1)", name="outcome_valid"),
         sa.CheckConstraint("graded >= 0", name="graded_nonnegative"),
         sa.CheckConstraint(_finite("credit"), name="credit_finite"),
+        sa.CheckConstraint("credit_var >= 0 AND credit_var < 'Infinity'", name="credit_var_valid"),
+        sa.CheckConstraint(
+            "(baseline_source IS NULL AND baseline IS NULL AND baseline_n IS NULL) OR (baseline_source IN ('exact', "
+            "'estimated') AND baseline >= 0 AND baseline <= 1 AND baseline_n > 0)",
+            name="baseline_valid",
+        ),
         sa.Index("ix_lesson_uses_group_id", "group_id"),
     )
 
@@ -69,3 +80,8 @@ class LessonUse(Base):
     outcome: Mapped[int | None] = mapped_column(sa.SmallInteger)
     graded: Mapped[int] = mapped_column(sa.Integer, server_default="0")
     credit: Mapped[float] = mapped_column(sa.Double, server_default="0")
+    # migration 0018: the baseline compared with (exact, or estimated in a training run), and credit's variance
+    baseline: Mapped[float | None] = mapped_column(sa.Double)
+    baseline_n: Mapped[float | None] = mapped_column(sa.Double)
+    baseline_source: Mapped[str | None] = mapped_column(sa.Text)
+    credit_var: Mapped[float] = mapped_column(sa.Double, server_default="0")

@@ -28,10 +28,10 @@ from lanpo.errors import ServingRoleUnavailable
 ENV_SERVE_URL = "LANPO_SERVE_URL"
 RENEW_COMMAND = "lanpo db serve-role --renew"
 
-# What migration 0014 gives the role; `renew` restores the same (each grant: tests/db/test_serving.py).
+# What migrations 0014, 0015 and 0018 give the role; `renew` restores the same (each grant: tests/db/test_serving.py).
 ROLE_SETTINGS = {"statement_timeout": "'30s'"}
-USE_COLUMNS = ("m", "outcome", "graded", "credit")
-USEFULNESS_COLUMNS = ("uses", "helped", "hurt", "even", "unknown", "graded", "credit", "updated_at")
+USE_COLUMNS = ("m", "outcome", "graded", "credit", "baseline", "baseline_n", "baseline_source", "credit_var")
+USEFULNESS_COLUMNS = ("uses", "helped", "hurt", "even", "unknown", "graded", "credit", "updated_at", "credit_var")
 TABLE_GRANTS = {
     "pools": "SELECT",
     "experiences": "SELECT",

@@ -131,7 +131,10 @@ class InferenceRun:
                     s if s.question.problem_id is not None else replace(s, question=stored[s.question.id])
                     for s in solutions
                 ]
-            return store.record_solutions(session, solutions, self._opened(), self.version_id)
+            # a server's run may not evict (its role's privileges): its evidence retires lessons at the next training
+            # or evaluation write of them
+            retire = self.kind != "serve"
+            return store.record_solutions(session, solutions, self._opened(), self.version_id, retire)
 
     def record_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         """Store the run's figures (`name -> value` at `step`)."""

@@ -103,11 +103,16 @@ def _group(
 
 
 def record_solutions(
-    session: Session, solutions: Sequence[Solution], run_id: int, policy_version_id: int | None = None
+    session: Session,
+    solutions: Sequence[Solution],
+    run_id: int,
+    policy_version_id: int | None = None,
+    retire: bool = True,
 ) -> list[int]:
     """Store every turn of `solutions` as attempts of `run_id`; returns the final-turn attempt ids.
 
-    Turn 0 of a question's k samples shares one prompt: one group of k attempts. A later turn's prompt carries its
+    `retire`: let the writes retire lessons found harmful (`record_groups`; a server passes False). Turn 0 of a
+    question's k samples shares one prompt: one group of k attempts. A later turn's prompt carries its
     own sample's earlier answer: one group per sample, whose context names the attempt it reflects on.
     """
     for s in solutions:
@@ -122,7 +127,7 @@ def record_solutions(
             for p, e in enumerate(s.experiences)
         ]
         first_groups.append(group)
-    for i, ids in enumerate(record_groups(session, first_groups)):
+    for i, ids in enumerate(record_groups(session, first_groups, retire)):
         final.update({(i, j): attempt_id for j, attempt_id in enumerate(ids)})
     depth = max((len(sample.turns) for s in solutions for sample in s.samples), default=0)
     for step in range(1, depth):  # turn by turn: a later turn's context names the attempt of the turn before
@@ -134,6 +139,6 @@ def record_solutions(
                     group.contexts = [ContextRef(position=0, context_attempt_id=final[(i, j)])]
                     keys.append((i, j))
                     later.append(group)
-        for key, (attempt_id,) in zip(keys, record_groups(session, later), strict=True):
+        for key, (attempt_id,) in zip(keys, record_groups(session, later, retire), strict=True):
             final[key] = attempt_id
     return [final[(i, j)] for i, s in enumerate(solutions) for j in range(len(s.samples))]

@@ -162,7 +162,8 @@ def _store(session: Any, item: _Pending) -> list[int]:
         (question,) = answers.import_questions(session, DATASET, [solution.question])
         solution = Solution(question, solution.mode, solution.samples, solution.experiences, solution.fallback)
     assert run.run_id is not None
-    ids = answers.record_solutions(session, [solution], run.run_id, run.version_id)
+    # retire=False: the serving role may not evict a lesson; its verdicts count at the next training or evaluation
+    ids = answers.record_solutions(session, [solution], run.run_id, run.version_id, retire=False)
     s = item.served
     record_served(
         session,

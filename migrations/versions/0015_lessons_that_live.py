@@ -239,11 +239,101 @@ def _views() -> None:
         op.execute(ddl)
 
 
+# The writers' statements at this revision (sql/queries/usefulness_uses_recompute.sql and usefulness_recompute.sql
+# as they were), which fill the tables from the history.
+USES_RECOMPUTE = """
+WITH groups AS (
+    SELECT g.id, g.run_id, g.step, g.problem_id, g.policy_version_id
+    FROM unnest(CAST(:run_ids AS bigint[]), CAST(:steps AS integer[]), CAST(:problem_ids AS bigint[]))
+         AS k(run_id, step, problem_id)
+    JOIN rollout_groups g ON g.run_id = k.run_id AND g.step = k.step AND g.problem_id = k.problem_id
+    UNION ALL
+    SELECT g.id, g.run_id, g.step, g.problem_id, g.policy_version_id
+    FROM rollout_groups g
+    WHERE g.id = ANY(CAST(:loose_group_ids AS bigint[]))
+),
+items AS (
+    SELECT gc.group_id, gc.experience_version_id AS version_id, count(*) AS m,
+           sum(count(*)) OVER (PARTITION BY gc.group_id) AS k
+    FROM groups g
+    JOIN group_contexts gc ON gc.group_id = g.id
+    WHERE gc.experience_version_id IS NOT NULL
+    GROUP BY gc.group_id, gc.experience_version_id
+),
+uses AS (
+    SELECT * FROM items WHERE version_id = ANY(CAST(:version_ids AS bigint[]))
+),
+scored AS (
+    SELECT g.id AS group_id, own.n, own.hits, zs.n AS zn, zs.hits AS zhits
+    FROM groups g
+    CROSS JOIN LATERAL (
+        SELECT count(x.correct) AS n, coalesce(sum(x.correct), 0) AS hits
+        FROM attempts a
+        CROSS JOIN LATERAL (
+            SELECT CAST(coalesce(a.correct, (
+                SELECT f.correct FROM answer_feedback f
+                WHERE f.attempt_id = a.id AND f.correct IS NOT NULL
+                ORDER BY f.created_at DESC, f.id DESC LIMIT 1)) AS integer) AS correct
+        ) x
+        WHERE a.group_id = g.id
+    ) own
+    CROSS JOIN LATERAL (
+        SELECT count(x.correct) AS n, coalesce(sum(x.correct), 0) AS hits
+        FROM rollout_groups z
+        JOIN attempts a ON a.group_id = z.id
+        CROSS JOIN LATERAL (
+            SELECT CAST(coalesce(a.correct, (
+                SELECT f.correct FROM answer_feedback f
+                WHERE f.attempt_id = a.id AND f.correct IS NOT NULL
+                ORDER BY f.created_at DESC, f.id DESC LIMIT 1)) AS integer) AS correct
+        ) x
+        WHERE z.mode = 'zero_shot' AND z.run_id = g.run_id AND z.step = g.step AND z.problem_id = g.problem_id
+          AND z.policy_version_id IS NOT DISTINCT FROM g.policy_version_id
+    ) zs
+    WHERE g.id IN (SELECT group_id FROM uses)
+)
+INSERT INTO lesson_uses AS lu (version_id, group_id, m, outcome, graded, credit)
+SELECT u.version_id, u.group_id, u.m,
+       CASE WHEN s.zn = 0 OR s.n = 0 THEN NULL ELSE CAST(sign(s.hits * s.zn - s.zhits * s.n) AS smallint) END,
+       CASE WHEN s.zn = 0 THEN 0 ELSE u.m * s.n END,
+       CASE WHEN s.zn = 0 OR s.n = 0 THEN 0
+            ELSE u.m * (s.hits - s.n * (CAST(s.zhits AS double precision) / s.zn)) / u.k END
+FROM uses u
+JOIN scored s ON s.group_id = u.group_id
+ORDER BY u.version_id, u.group_id
+ON CONFLICT (version_id, group_id) DO UPDATE
+SET m = EXCLUDED.m, outcome = EXCLUDED.outcome, graded = EXCLUDED.graded, credit = EXCLUDED.credit
+WHERE (lu.m, lu.outcome, lu.graded, lu.credit) IS DISTINCT FROM
+      (EXCLUDED.m, EXCLUDED.outcome, EXCLUDED.graded, EXCLUDED.credit)
+"""
+
+USEFULNESS_RECOMPUTE = """
+WITH targets AS (
+    SELECT version_id FROM lesson_usefulness WHERE version_id = ANY(CAST(:version_ids AS bigint[]))
+)
+INSERT INTO lesson_usefulness AS lu (version_id, uses, helped, hurt, even, unknown, graded, credit, updated_at)
+SELECT t.version_id,
+       count(u.group_id),
+       count(*) FILTER (WHERE u.outcome > 0),
+       count(*) FILTER (WHERE u.outcome < 0),
+       count(*) FILTER (WHERE u.outcome = 0),
+       count(u.group_id) FILTER (WHERE u.outcome IS NULL),
+       coalesce(sum(u.graded), 0),
+       coalesce(sum(u.credit), 0),
+       now()
+FROM targets t
+LEFT JOIN lesson_uses u ON u.version_id = t.version_id
+GROUP BY t.version_id
+ON CONFLICT (version_id) DO UPDATE
+SET uses = EXCLUDED.uses, helped = EXCLUDED.helped, hurt = EXCLUDED.hurt, even = EXCLUDED.even,
+    unknown = EXCLUDED.unknown, graded = EXCLUDED.graded, credit = EXCLUDED.credit, updated_at = EXCLUDED.updated_at
+"""
+
+
 def _fill_usefulness() -> None:
     """Every use in the history gets its lesson_uses row and every version a context ever held its lesson_usefulness
-    row, computed by the statements the writers use from now on (all keys at once)."""
-    from lanpo.db import sqlfiles
-
+    row, computed by the statements the writers used at this revision (all keys at once), frozen here as
+    USES_RECOMPUTE and USEFULNESS_RECOMPUTE: the files in sql/queries/ move on with the schema (0018 added columns)."""
     bind = op.get_bind()
     bind.execute(
         sa.text(
@@ -274,8 +364,8 @@ def _fill_usefulness() -> None:
         "loose_group_ids": sorted(loose),
         "version_ids": used,
     }
-    bind.execute(sqlfiles.load("queries/usefulness_uses_recompute"), params)
-    bind.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": used})
+    bind.execute(sa.text(USES_RECOMPUTE), params)
+    bind.execute(sa.text(USEFULNESS_RECOMPUTE), {"version_ids": used})
 
 
 def upgrade() -> None:

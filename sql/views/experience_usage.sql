@@ -1,10 +1,11 @@
 -- Per experience version: how often it was put into a prompt, and how much the attempts that carried it gained in
--- correctness over zero-shot attempts on the same problem by the same weights. The estimator:
+-- correctness over the problem's zero-shot success under the same weights. The estimator:
 --   a use is one attempt whose group's context holds the version (inter prompts in training, retrieval answers);
---   its baseline is the mean correctness of the zero-shot attempts on the same problem in the same run at the same
---   step and policy version. `lanpo eval` has one for every question it also answers zero-shot (one run, step 0);
---   a training step only where a problem was drawn twice in it, once without context. A use without one has no
---   baseline: no zero-shot attempt of another run, step or policy version stands in for it;
+--   its baseline is its group's lesson_uses.baseline (usefulness_uses_recompute.sql, docs/concepts.md): exact, the
+--   mean correctness of the zero-shot attempts on the same problem in the same run at the same step and policy
+--   version (`lanpo eval` and serving answer a question both ways; a training step where a problem was drawn twice);
+--   or, in a training run, estimated from the run's zero-shot attempts at the same and the few earlier steps (the
+--   problem's own, shrunk toward all problems', nearer steps weighing more). A use with neither has no baseline;
 --   its gain is correct - baseline, with correct from attempts.correct (1 or 0), or, where the grader left it NULL
 --   (a served answer has no gold answer), the attempt's latest answer_feedback verdict (`POST /v1/feedback`; a
 --   later verdict replaces an earlier one, a reward-only feedback row gives none). The same correctness counts in
@@ -12,7 +13,8 @@
 --   earn and a zero-shot one cannot;
 --   a context of k experience items shares its gain: each item is credited gain / k, so the credits of one
 --   context's items add up to that context's gain, and no item is credited its neighbours' effect in full;
---   lift = the mean credited gain over the graded uses with a baseline = sum(gain / k) / uses_with_baseline.
+--   lift = the mean credited gain over the graded uses with a baseline = sum(gain / k) / uses_with_baseline, equal
+--   to lesson_usefulness.credit / graded.
 -- times_injected counts every use and problems their distinct problems; accuracy_with and zero_shot_accuracy are
 -- plain means over the uses_with_baseline, so lift = accuracy_with - zero_shot_accuracy where every context held
 -- one item. Ungraded attempts (correct NULL) are left out of all three. Versions never used appear with 0 uses.
@@ -23,15 +25,6 @@ WITH verdicts AS (
     WHERE f.correct IS NOT NULL
     ORDER BY f.attempt_id, f.created_at DESC, f.id DESC
 ),
-zero_shot AS (
-    SELECT g.run_id, g.step, g.problem_id, g.policy_version_id,
-           avg(CAST(CAST(coalesce(a.correct, vd.correct) AS integer) AS double precision)) AS accuracy
-    FROM attempts a
-    JOIN rollout_groups g ON g.id = a.group_id
-    LEFT JOIN verdicts vd ON vd.attempt_id = a.id
-    WHERE g.mode = 'zero_shot' AND coalesce(a.correct, vd.correct) IS NOT NULL
-    GROUP BY g.run_id, g.step, g.problem_id, g.policy_version_id
-),
 items AS (
     SELECT gc.group_id, gc.experience_version_id AS version_id, count(*) OVER (PARTITION BY gc.group_id) AS k
     FROM group_contexts gc
@@ -40,14 +33,12 @@ items AS (
 uses AS (
     SELECT i.version_id, a.id AS attempt_id, g.problem_id, i.k,
            CAST(CAST(coalesce(a.correct, vd.correct) AS integer) AS double precision) AS correct,
-           zs.accuracy AS baseline
+           lu.baseline
     FROM items i
     JOIN rollout_groups g ON g.id = i.group_id
     JOIN attempts a ON a.group_id = g.id
     LEFT JOIN verdicts vd ON vd.attempt_id = a.id
-    LEFT JOIN zero_shot zs
-           ON zs.run_id = g.run_id AND zs.step = g.step AND zs.problem_id = g.problem_id
-          AND zs.policy_version_id IS NOT DISTINCT FROM g.policy_version_id
+    LEFT JOIN lesson_uses lu ON lu.version_id = i.version_id AND lu.group_id = i.group_id
 )
 SELECT v.id AS version_id, v.experience_id, v.version, e.pool_id, e.problem_id AS source_problem_id,
        e.evicted_at IS NULL AS active,

@@ -5,7 +5,9 @@
 -- evicted_at / evicted_run_id / evicted_step, and a person's evicted_note for 'manual:retired'), and the
 -- version's usefulness from lesson_usefulness (0 uses where it has no row yet): its uses by outcome against the
 -- zero-shot baseline (helped + hurt + even + unknown = uses), its graded attempts with a baseline and their summed
--- credit, and lift = credit / graded (experience_usage.lift; NULL with nothing graded).
+-- credit, and lift = credit / graded (experience_usage.lift; NULL with nothing graded); credit_var, the variance of
+-- credit, and lift's 95 % interval lift_low .. lift_high = lift -+ 1.96 * sqrt(credit_var) / graded (NULL with
+-- nothing graded; docs/concepts.md says what the variance counts).
 CREATE OR REPLACE VIEW lesson_history AS
 SELECT e.id AS experience_id, e.pool_id, pl.name AS pool, e.problem_id AS source_problem_id, e.kind,
        v.id AS version_id, v.version, v.reason, v.similarity, v.summary, v.author, v.policy_version_id,
@@ -14,7 +16,10 @@ SELECT e.id AS experience_id, e.pool_id, pl.name AS pool, e.problem_id AS source
        e.evicted_at IS NULL AS active, e.evicted_by, e.evicted_at, e.evicted_run_id, e.evicted_step, e.evicted_note,
        coalesce(u.uses, 0) AS uses, coalesce(u.helped, 0) AS helped, coalesce(u.hurt, 0) AS hurt,
        coalesce(u.even, 0) AS even, coalesce(u.unknown, 0) AS unknown, coalesce(u.graded, 0) AS graded,
-       coalesce(u.credit, 0) AS credit, u.credit / CAST(nullif(u.graded, 0) AS double precision) AS lift
+       coalesce(u.credit, 0) AS credit, u.credit / CAST(nullif(u.graded, 0) AS double precision) AS lift,
+       coalesce(u.credit_var, 0) AS credit_var,
+       (u.credit - 1.96 * sqrt(u.credit_var)) / CAST(nullif(u.graded, 0) AS double precision) AS lift_low,
+       (u.credit + 1.96 * sqrt(u.credit_var)) / CAST(nullif(u.graded, 0) AS double precision) AS lift_high
 FROM experiences e
 JOIN pools pl ON pl.id = e.pool_id
 JOIN experience_versions v ON v.experience_id = e.id

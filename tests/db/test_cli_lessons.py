@@ -45,9 +45,12 @@ def test_retire_then_history(session: Session, run_cli: Callable, life: dict[str
     assert shown[1].startswith("state: retired by hand (manual:retired) at ")
     assert shown[1].endswith(': "too vague to help"')
     assert shown[2].split() == ["v", "reason", "sim", "author", "policy", "run/step", "uses", "helped", "hurt",
-                                "even", "unknown", "lift", "text"]  # fmt: skip
+                                "even", "unknown", "lift", "95%", "CI", "text"]  # fmt: skip
     v1, v3 = shown[3].split(), shown[5].split()
-    assert v1[:2] == ["1", "new"] and v1[-9:] == ["6", "1", "3", "1", "1", "-0.250", "lesson", "of", "b"]
+    assert v1[:2] == ["1", "new"] and v1[-11:-5] + v1[-3:] == ["6", "1", "3", "1", "1", "-0.250", "lesson", "of", "b"]
+    var = session.scalar(sa.text("SELECT credit_var FROM lesson_usefulness WHERE version_id = :v"), {"v": life["v1"]})
+    half = 1.96 * var**0.5 / 6  # lift -+ 1.96 standard errors over 6 graded attempts
+    assert v1[-5:-3] == [f"[{-0.25 - half:+.3f},", f"{-0.25 + half:+.3f}]"]
     assert shown[4].split()[0] == "2" and shown[4].endswith("lesson of b, rewritten")
     assert v3[:5] == ["*3", "merge:newer", "0.930", "m", "-"] and v3[5] == f"{life['run']}/2"
     assert v3[6:12] == ["2", "2", "0", "0", "0", "+0.500"] and shown[5].endswith("lesson of b, merged")
@@ -57,6 +60,13 @@ def test_retire_then_history(session: Session, run_cli: Callable, life: dict[str
         lesson, False, "manual:retired", "too vague to help"
     )  # fmt: skip
     versions = data["versions"]
+    columns = set(session.execute(sa.text("SELECT * FROM lesson_history LIMIT 0")).keys())
+    assert {k for k in data if k != "versions"} | set(versions[0]) == columns  # every column of the view
+    assert [v["source_attempt_id"] is not None for v in versions] == [
+        r is not None for r in session.scalars(
+            sa.text("SELECT source_attempt_id FROM experience_versions WHERE experience_id = :e ORDER BY version"),
+            {"e": lesson})
+    ]  # fmt: skip
     assert [(v["version"], v["version_id"], v["is_current"]) for v in versions] == [
         (1, life["v1"], False), (2, life["v2"], False), (3, life["v3"], True)
     ]  # fmt: skip

@@ -1,22 +1,23 @@
 """experience_usage on a store written the way training steps write it, against the estimator computed here.
 
 The estimator (sql/views/experience_usage.sql): a use is an attempt whose group's context holds the version; its
-baseline is the mean correctness of the zero-shot attempts on the same problem, run, step and policy version; its
-gain (correct - baseline) is shared evenly among the k experience items of its context; lift is the mean credited
-gain over the graded uses with a baseline.
+baseline, with `store.baseline_half_life = 0` (these pools), is the mean correctness of the zero-shot attempts on the
+same problem, run, step and policy version; its gain (correct - baseline) is shared evenly among the k experience
+items of its context; lift is the mean credited gain over the graded uses with a baseline. The estimated baseline
+of training is checked against its own loop reference in tests/db/test_usefulness.py.
 """
 
 from __future__ import annotations
 
 import random
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
-from store_helpers import make_pool, make_problems
+from store_helpers import UNCAPPED, make_pool, make_problems
 
 from lanpo.db import migrate
 from lanpo.db.reader import stored_reader
@@ -27,6 +28,7 @@ from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_grou
 from lanpo.feedback.record import GroupRecord, RolloutRecord, write_step_rows
 
 N = 3  # rollouts per prompt
+EXACT_ONLY = replace(UNCAPPED, baseline_half_life=0.0)  # no estimated baselines: the same-step one alone
 
 
 @dataclass
@@ -60,7 +62,7 @@ def _write_training_run(session: Session, rng: random.Random) -> tuple[list[Writ
     step without context (the same-step zero-shot baseline); the others have zero-shot attempts at other steps only.
     One committed transaction per step, as the loop writes them."""
     problems = make_problems(session, 5)
-    pool = make_pool(session, "usage")
+    pool = make_pool(session, "usage", EXACT_ONLY)
     run = runs_repo.create_run(session, "usage", "train", {}, pool_id=pool.id).id
     written: list[Written] = []
     versions: list[int] = []  # the lessons of step 1; training never draws the last two
@@ -194,10 +196,11 @@ def test_experience_usage_equals_the_estimator_on_training_steps(session: Sessio
     assert credited == pytest.approx(gains) and gains != 0
 
 
-def test_a_baseline_is_only_of_the_same_run_step_and_policy_version(session: Session) -> None:
-    """Zero-shot attempts of another step, run or policy version on the very problem never count."""
+def test_an_exact_baseline_is_only_of_the_same_run_step_and_policy_version(session: Session) -> None:
+    """With baseline_half_life = 0, zero-shot attempts of another step, run or policy version on the very problem
+    never count."""
     (p, other) = make_problems(session, 2, dataset="base")
-    pool = make_pool(session, "base")
+    pool = make_pool(session, "base", EXACT_ONLY)
     run = runs_repo.create_run(session, "base", "train", {}, pool_id=pool.id).id
     write_step_rows(
         session, run, pool, 1, steps_repo.add_policy_version(session, run, 0, "0" * 64),

@@ -12,13 +12,14 @@ import random
 import threading
 import time
 from collections import defaultdict
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
-from store_helpers import make_experiences, make_pool, make_problems
+from store_helpers import UNCAPPED, make_experiences, make_pool, make_problems
 
 from lanpo.db import migrate, sqlfiles
 from lanpo.db.connection import transaction
@@ -96,12 +97,39 @@ def _write_store(session: Session, seed: int = 3) -> dict[str, object]:
     for attempt, correct in ((served[0], False), (served[1], True), (zero[1], True), (served[0], True)):
         record_feedback(session, attempt, reward=None, correct=correct, gold_answer=None, key_name="k")
     record_feedback(session, served[1], reward=0.5, correct=None, gold_answer=None, key_name="k")  # no verdict
+    # a graded answer of the evaluation with a lesson and no zero-shot answer: unknown (no estimate outside training)
+    lone = [ContextRef(0, experience_version_id=versions[0])]
+    record_groups(session, [NewGroup(problems[2], "retrieval", "q", [NewAttempt("r", 1.0, True)], step=0, run_id=ev,
+                                     contexts=lone)])  # fmt: skip
+    # a training run whose pool keeps exact baselines only: its use at a step without one stays unknown
+    exact_pool = make_pool(session, "use-exact", replace(UNCAPPED, baseline_half_life=0.0))
+    exact = runs_repo.create_run(session, "use-exact", "train", {}, pool_id=exact_pool.id).id
+    record_groups(session, [
+        NewGroup(problems[3], "zero_shot", "q", [NewAttempt("r", 1.0, True)], step=1, run_id=exact),
+        NewGroup(problems[3], "inter", "q", [NewAttempt("r", 0.0, False)], step=2, run_id=exact, contexts=lone),
+    ])  # fmt: skip
     session.commit()
     return {"run": run, "versions": versions, "before_verdicts": before, "problems": problems}
 
 
-def _reference_uses(session: Session) -> dict[tuple[int, int], tuple[int, int | None, int, float]]:
-    """The definition, as a loop over the raw rows: per use (version, group) its (m, outcome, graded, credit)."""
+def _beta_var(successes: float, failures: float) -> float:
+    """The variance of a Beta(successes + 1, failures + 1)."""
+    a, b = successes + 1.0, failures + 1.0
+    return a * b / ((a + b) ** 2 * (a + b + 1.0))
+
+
+def _reference_uses(session: Session) -> dict[tuple[int, int], tuple]:
+    """The definition, as a loop over the raw rows: per use (version, group) its (m, outcome, graded, credit,
+    baseline, baseline_n, baseline_source, credit_var). The baseline: exact (the same run, step, problem and policy
+    version's zero-shot attempts), else in a training run whose pool has half-life h > 0 the estimate from the run's
+    zero-shot attempts at steps s - 4h .. s, weighted 0.5 ** ((s - s') / h): the problem's own, with all problems'
+    mean as a prior worth kappa attempts."""
+    kind = dict(session.execute(sa.text("SELECT id, kind FROM runs")).all())
+    pool_of = dict(session.execute(sa.text("SELECT id, pool_id FROM runs")).all())
+    settings = {
+        r.id: (r.baseline_half_life, r.baseline_prior)
+        for r in session.execute(sa.text("SELECT id, baseline_half_life, baseline_prior FROM pools"))
+    }
     groups = session.execute(
         sa.text("SELECT id, run_id, step, problem_id, policy_version_id, mode FROM rollout_groups")
     ).all()
@@ -122,44 +150,83 @@ def _reference_uses(session: Session) -> dict[tuple[int, int], tuple[int, int | 
     for g in groups:
         if g.mode == "zero_shot" and g.run_id is not None and g.step is not None:
             zero_shot[(g.run_id, g.step, g.problem_id, g.policy_version_id)] += correct[g.id]
-    out: dict[tuple[int, int], tuple[int, int | None, int, float]] = {}
+
+    def estimate(g: object) -> tuple[float, float] | None:
+        if kind.get(g.run_id) != "train" or pool_of[g.run_id] is None:  # type: ignore[attr-defined]
+            return None
+        h, kappa = settings[pool_of[g.run_id]]  # type: ignore[attr-defined]
+        if h <= 0:
+            return None
+        all_n = all_h = own_n = own_h = 0.0
+        for (run, step, problem, _), cs in zero_shot.items():
+            if run == g.run_id and g.step - 4 * h <= step <= g.step and cs:  # type: ignore[attr-defined]
+                w = 0.5 ** ((g.step - step) / h)  # type: ignore[attr-defined]
+                all_n, all_h = all_n + w * len(cs), all_h + w * sum(cs)
+                if problem == g.problem_id:  # type: ignore[attr-defined]
+                    own_n, own_h = own_n + w * len(cs), own_h + w * sum(cs)
+        if all_n == 0 or kappa + own_n == 0:
+            return None
+        return (kappa * all_h / all_n + own_h) / (kappa + own_n), kappa + own_n
+
+    out: dict[tuple[int, int], tuple] = {}
     for g in groups:
-        base = zero_shot.get((g.run_id, g.step, g.problem_id, g.policy_version_id))
+        if not items[g.id]:
+            continue
+        exact = zero_shot.get((g.run_id, g.step, g.problem_id, g.policy_version_id))
         own = correct[g.id]
+        if exact:
+            base, bn, source = sum(exact) / len(exact), float(len(exact)), "exact"
+        elif (found := estimate(g)) is not None:
+            (base, bn), source = found, "estimated"
+        else:
+            base = bn = source = None  # type: ignore[assignment]
         for v in set(items[g.id]):
             m, k = items[g.id].count(v), len(items[g.id])
-            if not base or not own:  # no baseline, or nothing graded: unknown (and no graded attempt counts)
-                out[(v, g.id)] = (m, None, 0, 0.0)
+            if source is None:  # no baseline: unknown, and no graded attempt counts
+                out[(v, g.id)] = (m, None, 0, 0.0, None, None, None, 0.0)
                 continue
-            gain = Fraction(sum(own), len(own)) - Fraction(sum(base), len(base))
-            credit = m * sum((c - sum(base) / len(base)) / k for c in own)
-            out[(v, g.id)] = (m, 1 if gain > 0 else -1 if gain < 0 else 0, m * len(own), credit)
+            if not own:  # nothing graded: unknown
+                out[(v, g.id)] = (m, None, 0, 0.0, base, bn, source, 0.0)
+                continue
+            if source == "exact":  # compared exactly
+                gain = Fraction(sum(own), len(own)) - Fraction(sum(exact), len(exact))  # type: ignore[arg-type]
+            else:
+                gain = sum(own) - len(own) * base  # type: ignore[assignment]
+            credit = m * sum((c - base) / k for c in own)
+            spread = _beta_var(sum(own), len(own) - sum(own)) + _beta_var(base * bn, (1 - base) * bn)
+            var = (m * len(own) / k) ** 2 * spread
+            outcome = 1 if gain > 0 else -1 if gain < 0 else 0
+            out[(v, g.id)] = (m, outcome, m * len(own), credit, base, bn, source, var)
     return out
 
 
-def _reference(session: Session) -> dict[int, tuple[int, int, int, int, int, int, float]]:
-    """Per version (uses, helped, hurt, even, unknown, graded, credit): the sums of its uses in `_reference_uses`."""
+def _reference(session: Session) -> dict[int, tuple[int, int, int, int, int, int, float, float]]:
+    """Per version (uses, helped, hurt, even, unknown, graded, credit, credit_var): the sums of its uses in
+    `_reference_uses`."""
     out: dict[int, list] = {}
-    for (v, _), (_, outcome, graded, credit) in _reference_uses(session).items():
-        row = out.setdefault(v, [0, 0, 0, 0, 0, 0, 0.0])
+    for (v, _), (_, outcome, graded, credit, _b, _bn, _source, var) in _reference_uses(session).items():
+        row = out.setdefault(v, [0, 0, 0, 0, 0, 0, 0.0, 0.0])
         row[0] += 1
         row[{1: 1, -1: 2, 0: 3, None: 4}[outcome]] += 1
         row[5] += graded
         row[6] += credit
+        row[7] += var
     return {v: tuple(r) for v, r in out.items()}  # type: ignore[misc]
 
 
 def _check_uses(session: Session) -> dict[tuple[int, int], tuple]:
     """lesson_uses holds exactly the uses of `_reference_uses`, each with its outcome; the rows."""
+    columns = "m, outcome, graded, credit, baseline, baseline_n, baseline_source, credit_var"
     got = {
-        (r.version_id, r.group_id): (r.m, r.outcome, r.graded, r.credit)
-        for r in session.execute(sa.text("SELECT version_id, group_id, m, outcome, graded, credit FROM lesson_uses"))
+        (r[0], r[1]): tuple(r[2:])
+        for r in session.execute(sa.text(f"SELECT version_id, group_id, {columns} FROM lesson_uses"))
     }
     want = _reference_uses(session)
     assert set(got) == set(want)
-    for use, (m, outcome, graded, credit) in want.items():
-        assert got[use][:3] == (m, outcome, graded), use
-        assert got[use][3] == pytest.approx(credit, abs=1e-12), use
+    for use, row in want.items():
+        assert got[use][:3] == row[:3] and got[use][6] == row[6], use  # m, outcome, graded, baseline_source
+        for i in (3, 4, 5, 7):  # credit, baseline, baseline_n, credit_var
+            assert got[use][i] == (None if row[i] is None else pytest.approx(row[i], abs=1e-12)), (use, i)
     return got
 
 
@@ -169,9 +236,10 @@ def _check_against_reference(session: Session) -> dict[int, usefulness.Usefulnes
     want = _reference(session)
     for v in all_versions:
         row = got.get(v, usefulness.Usefulness(v))
-        expected = want.get(v, (0, 0, 0, 0, 0, 0, 0.0))
+        expected = want.get(v, (0, 0, 0, 0, 0, 0, 0.0, 0.0))
         assert (row.uses, row.helped, row.hurt, row.even, row.unknown, row.graded) == expected[:6], v
         assert row.credit == pytest.approx(expected[6], abs=1e-12), v
+        assert row.credit_var == pytest.approx(expected[7], abs=1e-12), v
     _check_uses(session)
     usage = {r.version_id: r for r in session.execute(sa.text("SELECT * FROM experience_usage"))}
     for v in all_versions:  # the same estimator: lift is credit / graded
@@ -188,6 +256,8 @@ def test_usefulness_equals_the_loop_estimator_and_experience_usage(session: Sess
     for name in ("helped", "hurt", "even", "unknown"):  # the store holds every outcome
         assert sum(getattr(r, name) for r in rows) > 0, name
     assert any(0 < r.unknown < r.uses for r in rows) and any(r.lift is not None for r in rows)
+    sources = set(session.scalars(sa.text("SELECT DISTINCT baseline_source FROM lesson_uses")))
+    assert sources == {"exact", "estimated", None}  # training's estimates beside exact baselines, and none
     # the verdicts moved the evaluation's uses from unknown to known
     versions = built["versions"]
     before, after = built["before_verdicts"], got  # type: ignore[assignment]
@@ -236,9 +306,10 @@ def test_what_a_write_costs(session: Session, monkeypatch: pytest.MonkeyPatch) -
         session, [NewGroup(p, "inter", "q", [NewAttempt("r", 0.0, False)], step=0, run_id=run, contexts=lesson)]
     )
     assert looked() == ["versions_at", "insert_missing", "lock", "uses_recompute", "recompute"]
-    assert usefulness.of_versions(session, [version])[version] == usefulness.Usefulness(
-        version, uses=2, hurt=1, unknown=1, graded=1, credit=-1.0
-    )
+    got = usefulness.of_versions(session, [version])[version]
+    assert got == usefulness.Usefulness(version, uses=2, hurt=1, unknown=1, graded=1, credit=-1.0,
+                                        credit_var=got.credit_var)  # fmt: skip
+    assert got.credit_var == pytest.approx(1 / 18 + 1 / 18)  # 0 of 1 and 1 of 1: each a Beta(2, 1)'s variance
     _check_uses(session)
 
 
@@ -345,5 +416,6 @@ def test_a_verdict_and_a_new_baseline_at_one_key_at_once_both_reach_the_use(db: 
     assert not errors
     with transaction(db) as s:
         got = usefulness.of_versions(s, [version])[version]
-        assert got == usefulness.Usefulness(version, uses=1, even=1, graded=1, credit=0.0)
+        assert got == usefulness.Usefulness(version, uses=1, even=1, graded=1, credit=0.0, credit_var=got.credit_var)
+        assert got.credit_var == pytest.approx(2 / 18)  # 1 of 1 against 1 of 1
         _check_against_reference(s)

@@ -89,9 +89,13 @@ def test_views_on_filled_history(session: Session) -> None:
     usage = session.execute(
         sa.text("SELECT * FROM experience_usage WHERE version_id = :v"), {"v": ids["version"]}
     ).one()
-    # a's zero-shot attempts are of step 0, its inter attempts of step 1: no baseline, so no lift
-    assert (usage.times_injected, usage.problems, usage.uses_with_baseline) == (2, 1, 0)
-    assert (usage.accuracy_with, usage.zero_shot_accuracy, usage.lift) == (None, None, None)
+    # a's zero-shot attempts are of step 0, its inter attempts of step 1: no exact baseline; the training run's
+    # estimate reads step 0 at weight 0.5 ** (1 / 2): a's own 0 of 2 shrunk toward all problems' 1 of 4 (prior 2)
+    w = 0.5**0.5
+    estimate = (2 * (1 * w) / (4 * w) + 0) / (2 + 2 * w)
+    assert (usage.times_injected, usage.problems, usage.uses_with_baseline) == (2, 1, 2)
+    assert (usage.accuracy_with, usage.zero_shot_accuracy) == (1.0, pytest.approx(estimate))
+    assert usage.lift == pytest.approx(1.0 - estimate)
 
 
 def test_experience_usage_compares_with_the_same_steps_zero_shot_correctness(session: Session) -> None:

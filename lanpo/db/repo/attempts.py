@@ -143,12 +143,14 @@ def _context_rows(g: NewGroup, where: str) -> list[tuple]:
     return rows
 
 
-def record_groups(session: Session, groups: list[NewGroup]) -> list[list[int]]:
+def record_groups(session: Session, groups: list[NewGroup], retire: bool = True) -> list[list[int]]:
     """Insert `groups` with their attempts and contexts; returns each group's attempt ids, in input order.
 
     NUL bytes in prompt / response are stripped with a warning; text over 1 MiB, unknown modes, non-finite
     rewards, malformed hashes and contexts that name both or neither source raise InputError before anything
-    is written. Keeps the `lesson_usefulness` of the versions used at the groups' keys current (`usefulness.refresh`).
+    is written. Keeps the `lesson_usefulness` of the versions used at the groups' keys current (`usefulness.refresh`)
+    and, with `retire` (a server's writes pass False: its role may not evict), retires the lessons among them that
+    their pool's `retire_below` finds harmful, tied to the groups' run and step when they share one.
     """
     group_rows, attempt_rows, context_rows = [], [], []
     for i, g in enumerate(groups):
@@ -193,7 +195,9 @@ def record_groups(session: Session, groups: list[NewGroup]) -> list[list[int]]:
             loose += [group_id] if used else []
         elif g.mode == "zero_shot" or used:
             keys.add((row[0], row[2], row[1]))  # (run_id, step, problem_id)
-    usefulness.refresh(session, keys, versions, loose)
+    at = {(row[0], row[2]) for row in group_rows}  # (run_id, step)
+    tied = usefulness.RetireAt(*next(iter(at))) if len(at) == 1 else usefulness.RetireAt()
+    usefulness.refresh(session, keys, versions, loose, retire=tied if retire else None)
     out: list[list[int]] = [[] for _ in groups]
     for aid, (i, _) in zip(attempt_ids, attempt_rows, strict=True):
         out[i].append(aid)

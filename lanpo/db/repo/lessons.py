@@ -29,6 +29,7 @@ class HistoryRow:
     """One version of a lesson, as `lesson_history` shows it (the lesson's columns repeat on each version)."""
 
     experience_id: int
+    pool_id: int
     pool: str
     source_problem_id: int
     kind: str
@@ -42,6 +43,8 @@ class HistoryRow:
     policy_step: int | None
     run_id: int | None
     step: int | None
+    source_attempt_id: int | None  # the rollout the version was summarised from
+    reward: float | None  # that rollout's reward
     created_at: datetime
     is_current: bool
     active: bool
@@ -58,6 +61,9 @@ class HistoryRow:
     graded: int
     credit: float
     lift: float | None
+    credit_var: float  # the variance of credit
+    lift_low: float | None  # lift's 95 % interval
+    lift_high: float | None
 
 
 def _lesson_id(value: int) -> int:

@@ -28,6 +28,9 @@ SETTINGS = (
     "merge_threshold",
     "merge_keeps",
     "max_policy_age",
+    "baseline_half_life",
+    "baseline_prior",
+    "retire_below",
 )
 
 
@@ -46,6 +49,9 @@ class PoolRow:
     merge_threshold: float | None = None
     merge_keeps: str = "newer"
     max_policy_age: int | None = None
+    baseline_half_life: float = 2.0
+    baseline_prior: float = 2.0
+    retire_below: float | None = None
 
     def settings(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in SETTINGS}
@@ -75,7 +81,8 @@ def check_pool_name(name: object) -> str:
 
 def _row(r: object) -> PoolRow:
     return PoolRow(r.id, r.name, r.per_problem_cap, r.per_step_cap, r.global_cap, r.eviction, r.created_at,  # type: ignore[attr-defined]
-                   r.min_uses, r.merge_threshold, r.merge_keeps, r.max_policy_age)  # type: ignore[attr-defined]  # fmt: skip
+                   r.min_uses, r.merge_threshold, r.merge_keeps, r.max_policy_age,  # type: ignore[attr-defined]
+                   r.baseline_half_life, r.baseline_prior, r.retire_below)  # type: ignore[attr-defined]  # fmt: skip
 
 
 def find_pool(session: Session, name: str) -> PoolRow | None:

@@ -1,17 +1,23 @@
 """Usefulness per lesson version (`lesson_usefulness`, migration 0015), kept current by every writer of its evidence.
 
 A use is one rollout group whose context holds the version; its outcome compares the group's graded correctness with
-the zero-shot baseline of the same run, step, problem and policy version (`experience_usage`'s estimator). Each use
-has its row in `lesson_uses`, precomputed (`sql/queries/usefulness_uses_recompute.sql`), and a version's
-`lesson_usefulness` row sums its use rows (`sql/queries/usefulness_recompute.sql`). What can change a use's row: its
-group's writing, a zero-shot group at its group's (run, step, problem) key (a new baseline), a verdict on an attempt
-at that key; a rollback deletes uses (their rows cascade). So the writers call:
+the problem's zero-shot success under the same policy: the zero-shot attempts of the same run, step, problem and
+policy version (exact), or in a training run an estimate from the run's zero-shot attempts at that step and a few
+before it (docs/concepts.md). Each use has its row in `lesson_uses`, precomputed
+(`sql/queries/usefulness_uses_recompute.sql`), and a version's `lesson_usefulness` row sums its use rows
+(`sql/queries/usefulness_recompute.sql`). What can change a use's row: its group's writing, a zero-shot group at its
+group's (run, step, problem) key (a new baseline) or, in a training run, at any step up to its own (the estimate), a
+verdict on an attempt there; a rollback deletes uses (their rows cascade). So the writers call:
 
 - `refresh(session, keys, versions, loose_groups)` after writing groups (`attempts.record_groups`: the keys of its
   zero-shot groups and of its groups that use a lesson, the versions those use, and its groups with no run or step
-  that use one): the uses at those keys and of those groups are recomputed, and the rows of every version used
-  there re-summed;
+  that use one): the uses at those keys, in a training run at every step from its earliest key on (in training,
+  the step being written: no later one exists yet), and of those groups are recomputed, and the rows of every
+  version used there re-summed;
 - `refresh_at_attempt` after a verdict (`serving.record_feedback`): the same at the attempt's key;
+- a writer that may retire lessons (training and evaluation; not a server, whose role may not evict) passes
+  `retire=RetireAt(run, step)`: of the versions refreshed, the current versions of active lessons whose lift is
+  confidently below their pool's `retire_below` leave the pool as 'retired:harmful' (`retire_harmful`);
 - `used_by_run_after` before a rollback deletes groups, and `refresh_versions` after (`steps.rollback_uncommitted`):
   re-sums the versions that lost uses.
 
@@ -36,9 +42,12 @@ group there) repairs that use's row.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
@@ -58,6 +67,7 @@ class Usefulness:
     unknown: int = 0
     graded: int = 0  # graded attempts of its uses that had a baseline
     credit: float = 0.0  # their summed (correct - baseline) / k
+    credit_var: float = 0.0  # the variance of credit (its uses' summed, taken as independent)
 
     @property
     def known(self) -> int:
@@ -69,9 +79,28 @@ class Usefulness:
         """credit / graded: experience_usage.lift; None before any graded use with a baseline."""
         return self.credit / self.graded if self.graded else None
 
+    def interval(self, z: float = 1.96) -> tuple[float, float] | None:
+        """lift -+ z standard errors (sqrt(credit_var) / graded); None before any graded use with a baseline."""
+        if not self.graded:
+            return None
+        half = z * math.sqrt(self.credit_var) / self.graded
+        return self.credit / self.graded - half, self.credit / self.graded + half
+
+
+@dataclass(frozen=True)
+class RetireAt:
+    """Retire the harmful lessons among those a refresh touched, tied to this run and step (None: neither)."""
+
+    run_id: int | None = None
+    step: int | None = None
+
 
 def refresh(
-    session: Session, keys: Iterable[Key], versions: Iterable[int] = (), loose_groups: Iterable[int] = ()
+    session: Session,
+    keys: Iterable[Key],
+    versions: Iterable[int] = (),
+    loose_groups: Iterable[int] = (),
+    retire: RetireAt | None = None,
 ) -> list[int]:
     """Recompute the rows of every version used by a group at any of `keys`, and of `versions`; those refreshed.
 
@@ -99,7 +128,17 @@ def refresh(
     params |= {"loose_group_ids": sorted(set(loose_groups)), "version_ids": refreshed}
     session.execute(sqlfiles.load("queries/usefulness_uses_recompute"), params)
     session.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": refreshed})
+    if retire is not None:
+        retire_harmful(session, refreshed, retire)
     return refreshed
+
+
+def retire_harmful(session: Session, version_ids: Sequence[int], at: RetireAt) -> list[int]:
+    """Retire, as 'retired:harmful', the active lessons whose current version is among `version_ids` and whose lift
+    is confidently below their pool's `retire_below` (`sql/queries/lessons_retire_harmful.sql`); their ids. Pools
+    without `retire_below` retire nothing."""
+    params = {"version_ids": sorted(set(version_ids)), "run_id": at.run_id, "step": at.step}
+    return sorted(session.scalars(sqlfiles.load("queries/lessons_retire_harmful"), params))
 
 
 def refresh_at_attempt(session: Session, attempt_id: int) -> list[int]:
@@ -137,12 +176,41 @@ def _lock(session: Session, ids: list[int]) -> None:
     # snapshot before waiting on the row, and overwrite the earlier refresher's count with one that misses its use.
 
 
+def rebuild(connection: Connection | Session) -> list[int]:
+    """Recompute every use in the history and re-sum every version a context ever held, by the writers' statements
+    (all keys at once): what a migration that changes the estimator runs. Returns the versions re-summed."""
+    connection.execute(sqlfiles.load("queries/usefulness_insert_all"))
+    used = list(connection.scalars(sa.text("SELECT version_id FROM lesson_usefulness ORDER BY version_id")))
+    if not used:
+        return used
+    keys = connection.execute(sqlfiles.load("queries/usefulness_all_keys")).all()
+    full = [k for k in keys if k.run_id is not None and k.step is not None]
+    params = {
+        "run_ids": [k.run_id for k in full],
+        "steps": [k.step for k in full],
+        "problem_ids": [k.problem_id for k in full],
+        "loose_group_ids": sorted(k.group_id for k in keys if k.run_id is None or k.step is None),
+        "version_ids": used,
+    }
+    connection.execute(sqlfiles.load("queries/usefulness_uses_recompute"), params)
+    connection.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": used})
+    return used
+
+
 def of_versions(session: Session, version_ids: Iterable[int]) -> dict[int, Usefulness]:
     """The rows of `version_ids` (a version without one: absent; `Usefulness(id)` reads as never used)."""
     rows = session.execute(sqlfiles.load("queries/usefulness_of_versions"), {"version_ids": sorted(set(version_ids))})
     return {
         int(r.version_id): Usefulness(
-            int(r.version_id), r.uses, r.helped, r.hurt, r.even, r.unknown, r.graded, float(r.credit)
+            int(r.version_id),
+            r.uses,
+            r.helped,
+            r.hurt,
+            r.even,
+            r.unknown,
+            r.graded,
+            float(r.credit),
+            float(r.credit_var),
         )
         for r in rows
     }
