@@ -48,6 +48,13 @@ def test_a_reproducible_engine_answers_a_repeat_as_a_fresh_engine_does(backend: 
         assert _ids(fresh.generate(prompts, 4, PARAMS)) == _ids(first)
 
 
+# The full lane (107 s of the vLLM lane on the slowest machine, nearly all of it the engine's start). Twin:
+# tests/vllm_engine/test_generate.py::test_engine_logprobs_match_the_trainers, the same assertion on the session
+# engine's log-probs at the sampling temperature; shown failing on the defect this test guards (the engine's raw
+# log-probs, LOGPROBS_MODE = "raw_logprobs": mean |diff| 0.2365 at T 0.6 against the bound 0.06). An engine core
+# in a process of its own with a prefix cache shared by requests stays in the lane:
+# tests/vllm_engine/test_serve_engine.py.
+@pytest.mark.full
 @pytest.mark.long("an engine with vLLM's own defaults (its core in processes of its own), started for this test")
 def test_without_the_switch_a_cached_repeat_samples_the_same_distribution(
     smollm2_dir: Path, hf_smollm2: tuple[Any, Any]
