@@ -15,6 +15,7 @@ from tests.db.store_helpers import assert_planned_within_growth
 GAMMA = 0.3  # > 0: relevance scores are read, and the tiny judge's scores must pass it
 
 
+@pytest.mark.usefixtures("fresh_statistics")  # it asserts the planner's statistics
 def test_demo_carries_lessons_from_the_pool_into_training_and_retrieval(
     db_env: str, db: Engine, tmp_path: Path, monkeypatch
 ) -> None:

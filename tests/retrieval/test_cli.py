@@ -24,6 +24,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.usefixtures("fresh_statistics")  # it asserts the planner's statistics
 def test_relevance_build_and_status(session: Session, run_cli, tiny_model_dir: Path) -> None:  # type: ignore[no-untyped-def]
     """Build, rebuild (nothing left to score), status. The store holds one score already, its commit analyzed: the
     build's 15 pairs share its page, so only the rows the build added (lanpo.db.stats) keep the planner's count of

@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 import torch
 from sqlalchemy.engine import Engine
@@ -63,6 +64,7 @@ def _rows(db: Engine, sql: str) -> list[tuple]:
         return [tuple(r) for r in conn.execute(sa.text(sql))]
 
 
+@pytest.mark.usefixtures("fresh_statistics")  # it asserts the planner's statistics
 def test_sigkill_during_generation_and_db_write_then_resume(
     db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path
 ) -> None:
