@@ -2,12 +2,16 @@
 versions from their whole history (the reference: what the refresh would cost without its per-use rows).
 
 A history is written as a training run writes it: --steps steps of --groups inter groups (16 attempts, 4 lessons
-drawn from --versions versions) each beside a zero-shot group of its problem. Then, interleaved for --rounds:
-lanpo writes one more such step through `record_groups` (its refresh recomputes the uses at the step's keys and sums
-each version's rows), and the reference refreshes the same versions as the refresh was first written
-(`bench/usefulness_reference.sql`: each version recomputed from all its uses). Medians of both, their ratio.
+drawn from --versions versions) each beside a zero-shot group of its problem (an exact baseline for every use), or
+with --estimated of another problem, as lanpo's trainer draws each problem once a step: no use has an exact
+baseline, and each is compared with the estimate from the run's zero-shot attempts at its step and the 8 before.
+Then, interleaved for --rounds: lanpo writes one more such step through `record_groups` (its refresh recomputes the
+uses at the step's keys and sums each version's rows), and the reference refreshes the same versions as the refresh
+was first written (`bench/usefulness_reference.sql`: each version recomputed from all its uses, exact baselines
+only). Medians of both, their ratio.
 
     python bench/usefulness.py                          # 200 steps x 100 groups over 400 versions: 80,000 uses
+    python bench/usefulness.py --estimated              # the same, every use against an estimated baseline
     python bench/usefulness.py --steps 2 --groups 4 --versions 8 --rounds 1   # the smoke
 
 Uses its own embedded Postgres in a temporary folder, or a new database on $LANPO_DATABASE_URL's server.
@@ -39,24 +43,31 @@ ITEMS, ROLLOUTS = 4, 16
 REFERENCE = sa.text((Path(__file__).parent / "usefulness_reference.sql").read_text())
 
 
-def step_groups(step: int, run: int, version: int, pids: list[int], vids: list[int], n: int) -> list[NewGroup]:
-    """One step's groups: n inter groups of 4 lessons, each beside a zero-shot group of its problem."""
+def step_groups(
+    step: int, run: int, version: int, pids: list[int], vids: list[int], n: int, estimated: bool = False
+) -> list[NewGroup]:
+    """One step's groups: n inter groups of 4 lessons, each beside a zero-shot group of its problem, or (estimated)
+    of a problem of the other half, which no inter group of the step draws."""
     groups = []
+    half = len(pids) // 2
     for j in range(n):
-        problem = pids[1 + (step * 7 + j) % (len(pids) - 1)]
+        problem = pids[1 + (step * 7 + j) % (half - 1)] if estimated else pids[1 + (step * 7 + j) % (len(pids) - 1)]
+        zero_shot = pids[half + (step * 7 + j) % half] if estimated else problem
         attempts = [NewAttempt("r", reward=float((a + j) % 2), correct=bool((a + j) % 2)) for a in range(ROLLOUTS)]
         contexts = [ContextRef(k, vids[(step + j + k) % len(vids)]) for k in range(ITEMS)]
         common = {"step": step, "run_id": run, "policy_version_id": version}
         groups.append(NewGroup(problem, "inter", "prompt", attempts, contexts=contexts, **common))  # type: ignore[arg-type]
-        groups.append(NewGroup(problem, "zero_shot", "prompt", attempts, **common))  # type: ignore[arg-type]
+        groups.append(NewGroup(zero_shot, "zero_shot", "prompt", attempts, **common))  # type: ignore[arg-type]
     return groups
 
 
-def write_step(db: sa.Engine, run: int, step: int, pids: list[int], vids: list[int], n: int) -> float:
+def write_step(
+    db: sa.Engine, run: int, step: int, pids: list[int], vids: list[int], n: int, estimated: bool = False
+) -> float:
     """lanpo: one step's groups through record_groups (with its refresh); seconds."""
     with transaction(db) as session:
         version = steps_repo.add_policy_version(session, run, step, f"{step:064x}")
-        groups = step_groups(step, run, version, pids, vids, n)
+        groups = step_groups(step, run, version, pids, vids, n, estimated)
         started = time.perf_counter()
         record_groups(session, groups)
         return time.perf_counter() - started
@@ -76,6 +87,9 @@ def main() -> int:
     parser.add_argument("--groups", type=int, default=100, help="inter groups a step (each beside a zero-shot one)")
     parser.add_argument("--versions", type=int, default=400, help="lesson versions the contexts draw from")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--estimated", action="store_true", help="zero-shot groups of other problems: every use's baseline estimated"
+    )
     args = parser.parse_args()
     with bench_database() as db:
         with transaction(db) as session:
@@ -87,14 +101,15 @@ def main() -> int:
             run = runs_repo.create_run(session, "bench", "train", {}, pool_id=pool.id).id
         started = time.perf_counter()
         for step in range(1, args.steps + 1):
-            write_step(db, run, step, pids, vids, args.groups)
+            write_step(db, run, step, pids, vids, args.groups, args.estimated)
         with db.connect() as conn:
             uses = conn.scalar(sa.text("SELECT count(*) FROM lesson_uses"))
-        print(f"history: {args.steps} steps, {uses} uses of {len(vids)} versions, written in "
+            sources = dict(conn.execute(sa.text("SELECT baseline_source, count(*) FROM lesson_uses GROUP BY 1")).all())
+        print(f"history: {args.steps} steps, {uses} uses of {len(vids)} versions (baselines: {sources}), written in "
               f"{time.perf_counter() - started:.1f} s")  # fmt: skip
         lanpo, reference = [], []
         for r in range(args.rounds):
-            lanpo.append(write_step(db, run, args.steps + 1 + r, pids, vids, args.groups))
+            lanpo.append(write_step(db, run, args.steps + 1 + r, pids, vids, args.groups, args.estimated))
             reference.append(full_recompute(db, vids))
     lanpo_ms, ref_ms = 1000 * statistics.median(lanpo), 1000 * statistics.median(reference)
     print(f"| one more step's record_groups, refresh included (lanpo) | {lanpo_ms:.1f} ms |")

@@ -83,21 +83,15 @@ class StoreConfig:
         "writing run's step, as expired:policy_age (None: lessons never expire; the paper's never do)",
     )
     baseline_half_life: float = help_field(
-        2.0,
-        "a lesson use in training with no same-step zero-shot group of its problem is compared with an estimate of "
-        "the problem's zero-shot success from the run's zero-shot attempts at that step and the 4 x this many steps "
-        "before it, each weighing half as much per this many steps back (0: only exact same-step baselines)",
-    )
+        2.0, "a training use with no same-step zero-shot group of its problem is compared with an estimate from the "
+        "run's zero-shot attempts at its step and the 4 x this many before, each weighing half as much per this many "
+        "steps back (0: exact same-step baselines only)")  # fmt: skip
     baseline_prior: float = help_field(
-        2.0,
-        "the estimate's prior: all problems' zero-shot success there, worth this many of the problem's own attempts "
-        "(0: no estimate for a problem with no zero-shot attempt of its own in that span)",
-    )
+        2.0, "the estimate's prior, all problems' zero-shot success there, worth this many of the problem's own "
+        "attempts (0: no estimate for a problem with none of its own in that span)")  # fmt: skip
     retire_below: float | None = help_field(
-        None,
-        "retire a lesson as retired:harmful once its current version has min_uses uses with a known outcome and the "
-        "upper end of its lift's 95% interval is below this (0.0: confidently harmful; None: never, as in the papers)",
-    )
+        None, "retire a lesson (retired:harmful) whose current version has min_uses known uses and a lift whose 95% "
+        "interval lies below this (0.0: confidently harmful; None: never, as in the papers)")  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.pool is not None and not self.pool.strip():
@@ -121,18 +115,13 @@ class StoreConfig:
             raise ConfigError(f"store.merge_keeps must be one of {', '.join(MERGE_KEEPS)}, got {self.merge_keeps!r}")
         if self.max_policy_age is not None and self.max_policy_age < 1:
             raise ConfigError(f"store.max_policy_age must be >= 1 or unset, got {self.max_policy_age}")
-        for name in ("baseline_half_life", "baseline_prior"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(
-                    f"store.{name} must be a finite number >= 0, got {value}",
-                    hint="the defaults (2, 2) estimate from a few steps; baseline_half_life = 0 keeps exact ones only",
-                )
-        if self.retire_below is not None and not (math.isfinite(self.retire_below) and -1 < self.retire_below <= 1):
-            raise ConfigError(
-                f"store.retire_below must be in (-1, 1] or unset, got {self.retire_below}",
-                hint="a lift lies in [-1, 1]; 0.0 retires a lesson whose lift is confidently below zero",
-            )
+        hint = "the defaults (2, 2) estimate from a few steps; baseline_half_life = 0 keeps exact ones only"
+        for name, value in (("baseline_half_life", self.baseline_half_life), ("baseline_prior", self.baseline_prior)):
+            check(math.isfinite(value) and value >= 0, f"store.{name} must be a finite number >= 0, got {value}", hint)
+        below = self.retire_below
+        check(below is None or (math.isfinite(below) and -1 < below <= 1),
+              f"store.retire_below must be in (-1, 1] or unset, got {below}",
+              "a lift lies in [-1, 1]; 0.0 retires a lesson whose lift is confidently below zero")  # fmt: skip
 
 
 def default_embedding_dim() -> int:

@@ -343,28 +343,6 @@ def _write_report(db: Any, run_name: str, out: Path, echo: Callable[[str], None]
     return str(written.out_dir)
 
 
-def _say_retired(db: Any, pool: str, echo: Callable[[str], None]) -> None:
-    """The pool's lessons that their record retired as harmful (`store.retire_below`), with that record."""
-    import sqlalchemy as sa
-
-    from lanpo.db.connection import transaction
-
-    with transaction(db) as session:
-        bound = session.scalar(sa.text("SELECT retire_below FROM pools WHERE name = :pool"), {"pool": pool})
-        rows = session.execute(
-            sa.text(
-                "SELECT experience_id, uses, lift, lift_low, lift_high FROM lesson_history WHERE pool = :pool "
-                "AND is_current AND evicted_by = 'retired:harmful' ORDER BY experience_id"
-            ),
-            {"pool": pool},
-        ).all()
-    for r in rows:
-        echo(
-            f"      lesson #{r.experience_id} retired as harmful: lift {r.lift:+.3f} over {r.uses} uses, 95% interval "
-            f"{r.lift_low:+.3f} .. {r.lift_high:+.3f}, below store.retire_below = {bound}; no later prompt reads it"
-        )
-
-
 def _say_conversion(model: str, echo: Callable[[str], None]) -> None:
     """A line before the one-time conversion of the offline SmolLM2 (about 40 s), which logs at INFO only."""
     from lanpo.models.gguf import SMOLLM2, smollm2_converted
@@ -394,6 +372,7 @@ def _answer_held_out(
     """The trained policy answers the held-out problems twice, greedily: zero-shot, then with lessons retrieved from
     the run's pool. Both go into one `infer` run (step 0, one policy version), so `experience_usage` compares them."""
     from lanpo.db.connection import transaction
+    from lanpo.db.repo.lessons import retired_as_harmful
     from lanpo.db.repo.pools import active_size
     from lanpo.inference.answerer import Answerer
     from lanpo.inference.config import RetrievalSettings, SamplingSettings
@@ -435,7 +414,12 @@ def _answer_held_out(
     )
     echo(click.style(f"      {verdict}", bold=True))
     echo(f"      stored as run {cfg.run_name}-infer (both modes, step 0: experience_usage compares them)")
-    _say_retired(db, cfg.pool_name(), echo)
+    with transaction(db) as session:  # store.retire_below: the store acts on what it measured
+        retired = retired_as_harmful(session, cfg.pool_name())
+    for r in retired:
+        interval = f"95% interval {r.lift_low:+.3f} .. {r.lift_high:+.3f}"
+        echo(f"      lesson #{r.experience_id} retired as harmful: lift {r.lift:+.3f} over {r.uses} uses, {interval}, "
+             "below the pool's retire_below; no later prompt reads it")  # fmt: skip
     return [
         {
             "id": z.question.id,

@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from lanpo.config import EVICTION_POLICIES, MERGE_KEEPS, default_embedding_dim
-from lanpo.db.models_base import Base, _finite, _in, _nonempty
+from lanpo.db.models_base import Base, _finite, _in, _nonempty, _nonnegative_finite, _unset_or
 
 EMBEDDING_DIM = default_embedding_dim()
 
@@ -85,19 +85,12 @@ class Pool(Base):
         sa.CheckConstraint("global_cap IS NULL OR global_cap >= 1", name="global_cap_positive"),
         sa.CheckConstraint(_in("eviction", EVICTION_POLICIES), name="eviction_valid"),
         sa.CheckConstraint("min_uses >= 1", name="min_uses_positive"),
-        sa.CheckConstraint(
-            "merge_threshold IS NULL OR (merge_threshold > 0 AND merge_threshold <= 1)", name="merge_threshold_range"
-        ),
+        sa.CheckConstraint(_unset_or("merge_threshold", "> 0", "<= 1"), name="merge_threshold_range"),
         sa.CheckConstraint(_in("merge_keeps", MERGE_KEEPS), name="merge_keeps_valid"),
         sa.CheckConstraint("max_policy_age IS NULL OR max_policy_age >= 1", name="max_policy_age_positive"),
-        # >= 0 and finite (Postgres orders NaN above Infinity)
-        sa.CheckConstraint(
-            "baseline_half_life >= 0 AND baseline_half_life < 'Infinity'", name="baseline_half_life_range"
-        ),
-        sa.CheckConstraint("baseline_prior >= 0 AND baseline_prior < 'Infinity'", name="baseline_prior_range"),
-        sa.CheckConstraint(
-            "retire_below IS NULL OR (retire_below > -1 AND retire_below <= 1)", name="retire_below_range"
-        ),
+        sa.CheckConstraint(_nonnegative_finite("baseline_half_life"), name="baseline_half_life_range"),
+        sa.CheckConstraint(_nonnegative_finite("baseline_prior"), name="baseline_prior_range"),
+        sa.CheckConstraint(_unset_or("retire_below", "> -1", "<= 1"), name="retire_below_range"),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
@@ -106,12 +99,11 @@ class Pool(Base):
     per_step_cap: Mapped[int] = mapped_column(sa.Integer)
     global_cap: Mapped[int | None] = mapped_column(sa.Integer)
     eviction: Mapped[str] = mapped_column(sa.Text)
-    # lessons that live (migration 0015; lanpo.config.StoreConfig says what each does)
+    # lessons that live (migrations 0015, 0018; lanpo.config.StoreConfig says what each does)
     min_uses: Mapped[int] = mapped_column(sa.Integer, server_default="4")
     merge_threshold: Mapped[float | None] = mapped_column(sa.Double)
     merge_keeps: Mapped[str] = mapped_column(sa.Text, server_default="newer")
     max_policy_age: Mapped[int | None] = mapped_column(sa.Integer)
-    # usefulness known in training (migration 0018): the estimated zero-shot baseline's settings, and retirement
     baseline_half_life: Mapped[float] = mapped_column(sa.Double, server_default="2")
     baseline_prior: Mapped[float] = mapped_column(sa.Double, server_default="2")
     retire_below: Mapped[float | None] = mapped_column(sa.Double)  # retired:harmful below this lift bound

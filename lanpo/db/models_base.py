@@ -29,3 +29,12 @@ def _finite(column: str) -> str:
 
 class Base(DeclarativeBase):
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _nonnegative_finite(column: str) -> str:
+    return f"{column} >= 0 AND {column} < 'Infinity'"  # Postgres orders NaN above Infinity: NaN fails too
+
+
+def _unset_or(column: str, low: str, high: str) -> str:
+    """NULL, or within the bounds: `_unset_or("x", "> 0", "<= 1")`."""
+    return f"{column} IS NULL OR {column} {low} AND {column} {high}"

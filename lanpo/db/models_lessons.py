@@ -10,7 +10,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from lanpo.db.models_base import Base, _finite
+from lanpo.db.models_base import Base, _finite, _nonnegative_finite
 
 
 class LessonUsefulness(Base):
@@ -29,7 +29,7 @@ class LessonUsefulness(Base):
         sa.CheckConstraint("uses = helped + hurt + even + unknown", name="uses_add_up"),
         sa.CheckConstraint("least(uses, helped, hurt, even, unknown, graded) >= 0", name="counts_nonnegative"),
         sa.CheckConstraint(_finite("credit"), name="credit_finite"),
-        sa.CheckConstraint("credit_var >= 0 AND credit_var < 'Infinity'", name="credit_var_valid"),
+        sa.CheckConstraint(_nonnegative_finite("credit_var"), name="credit_var_valid"),
     )
 
     version_id: Mapped[int] = mapped_column(
@@ -63,7 +63,7 @@ class LessonUse(Base):
         sa.CheckConstraint("outcome IS NULL OR outcome IN (-1, 0, 1)", name="outcome_valid"),
         sa.CheckConstraint("graded >= 0", name="graded_nonnegative"),
         sa.CheckConstraint(_finite("credit"), name="credit_finite"),
-        sa.CheckConstraint("credit_var >= 0 AND credit_var < 'Infinity'", name="credit_var_valid"),
+        sa.CheckConstraint(_nonnegative_finite("credit_var"), name="credit_var_valid"),
         sa.CheckConstraint(
             "(baseline_source IS NULL AND baseline IS NULL AND baseline_n IS NULL) OR (baseline_source IN ('exact', "
             "'estimated') AND baseline >= 0 AND baseline <= 1 AND baseline_n > 0)",

@@ -18,6 +18,7 @@ from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo import usefulness
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import append_version
+from lanpo.db.repo.lessons import retired_as_harmful
 from lanpo.errors import ConfigError
 
 
@@ -65,6 +66,8 @@ def test_a_lesson_that_hurts_is_retired_once_it_has_min_uses(session: Session) -
     assert (kept.uses, kept.hurt, kept.graded) == (2, 2, 2)  # its evidence stays
     assert _upper(session, version) < 0
     assert version not in session.scalars(sa.text("SELECT version_id FROM pool_current")).all()
+    (shown,) = retired_as_harmful(session, "hurts")  # what lanpo demo prints
+    assert (shown.version_id, shown.uses, shown.lift) == (version, 2, -1.0) and shown.lift_high < 0  # type: ignore[operator]
 
 
 @pytest.mark.parametrize(("offset", "retired"), [(-1e-9, False), (0.0, False), (1e-9, True)])

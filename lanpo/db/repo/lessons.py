@@ -112,3 +112,9 @@ def history(session: Session, experience_id: int) -> list[HistoryRow]:
     if not rows:
         raise InputError(f"no lesson with id {experience_id}", hint="lessons: `SELECT * FROM lesson_history`")
     return rows
+
+
+def retired_as_harmful(session: Session, pool: str) -> list[HistoryRow]:
+    """The current versions of pool `pool`'s lessons retired as 'retired:harmful' (`store.retire_below`)."""
+    rows = session.execute(sqlfiles.load("queries/lessons_retired_harmful"), {"pool": pool})
+    return [HistoryRow(**r._mapping) for r in rows]
