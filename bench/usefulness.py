@@ -4,7 +4,7 @@ versions from their whole history (the reference: what the refresh would cost wi
 A history is written as a training run writes it: --steps steps of --groups inter groups (16 attempts, 4 lessons
 drawn from --versions versions) each beside a zero-shot group of its problem (an exact baseline for every use), or
 with --estimated of another problem, as lanpo's trainer draws each problem once a step: no use has an exact
-baseline, and each is compared with the estimate from the run's zero-shot attempts at its step and the 8 before.
+baseline, and each is compared with the estimate from the run's zero-shot attempts at the 8 steps before its own.
 Then, interleaved for --rounds: lanpo writes one more such step through `record_groups` (its refresh recomputes the
 uses at the step's keys and sums each version's rows), and the reference refreshes the same versions as the refresh
 was first written (`bench/usefulness_reference.sql`: each version recomputed from all its uses, exact baselines

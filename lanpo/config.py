@@ -84,7 +84,7 @@ class StoreConfig:
     )
     baseline_half_life: float = help_field(
         2.0, "a training use with no same-step zero-shot group of its problem is compared with an estimate from the "
-        "run's zero-shot attempts at its step and the 4 x this many before, each weighing half as much per this many "
+        "run's zero-shot attempts at the 4 x this many steps before its own, each weighing half as much per this many "
         "steps back (0: exact same-step baselines only)")  # fmt: skip
     baseline_prior: float = help_field(
         2.0, "the estimate's prior, all problems' zero-shot success there, worth this many of the problem's own "

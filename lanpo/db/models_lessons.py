@@ -18,7 +18,7 @@ class LessonUsefulness(Base):
 
     A use's outcome compares its group's graded correctness with the problem's zero-shot success under the same
     policy: exact (the zero-shot attempts of the same run, step, problem and policy version) or, in a training run,
-    estimated from its zero-shot attempts at that step and a few before (docs/concepts.md): helped (above), hurt
+    estimated from its zero-shot attempts at the few steps before (docs/concepts.md): helped (above), hurt
     (below), even, or unknown (no baseline, or nothing graded). `graded` counts the attempts with a baseline and
     `credit` their summed gain, each divided by its context's item count, so `credit / graded` is
     `experience_usage.lift`; `credit_var` sums its uses' variances.

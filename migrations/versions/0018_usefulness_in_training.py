@@ -6,7 +6,7 @@ Create Date: 2026-12-06
 
 A training step draws each problem once, in one mode, so no use of a lesson in training had the same-step zero-shot
 baseline its outcome needs (0 of 4 lesson uses known after `lanpo demo`). From here a use in a training run without
-one gets an estimate from the run's zero-shot attempts at its step and the few before it
+one gets an estimate from the run's zero-shot attempts at the few steps before its own
 (sql/queries/usefulness_uses_recompute.sql, docs/concepts.md):
 - `pools`: `baseline_half_life` (steps; 0: exact baselines only) and `baseline_prior` (the weight, in attempts, of
   all problems' zero-shot success as the prior of one problem's), both >= 0 and finite; every existing pool takes

@@ -1,6 +1,6 @@
 -- Recompute the lesson_uses rows of the uses of the given versions by the rollout groups at the given keys: (run,
--- step, problem) as three arrays of one length, none NULL; in a training run also every group at a step at or after
--- the run's earliest key (usefulness_versions_at.sql says why); and the groups :loose_group_ids (groups without a run
+-- step, problem) as three arrays of one length, none NULL; in a training run also every group at a step after the
+-- run's earliest key (usefulness_versions_at.sql says why); and the groups :loose_group_ids (groups without a run
 -- or a step: they never have a baseline). Run it after usefulness_lock.sql, in a new statement (it reads the uses
 -- committed while it waited), then usefulness_recompute.sql.
 --
@@ -11,8 +11,9 @@
 --   exact: the graded zero-shot attempts of the same run, step, problem and policy version, b = hits / n, n of
 --     them (evaluation and serving answer a question both ways; training where a problem was drawn twice);
 --   estimated, in a training run whose pool has baseline_half_life h > 0 and no exact baseline: the run's graded
---     zero-shot attempts at steps s' in [s - 4h, s] (never a later step, so a use's row never changes as training
---     goes on), each weighted w = 0.5 ^ ((s - s') / h). The prior mean mu is the weighted success of all problems'
+--     zero-shot attempts at the steps s' before s, s - 4h <= s' < s (what the run knew when step s began: a use's
+--     row depends on no write of its own step or a later one, so writing a step's groups one at a time recomputes
+--     no other group's estimate), each weighted w = 0.5 ^ ((s - s') / h). The prior mean mu is the weighted success of all problems'
 --     zero-shot attempts there, with the pool's baseline_prior kappa as its weight in attempts; the problem's own
 --     weighted attempts (own_n, own_hits) update it: b = (kappa * mu + own_hits) / (kappa + own_n), worth
 --     kappa + own_n attempts;
@@ -36,7 +37,7 @@ groups AS (
     SELECT g.id, g.run_id, g.step, g.problem_id, g.policy_version_id
     FROM (SELECT k.run_id, min(k.step) AS step FROM keys k JOIN runs r ON r.id = k.run_id AND r.kind = 'train'
           GROUP BY k.run_id) t
-    JOIN rollout_groups g ON g.run_id = t.run_id AND g.step >= t.step
+    JOIN rollout_groups g ON g.run_id = t.run_id AND g.step > t.step
     UNION
     SELECT g.id, g.run_id, g.step, g.problem_id, g.policy_version_id
     FROM rollout_groups g
@@ -94,7 +95,7 @@ settings AS (  -- the used groups of training runs whose pool estimates a missin
     WHERE p.baseline_half_life > 0
 ),
 spans AS (
-    SELECT run_id, min(step - 4 * h) AS lo, max(step) AS hi FROM settings GROUP BY run_id
+    SELECT run_id, min(step - 4 * h) AS lo, max(step) - 1 AS hi FROM settings GROUP BY run_id
 ),
 zsteps AS (  -- graded zero-shot attempts per (run, step, problem) within the spans, read once
     SELECT z.run_id, z.step, z.problem_id, count(x.correct) AS n, coalesce(sum(x.correct), 0) AS hits
@@ -116,14 +117,14 @@ prior AS (  -- per group: the weighted zero-shot attempts of every problem in it
     SELECT e.group_id, sum(power(0.5, (e.step - z.step) / e.h) * z.n) AS n,
            sum(power(0.5, (e.step - z.step) / e.h) * z.hits) AS hits
     FROM settings e
-    JOIN zall z ON z.run_id = e.run_id AND z.step <= e.step AND z.step >= e.step - 4 * e.h
+    JOIN zall z ON z.run_id = e.run_id AND z.step < e.step AND z.step >= e.step - 4 * e.h
     GROUP BY e.group_id
 ),
 mine AS (  -- per group: its problem's own weighted zero-shot attempts in its span
     SELECT e.group_id, sum(power(0.5, (e.step - z.step) / e.h) * z.n) AS n,
            sum(power(0.5, (e.step - z.step) / e.h) * z.hits) AS hits
     FROM settings e
-    JOIN zsteps z ON z.run_id = e.run_id AND z.problem_id = e.problem_id AND z.step <= e.step
+    JOIN zsteps z ON z.run_id = e.run_id AND z.problem_id = e.problem_id AND z.step < e.step
                  AND z.step >= e.step - 4 * e.h
     GROUP BY e.group_id
 ),

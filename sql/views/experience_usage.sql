@@ -4,7 +4,7 @@
 --   its baseline is its group's lesson_uses.baseline (usefulness_uses_recompute.sql, docs/concepts.md): exact, the
 --   mean correctness of the zero-shot attempts on the same problem in the same run at the same step and policy
 --   version (`lanpo eval` and serving answer a question both ways; a training step where a problem was drawn twice);
---   or, in a training run, estimated from the run's zero-shot attempts at the same and the few earlier steps (the
+--   or, in a training run, estimated from the run's zero-shot attempts at the few steps before its own (the
 --   problem's own, shrunk toward all problems', nearer steps weighing more). A use with neither has no baseline;
 --   its gain is correct - baseline, with correct from attempts.correct (1 or 0), or, where the grader left it NULL
 --   (a served answer has no gold answer), the attempt's latest answer_feedback verdict (`POST /v1/feedback`; a

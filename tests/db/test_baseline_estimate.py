@@ -1,9 +1,9 @@
 """The estimated zero-shot baseline of a lesson use in training, computed by hand, at and around each of its bounds.
 
 A training step draws a problem once, in one mode, so a use of a lesson there never has the same-step zero-shot group
-its outcome needs: the store estimates the problem's zero-shot success from the run's zero-shot attempts at that step
-and the 4h before it (h: `store.baseline_half_life`), weighted 0.5 ** (age / h), the problem's own shrunk toward all
-problems' with `store.baseline_prior` attempts' weight (sql/queries/usefulness_uses_recompute.sql). The loop
+its outcome needs: the store estimates the problem's zero-shot success from the run's zero-shot attempts at the 4h
+steps before the use's (h: `store.baseline_half_life`), weighted 0.5 ** (age / h), the problem's own shrunk toward
+all problems' with `store.baseline_prior` attempts' weight (sql/queries/usefulness_uses_recompute.sql). The loop
 reference over a whole store is tests/db/test_usefulness.py; here each number is worked out in the test.
 """
 
@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from store_helpers import UNCAPPED, make_experiences, make_pool, make_problems
 
 from lanpo.config import StoreConfig
+from lanpo.db import sqlfiles
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import usefulness
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
@@ -77,9 +78,13 @@ def test_a_use_in_training_is_compared_with_the_estimate_worked_out_by_hand(sess
     low, high = row.interval()  # type: ignore[misc]
     assert low == pytest.approx(row.lift - 1.96 * math.sqrt(use.credit_var) / 2)  # type: ignore[operator]
     assert low < row.lift < high  # type: ignore[operator]
-    # a later step never enters it: the row is what it was when the use was written
+    # neither its own step (another problem's zero-shot group there) nor a later one enters it, and such a write
+    # looks at no use of another key (a step written group by group, as verl writes, costs what each group holds)
+    _write(session, run, 2, q, [False, False])
     _write(session, run, 3, p, [False, False])
     assert _use(session, version) == use
+    keys = {"run_ids": [run], "steps": [2], "problem_ids": [q]}
+    assert session.scalars(sqlfiles.load("queries/usefulness_versions_at"), keys).all() == []
     # an exact baseline written later at the use's own key replaces the estimate
     _write(session, run, 2, p, [False, True, True, True])
     exact = _use(session, version)

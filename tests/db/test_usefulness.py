@@ -159,7 +159,7 @@ def _reference_uses(session: Session) -> dict[tuple[int, int], tuple]:
             return None
         all_n = all_h = own_n = own_h = 0.0
         for (run, step, problem, _), cs in zero_shot.items():
-            if run == g.run_id and g.step - 4 * h <= step <= g.step and cs:  # type: ignore[attr-defined]
+            if run == g.run_id and g.step - 4 * h <= step < g.step and cs:  # type: ignore[attr-defined]
                 w = 0.5 ** ((g.step - step) / h)  # type: ignore[attr-defined]
                 all_n, all_h = all_n + w * len(cs), all_h + w * sum(cs)
                 if problem == g.problem_id:  # type: ignore[attr-defined]

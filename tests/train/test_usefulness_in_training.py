@@ -25,7 +25,7 @@ def test_lesson_uses_written_by_the_trainer_have_a_known_outcome(
             sa.text(
                 "SELECT g.step, lu.baseline_source, lu.outcome, lu.baseline, lu.baseline_n, "
                 "  (SELECT count(*) FROM rollout_groups z WHERE z.run_id = g.run_id AND z.mode = 'zero_shot' "
-                "   AND z.step <= g.step AND z.step >= g.step - 8) AS zero_shot_in_span "
+                "   AND z.step < g.step AND z.step >= g.step - 8) AS zero_shot_in_span "
                 "FROM lesson_uses lu JOIN rollout_groups g ON g.id = lu.group_id JOIN runs r ON r.id = g.run_id "
                 "WHERE r.name = 'uses-known'"
             )

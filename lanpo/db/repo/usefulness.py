@@ -2,11 +2,11 @@
 
 A use is one rollout group whose context holds the version; its outcome compares the group's graded correctness with
 the problem's zero-shot success under the same policy: the zero-shot attempts of the same run, step, problem and
-policy version (exact), or in a training run an estimate from the run's zero-shot attempts at that step and a few
-before it (docs/concepts.md). Each use has its row in `lesson_uses`, precomputed
+policy version (exact), or in a training run an estimate from the run's zero-shot attempts at the few steps
+before its own (docs/concepts.md). Each use has its row in `lesson_uses`, precomputed
 (`sql/queries/usefulness_uses_recompute.sql`), and a version's `lesson_usefulness` row sums its use rows
 (`sql/queries/usefulness_recompute.sql`). What can change a use's row: its group's writing, a zero-shot group at its
-group's (run, step, problem) key (a new baseline) or, in a training run, at any step up to its own (the estimate), a
+group's (run, step, problem) key (a new baseline) or, in a training run, at any step before its own (the estimate), a
 verdict on an attempt there; a rollback deletes uses (their rows cascade). So the writers call:
 
 - `refresh(session, keys, versions, loose_groups)` after writing groups (`attempts.record_groups`: the keys of its
