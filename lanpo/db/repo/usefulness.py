@@ -11,9 +11,8 @@ verdict on an attempt there; a rollback deletes uses (their rows cascade). So th
 
 - `refresh(session, keys, versions, loose_groups)` after writing groups (`attempts.record_groups`: the keys of its
   zero-shot groups and of its groups that use a lesson, the versions those use, and its groups with no run or step
-  that use one): the uses at those keys, in a training run at every step from its earliest key on (in training,
-  the step being written: no later one exists yet), and of those groups are recomputed, and the rows of every
-  version used there re-summed;
+  that use one): the uses at those keys, in a training run at every step after its earliest key (in training none
+  is written yet), and of those groups are recomputed, and the rows of every version used there re-summed;
 - `refresh_at_attempt` after a verdict (`serving.record_feedback`): the same at the attempt's key;
 - a writer that may retire lessons (training and evaluation; not a server, whose role may not evict) passes
   `retire=RetireAt(run, step)`: of the versions refreshed, the current versions of active lessons whose lift is
