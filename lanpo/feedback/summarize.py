@@ -12,12 +12,24 @@ stands. The format is then the code's, the content the model's: the same admissi
 that echoes the prompt or is empty is still refused. This is for weak summarisers (a 135M policy writes no header
 of its own, or the prompt's placeholder hints under them); a model that writes the lesson whole needs none.
 
-Admission: a summary shorter than MIN_SUMMARY_CHARS is never a lesson (`short`); one that repeats its problem's
-final answer or its numbers of two or more digits (the summary prompt's own rule: "do not repeat this problem's
-numbers or its final result"; `lanpo.prompts.repeated_numbers`) is not admitted (`repeats`); one without the
-lesson's format (`lanpo.prompts.has_summary_format`: the three headers, each with words of its own under it) is not
-admitted either (`format`) unless `summarizer.require_format = false`. Every generated summary says whether it had
-the format, so a step can report the share that did and how many were turned away, by reason.
+Admission (`check_summary`; the reasons, in the order they are checked, are `REJECTIONS`): a summary shorter than
+MIN_SUMMARY_CHARS is never a lesson (`short`); one that repeats its problem's final answer or its numbers of two or
+more digits (the summary prompt's own rule: "do not repeat this problem's numbers or its final result";
+`lanpo.prompts.repeated_numbers`) is not admitted (`repeats`). With `summarizer.require_format` on (the default) the
+text must also be a lesson, language about its problem's method, and is refused when:
+- `format`: it lacks the three headers, each with words of its own under it (`lanpo.prompts.has_summary_format`);
+- `loop`: a section body is caught in a repetition loop (a phrase, line or list item again and again, "the the the
+  ..."): LOOP_SHARE or more of its runs of LESSON_RUN words repeat an earlier run of it;
+- `copied`: a body is a copy: COPIED_SHARE or more of its words in runs of the summary prompt's own text (hints,
+  instructions, labels) or in runs of BODY_COPY_RUN words of one other body, the same words as another body, or
+  nothing but parenthesised text (the template's placeholder form);
+- `restates`: it is its question given back: RESTATES_SHARE or more of all its bodies' words in runs of the question.
+Words are lower-cased runs of letters, each number one word (`lesson_words`), so a loop that counts ("step 1, step
+2, ...") is still a loop and a question restated with other numbers is still the question; each threshold is argued
+where it is defined. With `require_format = false` (for a model that writes no lesson: random test models, plumbing
+recipes) any text that is not `short` and does not `repeat` its problem is admitted. Every generated summary says
+whether it had the format, so a step can report the share that did and how many were turned away, by reason
+(`summary/rejected/<reason>`).
 
 `summaries_of` does it all for one process's rollouts of a step; lanpo's trainer hands it the cross-rank choice
 (`lanpo.train.producer.summarize.choose_for_step`), any other trainer lets it choose among its own.
@@ -25,6 +37,7 @@ the format, so a step can report the share that did and how many were turned awa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -33,12 +46,22 @@ from lanpo.feedback.config import SummarizerConfig
 from lanpo.feedback.contexts import StepPrompts, per_rollout
 from lanpo.feedback.schedule import mix_seed
 from lanpo.models import apply_chat
-from lanpo.prompts import SUMMARY_HEADERS, has_summary_format, repeated_numbers, summary_messages
+from lanpo.prompts import (
+    SUMMARY,
+    SUMMARY_HEADERS,
+    SUMMARY_SYSTEM,
+    has_summary_format,
+    repeated_numbers,
+    summary_messages,
+    summary_sections,
+)
 from lanpo.rewards import Graded
 from lanpo.rollout import Completion, GenerationBackend, SamplingParams
 
 MIN_SUMMARY_CHARS = 20
-REJECTIONS = ("short", "repeats", "format")  # why a generated summary is not admitted to the pool, checked in order
+# why a generated summary is not admitted to the pool, checked in this order: the cheap and the problem's own rule
+# first, then whether it is a lesson at all (format), then what its bodies say (loop, copied, restates)
+REJECTIONS = ("short", "repeats", "format", "loop", "copied", "restates")
 SECTION_STOP = ("\n\n", "\n#")  # a scaffolded section's body ends at a blank line or the next heading
 
 
@@ -99,11 +122,100 @@ class Summary:
         return None if self.rejected else self.text
 
 
+# --------------------------------------------------------------------------- what a lesson's bodies may not be
+# The content checks read a lesson's section bodies (`lanpo.prompts.summary_sections`) as words (`lesson_words`) and
+# compare them in runs of consecutive words; a run never spans two bodies. Each threshold below is argued from the
+# junk it names; the labelled lessons of tests/feedback/lesson_labels.py show where good lessons fall
+# (tests/feedback/test_admission.py prints the precision and recall of the rule on them).
+
+LESSON_RUN = 4
+# A loop, a copy of the template and a restated question are read in runs of four words: a phrase ("carry into the
+# tens", "the flow of thought"), long enough that two good sentences rarely share one by chance, short enough that a
+# one-sentence body has runs to compare.
+BODY_COPY_RUN = 8
+# A copy of another body is read in runs of eight words, a clause: a pitfall often turns a principle round in a
+# phrase of its words ("carry into the tens" / "forgetting to carry into the tens"), and that is a lesson; a body
+# that copies another copies its clauses ("... that can be solved by applying the principles of math. This is a").
+LOOP_SHARE = 1 / 3
+# A loop: the share of a body's runs that repeat an earlier run of the same body. A phrase of L words written k times
+# in a row repeats (k - 1) L - 3 of its k L - 3 runs: a third or more once it is written three times (L >= 2; one
+# word, five times), or twice when it has 6 words or more. A good body says a phrase twice at most, among words of
+# its own: well under a third.
+COPIED_SHARE = 1 / 2
+# A copied body: the share of its words inside runs of its source (the summary prompt's own text, or one other body).
+# Half: the body is more copy than its own. A hint with a few words after it ("(the flow of thought, in abstract
+# steps) add them up") is over; a good body that names its header ("mistakes to avoid: ...") or mirrors another
+# section is far under.
+RESTATES_SHARE = 1 / 2
+# A restated question: the share of the lesson's words (all bodies) inside runs of its question. Half: more of the
+# lesson is the question than the method. A good lesson that names the question's terms ("the sum of the numbers",
+# "the final answer to") has one or two such runs among dozens of words.
+
+_LESSON_WORD = re.compile(r"[a-z]+|[0-9]+")
+_PARENTHESISED = re.compile(r"\([^()]*\)")
+
+
+def lesson_words(text: str) -> list[str]:
+    """The words of `text` as the admission checks read them: lower-cased runs of letters, each number one word "0"
+    (a loop that counts, "step 1, step 2, ...", still repeats itself; a question restated with other numbers is
+    still the question)."""
+    return ["0" if w[0].isdigit() else w for w in _LESSON_WORD.findall(text.lower())]
+
+
+def runs_of(words: Sequence[str], length: int = LESSON_RUN) -> list[tuple[str, ...]]:
+    """The runs of `length` consecutive `words`, in order (none when there are fewer words)."""
+    return [tuple(words[i : i + length]) for i in range(len(words) - length + 1)]
+
+
+# the runs of the summary prompt's own text: its system line, instructions, headers and placeholder hints
+TEMPLATE_RUNS = frozenset(runs_of(lesson_words(f"{SUMMARY_SYSTEM}\n{SUMMARY.format(question='', response='')}")))
+
+
+def loop_share(words: Sequence[str]) -> float:
+    """The share of the runs of `words` that repeat an earlier run of them (0 with fewer than two runs)."""
+    runs = runs_of(words)
+    return (len(runs) - len(set(runs))) / len(runs) if len(runs) > 1 else 0.0
+
+
+def copied_share(words: Sequence[str], held: frozenset[tuple[str, ...]], length: int = LESSON_RUN) -> float:
+    """The share of `words` inside a run of `length` words that `held` (runs of the source) holds (0 with no
+    words)."""
+    covered = [False] * len(words)
+    for start, run in enumerate(runs_of(words, length)):
+        if run in held:
+            covered[start : start + length] = [True] * length
+    return sum(covered) / len(words) if words else 0.0
+
+
+def copied_body(bodies: Sequence[str]) -> bool:
+    """True when a body is a copy: of the summary prompt's own text, of another body (or the same words as a short
+    one), or of the template's placeholder form (nothing but parenthesised text, as "(transferable rules)")."""
+    words = [lesson_words(body) for body in bodies]
+    held = [frozenset(runs_of(w, BODY_COPY_RUN)) for w in words]
+    for i, (body, mine) in enumerate(zip(bodies, words, strict=True)):
+        if not lesson_words(_PARENTHESISED.sub(" ", body)) or copied_share(mine, TEMPLATE_RUNS) >= COPIED_SHARE:
+            return True
+        others = [j for j in range(len(bodies)) if j != i]
+        if any(mine == words[j] or copied_share(mine, held[j], BODY_COPY_RUN) >= COPIED_SHARE for j in others):
+            return True
+    return False
+
+
+def restated_share(bodies: Sequence[str], question: str) -> float:
+    """The share of the words of all `bodies` inside runs of `question` (0 with no words)."""
+    held = frozenset(runs_of(lesson_words(question)))
+    words = [lesson_words(body) for body in bodies]
+    total = sum(len(w) for w in words)
+    return sum(copied_share(w, held) * len(w) for w in words) / total if total else 0.0
+
+
 def check_summary(text: str, require_format: bool = True, question: str = "", answer: str | None = None) -> Summary:
-    """Strip a generated summary and decide its admission: too short never, repeating its problem (`question`,
-    `answer`) never, without the format only when `require_format` is off."""
+    """Strip a generated summary and decide its admission (the first of `REJECTIONS` that holds): too short never,
+    repeating its problem (`question`, `answer`) never; when `require_format`, only a lesson: the format, and no
+    body a loop or a copy, and not its question restated."""
     text = text.replace("\x00", "").strip()
     format_ok = has_summary_format(text)
+    bodies = [body for _, body in summary_sections(text)] if require_format and format_ok else []
     rejected = None
     if len(text) < MIN_SUMMARY_CHARS:
         rejected = "short"
@@ -111,6 +223,12 @@ def check_summary(text: str, require_format: bool = True, question: str = "", an
         rejected = "repeats"
     elif require_format and not format_ok:
         rejected = "format"
+    elif any(loop_share(lesson_words(body)) >= LOOP_SHARE for body in bodies):
+        rejected = "loop"
+    elif copied_body(bodies):
+        rejected = "copied"
+    elif restated_share(bodies, question) >= RESTATES_SHARE:
+        rejected = "restates"
     return Summary(text, format_ok, rejected)
 
 

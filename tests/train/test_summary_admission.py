@@ -249,7 +249,8 @@ def test_a_scaffolded_summary_has_the_codes_headers_and_the_models_bodies() -> N
     # the second call continues the first: prompt, header, the body the model wrote, the next header
     assert backend.calls[1][0][0].endswith("## Flow\ncarry the tens over\n## Principles\n")
     expected = "## Flow\ncarry the tens over\n## Principles\ncarry the tens over\n## Pitfalls\ncarry the tens over"
-    assert [s.text for s in checked] == [expected, expected] and all(s.admitted for s in checked)
+    assert [s.text for s in checked] == [expected, expected] and all(s.format_ok for s in checked)
+    assert [s.rejected for s in checked] == ["copied", "copied"]  # the same body under every header is a copy
     # what it cost: each section's generated tokens (the body, 4 words, cut at the stop), and every call's prompt,
     # which grows by the header and the body before it (the engine's own counts: a token per word here)
     assert [s.generated_tokens for s in checked] == [3 * 4, 3 * 4]
