@@ -61,10 +61,10 @@ class StoreConfig:
     eviction: str = help_field(
         "oldest",
         "what leaves first when a cap is hit: oldest | lowest_reward | lowest_relevance | lowest_utility (the "
-        "lowest lift among lessons with min_uses uses or more; the oldest untried one only when no tried one is left)",
+        "lowest expected lift: a lesson with min_uses uses or more at its lift shrunk toward 0, an untried one at 0)",
     )
     min_uses: int = help_field(
-        4, "lowest_utility: uses with a known outcome a lesson's current version needs before its lift can evict it"
+        4, "lowest_utility: uses with a known outcome a lesson's current version needs before its lift counts"
     )
     merge_threshold: float | None = help_field(
         None,

@@ -313,21 +313,17 @@ def _held_out_change(validation: dict[int, dict[str, float]], n: int, echo: Call
 
 def _summary_counts(metrics: list[dict[str, float]], echo: Callable[[str], None]) -> dict[str, int]:
     """How many summaries training wrote, how many had the lesson format, how many the pool admitted, and why the
-    others were turned away (summary/* metrics of every step)."""
-    names = {
-        "written": "summary/generated",
-        "admitted": "pool/summaries",
-        "without_format": "summary/rejected/format",
-        "too_short": "summary/rejected/short",
-        "repeats": "summary/rejected/repeats",
-    }
+    others were turned away (summary/* metrics of every step; a reason of `REJECTIONS` -> its count)."""
+    from lanpo.feedback.summarize import REJECTIONS
+
+    names = {"written": "summary/generated", "admitted": "pool/summaries"}
+    names |= {reason: f"summary/rejected/{reason}" for reason in REJECTIONS}
     counts = {key: round(sum(m.get(name, 0.0) for m in metrics)) for key, name in names.items()}
     counts["with_format"] = round(sum(m.get("summary/format", 0.0) * m.get("summary/generated", 0.0) for m in metrics))
     echo(
         f"      summaries: {counts['written']} written, {counts['with_format']} with the lesson format "
         f"(## Flow / ## Principles / ## Pitfalls, each with text of its own), {counts['admitted']} admitted to the "
-        f"pool; turned away: {counts['without_format']} without the format, {counts['too_short']} too short, "
-        f"{counts['repeats']} repeating their problem's numbers"
+        f"pool; turned away, by reason (docs/concepts.md#lessons): {', '.join(f'{r} {counts[r]}' for r in REJECTIONS)}"
     )
     return counts
 
@@ -379,7 +375,7 @@ def _answer_held_out(
     from lanpo.inference.run import InferenceRun, answering, pool_id
     from lanpo.inference.store import dataset_questions
 
-    adapters = sorted(checkpoint_root.glob("step-*/adapter"))
+    adapters, inter = sorted(checkpoint_root.glob("step-*/adapter")), cfg.feedback.inter
     with transaction(db) as session:
         questions = dataset_questions(session, test_dataset, limit=cfg.eval.n)  # the set validation read
     pool = pool_id(db, cfg.pool_name())
@@ -391,9 +387,16 @@ def _answer_held_out(
         sampling=SamplingSettings(max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0),
         # Stage 1 fuses BM25 with MiniLM vectors: an abstract lesson shares few words with a templated question, and
         # BM25 alone finds none. The judge is training's (the base model of stage 3), so a lesson relevant in
-        # training is judged by the same model, at the same gamma, here.
+        # training is judged by the same model, at the same gamma, here; ranked as training ranks (value: a lesson
+        # known to hurt is never read).
         retrieval=RetrievalSettings(
-            stage1="hybrid", top_k=8, gamma=cfg.feedback.inter.gamma, m=2, judge=cfg.model.name, pool=cfg.pool_name()
+            stage1="hybrid",
+            top_k=8,
+            gamma=inter.gamma,
+            m=2,
+            judge=cfg.model.name,
+            pool=cfg.pool_name(),
+            rank=inter.rank,
         ),
         notify=lambda message: echo(f"      note: {message}"),
     )

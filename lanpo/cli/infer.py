@@ -13,6 +13,7 @@ import click
 
 from lanpo.cli.params import SEED, VLLM_SETTINGS, Float, Int, field_option
 from lanpo.config import DTYPE_NAMES, apply_overrides, from_mapping
+from lanpo.db.repo.sampling import RANKS
 from lanpo.inference.config import BACKENDS, INFERENCE_MODES, EvalConfig, RetrievalSettings, SamplingSettings
 from lanpo.inference.io import read_questions, write_jsonl
 from lanpo.inference.run import InferenceRun, answering, default_dataset, pool_id
@@ -53,6 +54,8 @@ MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_M
     help="retrieval: the experience pool to read (default: the only pool in the store).",
 )
 @field_option(RetrievalSettings, "judge", old="--scorer")
+@field_option(RetrievalSettings, "rank", type=click.Choice(RANKS))
+@field_option(RetrievalSettings, "value_bound", type=Float(-1, 1))
 @field_option(SamplingSettings, "max_new_tokens", type=Int(1))
 @field_option(SamplingSettings, "temperature", type=Float(min=0))
 @field_option(SamplingSettings, "top_p", type=Float(0, 1, min_open=True))
@@ -78,12 +81,7 @@ def command(
     input_path: Path,
     out_path: Path,
     samples: int,
-    stage1: str,
-    top_k: int,
-    gamma: float,
-    m: int,
     pool_name: str | None,
-    judge: str,
     max_new_tokens: int,
     temperature: float,
     top_p: float,
@@ -96,6 +94,7 @@ def command(
     dataset: str | None,
     run_name: str | None,
     no_store: bool,
+    **options: Any,  # RetrievalSettings' fields: stage1, top_k, gamma, m, judge, rank, value_bound
 ) -> None:
     """Answer the questions of --input and write one JSONL record per question to --out.
 
@@ -119,7 +118,7 @@ def command(
     mode = normalise_mode(mode)
     questions = read_questions(input_path)
     output_file(out_path, "--out")
-    retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, judge=judge, pool=pool_name)
+    retrieval = RetrievalSettings(**{**options, "top_k": max(options["top_k"], options["m"])}, pool=pool_name)
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
     vllm = from_mapping(VLLMConfig, apply_overrides({}, list(vllm_settings)), prefix="vllm.")
     db = connect() if (mode == "retrieval" or not no_store) else None

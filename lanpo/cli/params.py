@@ -63,7 +63,7 @@ def field_option(
     `decls` default to `--<name with dashes>`; `help` replaces the field's help where the CLI says it otherwise;
     `old` is the flag's old spelling (`--scorer`), still accepted and named as such in the help.
     """
-    default = field_default(cls, name)
+    default = kwargs.pop("default") if "default" in kwargs else field_default(cls, name)
     text = help if help is not None else _sentence(field_help(cls, name))
     if old is not None:
         decls = (*decls, old) if decls else (f"--{name.replace('_', '-')}", old, name)  # the parameter keeps `name`

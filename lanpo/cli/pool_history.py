@@ -52,6 +52,9 @@ def history_cmd(lesson: int, as_json: bool) -> None:
       unknown  uses with no baseline or nothing graded
       lift     credited gain per graded attempt over that baseline (experience_usage.lift; - with none graded)
       95% CI   lift's interval, lift -+ 1.96 standard errors (- with none graded)
+      probation  the version's state (lesson_history.probation): retired (the lesson was retired by its record,
+               retired:harmful), untried (nothing graded yet), helps (the interval lies above 0), hurts (below 0),
+               trying (the interval spans 0: on probation still)
       text     the version's text, shortened (--json gives it whole, with every column of lesson_history)
 
     LESSON: the lesson's experiences.id (`SELECT * FROM pool_current` lists the active ones).
@@ -69,7 +72,8 @@ def history_cmd(lesson: int, as_json: bool) -> None:
     click.echo(f"state: {_state(first)}")
     header = (
         f"{'v':>3}  {'reason':<19} {'sim':>5}  {'author':<16} {'policy':>6} {'run/step':>9} "
-        f"{'uses':>5} {'helped':>6} {'hurt':>5} {'even':>5} {'unknown':>7} {'lift':>7} {'95% CI':>16}  text"
+        f"{'uses':>5} {'helped':>6} {'hurt':>5} {'even':>5} {'unknown':>7} {'lift':>7} {'95% CI':>16}  "
+        f"{'probation':<9}  text"
     )
     click.echo(header)
     for r in rows:
@@ -77,7 +81,8 @@ def history_cmd(lesson: int, as_json: bool) -> None:
         click.echo(
             f"{v:>3}  {r.reason:<19} {_num(r.similarity, 3):>5}  {_short(r.author or '-', 16):<16} "
             f"{_num(r.policy_step):>6} {_run_step(r.run_id, r.step):>9} {r.uses:>5} {r.helped:>6} {r.hurt:>5} "
-            f"{r.even:>5} {r.unknown:>7} {_num(r.lift, 3, signed=True):>7} {_interval(r):>16}  {_short(r.summary, 60)}"
+            f"{r.even:>5} {r.unknown:>7} {_num(r.lift, 3, signed=True):>7} {_interval(r):>16}  {r.probation:<9}  "
+            f"{_short(r.summary, 60)}"
         )
 
 

@@ -41,7 +41,9 @@ def command(names: tuple[str, ...], out_dir: Path | None, band: str, baseline: s
     training time, response length and tokens per step, KL / entropy / clip fraction, loss, feedback served
     against p_t, pool size, seconds per phase, MEL and engine when recorded), report.md embedding them with the
     final table in the paper's Table 1 shape and its cost (every generated token, training minutes, prompt
-    tokens), each arm's accuracy at a matched generated-token budget (matched_budget.png / .csv), and table.csv.
+    tokens), each arm's accuracy at a matched generated-token budget (matched_budget.png / .csv), the lift of
+    each lesson version the runs used against its graded attempts, with its 95% interval and probation state
+    (lesson_lift.png / .csv, when they used any), and table.csv.
     A name is a run or an experiment; `run:NAME` or `experiment:NAME` says which when a name is both.
     """
     import sqlalchemy as sa

@@ -11,6 +11,7 @@ import click
 
 from lanpo.cli.params import VLLM_SETTINGS, Float, Int, field_option
 from lanpo.config import DTYPE_NAMES, apply_overrides, from_mapping
+from lanpo.db.repo.sampling import RANKS
 from lanpo.errors import ConfigError
 from lanpo.inference.config import BACKENDS, INFERENCE_MODES, EvalConfig, RetrievalSettings, SamplingSettings
 from lanpo.retrieval import STAGE1
@@ -40,6 +41,14 @@ MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_M
 @field_option(RetrievalSettings, "gamma", type=Float(0, 1))
 @field_option(RetrievalSettings, "m", "--m", "m", type=Int(1))
 @field_option(RetrievalSettings, "judge")
+@field_option(
+    RetrievalSettings,
+    "rank",
+    type=click.Choice(RANKS),
+    default="value",
+    help="Relevance (the paper) | value (the default here: lessons known to hurt are never read; docs/concepts.md).",
+)
+@field_option(RetrievalSettings, "value_bound", type=Float(-1, 1))
 @field_option(SamplingSettings, "max_new_tokens", type=Int(1), help="max_tokens of a request that sets none.")
 @field_option(SamplingSettings, "temperature", type=Float(0, 2), help="temperature of a request that sets none.")
 @field_option(SamplingSettings, "top_p", type=Float(0, 1, min_open=True), help="top_p of a request that sets none.")
@@ -109,6 +118,8 @@ def start(
     gamma: float,
     m: int,
     judge: str,
+    rank: str,
+    value_bound: float,
     max_new_tokens: int,
     temperature: float,
     top_p: float,
@@ -131,7 +142,9 @@ def start(
             f"binding {host} serves other machines, and no API key is set",
             hint="pass --api-key KEY or --keys FILE, or bind 127.0.0.1",
         )
-    retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, judge=judge)
+    retrieval = RetrievalSettings(
+        stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, judge=judge, rank=rank, value_bound=value_bound
+    )
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=None)
     vllm = from_mapping(VLLMConfig, apply_overrides({}, list(vllm_settings)), prefix="vllm.")
     if sampling.max_new_tokens > limits["max_tokens_limit"]:

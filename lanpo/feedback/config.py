@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from lanpo.config import Renamed, StoreConfig, apply_overrides, from_mapping, help_field, read_toml
 from lanpo.config import check as _check
+from lanpo.db.repo.sampling import RANKS, Ranking
 from lanpo.feedback_modes import FEEDBACK_SETTINGS, GAMMA, asks_inter
 from lanpo.rewards import DEFAULT_FORMAT_RULE, FORMAT_RULES
 
@@ -53,6 +54,22 @@ class InterConfig:
     allow_empty: bool = help_field(
         False, "start inter / both even when relevance_scores holds no score (every inter prompt goes zero-shot)"
     )
+    rank: str = help_field(
+        "relevance",
+        "how candidates are ranked -- relevance (the paper: relevance, then recency) | value (lessons on probation: "
+        "an upper confidence bound on each lesson's lift, untried ones optimistic, relevance only gating; "
+        "docs/concepts.md)",
+    )
+    prior_sd: float = help_field(
+        0.15,
+        "rank = value: the prior's standard deviation of a lesson's lift; an untried lesson is worth 1.96 x this, "
+        "so it is tried before lessons known to do nothing and after lessons known to help",
+    )
+    value_bound: float = help_field(
+        0.0,
+        "rank = value: a lesson whose value (the upper bound on its lift) is below this is never drawn; with none "
+        "left the prompt goes zero-shot",
+    )
 
     def __post_init__(self) -> None:
         distinct = len(set(self.kinds)) == len(self.kinds)
@@ -73,10 +90,24 @@ class InterConfig:
             "relevant draws the pool's lessons by relevance (the paper); random the run's correct attempts (Fig. 2c)",
         )
         _check(
+            self.rank in RANKS,
+            f"feedback.inter.rank must be one of {', '.join(RANKS)}, got {self.rank!r}",
+            "relevance ranks as the paper does; value ranks by what each lesson is known to be worth",
+        )
+        _check(0.0 < self.prior_sd <= 1.0, f"feedback.inter.prior_sd must be in (0, 1], got {self.prior_sd}")
+        _check(
+            -1.0 <= self.value_bound <= 1.0, f"feedback.inter.value_bound must be in [-1, 1], got {self.value_bound}"
+        )
+        _check(
             self.draw != "random" or self.shows == "response",
             "feedback.inter.draw = random draws attempts, which have no lesson to show",
             'set feedback.inter.shows = "response" (Fig. 2c: raw correct rollouts of other problems)',
         )
+
+    @property
+    def ranking(self) -> Ranking:
+        """The draw's ranking (`lanpo.db.repo.sampling.Ranking`)."""
+        return Ranking(self.rank, self.prior_sd, self.value_bound)
 
     @property
     def reads_relevance(self) -> bool:
@@ -151,7 +182,9 @@ class SummarizerConfig:
     require_format: bool = help_field(
         True,
         "admit a summary to the pool only when it is a lesson: the headers ## Flow, ## Principles, ## Pitfalls, each "
-        "with words of its own under it (lanpo.prompts.has_summary_format); false admits any 20+ characters",
+        "with words of its own under it (lanpo.prompts.has_summary_format), no section a repetition loop or a copy of "
+        "the template or of another section, not its question restated (lanpo.feedback.summarize.check_summary); "
+        "false admits any 20+ characters that do not repeat the problem's numbers",
     )
     scaffold: bool = help_field(
         False,

@@ -132,6 +132,7 @@ def contexted_prompts(
             fb.inter.kinds,
             fb.inter.shows_response,
             fb.inter.draw,
+            fb.inter.ranking,
         )
         drawn = draw_contexts(session, wanted, draw)
         leaked = leaked_questions(session, wanted[LEAKED_MODE]) if wanted[LEAKED_MODE] else {}

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from lanpo import prompts
 from lanpo.db.repo.contexts import inter_contexts, intra_contexts, leaked_gold_answers, random_attempt_contexts
+from lanpo.db.repo.sampling import PAPER_RANKING, Ranking
 from lanpo.feedback_modes import CONTEXT_MODES, GAMMA, LEAKED_MODE, mode
 
 
@@ -35,6 +36,7 @@ class ContextDraw:
     kinds: Sequence[str] | None = None  # inter: experience kinds drawn from
     shows_response: bool = False  # inter: items show the source rollout's response instead of its lesson
     inter_draw: str = "relevant"  # inter: relevant (the pool's lessons) | random (correct attempts, Fig. 2c)
+    ranking: Ranking = PAPER_RANKING  # inter: relevance (the paper) | value (lessons on probation)
 
 
 ContextSampler = Callable[[Session, Sequence[int], ContextDraw], dict[int, list[Any]]]
@@ -68,6 +70,7 @@ def other_problems(session: Session, problem_ids: Sequence[int], draw: ContextDr
         draw.pool_id,
         draw.kinds,
         shows_response=draw.shows_response,
+        ranking=draw.ranking,
     )
     return dict(drawn)
 

@@ -297,6 +297,7 @@ def experiences_for(
         m=r.m,
         rater=rater,
         problem_id=q.problem_id,
+        ranking=r.ranking,
     )
     return [
         UsedExperience(

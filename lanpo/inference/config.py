@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lanpo.config import DTYPE_NAMES, Renamed, help_field
+from lanpo.db.repo.sampling import RANKS, Ranking
 from lanpo.errors import ConfigError
 from lanpo.feedback_modes import GAMMA
 from lanpo.retrieval import STAGE1
@@ -53,8 +54,31 @@ class RetrievalSettings:
         "policy", "relevance judge: `policy` (the answering model itself), `none` (stage 1 only), or a model"
     )
     pool: str | None = help_field(None, "experience pool to retrieve from (None: the only pool in the store)")
+    rank: str = help_field(
+        "relevance",
+        "relevance (the paper: by relevance, then stage-1 rank) | value (lessons on probation: by an upper confidence "
+        "bound on each lesson's lift, those below value_bound left out, none left: zero-shot; docs/concepts.md)",
+    )
+    prior_sd: float = help_field(0.15, "rank = value: the prior's standard deviation of a lesson's lift")
+    value_bound: float = help_field(0.0, "rank = value: a lesson whose value is below this is never retrieved")
+
+    @property
+    def ranking(self) -> Ranking:
+        """The ranking `lanpo.retrieval.testtime.retrieve` applies (`lanpo.db.repo.sampling.Ranking`)."""
+        return Ranking(self.rank, self.prior_sd, self.value_bound)
 
     def __post_init__(self) -> None:
+        if self.rank not in RANKS:
+            raise ConfigError(
+                f"retrieval.rank must be one of {', '.join(RANKS)}, got {self.rank!r}",
+                hint="relevance ranks as the paper does; value by what each lesson is known to be worth",
+            )
+        if not 0.0 < self.prior_sd <= 1.0:
+            raise ConfigError(f"retrieval.prior_sd must be in (0, 1], got {self.prior_sd}")
+        if not -1.0 <= self.value_bound <= 1.0:
+            raise ConfigError(
+                f"retrieval.value_bound must be in [-1, 1], got {self.value_bound}", hint="it bounds a lift"
+            )
         if self.pool is not None and not self.pool.strip():
             raise ConfigError(
                 "retrieval.pool must name a pool, or be left out",

@@ -1,21 +1,22 @@
 """`lanpo report`: runs or experiments from the store -> PNG figures, report.md and table.csv in one folder.
 
 `read_report` gathers everything inside one read transaction (and fails there, before anything is drawn, on an
-unknown name, an unknown baseline arm or runs without a single metric); `write_report` draws and writes into a
-staging folder that replaces `out` only when every file is written.
+unknown name, an unknown baseline arm or runs without a single metric): the runs' metrics, and the lesson versions
+their groups used with their records; `write_report` draws and writes into a staging folder that replaces `out`
+only when every file is written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy.orm import Session
 
 from lanpo.errors import InputError, listing
-from lanpo.report import cost, matched, plot
+from lanpo.report import cost, lesson_lift, matched, plot
 from lanpo.report.figures import CATALOGUE, validation_keys
 from lanpo.report.markdown import Drawn, report_markdown
 from lanpo.report.output import staged
@@ -31,6 +32,7 @@ class ReportData:
     title: str
     lines: list[Line]  # in table order: per experiment, its baseline arm first
     baselines: dict[str | None, Line]  # experiment -> its baseline arm
+    lessons: list[lesson_lift.LessonPoint] = field(default_factory=list)  # the lesson versions the runs used
 
 
 @dataclass
@@ -67,7 +69,8 @@ def read_report(session: Session, names: Sequence[str], baseline: str | None = N
             arms.remove(chosen)
             arms.insert(0, chosen)
         lines += arms
-    return ReportData(", ".join(t.name for t in targets), lines, baselines)
+    lessons = lesson_lift.read_points(session, [r.run.id for r in runs])
+    return ReportData(", ".join(t.name for t in targets), lines, baselines, lessons)
 
 
 def _arms(target: Target, runs: list[RunData], prefix: bool) -> list[Line]:
@@ -118,10 +121,16 @@ def write_report(data: ReportData, out: Path, band: Band = "minmax", command: st
             (staging / matched.FIGURE).write_bytes(plot.png_bytes(bars))  # type: ignore[arg-type]
             files.append(matched.FIGURE)
             (staging / matched.CSV).write_text(at_budget.to_csv(), encoding="utf-8")
+        if data.lessons:
+            lifts = lesson_lift.draw(data.lessons)
+            if lifts is not None:
+                (staging / lesson_lift.FIGURE).write_bytes(plot.png_bytes(lifts))
+                files.append(lesson_lift.FIGURE)
+            (staging / lesson_lift.CSV).write_text(lesson_lift.to_csv(data.lessons), encoding="utf-8")
         read = {name for d in drawn for p in d.kept + d.missing for name in p.reads}
         unplotted = sorted({name for r in runs for name in r.metrics if not matched.is_read(name)} - read)
         text = report_markdown(
-            data.title, command, datetime.now(UTC), data.lines, table, drawn, unplotted, band, at_budget
+            data.title, command, datetime.now(UTC), data.lines, table, drawn, unplotted, band, at_budget, data.lessons
         )
         (staging / "report.md").write_text(text, encoding="utf-8")
         (staging / "table.csv").write_text(table.to_csv(), encoding="utf-8")

@@ -1,4 +1,5 @@
-"""report.md: the runs, the Table 1-shaped results, every figure embedded, and what was not recorded."""
+"""report.md: the runs, the Table 1-shaped results, every figure embedded, the lessons the runs used, and what was
+not recorded."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from lanpo.report import matched
+from lanpo.report import lesson_lift, matched
 from lanpo.report.figures import FigureSpec, Panel
 from lanpo.report.output import MARKER
 from lanpo.report.series import BAND_LABELS, Band, Line
@@ -36,6 +37,7 @@ def report_markdown(
     unplotted: Sequence[str],
     band: Band,
     at_budget: matched.MatchedTable | None = None,
+    lessons: Sequence[lesson_lift.LessonPoint] = (),
 ) -> str:
     runs = [r for line in lines for r in line.runs]
     these = "this run" if len(runs) == 1 else "these runs"
@@ -44,7 +46,8 @@ def report_markdown(
         f"# lanpo report: {title}",
         "",
         f"Written by `{command}` at {written_at:%Y-%m-%d %H:%M:%S %Z} from the lanpo store, the source of truth: "
-        "every number here is read from `runs`, `run_metrics` and the stored attempts.",
+        "every number here is read from `runs`, `run_metrics`, the stored attempts and, for the lessons the runs "
+        "used, `lesson_history`.",
     ]
     if any(line.seeds > 1 for line in lines):
         out.append(
@@ -77,6 +80,7 @@ def report_markdown(
         if d.missing:
             gaps = "; ".join(f"{p.title} ({', '.join(p.reads)})" for p in d.missing)
             out += ["", f"Panels left out, not recorded by {these}: {gaps}."]
+    out += _lessons(lessons, these)
     absent = [d for d in drawn if d.file is None]
     if absent:
         out += ["", f"## Not recorded by {these}", ""]
@@ -115,6 +119,26 @@ def _matched(at_budget: matched.MatchedTable | None) -> list[str]:
     if matched.drawable(at_budget):
         out += ["", f"![accuracy at a matched budget]({matched.FIGURE})"]
     return out
+
+
+def _lessons(lessons: Sequence[lesson_lift.LessonPoint], these: str) -> list[str]:
+    """The lesson versions the runs used: how many in each probation state, the figure of their lift."""
+    if not lessons:
+        return []
+    states = ", ".join(f"{n} {state}" for state, n in lesson_lift.counts(lessons).items())
+    out = [
+        "",
+        "### Lessons used: lift against graded attempts",
+        "",
+        f"The {len(lessons)} lesson version(s) a rollout group of {these} carried ({states}), each with its record "
+        "in `lesson_history` over the whole store as it is now: x its graded attempts (log scale), y its lift over "
+        "the zero-shot baseline, the bar its 95 % interval, the colour its probation (retired: retired by its "
+        "record; helps / hurts: the interval lies above / below 0; trying: it spans 0; untried: nothing graded yet, "
+        f"no point). Each version's numbers: `{lesson_lift.CSV}`.",
+    ]
+    if lesson_lift.by_state(lessons):
+        return [*out, "", f"![lift against graded attempts]({lesson_lift.FIGURE})"]
+    return [*out, "", "No figure: none of them has a graded attempt yet."]
 
 
 def _results(table: ResultTable, these: str) -> list[str]:

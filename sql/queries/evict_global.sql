@@ -1,6 +1,6 @@
 -- Global cap: evict the worst active experiences of pool :pool_id until at most :cap remain.
 -- Worst-first order by :policy as in evict_per_problem.sql (oldest, lowest reward, lowest relevance, lowest
--- utility: the lessons tried at least :min_uses times by lowest lift, then the untried; ties by age). Call it
+-- utility: the lowest expected lift, a tried lesson's shrunk toward 0 and an untried one's 0; ties by age). Call it
 -- holding the pool's lock of lock_global_cap.sql.
 WITH excess AS (
     SELECT greatest(count(*) - :cap, 0) AS n FROM experiences WHERE pool_id = :pool_id AND evicted_at IS NULL
@@ -13,8 +13,9 @@ version_relevance AS (
     GROUP BY v.experience_id
 ),
 utility AS (
-    SELECT e.id AS experience_id, lu.helped + lu.hurt + lu.even >= :min_uses AS tried,
-           lu.credit / nullif(lu.graded, 0) AS lift
+    SELECT e.id AS experience_id,
+           CASE WHEN lu.helped + lu.hurt + lu.even >= :min_uses
+                THEN lanpo_lesson_value(lu.graded, lu.credit, lu.credit_var, :prior_sd, 0) ELSE 0 END AS value
     FROM experiences e
     CROSS JOIN LATERAL (
         SELECT v.id FROM experience_versions v WHERE v.experience_id = e.id ORDER BY v.version DESC LIMIT 1
@@ -35,11 +36,10 @@ victims AS (
     LEFT JOIN problem_relevance pr ON pr.problem_id = e.problem_id
     LEFT JOIN utility u ON u.experience_id = e.id
     WHERE e.pool_id = :pool_id AND e.evicted_at IS NULL
-    ORDER BY coalesce(u.tried, false) DESC,  -- lowest_utility: the tried leave before the untried (false elsewhere)
-             CASE :policy
+    ORDER BY CASE :policy
                  WHEN 'lowest_reward' THEN e.reward
                  WHEN 'lowest_relevance' THEN coalesce(vr.score, pr.score, 0)
-                 WHEN 'lowest_utility' THEN CASE WHEN u.tried THEN u.lift END
+                 WHEN 'lowest_utility' THEN coalesce(u.value, 0)
              END ASC NULLS FIRST,
              e.created_at ASC, e.id ASC
     LIMIT (SELECT n FROM excess)

@@ -2,9 +2,11 @@
 -- Keep order by :policy -- oldest: newest first; lowest_reward: highest reward first (NULL reward counts
 -- lowest); lowest_relevance: highest relevance first, where an experience's relevance is the mean score of
 -- relevance_scores rows naming one of its versions, else the mean score of rows naming its problem as the
--- candidate, else 0; lowest_utility: the lessons whose current version has at least :min_uses uses with a known
--- outcome (lesson_usefulness helped + hurt + even) leave first, lowest lift (credit / graded) first, and only then
--- the untried ones, oldest first (so the cap holds). Ties always fall back to recency (created_at, id). The
+-- candidate, else 0; lowest_utility: the highest expected lift first -- a lesson whose current version has at
+-- least :min_uses uses with a known outcome (lesson_usefulness helped + hurt + even) at its lift shrunk toward 0
+-- under a N(0, :prior_sd^2) prior (lanpo_lesson_value at z = 0, migration 0020), an untried one at 0, the prior's
+-- mean -- so a lesson known to help outlives the untried, and the untried outlive one known to hurt (issue 64: the
+-- tried leaving before every untried one evicted the helpful lessons). Ties always fall back to recency (created_at, id). The
 -- relevance means are computed once per statement (one pass over relevance_scores), and only under
 -- lowest_relevance; the usefulness rows are read only under lowest_utility.
 WITH active AS MATERIALIZED (
@@ -21,8 +23,9 @@ version_relevance AS (
     GROUP BY v.experience_id
 ),
 utility AS (
-    SELECT a.id AS experience_id, lu.helped + lu.hurt + lu.even >= :min_uses AS tried,
-           lu.credit / nullif(lu.graded, 0) AS lift
+    SELECT a.id AS experience_id,
+           CASE WHEN lu.helped + lu.hurt + lu.even >= :min_uses
+                THEN lanpo_lesson_value(lu.graded, lu.credit, lu.credit_var, :prior_sd, 0) ELSE 0 END AS value
     FROM active a
     CROSS JOIN LATERAL (
         SELECT v.id FROM experience_versions v WHERE v.experience_id = a.id ORDER BY v.version DESC LIMIT 1
@@ -39,11 +42,10 @@ problem_relevance AS (
 ranked AS (
     SELECT a.id, row_number() OVER (
         PARTITION BY a.problem_id
-        ORDER BY coalesce(u.tried, false) ASC,  -- lowest_utility keeps the untried first (false elsewhere)
-                 CASE :policy
+        ORDER BY CASE :policy
                      WHEN 'lowest_reward' THEN a.reward
                      WHEN 'lowest_relevance' THEN coalesce(vr.score, pr.score, 0)
-                     WHEN 'lowest_utility' THEN CASE WHEN u.tried THEN u.lift END
+                     WHEN 'lowest_utility' THEN coalesce(u.value, 0)
                  END DESC NULLS LAST,
                  a.created_at DESC, a.id DESC
     ) AS keep_rank

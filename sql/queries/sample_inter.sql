@@ -9,8 +9,14 @@
 -- read for the k drawn items only.
 -- The same problem is excluded twice over: here (<>) and by the CHECK constraint not_self.
 -- :kinds (text[], NULL: every kind) keeps experiences of those kinds only (feedback.inter.kinds: summary, meta).
--- :shows_response (feedback.inter.shows = "response", lanpo's raw-response ablation) returns the source rollout's
--- response instead of the summary: the same draw, unsummarised text (the summary when the source attempt is gone).
+-- :shows_response (feedback.inter.shows = "response", lanpo's raw-response ablation) returns the response of the
+-- rollout the current version was written from (a merge's own source, not version 1's) instead of the summary: the
+-- same draw, unsummarised text (the summary when the source attempt is gone).
+-- :rank = 'value' (feedback.inter.rank, value-aware draws, docs/concepts.md "Lessons on probation"): every
+-- relevant candidate is valued, lanpo_lesson_value(graded, credit, credit_var, :prior_sd, :z) of its current
+-- version (migration 0020: an upper confidence bound on its lift), those below :value_bound are dropped, and the
+-- rest are ranked by value, then relevance, then recency; relevance only gates (>= :gamma). No candidate left:
+-- nothing is drawn and the prompt goes zero-shot. :rank = 'relevance' is the paper's ranking, as above.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
 ),
@@ -41,9 +47,9 @@ by_problem AS (
         WHERE x.pool_id = :pool_id AND x.problem_id = r.candidate_problem_id AND x.evicted_at IS NULL
           AND (CAST(:kinds AS text[]) IS NULL OR x.kind = ANY(CAST(:kinds AS text[])))
         ORDER BY x.created_at DESC, x.id DESC
-        LIMIT greatest(:candidates - r.better, 0)
+        LIMIT CASE WHEN :rank = 'value' THEN NULL ELSE greatest(:candidates - r.better, 0) END
     ) e
-    WHERE r.better < :candidates
+    WHERE :rank = 'value' OR r.better < :candidates
 ),
 by_version AS (
     SELECT rs.problem_id, e.id AS experience_id, e.problem_id AS source_problem_id, rs.score, e.created_at
@@ -65,12 +71,23 @@ candidates AS (
     FROM (SELECT * FROM by_problem UNION ALL SELECT * FROM by_version) u
     GROUP BY problem_id, experience_id
 ),
+valued AS (
+    SELECT c.*, CASE WHEN :rank = 'value'
+                THEN lanpo_lesson_value(u.graded, u.credit, u.credit_var, :prior_sd, :z) END AS value
+    FROM candidates c
+    CROSS JOIN LATERAL (
+        SELECT ev.id FROM experience_versions ev
+        WHERE ev.experience_id = c.experience_id ORDER BY ev.version DESC LIMIT 1
+    ) cur
+    LEFT JOIN lesson_usefulness u ON u.version_id = cur.id AND :rank = 'value'
+),
 pool AS (
     SELECT * FROM (
         SELECT c.*, row_number() OVER (
-            PARTITION BY problem_id ORDER BY score DESC, created_at DESC, experience_id DESC
+            PARTITION BY problem_id ORDER BY value DESC NULLS LAST, score DESC, created_at DESC, experience_id DESC
         ) - 1 AS rank
-        FROM candidates c
+        FROM valued c
+        WHERE :rank <> 'value' OR c.value >= :value_bound
     ) ranked
     WHERE rank < :candidates
 ),
@@ -89,13 +106,12 @@ SELECT d.problem_id, v.id AS candidate_id, d.rank, d.position,
        CASE WHEN CAST(:shows_response AS boolean) THEN coalesce(a.response, v.summary) ELSE v.summary END AS text,
        d.score, d.source_problem_id
 FROM drawn d
-JOIN experiences x ON x.id = d.experience_id
-LEFT JOIN attempts a ON a.id = x.source_attempt_id
 CROSS JOIN LATERAL (
-    SELECT ev.id, ev.summary FROM experience_versions ev
+    SELECT ev.id, ev.summary, ev.source_attempt_id FROM experience_versions ev
     WHERE ev.experience_id = d.experience_id
     ORDER BY ev.version DESC
     LIMIT 1
 ) v
+LEFT JOIN attempts a ON a.id = v.source_attempt_id
 WHERE d.position < :k
 ORDER BY d.problem_id, d.position

@@ -5,7 +5,9 @@
 -- :candidates form the pool, rank i gets weight 1/(i+1), and :k are drawn without replacement by the same
 -- Efraimidis-Spirakis keys as sample_inter.sql (keyed by experience id, problem id and seed).
 -- :kinds and :shows_response as in sample_inter.sql (experience kinds kept; the source rollout's response instead of
--- the summary). score is NULL.
+-- the summary). score is NULL. :rank = 'value' as in sample_inter.sql: every other problem's lesson is valued
+-- (lanpo_lesson_value of its current version), those below :value_bound dropped, the rest ranked by value, then
+-- recency.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
 ),
@@ -13,12 +15,24 @@ pool AS (
     SELECT req.problem_id, c.experience_id, c.source_problem_id, c.rank
     FROM req
     CROSS JOIN LATERAL (
-        SELECT x.id AS experience_id, x.problem_id AS source_problem_id,
-               row_number() OVER (ORDER BY x.created_at DESC, x.id DESC) - 1 AS rank
-        FROM experiences x
-        WHERE x.pool_id = :pool_id AND x.evicted_at IS NULL AND x.problem_id <> req.problem_id
-          AND (CAST(:kinds AS text[]) IS NULL OR x.kind = ANY(CAST(:kinds AS text[])))
-        ORDER BY x.created_at DESC, x.id DESC
+        SELECT y.experience_id, y.source_problem_id,
+               row_number() OVER (ORDER BY y.value DESC NULLS LAST, y.created_at DESC, y.experience_id DESC) - 1
+                   AS rank
+        FROM (
+            SELECT x.id AS experience_id, x.problem_id AS source_problem_id, x.created_at,
+                   CASE WHEN :rank = 'value'
+                        THEN lanpo_lesson_value(u.graded, u.credit, u.credit_var, :prior_sd, :z) END AS value
+            FROM experiences x
+            CROSS JOIN LATERAL (
+                SELECT ev.id FROM experience_versions ev
+                WHERE ev.experience_id = x.id ORDER BY ev.version DESC LIMIT 1
+            ) cur
+            LEFT JOIN lesson_usefulness u ON u.version_id = cur.id AND :rank = 'value'
+            WHERE x.pool_id = :pool_id AND x.evicted_at IS NULL AND x.problem_id <> req.problem_id
+              AND (CAST(:kinds AS text[]) IS NULL OR x.kind = ANY(CAST(:kinds AS text[])))
+        ) y
+        WHERE :rank <> 'value' OR y.value >= :value_bound
+        ORDER BY y.value DESC NULLS LAST, y.created_at DESC, y.experience_id DESC
         LIMIT :candidates
     ) c
 ),
@@ -37,13 +51,12 @@ SELECT d.problem_id, v.id AS candidate_id, d.rank, d.position,
        CASE WHEN CAST(:shows_response AS boolean) THEN coalesce(a.response, v.summary) ELSE v.summary END AS text,
        CAST(NULL AS float8) AS score, d.source_problem_id
 FROM drawn d
-JOIN experiences x ON x.id = d.experience_id
-LEFT JOIN attempts a ON a.id = x.source_attempt_id
 CROSS JOIN LATERAL (
-    SELECT ev.id, ev.summary FROM experience_versions ev
+    SELECT ev.id, ev.summary, ev.source_attempt_id FROM experience_versions ev
     WHERE ev.experience_id = d.experience_id
     ORDER BY ev.version DESC
     LIMIT 1
 ) v
+LEFT JOIN attempts a ON a.id = v.source_attempt_id
 WHERE d.position < :k
 ORDER BY d.problem_id, d.position

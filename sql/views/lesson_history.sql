@@ -7,7 +7,10 @@
 -- zero-shot baseline (helped + hurt + even + unknown = uses), its graded attempts with a baseline and their summed
 -- credit, and lift = credit / graded (experience_usage.lift; NULL with nothing graded); credit_var, the variance of
 -- credit, and lift's 95 % interval lift_low .. lift_high = lift -+ 1.96 * sqrt(credit_var) / graded (NULL with
--- nothing graded; docs/concepts.md says what the variance counts).
+-- nothing graded; docs/concepts.md says what the variance counts); and probation, the version's state read off
+-- that interval and the lesson's: 'retired' (the lesson was retired by its record, evicted_by = 'retired:harmful',
+-- on every version's row), else 'untried' (graded = 0), 'helps' (lift_low > 0), 'hurts' (lift_high < 0) or
+-- 'trying' (the interval spans 0). A lesson evicted for another reason keeps its versions' evidence state.
 CREATE OR REPLACE VIEW lesson_history AS
 SELECT e.id AS experience_id, e.pool_id, pl.name AS pool, e.problem_id AS source_problem_id, e.kind,
        v.id AS version_id, v.version, v.reason, v.similarity, v.summary, v.author, v.policy_version_id,
@@ -19,7 +22,12 @@ SELECT e.id AS experience_id, e.pool_id, pl.name AS pool, e.problem_id AS source
        coalesce(u.credit, 0) AS credit, u.credit / CAST(nullif(u.graded, 0) AS double precision) AS lift,
        coalesce(u.credit_var, 0) AS credit_var,
        (u.credit - 1.96 * sqrt(u.credit_var)) / CAST(nullif(u.graded, 0) AS double precision) AS lift_low,
-       (u.credit + 1.96 * sqrt(u.credit_var)) / CAST(nullif(u.graded, 0) AS double precision) AS lift_high
+       (u.credit + 1.96 * sqrt(u.credit_var)) / CAST(nullif(u.graded, 0) AS double precision) AS lift_high,
+       CASE WHEN e.evicted_by = 'retired:harmful' THEN 'retired'
+            WHEN coalesce(u.graded, 0) = 0 THEN 'untried'
+            WHEN (u.credit - 1.96 * sqrt(u.credit_var)) / CAST(u.graded AS double precision) > 0 THEN 'helps'
+            WHEN (u.credit + 1.96 * sqrt(u.credit_var)) / CAST(u.graded AS double precision) < 0 THEN 'hurts'
+            ELSE 'trying' END AS probation
 FROM experiences e
 JOIN pools pl ON pl.id = e.pool_id
 JOIN experience_versions v ON v.experience_id = e.id

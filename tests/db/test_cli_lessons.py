@@ -45,15 +45,18 @@ def test_retire_then_history(session: Session, run_cli: Callable, life: dict[str
     assert shown[1].startswith("state: retired by hand (manual:retired) at ")
     assert shown[1].endswith(': "too vague to help"')
     assert shown[2].split() == ["v", "reason", "sim", "author", "policy", "run/step", "uses", "helped", "hurt",
-                                "even", "unknown", "lift", "95%", "CI", "text"]  # fmt: skip
-    v1, v3 = shown[3].split(), shown[5].split()
-    assert v1[:2] == ["1", "new"] and v1[-11:-5] + v1[-3:] == ["6", "1", "3", "1", "1", "-0.250", "lesson", "of", "b"]
+                                "even", "unknown", "lift", "95%", "CI", "probation", "text"]  # fmt: skip
+    v1, v2, v3 = shown[3].split(), shown[4].split(), shown[5].split()
+    assert v1[:2] == ["1", "new"] and v1[-12:-6] + v1[-3:] == ["6", "1", "3", "1", "1", "-0.250", "lesson", "of", "b"]
     var = session.scalar(sa.text("SELECT credit_var FROM lesson_usefulness WHERE version_id = :v"), {"v": life["v1"]})
     half = 1.96 * var**0.5 / 6  # lift -+ 1.96 standard errors over 6 graded attempts
-    assert v1[-5:-3] == [f"[{-0.25 - half:+.3f},", f"{-0.25 + half:+.3f}]"]
-    assert shown[4].split()[0] == "2" and shown[4].endswith("lesson of b, rewritten")
+    assert v1[-6:-4] == [f"[{-0.25 - half:+.3f},", f"{-0.25 + half:+.3f}]"]
+    # the interval lies below 0; a retirement by hand ('manual:retired') leaves each version's evidence state
+    assert -0.25 + half < 0 and v1[-4] == "hurts"
+    assert v2[0] == "2" and v2[-7:-4] == ["-", "-", "untried"] and shown[4].endswith("lesson of b, rewritten")
     assert v3[:5] == ["*3", "merge:newer", "0.930", "m", "-"] and v3[5] == f"{life['run']}/2"
     assert v3[6:12] == ["2", "2", "0", "0", "0", "+0.500"] and shown[5].endswith("lesson of b, merged")
+    assert v3[12:15] == ["[+0.500,", "+0.500]", "helps"]  # its usefulness row written by hand: no variance
 
     data = json.loads(run_cli("pool", "history", str(lesson), "--json").out)
     assert (data["experience_id"], data["active"], data["evicted_by"], data["evicted_note"]) == (
@@ -73,6 +76,7 @@ def test_retire_then_history(session: Session, run_cli: Callable, life: dict[str
     assert [(v["uses"], v["helped"], v["hurt"], v["even"], v["unknown"], v["graded"], v["credit"])
             for v in versions] == [USEFULNESS[1], (0, 0, 0, 0, 0, 0, 0.0), USEFULNESS[3]]  # fmt: skip
     assert [v["lift"] for v in versions] == [-0.25, None, 0.5]
+    assert [v["probation"] for v in versions] == ["hurts", "untried", "helps"]
     assert versions[2]["similarity"] == MERGE_SIMILARITY and versions[2]["summary"] == "lesson of b, merged"
 
 

@@ -68,6 +68,7 @@ def test_a_lesson_that_hurts_is_retired_once_it_has_min_uses(session: Session) -
     assert version not in session.scalars(sa.text("SELECT version_id FROM pool_current")).all()
     (shown,) = retired_as_harmful(session, "hurts")  # what lanpo demo prints
     assert (shown.version_id, shown.uses, shown.lift) == (version, 2, -1.0) and shown.lift_high < 0  # type: ignore[operator]
+    assert shown.probation == "retired"  # lesson_history says so on its every version
 
 
 @pytest.mark.parametrize(("offset", "retired"), [(-1e-9, False), (0.0, False), (1e-9, True)])

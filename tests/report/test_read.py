@@ -16,7 +16,14 @@ from lanpo.report import read
 from tests.db.store_helpers import make_problems
 from tests.report.helpers import fill_experiment, make_experiment, make_run
 
-QUERIES = ["report_metrics", "report_names", "report_runs", "report_targets", "report_val_attempts"]
+QUERIES = [
+    "report_lesson_lift",  # tests/report/test_lesson_lift.py
+    "report_metrics",
+    "report_names",
+    "report_runs",
+    "report_targets",
+    "report_val_attempts",
+]
 
 
 def test_every_report_query_is_tested_here() -> None:

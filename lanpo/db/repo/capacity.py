@@ -6,9 +6,11 @@ pool kept per problem) and an optional global cap (active experiences in the poo
 eviction policy
 picks who leaves: `oldest`, `lowest_reward` (NULL rewards first), `lowest_relevance` (relevance of an
 experience = mean score of the relevance_scores rows naming one of its versions, else of the rows naming
-its problem as the candidate, else 0) or `lowest_utility` (the lessons whose current version has at least
-`min_uses` uses with a known outcome, `lesson_usefulness` helped + hurt + even, leave first, lowest lift =
-credit / graded first; only when none of them is left does the oldest untried lesson leave, so the cap holds).
+its problem as the candidate, else 0) or `lowest_utility` (the lowest expected lift first: a lesson whose current
+version has at least `min_uses` uses with a known outcome, `lesson_usefulness` helped + hurt + even, at its lift
+shrunk toward 0 under the value-aware draws' prior, `lanpo_lesson_value` at z = 0; an untried one at 0, so the
+lessons known to hurt leave first, then the untried and those known to do nothing, oldest first, and the lessons
+known to help last).
 Ties fall back to age. Evicted rows get `evicted_at = now()` and `evicted_by = '<scope>:<policy>'` (scope:
 per_problem | global) and stay in history.
 
@@ -31,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
 from lanpo.db.repo.pools import PoolRow
+from lanpo.db.repo.sampling import PAPER_RANKING
 from lanpo.errors import InputError
 
 
@@ -66,6 +69,10 @@ def lock_problems(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -
         )
 
 
+# lowest_utility's prior on a tried lesson's lift (sql/queries/evict_*.sql): the value-aware draws' default prior
+EVICTION_PRIOR_SD = PAPER_RANKING.prior_sd
+
+
 def enforce(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -> list[int]:
     """Evict beyond the pool's per-problem cap of `problem_ids`, then beyond its global cap; returns evicted ids.
 
@@ -83,6 +90,7 @@ def enforce(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -> list
                 "evicted_by": f"per_problem:{pool.eviction}",
                 "cap": pool.per_problem_cap,
                 "min_uses": pool.min_uses,
+                "prior_sd": EVICTION_PRIOR_SD,
             },
         )
     )
@@ -95,6 +103,7 @@ def enforce(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -> list
                 "evicted_by": f"global:{pool.eviction}",
                 "cap": pool.global_cap,
                 "min_uses": pool.min_uses,
+                "prior_sd": EVICTION_PRIOR_SD,
             },
         )
     return evicted

@@ -122,12 +122,14 @@ def inter_contexts(
     pool_id: int,
     kinds: Sequence[str] | None = None,
     shows_response: bool = False,
+    ranking: sampling.Ranking = sampling.PAPER_RANKING,
 ) -> dict[int, list[InterItem]]:
     """problem id -> up to k lessons of pool `pool_id` (of `kinds` only, when given) from OTHER problems with
     relevance >= gamma (relevance-ranked, weighted draw). `scorer = None` draws with no relevance filter at all (the
     whole pool, recency-ranked: gamma = 0 in training, lanpo's reading of Table 2's w/o filtering).
     `shows_response`: items carry the source rollout's response instead of the summary (feedback.inter.shows =
-    response: lanpo's own ablation, not a Table 2 row).
+    response: lanpo's own ablation, not a Table 2 row). `ranking`: relevance (the paper) or value-aware
+    (`sampling.Ranking`).
 
     `scorer` must have scores in the store: when nothing is drawn at all, an unknown scorer is an InputError
     naming the scorers there (checked only then, so a training step that draws pays nothing for it).
@@ -142,6 +144,7 @@ def inter_contexts(
             pool_id=pool_id,
             kinds=kinds,
             shows_response=shows_response,
+            ranking=ranking,
         )
     else:
         draws = sampling.sample_inter(
@@ -155,6 +158,7 @@ def inter_contexts(
             pool_id=pool_id,
             kinds=kinds,
             shows_response=shows_response,
+            ranking=ranking,
         )
     if scorer is not None and not any(draws.values()):
         require_scorer(session, scorer)

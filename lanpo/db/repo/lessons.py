@@ -13,6 +13,9 @@ from lanpo.db.repo import checks
 from lanpo.errors import InputError
 
 RETIRED_BY = "manual:retired"
+# lesson_history.probation, in the order a reader meets them: the lesson retired by its record ('retired:harmful',
+# on every version), no graded attempt yet, then the version's lift's 95 % interval above 0, below 0, or spanning it
+PROBATION = ("retired", "untried", "helps", "hurts", "trying")
 HISTORY_HINT = "`lanpo pool history LESSON` shows a lesson's chain and state"
 
 
@@ -64,6 +67,7 @@ class HistoryRow:
     credit_var: float  # the variance of credit
     lift_low: float | None  # lift's 95 % interval
     lift_high: float | None
+    probation: str  # one of PROBATION: the version's state, from that interval and the lesson's retirement
 
 
 def _lesson_id(value: int) -> int:

@@ -9,18 +9,84 @@ cryptographic digest: the top 52 bits of `sha256('<candidate id>/<problem id>/<s
 step writes a group's rollouts and a problem's lessons with consecutive ids, which biased the draws (issue 8).
 The same seed gives the same draws, whatever the order of the problem ids or the rest of the batch. The key is
 one SQL function, `lanpo_draw_key(seed, candidate_id, problem_id, rank)` (migration 0009), that the three call.
+
+Inter draws rank by relevance (the paper) or, `Ranking(rank="value")`, by value: an upper confidence bound on each
+candidate's lift, `lanpo_lesson_value` (migration 0020; `lesson_value` here is its Python twin), with candidates
+below `value_bound` left out (docs/concepts.md, "Lessons on probation").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
 from lanpo.errors import InputError
+
+T = TypeVar("T")
+RANKS = ("relevance", "value")  # feedback.inter.rank
+VALUE_Z = 1.96  # standard deviations above the posterior mean: the bound of lift's 95 % interval (lesson_history)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """How inter candidates are ranked: `relevance` (the paper: relevance, then recency) or `value` (the upper
+    confidence bound on lift under a N(0, prior_sd^2) prior, then relevance; below `value_bound`, never drawn)."""
+
+    rank: str = "relevance"
+    prior_sd: float = 0.15
+    value_bound: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.rank not in RANKS:
+            raise InputError(f"rank must be one of {', '.join(RANKS)}, got {self.rank!r}")
+        if not 0.0 < self.prior_sd <= 1.0:
+            raise InputError(f"prior_sd must be in (0, 1], got {self.prior_sd}")
+        if not -1.0 <= self.value_bound <= 1.0:
+            raise InputError(f"value_bound must be in [-1, 1], got {self.value_bound}")
+
+    def params(self) -> dict[str, Any]:
+        """The SQL parameters of the draw queries' ranking."""
+        return {"rank": self.rank, "prior_sd": self.prior_sd, "value_bound": self.value_bound, "z": VALUE_Z}
+
+
+PAPER_RANKING = Ranking()  # relevance, then recency: the paper's ranking and the default
+
+
+def lesson_values(session: Session, version_ids: Sequence[int], ranking: Ranking) -> dict[int, float]:
+    """version id -> its value under `ranking`'s prior (`lanpo_lesson_value`, sql/queries/lesson_values.sql)."""
+    if not version_ids:
+        return {}
+    rows = session.execute(
+        sqlfiles.load("queries/lesson_values"),
+        {"version_ids": [int(v) for v in version_ids], "prior_sd": ranking.prior_sd, "z": VALUE_Z},
+    )
+    return {int(v): float(value) for v, value in rows}
+
+
+def rank_by_value(session: Session, found: Sequence[T], version_of: Callable[[T], int], ranking: Ranking) -> list[T]:
+    """`found` (best first by relevance) re-ranked by `ranking`: unchanged for relevance; for value, those whose
+    value is below `ranking.value_bound` dropped and the rest ordered by value, ties kept in `found`'s order."""
+    if ranking.rank != "value":
+        return list(found)
+    values = lesson_values(session, [version_of(item) for item in found], ranking)
+    kept = [(values[version_of(item)], i, item) for i, item in enumerate(found)]
+    return [item for value, _, item in sorted(kept, key=lambda t: (-t[0], t[1])) if value >= ranking.value_bound]
+
+
+def lesson_value(graded: float, credit: float, credit_var: float, prior_sd: float, z: float = VALUE_Z) -> float:
+    """`lanpo_lesson_value` in Python (migration 0020): the posterior mean of a version's lift under a N(0,
+    prior_sd^2) prior, plus z posterior standard deviations; z * prior_sd with nothing graded."""
+    if not graded:
+        return z * prior_sd
+    var = max(credit_var, 1e-9)
+    precision = 1.0 / prior_sd**2 + graded * graded / var
+    return (credit * graded / var) / precision + z / math.sqrt(precision)
 
 
 @dataclass(frozen=True)
@@ -102,10 +168,11 @@ def sample_inter(
     pool_id: int,
     kinds: Sequence[str] | None = None,
     shows_response: bool = False,
+    ranking: Ranking = PAPER_RANKING,
 ) -> dict[int, list[DrawnCandidate]]:
     """problem id -> up to k current versions of active experiences of pool `pool_id` (of `kinds` only, when given:
-    summary | meta), from OTHER problems with relevance >= gamma. `shows_response`: the text is the source
-    rollout's response, not the summary (lanpo's raw-response ablation)."""
+    summary | meta), from OTHER problems with relevance >= gamma, ranked by `ranking`. `shows_response`: the text is
+    the response the current version was written from, not the summary (lanpo's raw-response ablation)."""
     ids = _check(problem_ids, k, candidates, seed)
     if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be a number in [0, 1], got {gamma!r}")
@@ -125,6 +192,7 @@ def sample_inter(
             "pool_id": pool_id,
             "kinds": None if kinds is None else list(kinds),
             "shows_response": bool(shows_response),
+            **ranking.params(),
         },
     )
     return _group(rows, ids, with_score=True)
@@ -139,10 +207,11 @@ def sample_inter_unfiltered(
     pool_id: int,
     kinds: Sequence[str] | None = None,
     shows_response: bool = False,
+    ranking: Ranking = PAPER_RANKING,
 ) -> dict[int, list[DrawnCandidate]]:
     """problem id -> up to k current versions of active experiences of pool `pool_id` (of `kinds` only, when given)
     from OTHER problems, with no relevance filter: the whole pool is the candidate set, ranked by recency (gamma = 0:
-    lanpo's reading of Table 2's w/o filtering, which only drops the threshold)."""
+    lanpo's reading of Table 2's w/o filtering, which only drops the threshold); `ranking` value: by value first."""
     ids = _check(problem_ids, k, candidates, seed)
     if not ids or k == 0:
         return {p: [] for p in ids}
@@ -156,6 +225,7 @@ def sample_inter_unfiltered(
             "pool_id": pool_id,
             "kinds": None if kinds is None else list(kinds),
             "shows_response": bool(shows_response),
+            **ranking.params(),
         },
     )
     return _group(rows, ids, with_score=True)

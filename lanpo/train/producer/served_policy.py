@@ -30,7 +30,7 @@ import json
 import logging
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ class ServedPolicy:
     ) -> None:
         self.backend = backend
         self.model = model  # the trained model: PEFT (LoRA), or plain (full fine-tuning)
-        self.kind = kind  # "hf" | "vllm"
+        self.kind = kind  # "hf" | "vllm" | "sim"
         self.merged = merged  # vllm + LoRA: serve the adapter folded into the base weights (lora_sync = merged)
         self.sleep_level = sleep_level  # the engine sleeps through each update at this level (None: never)
         self.asleep: tuple[str, ...] = ()  # what of the engine sleeps now: "weights", "kv_cache"
@@ -174,7 +174,13 @@ class ServedPolicy:
 
 
 def open_served_policy(
-    cfg: Any, model: Any, tokenizer: Any, start_weights: str | None, dist: Any = None, trains: bool = True
+    cfg: Any,
+    model: Any,
+    tokenizer: Any,
+    start_weights: str | None,
+    dist: Any = None,
+    trains: bool = True,
+    problems: Mapping[str, str | None] | None = None,
 ) -> ServedPolicy:
     """The served policy of a run: `rollout.backend` over the trained model (hf), or over `start_weights`, the
     folder `start_folder` gave (vllm), serving the policy's adapter from the start.
@@ -187,8 +193,15 @@ def open_served_policy(
     vLLM's `external_launcher` executor (the colocated layout TRL uses): each rank generates only its share of
     the step's prompts, so no rank waits on another for rollouts and no weights cross the network to sync;
     seeds are offset by rank. The other layout, one rank serving all, would leave the rest idle while it
-    samples and would ship every adapter to it."""
-    if cfg.rollout.backend == "hf":
+    samples and would ship every adapter to it.
+
+    `sim` (`lanpo.rollout.sim`): the simulated policy, answering the store's `problems` (question -> gold answer) by
+    its table; like hf it says the trained adapter's hash, so the per-completion check holds."""
+    if cfg.rollout.backend == "sim":
+        from lanpo.rollout.sim import SimBackend
+
+        served = ServedPolicy(SimBackend(model, tokenizer, cfg.rollout.sim, problems or {}), model, "sim")
+    elif cfg.rollout.backend == "hf":
         from lanpo.rollout.hf import HFBackend
 
         served = ServedPolicy(HFBackend(model, tokenizer), model, "hf")
