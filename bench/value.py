@@ -182,9 +182,10 @@ def main() -> int:
     for arm in ARMS:
         r = rows[arm]
         med = {key: statistics.median(x[key] for x in r) for key in r[0]}
+        share = med["gain"] / med["oracle"] if med["oracle"] else float("nan")
         print(
             f"| {arm} | {med['prompts']:.0f} | {med['gain']:+.3f} | {med['oracle']:+.3f} | "
-            f"{med['gain'] / med['oracle']:.2f} | {med['corr']:.2f} ({med['known']:.0f}) | "
+            f"{share:.2f} | {med['corr']:.2f} ({med['known']:.0f}) | "
             f"{med['helpful_kept']:.2f} ({med['helpful']:.0f}) |"
         )
     return 0

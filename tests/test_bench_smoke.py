@@ -63,6 +63,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     ),
     "lesson_similarity": ("--model tiny-random --per-problem 2", r"different problems: (no pair|\d+ pairs)"),
     "usefulness": ("--steps 2 --groups 4 --versions 8 --rounds 1", r"lanpo / reference: [\d.]+x"),
+    "value": ("--steps 2 --problems 8 --batch 4", r"\| value \| \d+ \| [+-]?[\d.na]+ \| [+-]?[\d.na]+ \| [\d.na]+ \|"),
     "pool_ops": ("--scale small --steps 1", r"target: whole step <= 1.5x in-memory -> wall [\d.]+x"),
     "logprob_memory": (  # two fresh processes (~5 s each, most of it importing torch and transformers)
         "--response-tokens 64 --chunk 16 --rounds 1 --phases update",
