@@ -14,6 +14,14 @@ DEFAULT_ARMS = {
     "lanpo-intra": {"method": "lanpo", "feedback.mode": "intra"},
     "lanpo-inter": {"method": "lanpo", "feedback.mode": "inter"},
     "lanpo-both": {"method": "lanpo", "feedback.mode": "both"},
+    # LANPO-both with lessons on probation (issue 64): inter lessons ranked by value, those known to hurt never
+    # drawn, and retired once their lift's interval lies below 0 (the demo's settings; docs/concepts.md).
+    "lanpo-both-value": {
+        "method": "lanpo",
+        "feedback.mode": "both",
+        "feedback.inter.rank": "value",
+        "store.retire_below": 0.0,
+    },
     "mel": {"method": "mel", "feedback.mode": "none", "feedback.p_t": 0.0},
     # The paper's Fig. 2 failure modes, to be compared, never a default. 2b: "We provided the correct answer to the
     # same training problem during rollouts, akin to rejection fine-tuning (RFT)".

@@ -84,8 +84,8 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> list[MelScript]:
     made: list[MelScript] = []
     real_open_served_policy = state.open_served_policy
 
-    def open_served_policy(cfg: Any, model: Any, tokenizer: Any, *args: Any) -> ServedPolicy:
-        engine = real_open_served_policy(cfg, model, tokenizer, *args)
+    def open_served_policy(cfg: Any, model: Any, tokenizer: Any, *args: Any, **kwargs: Any) -> ServedPolicy:
+        engine = real_open_served_policy(cfg, model, tokenizer, *args, **kwargs)
         made.append(MelScript(tokenizer, served=engine.backend.served_adapter_sha256))
         engine.backend = made[-1]
         return engine

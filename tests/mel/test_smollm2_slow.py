@@ -71,14 +71,14 @@ def test_mel_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     real = state.open_served_policy
 
-    def open_served_policy(cfg: Any, model: Any, tokenizer: Any, *args: Any) -> ServedPolicy:
+    def open_served_policy(cfg: Any, model: Any, tokenizer: Any, *args: Any, **kwargs: Any) -> ServedPolicy:
         with db.connect() as conn:
             answers = dict(
                 conn.execute(
                     sa.text("SELECT question, answer FROM problems WHERE dataset = :d"), {"d": "slow_mel_chain_sum"}
                 ).all()
             )
-        engine = real(cfg, model, tokenizer, *args)
+        engine = real(cfg, model, tokenizer, *args, **kwargs)
         engine.backend = GoldFirst(engine.backend, tokenizer, answers)
         return engine
 
