@@ -293,3 +293,15 @@ def test_workers_take_the_costlier_arms_of_a_seed_first(tmp_path: Path) -> None:
         (2, "lanpo-intra"), (2, "mel"), (2, "lanpo-both"), (2, "grpo"),
         (0, "lanpo-intra"), (0, "mel"), (0, "lanpo-both"), (0, "grpo"),
     ]  # fmt: skip
+
+
+def test_the_value_aware_arm_is_lanpo_both_with_lessons_on_probation() -> None:
+    """lanpo-both-value differs from lanpo-both in the inter ranking and retirement only (issue 64's reuse check)."""
+    from lanpo.experiment import DEFAULT_ARMS, ExperimentConfig, arm_config
+    from lanpo.train.config import TrainConfig
+
+    exp = ExperimentConfig(name="value", recipe="r.toml", arms=["lanpo-both", "lanpo-both-value"])
+    both, value = (arm_config(TrainConfig(), DEFAULT_ARMS[a], a, 0, exp) for a in exp.arms)
+    assert (both.feedback.inter.rank, both.store.retire_below) == ("relevance", None)
+    assert (value.feedback.inter.rank, value.store.retire_below) == ("value", 0.0)
+    assert value.feedback.mode == both.feedback.mode == "both" and value.method == both.method == "lanpo"
