@@ -189,7 +189,9 @@ def test_every_bench_is_smoked() -> None:
 # - async (rollout workers against the synchronous run): tests/train/test_workers.py (one worker at staleness 0 is
 #   the synchronous run; killed workers and trainers lose nothing).
 # What only the benches add is their ratio line, and that the scripts still run.
-FULL_BENCHES = {"plan_check", "logprob_train", "async"}
+# value: two training runs on the simulated policy (15 s); twins tests/train/test_sim_policy.py (the sim through
+# lanpo's trainer) and tests/db/test_value_draw.py (the value-aware draw and its bound)
+FULL_BENCHES = {"plan_check", "logprob_train", "async", "value"}
 
 
 @pytest.mark.parametrize(

