@@ -14,9 +14,13 @@ Per arm, over the inter prompts of the second half of the run (when the store ha
 - gain: the mean of p(correct | the lessons drawn) - p(correct | none), by the table (0 for a prompt that asked for
   lessons and was answered zero-shot); oracle: the same with the k best lessons the pool held for that prompt
   (active, relevant at gamma, of another problem); share = gain / oracle;
-- rank corr: Spearman's correlation of each lesson's estimated lift (lesson_history, current version, at least
-  `store.min_uses` graded uses) with its true effect, over the run's lessons;
-- helpful kept: of the helpful lessons tried at least `min_uses` times, the share capacity did not evict.
+- rank corr: Spearman's correlation of each lesson's estimated lift (lesson_history, current version) with its true
+  effect, over the run's lessons with at least `store.min_uses` known uses (helped + hurt + even), and with 4+;
+  with three tied true values in shares 0.2 / 0.6 / 0.2 a perfect ordering scores sqrt(1 - 0.2^3 - 0.6^3 - 0.2^3) =
+  0.88, not 1;
+- helpful kept: of the helpful lessons with `min_uses` known uses, the share no cap evicted; helpful retired: how
+  many of them were retired as harmful (a false retirement); harmful retired: the share of the known harmful ones
+  retired.
 
     python bench/value.py                              # 40 problems, 60 steps of 8, two arms, seed 0
     python bench/value.py --seeds 0 1 2
@@ -106,6 +110,7 @@ def measure(db: sa.Engine, cfg: TrainConfig, ids: list[int], questions: dict[int
         lessons = conn.execute(
             sa.text(
                 "SELECT h.experience_id, h.source_problem_id, h.summary, h.graded, h.lift, h.evicted_by, "
+                "  h.helped + h.hurt + h.even AS known_uses, "
                 "  (SELECT min(v.step) FROM experience_versions v WHERE v.experience_id = h.experience_id) AS born, "
                 "  h.evicted_step FROM lesson_history h WHERE h.pool_id = :p AND h.is_current"
             ),
@@ -142,21 +147,33 @@ def measure(db: sa.Engine, cfg: TrainConfig, ids: list[int], questions: dict[int
             ]
             best = sorted((tag for lesson in held for tag in tags_in(lesson.summary)), key=table.effect_of)[::-1][:K]
             oracles.append(table.p_correct(q, best) - base)
-    known = [(lesson.lift, effect[lesson.experience_id]) for lesson in lessons if lesson.graded >= cfg.store.min_uses]
-    helpful = [
-        lesson for lesson in lessons if effect[lesson.experience_id] > 0 and lesson.graded >= cfg.store.min_uses
-    ]
-    corr = spearmanr([k[0] for k in known], [k[1] for k in known]).statistic if len(known) > 2 else float("nan")
+    min_uses = cfg.store.min_uses
+    known = [lesson for lesson in lessons if lesson.known_uses >= min_uses]
+    helpful = [lesson for lesson in known if effect[lesson.experience_id] > 0]
+    harmful = [lesson for lesson in known if effect[lesson.experience_id] < 0]
+    capacity = [h for h in helpful if h.evicted_by and h.evicted_by.split(":")[0] in ("global", "per_problem")]
     return {
         "prompts": len(gains),
         "gain": statistics.fmean(gains) if gains else float("nan"),
         "oracle": statistics.fmean(oracles) if oracles else float("nan"),
-        "corr": float(corr),
+        "corr": _spearman(known, effect),
         "known": len(known),
-        "helpful_kept": sum(h.evicted_by is None for h in helpful) / len(helpful) if helpful else float("nan"),
+        "corr_4": _spearman([lesson for lesson in known if lesson.known_uses >= 4], effect),
+        "known_4": sum(lesson.known_uses >= 4 for lesson in known),
+        # of the helpful lessons known (min_uses known uses), the share no cap evicted
+        "helpful_kept": 1 - len(capacity) / len(helpful) if helpful else float("nan"),
         "helpful": len(helpful),
+        "helpful_retired": sum(h.evicted_by == "retired:harmful" for h in helpful),
+        "harmful_retired": sum(h.evicted_by == "retired:harmful" for h in harmful) / len(harmful) if harmful else 0.0,
         "lessons": len(lessons),
     }
+
+
+def _spearman(lessons: list, effect: dict[int, float]) -> float:
+    """Spearman's correlation of the lessons' estimated lifts with their true effects (nan under 3 lessons)."""
+    if len(lessons) < 3:
+        return float("nan")
+    return float(spearmanr([x.lift for x in lessons], [effect[x.experience_id] for x in lessons]).statistic)
 
 
 def main() -> int:
@@ -177,16 +194,20 @@ def main() -> int:
                 rows[arm].append(measure(db, cfg, ids, questions))
                 print(f"seed {seed} {arm}: {rows[arm][-1]} ({time.perf_counter() - started:.0f} s)", flush=True)
     print(f"\n{args.problems} problems, {args.steps} steps of {args.batch} x 4 rollouts, seeds {args.seeds}; medians")
-    print("| arm | inter prompts | gain | oracle gain | share of oracle | rank corr (lessons) | helpful kept |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| arm | inter prompts | gain | oracle gain | share of oracle | rank corr (lessons) | rank corr, 4+ uses "
+        "| helpful kept | helpful retired | harmful retired |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for arm in ARMS:
         r = rows[arm]
         med = {key: statistics.median(x[key] for x in r) for key in r[0]}
         share = med["gain"] / med["oracle"] if med["oracle"] else float("nan")
         print(
             f"| {arm} | {med['prompts']:.0f} | {med['gain']:+.3f} | {med['oracle']:+.3f} | "
-            f"{share:.2f} | {med['corr']:.2f} ({med['known']:.0f}) | "
-            f"{med['helpful_kept']:.2f} ({med['helpful']:.0f}) |"
+            f"{share:.2f} | {med['corr']:.2f} ({med['known']:.0f}) | {med['corr_4']:.2f} ({med['known_4']:.0f}) | "
+            f"{med['helpful_kept']:.2f} ({med['helpful']:.0f}) | {med['helpful_retired']:.0f} | "
+            f"{med['harmful_retired']:.2f} |"
         )
     return 0
 
