@@ -134,7 +134,9 @@ class SimBackend:
         shown = answer if correct else _wrong(answer)
         return f"Working through the steps in order gives the result.\nThe answer is \\boxed{{{shown}}}."
 
-    def _completion(self, text: str, prompt_ids: tuple[int, ...], params: SamplingParams, served: str | None) -> Any:
+    def _completion(
+        self, text: str, prompt_ids: tuple[int, ...], params: SamplingParams, served: str | None
+    ) -> Completion:
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])[: params.max_new_tokens]
         eos = self.tokenizer.eos_token_id
         finished = len(ids) < params.max_new_tokens and eos is not None
