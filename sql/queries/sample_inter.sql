@@ -75,11 +75,11 @@ valued AS (
     SELECT c.*, CASE WHEN :rank = 'value'
                 THEN lanpo_lesson_value(u.graded, u.credit, u.credit_var, :prior_sd, :z) END AS value
     FROM candidates c
-    CROSS JOIN LATERAL (
+    LEFT JOIN LATERAL (  -- the current version, read under rank = value only (a one-time filter otherwise)
         SELECT ev.id FROM experience_versions ev
-        WHERE ev.experience_id = c.experience_id ORDER BY ev.version DESC LIMIT 1
-    ) cur
-    LEFT JOIN lesson_usefulness u ON u.version_id = cur.id AND :rank = 'value'
+        WHERE ev.experience_id = c.experience_id AND :rank = 'value' ORDER BY ev.version DESC LIMIT 1
+    ) cur ON true
+    LEFT JOIN lesson_usefulness u ON u.version_id = cur.id
 ),
 pool AS (
     SELECT * FROM (

@@ -23,11 +23,11 @@ pool AS (
                    CASE WHEN :rank = 'value'
                         THEN lanpo_lesson_value(u.graded, u.credit, u.credit_var, :prior_sd, :z) END AS value
             FROM experiences x
-            CROSS JOIN LATERAL (
+            LEFT JOIN LATERAL (  -- the current version, read under rank = value only
                 SELECT ev.id FROM experience_versions ev
-                WHERE ev.experience_id = x.id ORDER BY ev.version DESC LIMIT 1
-            ) cur
-            LEFT JOIN lesson_usefulness u ON u.version_id = cur.id AND :rank = 'value'
+                WHERE ev.experience_id = x.id AND :rank = 'value' ORDER BY ev.version DESC LIMIT 1
+            ) cur ON true
+            LEFT JOIN lesson_usefulness u ON u.version_id = cur.id
             WHERE x.pool_id = :pool_id AND x.evicted_at IS NULL AND x.problem_id <> req.problem_id
               AND (CAST(:kinds AS text[]) IS NULL OR x.kind = ANY(CAST(:kinds AS text[])))
         ) y
