@@ -4,7 +4,10 @@
   or the ones below, never above, but for type hints (under `if TYPE_CHECKING:`, which never runs).
 - No import cycle among lanpo's modules (function-level imports count: they run; a module's import of its own
   package, the package's face, does not).
-- `lanpo/integrations/*` and `lanpo/feedback/*` (the store's client layer) import no `lanpo.train` module.
+- `lanpo/integrations/*` and `lanpo/feedback/*` (the store's client layer) import no `lanpo.train` module, and
+  `lanpo/serve` none either.
+- `lanpo/integrations/*` (the TRL and verl adapters) reach the store through `lanpo.feedback` alone: of `lanpo.db`
+  they import only the store's handle (`lanpo.db.connection.open_store`) and its errors (`lanpo.db.errors`).
 - The pure core (`lanpo.rewards`, `lanpo.prompts`, `lanpo.rl`, `lanpo.config`, `lanpo.diagnostics`) loads no
   SQLAlchemy.
 
@@ -211,16 +214,67 @@ def test_the_cycle_finder_finds_a_cycle_and_names_its_imports() -> None:
     [
         "integrations",
         "feedback",
+        "serve",
     ],
 )
 def test_the_store_client_and_adapters_import_no_train_module(folder: str) -> None:
-    """An adapter (TRL, verl) and the store's client layer need what any trainer needs, never lanpo.train."""
+    """An adapter (TRL, verl), the store's client layer and the server need what any trainer needs, never
+    lanpo.train."""
     assert (PACKAGE / folder).is_dir(), f"lanpo/{folder}/ does not exist"
     package = f"lanpo.{folder}"
     into_train = _distinct(
         str(imp) for imp in _imports() if _is_in(imp.source, package) and _is_in(imp.target, "lanpo.train")
     )
     assert not into_train, f"lanpo/{folder} imports lanpo.train:\n" + "\n".join(into_train)
+
+
+STORE_HANDLE = {"lanpo.db.connection": {"open_store"}, "lanpo.db.errors": None}  # module -> names (None: any)
+
+
+def _db_imports_of(package: str) -> list[str]:
+    """`file:line -> lanpo.db... name` for each import of lanpo.db by `package` beyond the store's handle."""
+    found = []
+    for module, path in _modules().items():
+        if not _is_in(module, package):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                pairs = [(alias.name, None) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                pairs = [(node.module or "", alias.name) for alias in node.names]
+            else:
+                continue
+            for target, name in pairs:
+                dotted = target if name is None else f"{target}.{name}"
+                if not _is_in(dotted, "lanpo.db"):
+                    continue
+                allowed = STORE_HANDLE.get(target, set())
+                if name is None or (allowed is not None and name not in allowed):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} -> {dotted}")
+    return _distinct(found)
+
+
+def test_the_adapters_reach_the_store_through_the_store_api_alone() -> None:
+    """The TRL and verl adapters open, write and commit runs through lanpo.feedback; no lanpo.db.repo module."""
+    reached = _db_imports_of("lanpo.integrations")
+    assert not reached, "lanpo/integrations imports lanpo.db beyond open_store and its errors:\n" + "\n".join(reached)
+
+
+def test_the_store_handle_rule_finds_a_repository_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above on a made-up adapter, so that it cannot pass by finding nothing."""
+    fake = tmp_path / "lanpo" / "integrations" / "fake.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(
+        "from lanpo.db.connection import open_store, transaction\nfrom lanpo.db.repo import runs\n"
+        "from lanpo.db.errors import database_error\nimport lanpo.db.heartbeat\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "_modules", lambda: {"lanpo.integrations.fake": fake})
+    assert _db_imports_of("lanpo.integrations") == [
+        "lanpo/integrations/fake.py:1 -> lanpo.db.connection.transaction",
+        "lanpo/integrations/fake.py:2 -> lanpo.db.repo.runs",
+        "lanpo/integrations/fake.py:4 -> lanpo.db.heartbeat",
+    ]
 
 
 # Run in a fresh interpreter: prints the lanpo import lines that were running when SQLAlchemy was first asked for.

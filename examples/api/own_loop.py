@@ -3,16 +3,24 @@ with your own model, record the group with your rewards, read it back with SQL.
 
     python examples/api/own_loop.py                      # the tiny random model, 2 steps, seconds on a CPU
     python examples/api/own_loop.py --model smollm2 --steps 3
+    python examples/api/own_loop.py --steps 4 --out ckpt  # a checkpoint a step; kill it, then rerun with --resume
+    python examples/api/own_loop.py --steps 4 --out ckpt --resume
 
 It runs on the store of $LANPO_HOME (the embedded Postgres, created and migrated on first use) or
 $LANPO_DATABASE_URL. Only the lines that call `client` are lanpo's; the model, its sampling, the reward and the
 update (left out here: put your optimiser step where the comment says) are yours.
+
+With `--out`, each step saves the weights before the store commits the step, and the commit names the file; a
+rerun with `--resume` after a kill (SIGKILL, a lost machine) reopens the run through the store API, which rolls
+back whatever the killed step had written and says where to continue (`run.next_step`) and what to load
+(`run.opened.checkpoint`): no step is recorded twice, and none is skipped.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -51,6 +59,15 @@ def generate(model: Any, tokenizer: Any, texts: list[str], n: int, max_new_token
     return groups
 
 
+def save(model: Any, out: Path, step: int) -> str:
+    """Your checkpoint: the weights after `step`, written whole (a temporary file renamed) or not at all."""
+    out.mkdir(parents=True, exist_ok=True)
+    path, partial = out / f"step-{step}.pt", out / f"step-{step}.pt.tmp"
+    torch.save(model.state_dict(), partial)
+    partial.replace(path)
+    return str(path)
+
+
 def my_reward(completion: Completion, answer: str | None) -> float:
     """Your reward: here, 1 for a completion that states the answer, else 0.5 for one that stopped by itself."""
     if answer is not None and answer in completion.text:
@@ -63,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny-random", help="tiny-random, smollm2, a local HF folder or hub id")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--run-name", default="own-loop")
+    parser.add_argument("--out", type=Path, help="save the weights there each step, named by the step's commit")
+    parser.add_argument("--resume", action="store_true", help="continue the run after its last checkpointed step")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     config = StoreRunConfig(
@@ -76,16 +95,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client = StoreClient(config)  # the store (a fresh one is migrated), the problems, checked before any model
         model, tokenizer = load_causal_lm(args.model, dtype="float32", device="cpu")
-        run = client.start(args.model)
-        for step in range(1, args.steps + 1):
+        run = client.open(args.model, resume=args.resume)  # one transaction: created, or resumed and rolled back
+        if run.opened.checkpoint is not None:  # the weights of the last checkpointed step
+            model.load_state_dict(torch.load(run.opened.checkpoint))
+            print(f"resuming after step {run.opened.last_step} from {run.opened.checkpoint}")
+        for step in range(run.next_step, args.steps + 1):
             batch = client.problem_ids[:4]  # your sampler of problems: here the same four each step
             prompts = client.prompts(run, step, batch, tokenizer, policy_sha256=state_sha256(model.state_dict()))
             groups = generate(model, tokenizer, prompts.texts, n=2, max_new_tokens=16)
             rewards = [my_reward(c, a) for group, a in zip(groups, prompts.answers, strict=True) for c in group]
             graded = client.grade(prompts, groups, rewards)
             lessons = client.lessons(step, prompts, groups, graded, make_backend("hf", model, tokenizer), tokenizer)
-            written = client.record(run, step, prompts, groups, graded, lessons)
             # ... your update of `model` on (prompts.texts, groups, rewards) goes here ...
+            saved = None if args.out is None else save(model, args.out, step)  # before the commit names it
+            written = client.record(run, step, prompts, groups, graded, lessons, checkpoint=saved)
             print(f"step {step}: asked {prompts.asked}, got {prompts.modes}; {written.added} lessons admitted")
         client.finish(run)
     except LanpoError as exc:

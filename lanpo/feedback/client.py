@@ -1,14 +1,15 @@
 """`StoreClient`: what any trainer needs from a lanpo store, in five calls (docs/api.md).
 
     client = StoreClient(StoreRunConfig(...))               # the store (a fresh one migrated), problems, relevance
-    run = client.start("my-model")                          # the run and its pool
+    run = client.open("my-model", resume=True)              # the run and its pool: created, or resumed after a kill
     prompts = client.prompts(run, step, problem_ids, tokenizer, policy_sha256=...)   # contexts drawn and fitted
     graded = client.grade(prompts, groups, rewards)         # your rewards, with lanpo's correctness and format
     client.record(run, step, prompts, groups, graded, client.lessons(...))           # one transaction: the step
 
-lanpo's own trainer and the TRL adapter (`lanpo.integrations.trl`) draw and record through the same functions
-(`lanpo.feedback.contexts.contexted_prompts`, `lanpo.feedback.record.write_step_rows`); this class adds only the
-order they are called in and the one transaction a step commits in. It knows no trainer: the caller generates.
+or, for groups that finish apart, `client.write(run, step, ...)` per group or batch, then `client.commit(run,
+step, checkpoint=...)` once the caller says the step's groups are complete. The run's life (open, write, commit,
+checkpoint, roll back) is `lanpo.feedback.lifecycle`'s, which lanpo's own trainer and the TRL and verl adapters
+call too; this class adds only the order the calls come in. It knows no trainer: the caller generates.
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ from sqlalchemy.engine import Engine
 
 from lanpo.config import to_mapping
 from lanpo.db.connection import open_store, require_migrated, transaction
-from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import problems as problems_repo
-from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import InputError
+from lanpo.feedback import lifecycle
 from lanpo.feedback import record as rows
 from lanpo.feedback.config import StoreRunConfig
 from lanpo.feedback.contexts import StepPrompts, contexted_prompts, per_rollout
@@ -43,6 +43,7 @@ class StoreClient:
 
     def __init__(self, config: Any, db: Engine | None = None) -> None:
         self.cfg = StoreRunConfig.of(config)
+        self.source = config  # as given (a TrainConfig keeps all its tables in runs.config.lanpo)
         self.db = open_store() if db is None else db
         require_migrated(self.db)
         fb = self.cfg.feedback
@@ -53,18 +54,63 @@ class StoreClient:
             self.scorer = resolve_scorer(session, fb.inter.scorer) if inter else None
             self.problems = {p.id: p for p in problems_repo.problems_by_ids(session, self.problem_ids)}
 
-    def start(self, model: str, config: dict[str, Any] | None = None, trainer: str = "api") -> RunRef:
-        """A new run named `run_name` (its pool `store.pool`, else one named after it), training `model`; its
-        config keeps this client's config, `trainer` and `config` (your trainer's own settings)."""
+    def spec(
+        self,
+        model: str,
+        config: dict[str, Any] | None = None,
+        trainer: str = "api",
+        pool_of_model: bool = False,
+        resume_hint: str = "open it with resume=True, or set run_name to a new name",
+    ) -> lifecycle.RunSpec:
+        """The run this client opens: named `run_name`, training `model`, its pool `store.pool` (else one named
+        after it); a new run's config keeps this client's config, `trainer` and `config` (your trainer's own)."""
+        kept = {"trainer": trainer, "lanpo": to_mapping(self.source), **({trainer: config} if config else {})}
+        name, pool, store = self.cfg.run_name, self.cfg.pool_name(), self.cfg.store
+        return lifecycle.RunSpec(
+            name, model, pool, store, kept, trainer, pool_of_model=pool_of_model, resume_hint=resume_hint
+        )
+
+    def check_open(
+        self, model: str, trainer: str = "api", resume: bool = False, after: int | None = None, **spec: Any
+    ) -> None:
+        """What `open` would refuse, checked with nothing written (`lanpo.feedback.lifecycle.check_run`)."""
         with transaction(self.db) as session:
-            pool = pools_repo.ensure_pool(session, self.cfg.pool_name(), self.cfg.store)
-            kept = {"trainer": trainer, "lanpo": to_mapping(self.cfg), **({trainer: config} if config else {})}
-            run = runs_repo.create_run(session, self.cfg.run_name, "train", kept, model, pool.id)
-            return RunRef(self.db, run.id, pool)
+            lifecycle.check_run(session, self.spec(model, None, trainer, **spec), resume, after)
+
+    def open(
+        self,
+        model: str,
+        config: dict[str, Any] | None = None,
+        trainer: str = "api",
+        resume: bool = False,
+        after: int | None = None,
+        roll_back: bool = True,
+        **spec: Any,
+    ) -> lifecycle.Run:
+        """The run `spec` names, opened in ONE transaction (`lanpo.feedback.lifecycle.open_run`): created, or
+        (`resume`) resumed after its last checkpointed step (`after`: another step) with every newer row rolled
+        back. Two processes opening it at once take turns: one creates it, the other resumes it or is refused.
+        `run.next_step` says where to continue, `run.opened.checkpoint` what to load. `spec`: `pool_of_model`,
+        `resume_hint` (`spec`)."""
+        run_spec = self.spec(model, config, trainer, **spec)
+        with transaction(self.db) as session:
+            opened = lifecycle.open_run(session, run_spec, resume, after, roll_back)
+        total = self.cfg.summarizer.max_total_per_step
+        return lifecycle.Run(self.db, opened, self.cfg.summarizer.model, total)
+
+    def attach(self, run_id: int) -> lifecycle.Run:
+        """Run `run_id`, which another process opened (a worker writing groups of the run its driver opened)."""
+        with transaction(self.db) as session:
+            opened = lifecycle.attach_run(session, run_id, self.cfg.pool_name())
+        return lifecycle.Run(self.db, opened, self.cfg.summarizer.model, self.cfg.summarizer.max_total_per_step)
+
+    def start(self, model: str, config: dict[str, Any] | None = None, trainer: str = "api") -> RunRef:
+        """A new run (`open` without resume): its reference."""
+        return self.open(model, config, trainer).ref
 
     def prompts(
         self,
-        run: RunRef,
+        run: RunRef | lifecycle.Run,
         step: int,
         problem_ids: Sequence[int],
         tokenizer: Any,
@@ -77,6 +123,7 @@ class StoreClient:
         it, fitted within `max_prompt_tokens` by `tokenizer` (a fast HF tokenizer with a chat template).
         `policy_sha256` (64 hex digits: `lanpo.models.hashing.state_sha256`) records the weights that generate
         them as the policy version of step - 1; without it that version must be recorded already."""
+        run = _ref(run)
         if asked is None:
             fb = self.cfg.feedback
             asked = choose_modes(problem_ids, fb.mode, fb.p_t if p_t is None else p_t, self.cfg.seed, step)
@@ -135,7 +182,7 @@ class StoreClient:
 
     def record(
         self,
-        run: RunRef,
+        run: RunRef | lifecycle.Run,
         step: int,
         prompts: StepPrompts,
         groups: Sequence[Sequence[Completion]],
@@ -143,26 +190,83 @@ class StoreClient:
         summaries: dict[int, Summary] | None = None,
         metrics: dict[str, float] | None = None,
         prompt_versions: dict[int, str] | None = None,
+        checkpoint: str | None = None,
     ) -> rows.StepWrite:
         """Step `step` in ONE transaction that commits it: each group (prompt, context rows, completions, rewards,
         policy version), the admitted lessons under the pool's capacity policies, and the step's metrics (lanpo's
         rollout and feedback metrics, the pool's, and `metrics`). `prompt_versions`: group -> the stored template
-        version, where a prompt is not lanpo's (a zero-shot prompt your trainer rendered)."""
+        version, where a prompt is not lanpo's (a zero-shot prompt your trainer rendered); `checkpoint`: the folder
+        your trainer saved this step in (a resume continues after the last step that names one)."""
+        run = _ref(run)
         n = len(groups[0]) if groups else 0
-        written_rows = rows.group_records(prompts, groups, graded, summaries or {})
-        for g, version in (prompt_versions or {}).items():
-            written_rows[g].prompt_version = version
+        written_rows = self._records(prompts, groups, graded, summaries, prompt_versions)
         step_metrics = {**rows.rollout_metrics(written_rows), **prompts.feedback_metrics(n), **(metrics or {})}
         with transaction(self.db) as session:
-            written = rows.write_step_rows(
-                session, run.run_id, run.pool, step, prompts.policy_version_id, written_rows, self.cfg.summarizer.model
-            )
+            written = self._write(session, run, step, prompts, written_rows)
             step_metrics.update(written.as_metrics())
-            runs_repo.record_metrics(session, run.run_id, step, step_metrics)
-            steps_repo.commit_step(session, run.run_id, step, prompts.policy_version_id)
+            lifecycle.commit_step(session, run, step, prompts.policy_version_id, checkpoint, step_metrics)
         return written
 
-    def finish(self, run: RunRef, failed: bool = False) -> None:
-        """Mark the run finished (or failed)."""
+    def write(
+        self,
+        run: RunRef | lifecycle.Run,
+        step: int,
+        prompts: StepPrompts,
+        groups: Sequence[Sequence[Completion]],
+        graded: Sequence[Graded],
+        summaries: dict[int, Summary] | None = None,
+        prompt_versions: dict[int, str] | None = None,
+    ) -> rows.StepWrite:
+        """Some groups of step `step` (one, or a batch, as they finish) in one transaction, without committing the
+        step: `commit` does, once you say its groups are complete. The step's lesson cap holds across writers."""
+        run = _ref(run)
+        records = self._records(prompts, groups, graded, summaries, prompt_versions)
         with transaction(self.db) as session:
-            runs_repo.finish_run(session, run.run_id, "failed" if failed else "finished")
+            return self._write(session, run, step, prompts, records)
+
+    def commit(
+        self,
+        run: RunRef | lifecycle.Run,
+        step: int,
+        checkpoint: str | None = None,
+        metrics: dict[str, float] | None = None,
+    ) -> None:
+        """Step `step`'s groups are complete (`write`): the step is committed with its rollout metrics read back
+        from its rows, the pool's size and `metrics`, naming the policy version that generated it and `checkpoint`
+        (or name it later: `lifecycle.Run.name_checkpoint`)."""
+        run = _ref(run)
+        with transaction(self.db) as session:
+            step_metrics = {**lifecycle.written_metrics(session, run, step), **(metrics or {})}
+            version = steps_repo.policy_version_id(session, run.run_id, step - 1)
+            lifecycle.commit_step(session, run, step, version, checkpoint, step_metrics)
+
+    def _records(
+        self,
+        prompts: StepPrompts,
+        groups: Sequence[Sequence[Completion]],
+        graded: Sequence[Graded],
+        summaries: dict[int, Summary] | None,
+        prompt_versions: dict[int, str] | None,
+    ) -> list[rows.GroupRecord]:
+        records = rows.group_records(prompts, groups, graded, summaries or {})
+        for g, version in (prompt_versions or {}).items():
+            records[g].prompt_version = version
+        return records
+
+    def _write(
+        self, session: Any, run: RunRef, step: int, prompts: StepPrompts, records: list[rows.GroupRecord]
+    ) -> rows.StepWrite:
+        author, total = self.cfg.summarizer.model, self.cfg.summarizer.max_total_per_step
+        return lifecycle.write_groups(session, run, step, prompts.policy_version_id, records, author, total)
+
+    def finish(self, run: RunRef | lifecycle.Run, failed: bool = False) -> None:
+        """Mark the run finished (or failed)."""
+        if isinstance(run, lifecycle.Run):
+            run.finish(failed)
+            return
+        with transaction(self.db) as session:
+            lifecycle.finish_run(session, run, failed)
+
+
+def _ref(run: RunRef | lifecycle.Run) -> RunRef:
+    return run.ref if isinstance(run, lifecycle.Run) else run

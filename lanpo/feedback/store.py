@@ -1,5 +1,5 @@
 """A trainer's place in the store: the run's reference (store, run, pool), and what a run reads before any model
-loads (its problems, generated on first use; the relevance inter feedback draws by).
+loads (its problems, generated on first use, or a dataset's as a whole; the relevance inter feedback draws by).
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from lanpo.db.connection import transaction
 from lanpo.db.repo import contexts as contexts_repo
 from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo.pools import PoolRow
+from lanpo.db.repo.problems import ProblemRow
 from lanpo.errors import ConfigError, InputError
 from lanpo.feedback.config import DataConfig, FeedbackConfig
 from lanpo.feedback_modes import asks_inter
@@ -44,6 +46,14 @@ def ensure_dataset(session: Session, data: DataConfig) -> list[int]:
     records = generate_problems(data.task, n=data.n, seed=data.seed, options=dict(data.task_options))
     problems_repo.upsert_problems(session, data.dataset, [parse_line(json.dumps(r)) for r in records])
     return problems_repo.problem_ids(session, data.dataset)
+
+
+def dataset_problems(db: Engine, dataset: str) -> list[ProblemRow]:
+    """Every problem of `dataset`; InputError for a bad name or a dataset the store does not hold."""
+    problems_repo.check_dataset_name(dataset)
+    with transaction(db) as session:
+        problems_repo.require_dataset(session, dataset)
+        return problems_repo.problems_of_dataset(session, dataset)
 
 
 def require_relevance(session: Session, feedback: FeedbackConfig, dataset: str) -> None:

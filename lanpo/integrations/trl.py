@@ -41,21 +41,14 @@ import torch
 from sqlalchemy.engine import Engine
 
 from lanpo import feedback_modes
-from lanpo.config import to_mapping
-from lanpo.db.connection import transaction
-from lanpo.db.heartbeat import Heartbeat
-from lanpo.db.repo import pools as pools_repo
-from lanpo.db.repo import problems as problems_repo
-from lanpo.db.repo import runs as runs_repo
-from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import ConfigError, InputError
 from lanpo.feedback.client import StoreClient
 from lanpo.feedback.contexts import StepPrompts
+from lanpo.feedback.lifecycle import Run
 from lanpo.feedback.schedule import choose_modes, mix_seed
-from lanpo.feedback.store import RunRef
 from lanpo.feedback.summarize import Summary
 from lanpo.integrations.trl_callback import StoreCallback
-from lanpo.integrations.trl_checks import TRAINER, check_layout, same_kind_of_run, whole_groups
+from lanpo.integrations.trl_checks import TRAINER, check_layout, whole_groups
 from lanpo.models.hashing import state_sha256
 from lanpo.rewards import Graded
 from lanpo.rollout import Completion, GenerationBackend
@@ -76,6 +69,7 @@ TRL_METRICS = {
     "clip_ratio/region_mean": "clip_frac",
     "frac_reward_zero_std": "groups/zero_spread",
 }
+RESUME_HINT = "resume it (trainer.train(resume_from_checkpoint=...)) or set run_name to a new name"
 CALL = "lanpo_call"  # the extra field rollout_func passes to the reward function: which call's prompts these are
 
 
@@ -116,14 +110,13 @@ class TRLStore:
         for p in problems:  # a question asked twice in the dataset names no one problem
             self._by_question[p.question] = None if p.question in self._by_question else p.id
         self._problems = {p.id: p for p in problems}
-        self.run: RunRef | None = None
+        self.run: Run | None = None
         self.p_t = self.p_t_of(1)
         self.callback = StoreCallback(self)
         self._calls: dict[int, _Call] = {}
         self._call_ids = count()
         self._trainer: Any = None
         self._summarizer: tuple[GenerationBackend, Any] | None = None
-        self._heartbeat: Heartbeat | None = None
         self._pending: tuple[dict[str, Any], int, str] | None = None  # what begin() checked, for _open()
 
     # ------------------------------------------------------------------ the dataset
@@ -144,8 +137,7 @@ class TRLStore:
     def tag(self, dataset: Any, id_column: str = "id") -> Any:
         """A user's conversational dataset with each prompt's messages naming its problem: `id_column` holds the
         external id the problem was imported under (`lanpo data import`) into `data.dataset`."""
-        with transaction(self.db) as session:
-            ids = {p.external_id: p.id for p in problems_repo.problems_by_ids(session, self.problem_ids)}
+        ids = {p.external_id: p.id for p in self._problems.values()}
 
         def named(row: dict[str, Any], index: int) -> dict[str, Any]:
             key = str(row[id_column])
@@ -326,34 +318,14 @@ class TRLStore:
             for prompt in dataset["prompt"]:
                 self.problem_of(prompt)  # raises on the first prompt the store cannot name
         model_name = _model_name(model)
-        with transaction(self.db) as session:
-            self._check_run(session, state.global_step, model_name)
+        step = state.global_step  # TRL's checkpoint step on a resume, else 0
+        self.client.check_open(model_name, trainer=TRAINER, resume=step > 0, after=step, resume_hint=RESUME_HINT)
         self.run = None
-        self._pending = (_trl_args(args), state.global_step, model_name)
+        self._pending = (_trl_args(args), step, model_name)
 
-    def _check_run(self, session: Any, step: int, model_name: str) -> Any:
-        """The run of this name, if any, checked against a start (`step` 0) or a resume from TRL's step `step`."""
-        name = self.cfg.run_name
-        run = runs_repo.find_run(session, name)
-        if run is not None:
-            same_kind_of_run(run, model_name)
-        if run is None and step > 0:
-            raise InputError(
-                f"TRL resumes from step {step}, and the store holds no run named {name!r}",
-                hint="resume against the database the run wrote to (LANPO_DATABASE_URL), or start afresh",
-            )
-        if run is not None and step == 0:
-            raise InputError(
-                f"a run named {name!r} already exists",
-                hint="resume it (trainer.train(resume_from_checkpoint=...)) or set run_name to a new name",
-            )
-        if run is not None and run.status == "running":
-            runs_repo.require_lost(session, run, "resumed")
-        return run
-
-    def _open(self) -> RunRef:
-        """Create the run and its pool, or (a resume from TRL's step c) delete the store's rows after c and
-        reopen it; then hold it with a heartbeat."""
+    def _open(self) -> Run:
+        """The run opened through the store API in one transaction: created with its pool, or (a resume from TRL's
+        step c) its rows after c rolled back and the run reopened; then held with a heartbeat."""
         if self.run is not None:
             return self.run
         if self._pending is None:
@@ -362,32 +334,16 @@ class TRLStore:
                 hint="pass callbacks=[store.callback] to GRPOTrainer",
             )
         trl_args, step, model_name = self._pending
-        with transaction(self.db) as session:
-            run = self._check_run(session, step, model_name)
-            pool = pools_repo.ensure_pool(session, self.cfg.pool_name(), self.cfg.store)
-            if run is None:
-                config = {"trainer": TRAINER, "lanpo": to_mapping(self.config), "trl": trl_args}
-                run = runs_repo.create_run(session, self.cfg.run_name, "train", config, model_name, pool.id)
-            else:
-                if run.pool_id != pool.id:
-                    raise ConfigError(
-                        f"run {run.name!r} writes pool #{run.pool_id}, but this config names pool {pool.name!r}",
-                        hint="resume with the [store] settings the run started with",
-                    )
-                rolled = steps_repo.rollback_uncommitted(session, run.id, step)
-                if rolled.groups or rolled.steps:
-                    log.info("resume: the store's rows after TRL's step %d were rolled back: %s", step, rolled)
-                runs_repo.reopen_run(session, run.id)
-            self.run = RunRef(self.db, run.id, pool)
-        self._heartbeat = Heartbeat(self.db, self.run.run_id).__enter__()
+        self.run = self.client.open(
+            model_name, trl_args, trainer=TRAINER, resume=step > 0, after=step, resume_hint=RESUME_HINT
+        )
+        self.run.hold()
         return self.run
 
     def saved(self, step: int, folder: Path) -> None:
         """TRL saved its checkpoint of `step`: the store's step names it (rows of later steps roll back on resume)."""
-        if self.run is None:
-            return
-        with transaction(self.db) as session:
-            steps_repo.set_checkpoint(session, self.run.run_id, step, str(folder))
+        if self.run is not None:
+            self.run.name_checkpoint(step, str(folder))
 
     def logged(self, step: int, logs: dict[str, Any]) -> None:
         """TRL's logs of its optimizer step `step` (the one that trained the store's step `step`), in run_metrics:
@@ -398,17 +354,11 @@ class TRLStore:
         metrics.update(
             {ours: metrics[f"trl/{theirs}"] for theirs, ours in TRL_METRICS.items() if f"trl/{theirs}" in metrics}
         )
-        with transaction(self.db) as session:
-            runs_repo.record_metrics(session, self.run.run_id, step, metrics)
+        self.run.record_metrics(step, metrics)
 
     def end(self, failed: bool = False) -> None:
-        if self.run is None:
-            return
-        if self._heartbeat is not None:
-            self._heartbeat.__exit__(None, None, None)
-            self._heartbeat = None
-        with transaction(self.db) as session:
-            runs_repo.finish_run(session, self.run.run_id, "failed" if failed else "finished")
+        if self.run is not None:
+            self.run.finish(failed)
 
 
 def user_prompt_ids(trainer: Any, prompts: list[Any]) -> list[list[int]]:

@@ -1,12 +1,13 @@
 """What lanpo's TRL integration (lanpo.integrations.trl) refuses before it serves a step: a layout whose groups it
-cannot keep whole, prompts that are not whole groups, a run name taken by another kind of run.
+cannot keep whole, prompts that are not whole groups. (A run name taken by another kind of run is refused where
+every trainer opens its run: `lanpo.feedback.lifecycle.check_run`.)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lanpo.errors import ConfigError, InputError
+from lanpo.errors import ConfigError
 
 TRAINER = "trl"  # runs.config->>'trainer' of a run the integration writes
 
@@ -46,24 +47,3 @@ def whole_groups(prompts: list[Any], n: int) -> int:
                 hint="use TRL's default sampler (RepeatSampler); a custom sampler must keep each group together",
             )
     return len(prompts) // n
-
-
-def _shown(trainer: str) -> str:
-    return {"trl": "TRL"}.get(trainer, trainer)
-
-
-def same_kind_of_run(run: Any, model_name: str, trainer: str = TRAINER) -> None:
-    """A name already taken by another kind of run (a native lanpo run, another trainer's), or by a run of another
-    model, is refused: `trainer` is the runs.config->>'trainer' the caller writes (trl, verl)."""
-    config = run.config or {}
-    if config.get("trainer") != trainer:
-        kind = _shown(config.get("trainer")) if config.get("trainer") else f"lanpo {run.kind}"
-        raise InputError(
-            f"run {run.name!r} is a {kind} run, not a {_shown(trainer)} one",
-            hint=f"set run_name to a new name for the {_shown(trainer)} run",
-        )
-    if run.model != model_name:
-        raise InputError(
-            f"run {run.name!r} trained {run.model}, not {model_name}",
-            hint="set run_name to a new name for this model",
-        )

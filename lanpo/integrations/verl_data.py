@@ -25,10 +25,8 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from lanpo import feedback_modes
-from lanpo.db.connection import transaction
-from lanpo.db.repo import problems as problems_repo
-from lanpo.db.repo.problems import ProblemRow
 from lanpo.errors import InputError
+from lanpo.feedback.store import ProblemRow, dataset_problems
 from lanpo.paths import atomic_path
 
 ABILITY = "math"
@@ -71,10 +69,7 @@ def export_verl(db: Engine, dataset: str, out: Path, split: str = "train") -> Ex
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    problems_repo.check_dataset_name(dataset)
-    with transaction(db) as session:
-        problems_repo.require_dataset(session, dataset)
-        problems = problems_repo.problems_of_dataset(session, dataset)
+    problems = dataset_problems(db, dataset)
     unanswered = [p.external_id for p in problems if p.answer is None]
     if unanswered:
         shown = ", ".join(unanswered[:10]) + (f" and {len(unanswered) - 10} more" if len(unanswered) > 10 else "")

@@ -38,7 +38,7 @@ stale, and runs the consumer half unchanged. Stale groups carry their generating
 Crash safety: the checkpoint of step s is written (tmp dir + rename) before step s's transaction commits, and
 `commit_step` is the transaction's last statement. Checkpoints are written every `checkpoint.every` steps and at
 the last; resume loads the last checkpointed step's and rolls the store's later steps back to it, their
-evictions too (`lanpo.train.run.open_run`), so the step after it draws from the pool as it stood then. With
+evictions too (`lanpo.feedback.lifecycle.open_run`), so the step after it draws from the pool as it stood then. With
 workers, a step between checkpoints stages its weights alone for them (`lanpo.train.plumbing.staged`).
 With `rollout.vllm.sleep_during_update` (CUDA) the vLLM engine sleeps from after the step's last generation (MEL's
 replays included) to the weight sync, so the reference pass and the update have its GPU memory
@@ -64,7 +64,7 @@ from lanpo.db.connection import connect, transaction
 from lanpo.db.repo import queue as queue_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
-from lanpo.feedback import record
+from lanpo.feedback import lifecycle, record
 from lanpo.feedback.contexts import StepPrompts
 from lanpo.feedback.record import GroupRecord, RolloutTokens
 from lanpo.feedback.schedule import mix_seed
@@ -268,7 +268,7 @@ def _update(
 def _save_policy(t: Trainer, step: int, phase: Phases) -> tuple[Path | None, str] | None:
     """The step's policy version, before its commit: a checkpoint every `checkpoint.every` steps and at the last;
     between them the version's hash alone (a resume goes back to the last checkpointed step and rolls the store back
-    to it: lanpo.train.run.open_run), and with rollout workers, who load the policy they serve from disk, its
+    to it: lanpo.feedback.lifecycle.open_run), and with rollout workers, who load the policy they serve from disk, its
     weights alone, staged for them. Returns (the checkpoint folder or None, the weights' sha256) on rank 0."""
     if t.cfg.checkpoint.due(step, t.cfg.steps):
         with phase("checkpoint"):  # every rank takes part (FSDP gathers the full weights); rank 0 writes
@@ -334,8 +334,8 @@ def _write_step(
     run, policy_version_id = store.run, got.prompts.policy_version_id
     with transaction(run.db) as session:
         with phase("db_write"):
-            written = record.write_step_rows(
-                session, run.run_id, run.pool, step, policy_version_id, rows, store.summary_author
+            written = lifecycle.write_groups(
+                session, run, step, policy_version_id, rows, store.summary_author, store.max_total_per_step
             )
             mel_metrics = record_meta(
                 session, store.mel, run.run_id, run.pool, step, policy_version_id, rows, written.attempt_ids
@@ -345,13 +345,12 @@ def _write_step(
         metrics.update(written.as_metrics())
         metrics.update(mel_metrics)
         metrics.update(phase.timer.metrics())
-        runs_repo.record_metrics(session, run.run_id, step, metrics)
         pv = steps_repo.add_policy_version(session, run.run_id, step, sha)
         steps_repo.set_served(session, pv, store.served_sha256)  # merged LoRA: what the engine serves for it
         if got.work_id is not None:  # trained on: a resume after a crash before this commit takes it again
             queue_repo.mark(session, got.work_id, "used")
         folder = None if path is None else str(path)  # None: a step between checkpoints (`checkpoint.every`)
-        steps_repo.commit_step(session, run.run_id, step, pv, folder)  # LAST: the step exists once this commits
+        lifecycle.commit_step(session, run, step, pv, folder, metrics)  # LAST: the step exists once this commits
 
 
 # --------------------------------------------------------------------------- helpers

@@ -41,3 +41,4 @@ class StepStore:
     checkpoint_root: Path
     keep_checkpoints: int
     served_sha256: str | None = None
+    max_total_per_step: int = 0  # summarizer.max_total_per_step: the step's lesson cap (0: none)

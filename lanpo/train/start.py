@@ -13,12 +13,12 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from lanpo.errors import InputError
+from lanpo.feedback.lifecycle import Opened
 from lanpo.models import adapter_sha256, merge_adapter
 from lanpo.train.config import TrainConfig
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.plumbing.step_line import duration
 from lanpo.train.policy import with_fresh_adapter
-from lanpo.train.run import RunStart
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ START_RECORD = "start.json"  # in the run's folder: the model and start adapter 
 def load_start(
     cfg: TrainConfig,
     db: Engine,
-    start: RunStart,
+    start: Opened,
     base: Any,
     tokenizer: Any,
     root: Path,

@@ -24,6 +24,7 @@ from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import InputError
+from lanpo.feedback.lifecycle import Opened, commit_step
 from lanpo.feedback.store import RunRef, ensure_dataset, require_relevance, resolve_scorer
 from lanpo.feedback_modes import asks_inter
 from lanpo.models import (
@@ -48,7 +49,7 @@ from lanpo.train.policy import Policy, build_policy, load_base
 from lanpo.train.producer.rollout_queue import RolloutQueue
 from lanpo.train.producer.served_policy import ServedPolicy, build_summarizer, open_served_policy, start_folder
 from lanpo.train.replay import check_sources
-from lanpo.train.run import RunStart, open_run
+from lanpo.train.run import open_run
 from lanpo.train.start import load_start
 from lanpo.train.validate import ValidationSet, prepare_validation
 
@@ -92,7 +93,9 @@ class Trainer:
     def store(self) -> StepStore:
         mel = self.cfg.mel if self.cfg.method == "mel" else None
         served = self.backend.served_sha256  # read after the step's sync: the version being committed
-        return StepStore(self.run, self.summary_author, mel, self.checkpoint_root, self.cfg.checkpoint.keep, served)
+        cap = self.cfg.summarizer.max_total_per_step  # the step's lesson cap, held in the one place writes go through
+        keep = self.cfg.checkpoint.keep
+        return StepStore(self.run, self.summary_author, mel, self.checkpoint_root, keep, served, cap)
 
     @property
     def device(self) -> torch.device:
@@ -188,7 +191,7 @@ def setup(
         if saved is not None:  # rank 0
             with transaction(db) as session:
                 pv = steps_repo.add_policy_version(session, start.run_id, 0, saved[1])
-                steps_repo.commit_step(session, start.run_id, 0, pv, str(saved[0]))
+                commit_step(session, RunRef(db, start.run_id, start.pool), 0, pv, str(saved[0]))
     dist.barrier()
 
     backend = open_served_policy(cfg, policy.model, tokenizer, start_weights, dist, problems=_sim_problems(cfg, db))
@@ -246,7 +249,7 @@ def report_autocast(cfg: TrainConfig, device: torch.device, dist: Dist | None = 
 
 
 def _open_in_store(cfg: TrainConfig, db: Engine, resume: bool, dist: Dist) -> dict[str, Any]:
-    """The run in the store, read or created by rank 0 and broadcast to every rank: its start (`RunStart`), the
+    """The run in the store, read or created by rank 0 and broadcast to every rank: its start (`Opened`), the
     training problems' ids, the relevance scorer inter reads (None when it reads none) and the validation set."""
     shared: dict[str, Any] = {}
     if dist.is_main:
@@ -262,7 +265,7 @@ def _open_in_store(cfg: TrainConfig, db: Engine, resume: bool, dist: Dist) -> di
 
 
 def _resume_from(
-    cfg: TrainConfig, start: RunStart, policy: Policy, optimizer: torch.optim.Optimizer, scheduler: Any, root: Path
+    cfg: TrainConfig, start: Opened, policy: Policy, optimizer: torch.optim.Optimizer, scheduler: Any, root: Path
 ) -> None:
     """Load the checkpoint the database names for the last committed step, and check it is that one."""
     assert start.last_step is not None

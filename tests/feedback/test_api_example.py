@@ -1,9 +1,10 @@
 """docs/api.md's example, run as a user runs it: `python examples/api/own_loop.py` on a fresh store draws contexts
 from its own earlier steps, records its groups with their rewards and lessons (and the step's metrics, the use
-diagnostics among them), and reads them back with SQL."""
+diagnostics among them), resumes after a SIGKILL with no step recorded twice, and reads them back with SQL."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +17,21 @@ from tests.fresh_store import fresh_store
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_api_example_runs_on_a_fresh_store(pg_url: str, tmp_path: Path) -> None:
+def test_the_api_example_runs_on_a_fresh_store_and_resumes_after_a_kill(pg_url: str, tmp_path: Path) -> None:
+    """`own_loop.py --steps 3 --out DIR`, SIGKILLed once it reports step 2, then rerun with `--resume`: the store API
+    reopens the run after its last checkpointed step (rolling back what the killed step wrote), and every step is
+    recorded once, its checkpoint named, the later steps drawing on the earlier ones."""
+    out = tmp_path / "ckpt"
     with fresh_store(pg_url, tmp_path / "home") as env:
-        example = [sys.executable, str(ROOT / "examples/api/own_loop.py")]
-        done = subprocess.run(example, env=env, capture_output=True, text=True, timeout=300)
+        example = [sys.executable, str(ROOT / "examples/api/own_loop.py"), "--steps", "3", "--out", str(out)]
+        killed = subprocess.Popen(example, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert killed.stdout is not None
+        for line in killed.stdout:
+            if line.startswith("step 2:"):
+                killed.send_signal(signal.SIGKILL)  # in step 3, or just after it: either way nothing is lost
+                break
+        assert killed.wait(timeout=120) == -signal.SIGKILL
+        done = subprocess.run([*example, "--resume"], env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         db = sa.create_engine(env["LANPO_DATABASE_URL"], poolclass=sa.pool.NullPool)
         with db.connect() as conn:
@@ -30,13 +42,17 @@ def test_the_api_example_runs_on_a_fresh_store(pg_url: str, tmp_path: Path) -> N
                     "WHERE r.name = 'own-loop' GROUP BY g.id"
                 )
             ).all()
+            steps = conn.execute(sa.text("SELECT step, checkpoint FROM run_steps ORDER BY step")).all()
             lessons = conn.scalar(sa.text("SELECT count(*) FROM experiences"))
             status = conn.scalar(sa.text("SELECT status FROM runs WHERE name = 'own-loop'"))
             uses = conn.execute(  # the use diagnostics every trainer records through the store API
                 sa.text("SELECT step, mode, diagnostic, value FROM use_diagnostics WHERE run_name = 'own-loop'")
             ).all()
         db.dispose()
-    assert {g.step for g in groups} == {1, 2} and len(groups) == 8
+    assert [s for s, _ in steps] == [1, 2, 3] and all(c == str(out / f"step-{s}.pt") for s, c in steps)
+    resumed = [line for line in done.stdout.splitlines() if line.startswith("resuming after step")]
+    assert resumed and resumed[0].split()[3] in ("2", "3"), done.stdout
+    assert sorted(g.step for g in groups) == [s for s in (1, 2, 3) for _ in range(4)]  # each step once
     assert all(g.contexts == 0 for g in groups if g.mode == "zero_shot")
     assert {g.mode for g in groups if g.step == 2} == {"intra", "inter"}  # step 2 reads step 1's attempts and lessons
     assert all(g.contexts > 0 for g in groups if g.mode != "zero_shot")

@@ -32,6 +32,7 @@ from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
 from lanpo.errors import ConfigError, InputError
+from lanpo.feedback import lifecycle
 from lanpo.feedback.summarize import Summary
 from lanpo.integrations.verl import process
 from lanpo.integrations.verl.store import TRAINER, ZERO_SHOT_PROMPT, Settings, VerlStore, recipe_config
@@ -388,14 +389,14 @@ def test_the_steps_lesson_cap_holds_under_concurrent_writes(
     # the race made certain: each worker's first write waits, once it has counted the step's lessons, for the other
     # to count too (unless the other cannot count meanwhile: the step's lock), then admits what it counted room for
     counted = threading.Barrier(2)
-    within = store._within_step_cap
+    within = lifecycle.hold_step_cap  # the store API's, which every writer of a step goes through
 
-    def racing(session: Any, step: int, record: Any) -> None:
-        within(session, step, record)
+    def racing(session: Any, run_id: int, step: int, records: Any, total: int) -> None:
+        within(session, run_id, step, records, total)
         with contextlib.suppress(threading.BrokenBarrierError):
             counted.wait(timeout=0.5)
 
-    monkeypatch.setattr(store, "_within_step_cap", racing)
+    monkeypatch.setattr(lifecycle, "hold_step_cap", racing)
 
     def worker(mine: list[int]) -> None:
         try:

@@ -4,7 +4,9 @@
   admitted, no stored prompt carries a gold answer or a reward, the run finishes;
 - p_t = 0 changes nothing: the same completion ids as plain TRL on the same seed, and the same loss (1e-6);
 - a resume from a TRL checkpoint records no step twice;
-- bad input is refused before training with nothing written.
+- bad input is refused before training with nothing written;
+- examples/trl/grpo.py on a fresh store: a later step's groups carry contexts from the store (and, on SmolLM2
+  in the full lane, a lesson is kept).
 """
 
 from __future__ import annotations
@@ -180,7 +182,7 @@ def test_two_steps_with_feedback_draw_step_one_rows(db: Engine, tmp_path: Path) 
         assert (
             metrics["feedback/p_t"] == 1.0 and metrics["feedback/asked/intra"] + metrics["feedback/asked/inter"] == 6
         )
-    with transaction(db) as session, pytest.raises(LanpoError, match="TRL's GRPOTrainer"):  # not resumed natively
+    with transaction(db) as session, pytest.raises(LanpoError, match="is a TRL run, not a lanpo train one"):
         from lanpo.train.run import open_run
 
         open_run(session, _plain("trl", 1.0), "tiny-random", resume=True)
@@ -301,26 +303,59 @@ def test_bad_input_is_refused_before_training_with_nothing_written(db: Engine, t
         migrate.upgrade(db)
 
 
-def test_docs_first_command_runs_on_a_fresh_store(pg_url: str, tmp_path: Path) -> None:
-    """docs/trl.md's first command, as a new user runs it: a fresh LANPO_HOME and an empty database, no
-    `lanpo db upgrade` first (the store is migrated on open); both TRL steps land in the store, committed."""
+# Per step of run 'trl': groups whose prompt carried an earlier attempt (intra) or a lesson (inter), lessons kept.
+STORE_AT_WORK = """
+SELECT g.step,
+       count(DISTINCT c.group_id) FILTER (WHERE c.context_attempt_id IS NOT NULL) AS intra,
+       count(DISTINCT c.group_id) FILTER (WHERE c.experience_version_id IS NOT NULL) AS inter,
+       (SELECT count(*) FROM pool_current p WHERE p.run_id = g.run_id AND p.step = g.step) AS kept
+FROM rollout_groups g JOIN runs r ON r.id = g.run_id LEFT JOIN group_contexts c ON c.group_id = g.id
+WHERE r.name = 'trl' GROUP BY g.run_id, g.step ORDER BY g.step
+"""
+
+
+def _example(pg_url: str, home: Path, *args: str) -> tuple[Any, list[Any], str]:
+    """examples/trl/grpo.py run as a new user runs it: a fresh LANPO_HOME and an empty database, no `lanpo db
+    upgrade` first (the store is migrated on open); (the finished process, STORE_AT_WORK's rows, run trl's status)."""
     import subprocess
     import sys
 
     from tests.fresh_store import fresh_store
 
-    command = [sys.executable, str(ROOT / "examples/trl/grpo.py"), "--model", "tiny-random", "--max-steps", "2"]
-    with fresh_store(pg_url, tmp_path / "home") as env:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    command = [sys.executable, str(ROOT / "examples/trl/grpo.py"), *args]
+    with fresh_store(pg_url, home) as env:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
         assert done.returncode == 0, done.stderr[-3000:]
         db = sa.create_engine(env["LANPO_DATABASE_URL"], poolclass=sa.pool.NullPool)
         with db.connect() as conn:
-            steps = conn.scalars(
-                sa.text(
-                    "SELECT s.step FROM run_steps s JOIN runs r ON r.id = s.run_id WHERE r.name = 'trl' ORDER BY 1"
-                )
-            ).all()
+            rows = conn.execute(sa.text(STORE_AT_WORK)).all()
             status = conn.scalar(sa.text("SELECT status FROM runs WHERE name = 'trl'"))
         db.dispose()
-    assert steps == [1, 2] and status == "finished"
+    return done, rows, status
+
+
+def test_docs_first_command_runs_on_a_fresh_store(pg_url: str, tmp_path: Path) -> None:
+    """docs/trl.md's first command on the tiny model: both TRL steps land in the store, committed, and step 2's
+    groups carry the model's step-1 attempts from the store (the example's four problems recur every step); the
+    summary names them. The twin, on SmolLM2, of test_smollm2_example_keeps_a_lesson."""
+    done, rows, status = _example(pg_url, tmp_path / "home", "--model", "tiny-random", "--max-steps", "2")
+    assert [r.step for r in rows] == [1, 2] and status == "finished"
+    assert rows[0].intra == rows[0].inter == 0 and rows[1].intra > 0  # step 1 had no history to draw
     assert "run trl: 2 TRL steps in the store" in done.stdout
+    assert "groups with contexts from the store, and lessons kept, per step" in done.stdout
+    assert "warm start: " in done.stdout  # the recipe's [sft]
+
+
+# The full lane (bash .ci/run --full). Its twin in the main lane, test_docs_first_command_runs_on_a_fresh_store, runs
+# the same script on the tiny model and asserts the intra contexts of step 2; what only this one reads is a lesson
+# the real model wrote after its warm start, kept in the pool.
+@pytest.mark.full
+@pytest.mark.slow
+@pytest.mark.long("SmolLM2's SFT warm start and three TRL steps of 4 x 4 rollouts with lessons, as docs/trl.md runs")
+def test_smollm2_example_keeps_a_lesson(pg_url: str, tmp_path: Path) -> None:
+    """docs/trl.md's command on its defaults: a later step's groups carry contexts from the store, and a lesson is
+    kept in the pool."""
+    done, rows, status = _example(pg_url, tmp_path / "home", "--max-steps", "3")
+    assert [r.step for r in rows] == [1, 2, 3] and status == "finished"
+    assert any(r.intra + r.inter > 0 for r in rows[1:])
+    assert sum(r.kept for r in rows) >= 1, done.stdout[-3000:]

@@ -153,3 +153,8 @@ def list_pools(session: Session) -> list[PoolSummary]:
 def active_size(session: Session, pool_id: int) -> int:
     """Active (not evicted) experiences of one pool."""
     return int(session.scalar(sqlfiles.load("queries/pool_active_size"), {"pool_id": pool_id}))
+
+
+def other_model(session: Session, pool_name: str, model: str) -> str | None:
+    """A model other than `model` whose runs wrote lessons into pool `pool_name` (None: none did)."""
+    return session.scalar(sqlfiles.load("queries/pool_other_model"), {"pool": pool_name, "model": model})

@@ -64,6 +64,11 @@ def require_name_free(session: Session, name: str) -> None:
         raise InputError(f"a run named {name!r} already exists", hint="choose another name, or resume that run")
 
 
+def lock_name(session: Session, name: str) -> None:
+    """Take run name `name`'s lock to the end of the transaction: two openers of one run take turns."""
+    session.execute(sqlfiles.load("queries/lock_run_name"), {"name": name})
+
+
 def find_run(session: Session, name: str) -> Run | None:
     """The run called `name`, or None."""
     return session.scalar(sa.select(Run).where(Run.name == name))

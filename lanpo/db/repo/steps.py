@@ -91,6 +91,42 @@ def last_committed_step(session: Session, run_id: int) -> int | None:
     return session.scalar(sqlfiles.load("queries/run_last_committed_step"), {"run_id": run_id})
 
 
+def last_group_step(session: Session, run_id: int) -> int | None:
+    """The newest step the run wrote groups for, committed or not (None: none)."""
+    return session.scalar(sqlfiles.load("queries/run_last_group_step"), {"run_id": run_id})
+
+
+def uncommitted_steps(session: Session, run_id: int, before: int) -> list[int]:
+    """The steps before `before` whose groups are written and which are not committed, oldest first."""
+    params = {"run_id": run_id, "before": before}
+    return [int(s) for s in session.scalars(sqlfiles.load("queries/run_uncommitted_steps"), params)]
+
+
+def lock_step(session: Session, run_id: int, step: int) -> None:
+    """Take (run, step)'s write lock to the end of the transaction: the step's writers take turns."""
+    session.execute(sqlfiles.load("queries/lock_run_step"), {"run_id": run_id, "step": step})
+
+
+def step_lessons(session: Session, run_id: int, step: int) -> int:
+    """How many lessons (experiences) step `step` of the run has added so far."""
+    return int(session.scalar(sqlfiles.load("queries/step_lessons_count"), {"run_id": run_id, "step": step}) or 0)
+
+
+def step_rollout_metrics(session: Session, run_id: int, step: int) -> dict[str, float]:
+    """A step's rollout metrics read back from its rows (its groups written one by one or in batches)."""
+    row = session.execute(sqlfiles.load("queries/step_rollout_metrics"), {"run_id": run_id, "step": step}).one()
+    return {
+        "reward/mean": float(row.reward or 0.0),
+        "accuracy/mean": float(row.accuracy or 0.0),
+        "format/headers": float(row.format or 0.0),
+        "response_len/mean": float(row.length or 0.0),
+        "count/zero_shot": float(row.zero_shot),
+        "count/intra": float(row.intra),
+        "count/inter": float(row.inter),
+        "pool/added": float(row.added or 0),
+    }
+
+
 def newest_versions(session: Session, run_id: int, count: int) -> list[str]:
     """The hashes of the policy versions the newest `count` committed steps name, newest first."""
     return list(session.scalars(sqlfiles.load("queries/run_newest_versions"), {"run_id": run_id, "count": count}))
@@ -106,10 +142,16 @@ class CommittedStep:
 
 
 def committed_step(session: Session, run_id: int, step: int) -> CommittedStep:
-    row = session.execute(sqlfiles.load("queries/run_step_state"), {"run_id": run_id, "step": step}).one_or_none()
-    if row is None:
+    found = find_committed_step(session, run_id, step)
+    if found is None:
         raise InputError(f"run {run_id} has no committed step {step}")
-    return CommittedStep(step, row.checkpoint, row.adapter_sha256)
+    return found
+
+
+def find_committed_step(session: Session, run_id: int, step: int) -> CommittedStep | None:
+    """Committed step `step` of the run, or None (never committed, or a step that made no rows)."""
+    row = session.execute(sqlfiles.load("queries/run_step_state"), {"run_id": run_id, "step": step}).one_or_none()
+    return None if row is None else CommittedStep(step, row.checkpoint, row.adapter_sha256)
 
 
 def last_checkpointed_step(session: Session, run_id: int) -> int | None:
