@@ -32,6 +32,9 @@ class Float(click.FloatRange):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return super().convert(number, param, ctx)
 
+    def _describe_range(self) -> str:
+        return "finite" if self.min is None and self.max is None else super()._describe_range()
+
 
 VLLM_SETTINGS = click.option(
     "--vllm",

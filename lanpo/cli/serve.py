@@ -70,11 +70,40 @@ MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_M
 @click.option("--max-batch", default=8, show_default=True, type=Int(1, 1024), help="hf backend: requests per batch.")
 @click.option("--max-tokens-limit", default=4096, show_default=True, type=Int(1), help="Largest max_tokens accepted.")
 @click.option(
-    "--max-question-tokens", default=4096, show_default=True, type=Int(1), help="Longest question accepted (413)."
+    "--max-question-tokens", default=4096, show_default=True, type=Int(1), help="Longest messages accepted (413)."
 )
 @click.option("--max-body-bytes", default=1 << 20, show_default=True, type=Int(1024), help="Largest body (413).")
 @click.option(
     "--max-pending", default=256, show_default=True, type=Int(1), help="Requests in flight before 503 (backpressure)."
+)
+@click.option(
+    "--learn",
+    default="off",
+    show_default=True,
+    metavar="off|on|POOL[,POOL]",
+    help="Learn lessons from answers marked good: off, on (every pool), or these pools.",
+)
+@click.option(
+    "--learn-min-reward",
+    default=1.0,
+    show_default=True,
+    type=Float(),
+    help="Feedback with no verdict is good at a reward >= this.",
+)
+@click.option(
+    "--learn-max-new-tokens", default=256, show_default=True, type=Int(1), help="Longest lesson written (tokens)."
+)
+@click.option(
+    "--learn-scaffold/--no-learn-scaffold",
+    default=False,
+    show_default=True,
+    help="Write the lesson's headers for the model (summarizer.scaffold: for a weak served model).",
+)
+@click.option(
+    "--learn-require-format/--no-learn-require-format",
+    default=True,
+    show_default=True,
+    help="Admit only a lesson in the summary format (summarizer.require_format).",
 )
 def command(**options: Any) -> None:
     """Serve MODEL behind an OpenAI-compatible API whose answers read the experience store.
@@ -84,9 +113,10 @@ def command(**options: Any) -> None:
       /v1/chat/completions              the default pool (--pool, else the store's only pool)
       /pools/NAME/v1/chat/completions   pool NAME
       /v1/models, /v1/feedback, /health
-    A request sends one user message: the question. lanpo writes the prompt as `lanpo infer` does, in --mode
-    (a request may set `lanpo: {mode, gamma, m, top_k, judge, stage1}`): retrieval puts the pool's relevant
-    lessons into it; with none relevant it answers zero-shot and says why (`lanpo.fallback`).
+    A request's question is its last user message, after any system prompt and earlier turns. lanpo writes
+    the prompt as `lanpo infer` does, in --mode (a request may set `lanpo: {mode, gamma, m, top_k, judge,
+    stage1}`), inside the client's conversation: retrieval puts the lessons relevant to the question into it;
+    with none relevant it answers zero-shot and says why (`lanpo.fallback`). Tools and images are a 400.
 
     \b
     Every answer is stored before its response is sent: an attempt of the serving run (one per pool), with the
@@ -98,6 +128,13 @@ def command(**options: Any) -> None:
     Keys: none needed on a loopback address; binding any other needs --api-key or --keys. Requests run their
     SQL as the serving role (`lanpo db serve-role`): it reads pools and inserts answers and feedback, nothing else.
     Ctrl-C (or SIGTERM) drains: requests in flight finish and are stored, then the runs are marked finished.
+
+    \b
+    Learning (--learn): an answer whose feedback is good (a verdict correct, a matching gold answer, or a reward
+    at --learn-min-reward) is summarised by the served model into a lesson, admitted by training's rules and the
+    pool's caps, on probation; the feedback's response says what became of it (`lesson`). Scopes: a request in
+    /scopes/NAME/v1/... (or lanpo.scope) reads NAME's lessons and the shared ones, and its lessons are NAME's;
+    a key in --keys may be bound to scopes (scopes = ["alice"]).
     """
     start(**options)
 
@@ -128,13 +165,20 @@ def start(
     run_name: str | None,
     served_model_name: str | None,
     max_batch: int,
+    learn: str,
+    learn_min_reward: float,
+    learn_max_new_tokens: int,
+    learn_scaffold: bool,
+    learn_require_format: bool,
     **limits: int,
 ) -> None:
     """The options checked (what a typo can break fails before the store or a model is touched), then `serve`."""
+    from lanpo.feedback.config import SummarizerConfig
     from lanpo.inference.config import normalise_mode
     from lanpo.models import check_model_ref
     from lanpo.rollout.config import VLLMConfig
     from lanpo.serve.keys import KeyRing, is_loopback
+    from lanpo.serve.learn import LearnPolicy
 
     keys = KeyRing.build(api_keys, keys_file)
     if not keys.required and not is_loopback(host):
@@ -155,7 +199,14 @@ def start(
     if adapter is not None and not (adapter / "adapter_config.json").is_file():
         raise ConfigError(f"{adapter} holds no PEFT adapter (adapter_config.json)", hint="pass a trainer's adapter")
     check_model_ref(model)
+    summarizer = SummarizerConfig(
+        max_new_tokens=learn_max_new_tokens,
+        min_reward=learn_min_reward,
+        scaffold=learn_scaffold,
+        require_format=learn_require_format,
+    )
     settings_kwargs: dict[str, Any] = {
+        "learn": LearnPolicy.parse(learn, summarizer),
         "model": model,
         "served_name": served_model_name or model,
         "backend": backend,
@@ -186,7 +237,8 @@ def serve(
     from lanpo.db.repo.pools import pool_names, resolve_pool
     from lanpo.db.serve_role import serve_engine
     from lanpo.inference.run import default_name
-    from lanpo.serve.app import Server, ServeSettings, create_app
+    from lanpo.serve.app import Server, create_app
+    from lanpo.serve.settings import ServeSettings
 
     owner = open_store()  # a fresh home's store is created, as every command does
     with transaction(owner) as session:

@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from lanpo.config import EVICTION_POLICIES, MERGE_KEEPS, default_embedding_dim
-from lanpo.db.models_base import Base, _finite, _in, _nonempty, _nonnegative_finite, _unset_or
+from lanpo.db.models_base import SCOPE_VALID, Base, _finite, _in, _nonempty, _nonnegative_finite, _unset_or
 
 EMBEDDING_DIM = default_embedding_dim()
 
@@ -28,9 +28,6 @@ EXPERIENCE_KINDS = ("summary", "reflection", "meta")
 VERSION_REASONS = ("new", "rewrite", "merge:newer", "merge:higher_reward")
 RUN_KINDS = ("train", "sft", "eval", "infer", "import", "bench", "serve")
 RUN_STATUSES = ("running", "finished", "failed")
-STEP_SPLITS = ("lines", "sentences")  # how MEL splits a response into reasoning steps
-META_VERDICTS = ("validated", "rejected")
-NLL_TARGETS = ("lesson", "replay")  # what MEL's NLL term is taken on
 
 
 class Run(Base):
@@ -240,6 +237,13 @@ class Experience(Base):
             "id",
             postgresql_where=sa.text("evicted_at IS NULL"),
         ),
+        sa.CheckConstraint(SCOPE_VALID, name="scope_valid"),
+        sa.Index(  # one served lesson per feedback row (migration 0022)
+            "ix_experiences_feedback_id",
+            "feedback_id",
+            unique=True,
+            postgresql_where=sa.text("feedback_id IS NOT NULL"),
+        ),
         sa.Index(  # a resume's rollback: the evictions of the steps it undoes (migration 0013)
             "ix_experiences_evicted_step",
             "evicted_run_id",
@@ -263,6 +267,9 @@ class Experience(Base):
     evicted_run_id: Mapped[int | None] = mapped_column(sa.ForeignKey("runs.id", ondelete="SET NULL"))
     evicted_step: Mapped[int | None] = mapped_column(sa.Integer)
     evicted_note: Mapped[str | None] = mapped_column(sa.Text)  # why, in a person's words (`lanpo pool retire`)
+    # migration 0022: the scope a served lesson belongs to (NULL: shared), and the feedback it was learned from
+    scope: Mapped[str | None] = mapped_column(sa.Text)
+    feedback_id: Mapped[int | None] = mapped_column(sa.ForeignKey("answer_feedback.id", ondelete="SET NULL"))
 
 
 class ExperienceVersion(Base):
@@ -377,74 +384,6 @@ class RunMetric(Base):
     value: Mapped[float | None] = mapped_column(sa.Double)
 
 
-class MetaPair(Base):
-    """A contrastive pair (y+, y-) MEL diagnosed: the bifurcation, the diagnosis, and the lesson it gave (if any),
-    with the replay group that validated or rejected it (migration 0006)."""
-
-    __tablename__ = "meta_pairs"
-    __table_args__ = (
-        sa.CheckConstraint("step >= 0", name="step_nonnegative"),
-        sa.CheckConstraint("bifurcation_step >= 1", name="bifurcation_positive"),
-        sa.CheckConstraint("shared_prefix_steps >= 0", name="shared_prefix_nonnegative"),
-        sa.CheckConstraint(_in("step_split", STEP_SPLITS), name="step_split_valid"),
-        sa.CheckConstraint(_in("located_by", ("model", "heuristic")), name="located_by_valid"),
-        sa.CheckConstraint(_in("verdict", META_VERDICTS), name="verdict_valid"),
-        sa.CheckConstraint("group_success_rate >= 0 AND group_success_rate <= 1", name="group_rate_unit"),
-        sa.CheckConstraint("replay_success_rate >= 0 AND replay_success_rate <= 1", name="replay_rate_unit"),
-        sa.CheckConstraint("positive_attempt_id <> negative_attempt_id", name="two_attempts"),
-        sa.CheckConstraint(
-            "num_nulls(experience_id, replay_group_id, replay_success_rate, validation_rule, verdict) IN (0, 5)",
-            name="candidate_complete",
-        ),
-        sa.Index("ix_meta_pairs_run_step", "run_id", "step"),
-        sa.Index("ix_meta_pairs_positive_attempt_id", "positive_attempt_id"),
-        sa.Index("ix_meta_pairs_negative_attempt_id", "negative_attempt_id"),
-    )
-
-    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
-    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
-    step: Mapped[int] = mapped_column(sa.Integer)
-    problem_id: Mapped[int] = mapped_column(sa.ForeignKey("problems.id", ondelete="CASCADE"))
-    positive_attempt_id: Mapped[int] = mapped_column(sa.ForeignKey("attempts.id", ondelete="CASCADE"))
-    negative_attempt_id: Mapped[int] = mapped_column(sa.ForeignKey("attempts.id", ondelete="CASCADE"))
-    step_split: Mapped[str] = mapped_column(sa.Text)
-    bifurcation_step: Mapped[int] = mapped_column(sa.Integer)  # 1-based, in the negative's steps
-    shared_prefix_steps: Mapped[int] = mapped_column(sa.Integer)
-    located_by: Mapped[str] = mapped_column(sa.Text)  # model | heuristic
-    diagnosis: Mapped[str] = mapped_column(sa.Text)
-    prompt_version: Mapped[str | None] = mapped_column(sa.Text)
-    group_success_rate: Mapped[float] = mapped_column(sa.Double)
-    experience_id: Mapped[int | None] = mapped_column(sa.ForeignKey("experiences.id", ondelete="CASCADE"), unique=True)
-    replay_group_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("rollout_groups.id", ondelete="CASCADE"), unique=True
-    )
-    replay_success_rate: Mapped[float | None] = mapped_column(sa.Double)
-    validation_rule: Mapped[str | None] = mapped_column(sa.Text)
-    verdict: Mapped[str | None] = mapped_column(sa.Text)
-    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
-
-
-class MetaNllUse(Base):
-    """A validated lesson trained into the weights at a step: the NLL target and its token count."""
-
-    __tablename__ = "meta_nll_uses"
-    __table_args__ = (
-        sa.CheckConstraint("step >= 0", name="step_nonnegative"),
-        sa.CheckConstraint("tokens >= 1", name="tokens_positive"),
-        sa.CheckConstraint(_in("target", NLL_TARGETS), name="target_valid"),
-        sa.CheckConstraint("(target = 'replay') = (attempt_id IS NOT NULL)", name="replay_names_attempt"),
-        sa.Index("ix_meta_nll_uses_run_step", "run_id", "step"),
-    )
-
-    experience_id: Mapped[int] = mapped_column(sa.ForeignKey("experiences.id", ondelete="CASCADE"), primary_key=True)
-    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
-    step: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
-    target: Mapped[str] = mapped_column(sa.Text)
-    attempt_id: Mapped[int | None] = mapped_column(sa.ForeignKey("attempts.id", ondelete="CASCADE"))
-    tokens: Mapped[int] = mapped_column(sa.Integer)
-    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
-
-
 ROLLOUT_WORK_STATUSES = ("queued", "claimed", "done", "used", "dropped")
 
 
@@ -495,5 +434,6 @@ class RolloutResult(Base):
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 
-# `lanpo serve`'s tables (migration 0014) live in their own module, imported here so that `Base.metadata` holds them.
-from lanpo.db import models_lessons, models_replay, models_serving  # noqa: E402, F401
+# The tables of lessons' records, MEL, replay and `lanpo serve` live in modules of their own, imported here so that
+# `Base.metadata` holds them.
+from lanpo.db import models_lessons, models_mel, models_replay, models_serving  # noqa: E402, F401

@@ -15,6 +15,11 @@ NAMING_CONVENTION = {
 }
 
 
+# a scope (a user, an agent) of `lanpo serve`'s lessons and answers (migration 0022; `lanpo.serve.scopes` checks the
+# same before a request is served)
+SCOPE_VALID = "scope IS NULL OR scope ~ '^[A-Za-z0-9._:@-]{1,128}$'"
+
+
 def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 

@@ -1,7 +1,8 @@
 """What the store keeps about its lessons' use (migration 0015): per use (a lesson version in a group's context) its
 outcome against the zero-shot baseline, and per lesson version the counts of its uses by outcome, kept current by
 the writers (`lanpo.db.repo.usefulness`), so a query or an eviction reads them without rescanning history, and a
-writer recomputes only the uses its own groups touch. Imported by `lanpo.db.models`."""
+writer recomputes only the uses its own groups touch; and the relevance judge's scores of question texts against
+lesson versions (migration 0021), which retrieval reads before it judges. Imported by `lanpo.db.models`."""
 
 from __future__ import annotations
 
@@ -85,3 +86,26 @@ class LessonUse(Base):
     baseline_n: Mapped[float | None] = mapped_column(sa.Double)
     baseline_source: Mapped[str | None] = mapped_column(sa.Text)
     credit_var: Mapped[float] = mapped_column(sa.Double, server_default="0")
+
+
+class JudgeCache(Base):
+    """The relevance judge's score of a question text against a lesson version (migration 0021): what retrieval reads
+    before it asks the judge, so a question asked again costs no judgement. `question_sha256`: sha256 of the
+    question's text; `scorer`: the judge's identity (`JudgePrompt.identity`, as `relevance_scores.scorer`). Deleted
+    with its version."""
+
+    __tablename__ = "judge_cache"
+    __table_args__ = (
+        sa.CheckConstraint("octet_length(question_sha256) = 32", name="question_sha256_length"),
+        sa.CheckConstraint("length(btrim(scorer)) > 0", name="scorer_nonempty"),
+        sa.CheckConstraint("score >= 0 AND score <= 1", name="score_unit_interval"),
+        sa.Index("ix_judge_cache_version_id", "version_id"),
+    )
+
+    question_sha256: Mapped[bytes] = mapped_column(sa.LargeBinary, primary_key=True)
+    scorer: Mapped[str] = mapped_column(sa.Text, primary_key=True)
+    version_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("experience_versions.id", ondelete="CASCADE"), primary_key=True
+    )
+    score: Mapped[float] = mapped_column(sa.Double)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from lanpo.db.models_base import Base, _finite, _nonempty
+from lanpo.db.models_base import SCOPE_VALID, Base, _finite, _nonempty
 
 
 class ServedAnswer(Base):
@@ -24,6 +24,7 @@ class ServedAnswer(Base):
         sa.CheckConstraint(
             "jsonb_typeof(sampling) = 'object' AND jsonb_typeof(timings) = 'object'", name="json_objects"
         ),
+        sa.CheckConstraint(SCOPE_VALID, name="scope_valid"),
         sa.Index("ix_served_answers_run_id", "run_id"),
         sa.Index("ix_served_answers_group_id", "group_id"),
         sa.Index("ix_served_answers_answer_ids", "answer_ids", postgresql_using="gin"),
@@ -40,6 +41,7 @@ class ServedAnswer(Base):
     timings: Mapped[dict[str, Any]] = mapped_column(JSONB)
     key_name: Mapped[str | None] = mapped_column(sa.Text)  # the API key's name, never the key
     streamed: Mapped[bool] = mapped_column(sa.Boolean)
+    scope: Mapped[str | None] = mapped_column(sa.Text)  # the scope the request named (migration 0022)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 

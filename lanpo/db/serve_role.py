@@ -2,13 +2,13 @@
 
 `lanpo_serve_<database>` may read what a request reads (pools, lessons, problems, runs, answers), insert what it
 writes (the question as a problem, the serving run, its attempts and contexts, `served_answers`,
-`answer_feedback`, metrics), and update only the columns of `runs` its lifecycle and heartbeat write; it may not
-change or delete a lesson, an attempt or a problem, read `lanpo_private`, or create anything. Its random password
-is kept in `lanpo_private.serve_login`, which only the owner reads: lanpo reads it as the owner and logs in as the
-role itself (never `SET ROLE`, which a session can undo). `LANPO_SERVE_URL` names an administrator-made role
-instead. The login is checked before it is used: a role that is a superuser, a member of a privileged or owning
-role, an owner, or that may UPDATE / DELETE / TRUNCATE a whole table is refused, and lanpo never falls back to the
-owner.
+`answer_feedback`, metrics, the judge's scores in `judge_cache`), and update only the columns of `runs` its
+lifecycle and heartbeat write; it may not change or delete a lesson, an attempt or a problem, read
+`lanpo_private`, or create anything. Its random password is kept in `lanpo_private.serve_login`, which only the
+owner reads: lanpo reads it as the owner and logs in as the role itself (never `SET ROLE`, which a session can
+undo). `LANPO_SERVE_URL` names an administrator-made role instead. The login is checked before it is used: a role
+that is a superuser, a member of a privileged or owning role, an owner, or that may UPDATE / DELETE / TRUNCATE a
+whole table is refused, and lanpo never falls back to the owner.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from lanpo.errors import ServingRoleUnavailable
 ENV_SERVE_URL = "LANPO_SERVE_URL"
 RENEW_COMMAND = "lanpo db serve-role --renew"
 
-# What migrations 0014, 0015 and 0018 give the role; `renew` restores the same (each grant: tests/db/test_serving.py).
+# What migrations 0014, 0015, 0018 and 0021 give the role; `renew` restores the same (each grant:
+# tests/db/test_serving.py).
 ROLE_SETTINGS = {"statement_timeout": "'30s'"}
 USE_COLUMNS = ("m", "outcome", "graded", "credit", "baseline", "baseline_n", "baseline_source", "credit_var")
 USEFULNESS_COLUMNS = ("uses", "helped", "hurt", "even", "unknown", "graded", "credit", "updated_at", "credit_var")
@@ -49,6 +50,7 @@ TABLE_GRANTS = {
     # would make check_unprivileged refuse the role
     "lesson_usefulness": f"SELECT, INSERT, UPDATE ({', '.join(USEFULNESS_COLUMNS)})",
     "lesson_uses": f"SELECT, INSERT, UPDATE ({', '.join(USE_COLUMNS)})",  # no DELETE: uses go by cascade
+    "judge_cache": "SELECT, INSERT",  # the judge's scores: read, and a miss added (ON CONFLICT DO NOTHING)
 }
 SEQUENCES = ("rollout_groups_id_seq", "attempts_id_seq")  # ids reserved with nextval() before a COPY
 LOCK_FUNCTION = "pg_catalog.pg_advisory_xact_lock(integer, integer)"  # the per-dataset lock of a problem upsert

@@ -12,14 +12,26 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from lanpo import prompts
+from lanpo.db.repo.problems import Question
 from lanpo.inference.config import RetrievalSettings
-from lanpo.inference.io import Question
 from lanpo.inference.results import Sample, Solution, Turn, UsedExperience
 from lanpo.rewards import extract_boxed, format_ok, is_correct, reward_of
 from lanpo.rollout import Completion, GenerationBackend, SamplingParams
 
 EMPTY_POOL = "empty pool: the experience store holds no active experience, answered zero-shot"
 NOTHING_RELEVANT = "no experience reached relevance gamma={gamma}: answered zero-shot"
+
+
+def nothing_relevant(r: RetrievalSettings) -> str:
+    """Why retrieval in a non-empty pool gave no experience, as the settings `r` tell it: gamma filters only what a
+    judge scored (judge `none`: stage 1's candidates go in as they are), and `rank = value` leaves lessons out."""
+    if r.judge == "none":
+        why = f"stage 1 ({r.stage1}) found no experience for the question (no judge: gamma does not apply)"
+    else:
+        why = NOTHING_RELEVANT.removesuffix(": answered zero-shot").format(gamma=r.gamma)
+    if r.rank == "value":
+        why += f", or rank = value left out each one whose value is below {r.value_bound}"
+    return f"{why}: answered zero-shot"
 
 
 class Prompter(Protocol):
@@ -121,7 +133,7 @@ def retrieval_prompt(answerer: Prompter, q: Question, exps: list[UsedExperience]
         text = answerer.render(prompts.inter_messages(q.question, exps))
         return Prepared(text, prompts.INTER_VERSION, "inter", list(exps), None)
     text = answerer.render(prompts.actor_messages(q.question))
-    reason = EMPTY_POOL if pool_empty else NOTHING_RELEVANT.format(gamma=answerer.retrieval.gamma)
+    reason = EMPTY_POOL if pool_empty else nothing_relevant(answerer.retrieval)
     return Prepared(text, prompts.ACTOR_VERSION, "zero_shot", [], reason)
 
 

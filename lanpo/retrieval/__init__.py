@@ -2,7 +2,7 @@
 judge with its scores cached in `relevance_scores`, the problem-to-problem pre-compute and test-time retrieval.
 
 Modules (import what you need; nothing here imports torch):
-  bm25       tokenizer + exact BM25Okapi (rank-bm25 semantics) on a vectorised sparse index
+  bm25       tokenizer + BM25 on a vectorised sparse index (Lucene's idf; rank-bm25's BM25Okapi exactly by idf=okapi)
   corpus     the two corpora read from the store (problems of a dataset, current experience summaries) and a
              BM25 index cache keyed by the pool state
   vector     pgvector HNSW cosine search (and the exact scan it is measured against)

@@ -1,15 +1,28 @@
-"""BM25 with rank-bm25's `BM25Okapi` semantics on a sparse (term -> documents) index built with numpy.
+"""BM25 on a sparse (term -> documents) index built with numpy: rank-bm25's `BM25Okapi` scores, with an idf that
+stays positive by default.
 
 rank-bm25 is the reference (same tokens in, same scores out) but scores a query with a Python loop over
 every document: about 0.5 s per query at 100k documents. Like bm25s, lanpo precomputes the score of every
 (term, document) pair once, in a CSC layout (for each term, the documents containing it and their scores),
-so a query only touches the postings of its own terms: 100x+ faster, with rank-bm25's exact numbers.
+so a query only touches the postings of its own terms: 100x+ faster. The index build is vectorised (bm25s's is
+pure-Python per document).
 
-bm25s itself is not used for this because its idf differs from BM25Okapi's: BM25Okapi uses
-`idf = log(N - n + 0.5) - log(n + 0.5)` and gives a term found in more than half the documents (negative
-idf) `epsilon * mean(idf over the vocabulary)` instead; bm25s's `robertson` clamps such terms to 0 and its
-other methods use other formulas, which changes top-k lists on template-heavy text like experience
-summaries. Its index build is also pure-Python per document; the build below is vectorised.
+The idf, `idf=` (`IDFS`):
+- `lucene` (the default, stage 1 of retrieval): `ln(1 + (N - n + 0.5) / (n + 0.5))`, Lucene's and
+  Elasticsearch's (bm25s `method="lucene"`). It is positive for every term and falls as the document frequency
+  `n` grows, so a shared word always adds to a score and a rarer one adds more. It exceeds BM25Okapi's idf by
+  `ln(1 + 1/x)`, `x = (N - n + 0.5) / (n + 0.5)`, which vanishes for a rare term: on a large corpus the two rank
+  alike.
+- `okapi`: rank-bm25's `BM25Okapi`, `ln(N - n + 0.5) - ln(n + 0.5)`, with a term in more than half the documents
+  (negative idf) given `epsilon * mean(idf over the vocabulary)` instead. Its scores are rank-bm25's to float
+  rounding, so the reference tests and bench/retrieval.py use it. It cannot rank a small corpus: in a pool of one
+  lesson every idf is negative (the floor too, a mean of negatives), and in a pool of two a word of one lesson
+  has idf 0 and a word of both a negative one, so every score is at most 0 and stage 1 returns nothing. The floor
+  also makes a term's weight hang on the rest of the vocabulary, and a term in just over half the documents can
+  outweigh one in just under.
+BM25+ (Lv and Zhai, 2011) would also keep scores positive, but it changes the term-frequency part (a `delta` per
+matching term) where the fault is the idf alone; Lucene's idf changes nothing else of BM25Okapi (the `(k1 + 1)`
+factor that Lucene drops only scales every score, so rankings are bm25s lucene's).
 
 Repeated query tokens count once per occurrence, and unknown tokens add nothing, as in rank-bm25.
 """
@@ -29,6 +42,15 @@ def tokenize(text: str) -> list[str]:
     """The one tokenizer of lanpo's BM25 (index and queries, lanpo and the rank-bm25 reference):
     lowercase, split on anything that is not a letter or digit."""
     return _TOKEN.findall(text.lower())
+
+
+IDFS = ("lucene", "okapi")  # the idf forms of `BM25Index` (the module docstring argues the default, the first)
+
+
+def lucene_idf(doc_freqs: np.ndarray, n_docs: int) -> np.ndarray:
+    """Lucene's idf per term from document frequencies `(V,)`: `ln(1 + (N - n + 0.5) / (n + 0.5))`, always > 0."""
+    df = np.asarray(doc_freqs, dtype=np.float64)
+    return np.log1p((n_docs - df + 0.5) / (df + 0.5))
 
 
 def okapi_idf(doc_freqs: np.ndarray, n_docs: int, epsilon: float = 0.25) -> np.ndarray:
@@ -53,7 +75,8 @@ def okapi_term_scores(
 
 
 class BM25Index:
-    """An immutable BM25Okapi index over `texts`, addressed by caller ids (e.g. problem or version ids)."""
+    """An immutable BM25 index over `texts`, addressed by caller ids (e.g. problem or version ids); `idf` one of
+    `IDFS` (`okapi`: rank-bm25's BM25Okapi exactly; `epsilon` is its floor and counts for nothing else)."""
 
     def __init__(
         self,
@@ -63,11 +86,14 @@ class BM25Index:
         k1: float = 1.5,
         b: float = 0.75,
         epsilon: float = 0.25,
+        idf: str = "lucene",
     ) -> None:
+        if idf not in IDFS:
+            raise ValueError(f"idf must be one of {', '.join(IDFS)}, got {idf!r}")
         self.ids = np.asarray(ids if ids is not None else range(len(texts)), dtype=np.int64)
         if len(self.ids) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(self.ids)} ids")
-        self.k1, self.b, self.epsilon = k1, b, epsilon
+        self.k1, self.b, self.epsilon, self.idf = k1, b, epsilon, idf
         n_docs = len(texts)
         docs = [tokenize(text) for text in texts]
         doc_len = np.fromiter((len(d) for d in docs), dtype=np.int64, count=n_docs)
@@ -83,8 +109,8 @@ class BM25Index:
         posting_term, posting_doc = np.divmod(postings, max(n_docs, 1))
         doc_freqs = np.bincount(posting_term, minlength=len(self.vocab))
         if n_docs and doc_len.sum():
-            idf = okapi_idf(doc_freqs, n_docs, epsilon)
-            data = okapi_term_scores(tf, doc_len[posting_doc], float(doc_len.mean()), idf[posting_term], k1, b)
+            weights = okapi_idf(doc_freqs, n_docs, epsilon) if idf == "okapi" else lucene_idf(doc_freqs, n_docs)
+            data = okapi_term_scores(tf, doc_len[posting_doc], float(doc_len.mean()), weights[posting_term], k1, b)
         else:
             data = np.zeros(0)
         # Terms in at least half the documents (template words of summaries) are kept as dense rows: no more
@@ -106,7 +132,7 @@ class BM25Index:
         return len(self.ids)
 
     def scores(self, query: str | Sequence[str]) -> np.ndarray:
-        """BM25Okapi score of every document `(N,)` for a query (text, or tokens from `tokenize`)."""
+        """BM25 score of every document `(N,)` for a query (text, or tokens from `tokenize`)."""
         tokens = tokenize(query) if isinstance(query, str) else list(query)
         scores = np.zeros(len(self.ids))
         known = [self.vocab[t] for t in tokens if t in self.vocab]

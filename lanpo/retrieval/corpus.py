@@ -31,12 +31,14 @@ from lanpo.retrieval.sqlfiles import query
 
 @dataclass(frozen=True)
 class Corpus:
-    """Texts with their ids; `owner_ids[i]` is the problem each text belongs to (itself, for problems)."""
+    """Texts with their ids; `owner_ids[i]` is the problem each text belongs to (itself, for problems), `scopes[i]`
+    the scope of a lesson learned by `lanpo serve` (None: shared; every problem, every lesson a trainer writes)."""
 
     key: tuple[object, ...]
     ids: np.ndarray
     owner_ids: np.ndarray
     texts: list[str]
+    scopes: np.ndarray | None = None  # object array of str | None; None: no text has a scope
 
 
 def problem_corpus_key(session: Session, dataset: str) -> tuple[object, ...]:
@@ -65,7 +67,8 @@ def pool_corpus(session: Session, pool_id: int) -> Corpus:
     )
     ids = np.fromiter((r.version_id for r in rows), dtype=np.int64, count=len(rows))
     owners = np.fromiter((r.problem_id for r in rows), dtype=np.int64, count=len(rows))
-    return Corpus(key, ids, owners, [r.summary for r in rows])
+    scopes = np.array([r.scope for r in rows], dtype=object) if any(r.scope is not None for r in rows) else None
+    return Corpus(key, ids, owners, [r.summary for r in rows], scopes)
 
 
 @dataclass
@@ -78,7 +81,10 @@ class BM25Cache:
     """BM25 indexes keyed by corpus state (see the module docstring); the `capacity` most recent are kept.
 
     `max_staleness_s > 0`: within that many seconds of the last state check of a corpus, its index is reused
-    without asking the database (0: check on every lookup).
+    without asking the database (0: check on every lookup). `idf` is the pools' indexes' (`lanpo.retrieval.bm25.IDFS`:
+    `lucene`, positive on a pool of one lesson; `okapi`, rank-bm25's), `problems_idf` the datasets': rank-bm25's by
+    default, as training's problem-to-problem pre-compute has always read it (its recorded draws and figures stay
+    as they were; over a dataset of hundreds of questions the two rank alike but for the commonest words).
     """
 
     def __init__(
@@ -88,8 +94,11 @@ class BM25Cache:
         b: float = 0.75,
         epsilon: float = 0.25,
         max_staleness_s: float = 0.0,
+        idf: str = "lucene",
+        problems_idf: str = "okapi",
     ) -> None:
-        self.capacity, self.k1, self.b, self.epsilon = capacity, k1, b, epsilon
+        self.capacity, self.k1, self.b, self.epsilon, self.idf = capacity, k1, b, epsilon, idf
+        self.problems_idf = problems_idf
         self.max_staleness_s = max_staleness_s
         self._entries: OrderedDict[tuple[object, ...], CachedIndex] = OrderedDict()
         self._checked: dict[object, tuple[float, tuple[object, ...]]] = {}
@@ -104,12 +113,12 @@ class BM25Cache:
         self._checked[corpus_name] = (now, key)
         return key
 
-    def _get(self, key: tuple[object, ...], load: object) -> CachedIndex:
+    def _get(self, key: tuple[object, ...], load: object, idf: str) -> CachedIndex:
         entry = self._entries.get(key)
         if entry is None:
             corpus: Corpus = load()  # type: ignore[operator]
             entry = CachedIndex(
-                corpus, BM25Index(corpus.texts, corpus.ids, k1=self.k1, b=self.b, epsilon=self.epsilon)
+                corpus, BM25Index(corpus.texts, corpus.ids, k1=self.k1, b=self.b, epsilon=self.epsilon, idf=idf)
             )
             self.builds += 1
             self._entries[corpus.key] = entry
@@ -121,11 +130,16 @@ class BM25Cache:
 
     def problems(self, session: Session, dataset: str) -> CachedIndex:
         key = self._fresh_key(("problems", dataset), lambda: problem_corpus_key(session, dataset))
-        return self._get(key, lambda: problem_corpus(session, dataset))
+        return self._get(key, lambda: problem_corpus(session, dataset), self.problems_idf)
 
     def pool(self, session: Session, pool_id: int) -> CachedIndex:
         key = self._fresh_key(("pool", pool_id), lambda: pool_key(session, pool_id))
-        return self._get(key, lambda: pool_corpus(session, pool_id))
+        return self._get(key, lambda: pool_corpus(session, pool_id), self.idf)
+
+    def forget(self, pool_id: int) -> None:
+        """Check pool `pool_id`'s state at its next lookup, whatever `max_staleness_s` says: a writer in this process
+        (`lanpo serve` learning a lesson) makes its commit show at the next request."""
+        self._checked.pop(("pool", pool_id), None)
 
 
 # The process-wide cache library callers (the answerer) share: pool changes show within 2 s.

@@ -16,8 +16,9 @@ prompt + problem): it runs once and its KV cache serves the whole batch.
 Three names, one meaning each, from the CLI to the SQL parameter:
   judge   the model reference a user names (`--judge smollm2`, a HF folder, a hub id), up to `load_judge`;
   rater   a loaded `Judge` (`HFJudge` here, `lanpo.retrieval.vllm_judge.VLLMJudge` on the vLLM engine);
-  scorer  the identity its scores are stored under, `relevance_scores.scorer` = `"<model id>|<prompt version>"`
-          (`Judge.identity`): change the prompt, bump `PROMPT_VERSION`, and nothing cached is reused.
+  scorer  the identity its scores are stored under, `relevance_scores.scorer` = `judge_cache.scorer` =
+          `"<model id>|<prompt version>"` (`Judge.identity`; the served adapter's hash is part of the model id):
+          change the prompt, bump `PROMPT_VERSION`, and nothing cached is reused.
 `JudgePrompt` builds and tokenises the prompt; `HFJudge` scores it with a HF model, `VLLMJudge` with the vLLM
 engine's next-token log-probs (same identity: the same model and prompt are the same judge, up to the vLLM engine's
 bf16 arithmetic).
@@ -34,6 +35,7 @@ from lanpo.errors import InputError
 from lanpo.models import cache_kwarg, returned_cache
 
 PROMPT_VERSION = "relevance-v2"
+MAX_CHARS = 1500  # the problem and the feedback are each cut to this many characters in the prompt
 SYSTEM = "You judge whether a piece of feedback helps with a math problem. Answer with one word: yes or no."
 FEEDBACK_LABEL = "Feedback:\n"
 USER_TEMPLATE = (
@@ -107,8 +109,11 @@ class JudgePrompt:
 
     @property
     def identity(self) -> str:
-        """The scorer, `"<model id>|<prompt version>"`: what `relevance_scores.scorer` holds for this judge."""
-        return f"{self.model_id}|{self.prompt_version}"
+        """The scorer, `"<model id>|<prompt version>"`: what `relevance_scores.scorer` and `judge_cache.scorer` hold
+        for this judge; a text limit other than the default (`MAX_CHARS`), which changes long texts' prompts,
+        is appended (`"|chars=<n>"`)."""
+        limit = "" if self.max_chars == MAX_CHARS else f"|chars={self.max_chars}"
+        return f"{self.model_id}|{self.prompt_version}{limit}"
 
     def prompt(self, problem: str, feedback: str) -> str:
         """The judgement prompt, in the model's chat template when it has one."""
@@ -155,7 +160,7 @@ class HFJudge(JudgePrompt):
         model_id: str,
         *,
         batch_size: int = 16,
-        max_chars: int = 1500,
+        max_chars: int = MAX_CHARS,
         prompt_version: str = PROMPT_VERSION,
         share_prefix: bool = True,
     ) -> None:

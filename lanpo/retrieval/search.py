@@ -101,9 +101,10 @@ def search_pool(
     exclude_problem_ids: Sequence[int] = (),
     params: SearchParams | None = None,
     cache: BM25Cache = DEFAULT_CACHE,
+    scope: str | None = None,
 ) -> list[PoolHit]:
     """The k current experience summaries of pool `pool_id` most similar to `question`, none from
-    `exclude_problem_ids`."""
+    `exclude_problem_ids`, none of a scope but `scope` (the shared ones always; `lanpo.serve.scopes`)."""
     params = params or SearchParams()
     _needs_vector(params, query_vector)
     depth = k if params.stage1 != "hybrid" else max(k, params.hybrid_depth)
@@ -116,6 +117,8 @@ def search_pool(
         bm25_scores = cached.index.scores(question)
         if exclude_problem_ids:
             bm25_scores[np.isin(corpus.owner_ids, list(exclude_problem_ids))] = -np.inf
+        if corpus.scopes is not None:
+            bm25_scores[np.array([s is not None and s != scope for s in corpus.scopes], dtype=bool)] = -np.inf
         for position, score in top_k_positions(bm25_scores, depth):
             version_id = int(corpus.ids[position])
             found[version_id] = PoolHit(version_id, int(corpus.owner_ids[position]), corpus.texts[position], score)
@@ -128,6 +131,7 @@ def search_pool(
             pool_id=pool_id,
             exclude_problem_ids=exclude_problem_ids,
             ef_search=params.ef_search,
+            scope=scope,
         )
         if not hits and params.stage1 == "vector":
             log.warning("vector search found nothing: is the pool empty, or are its summaries not embedded?")

@@ -4,15 +4,21 @@ summaries of one pool -> LLM rerank -> gamma filter -> top m (ARCHITECTURE.md, "
 Without a judge (`rater=None`) there is no rerank and no gamma filter: the top m of stage 1 come back with
 `relevance=None`. An empty pool (or nothing at gamma) gives `[]`, and the caller answers zero-shot. When the
 question is a stored problem (`problem_id`), its own experiences are excluded and its scores are cached in
-`relevance_scores`.
+`relevance_scores` (`lanpo infer --mode retrieval`, which stores its questions first); otherwise (`lanpo serve`,
+`lanpo infer --no-store`) in `judge_cache`, by the question's text (`judged`). Either way only the pairs the cache
+lacks reach the judge.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from lanpo.db.repo.judge_cache import cached_judge_scores, question_sha256, store_judge_scores
 from lanpo.db.repo.sampling import PAPER_RANKING, Ranking, rank_by_value
 from lanpo.errors import InputError
 from lanpo.feedback_modes import GAMMA
@@ -22,6 +28,8 @@ from lanpo.retrieval.embeddings import Embedder, SentenceTransformerEmbedder, em
 from lanpo.retrieval.judge import Judge
 from lanpo.retrieval.relevance import score_pairs
 from lanpo.retrieval.search import SearchParams, search_pool
+
+log = logging.getLogger(__name__)
 
 _EMBEDDERS: dict[str | None, Embedder] = {}
 
@@ -66,6 +74,7 @@ def retrieve(
     cache: BM25Cache = DEFAULT_CACHE,
     embed: bool = True,
     ranking: Ranking = PAPER_RANKING,
+    scope: str | None = None,
 ) -> list[Retrieved]:
     """At most `m` current experiences of pool `pool_id` for `question`, best first (by relevance, then stage-1
     rank). `rater` is the loaded relevance judge; None: stage 1 only. Vector and hybrid search first embed the
@@ -73,7 +82,8 @@ def retrieve(
     False (a caller whose role may not write embeddings runs `embed_pool` with another session first).
     `ranking` value (`retrieval.rank = value`): of those, the ones whose value (the upper confidence bound on their
     lift, `lanpo.db.repo.sampling.rank_by_value`) is below its bound are dropped and the rest ranked by value; with
-    none left the caller answers zero-shot."""
+    none left the caller answers zero-shot. `scope`: a `lanpo serve` request's scope, whose lessons it reads beside
+    the shared ones (None: the shared ones only)."""
     check_question(question)
     if not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be in [0, 1], got {gamma}")
@@ -95,6 +105,7 @@ def retrieve(
         exclude_problem_ids=[problem_id] if problem_id is not None else [],
         params=params,
         cache=cache,
+        scope=scope,
     )
     if rater is None:
         found = [Retrieved(h.version_id, h.problem_id, h.summary, h.score, None) for h in hits]
@@ -110,7 +121,7 @@ def retrieve(
         )
         relevance = [cached[(problem_id, h.version_id)] for h in hits]
     else:
-        relevance = rater.score([(question, h.summary) for h in hits])
+        relevance = judged(session, rater, question, [(h.version_id, h.summary) for h in hits])
     ranked = sorted(
         ((r, rank, h) for rank, (h, r) in enumerate(zip(hits, relevance, strict=True)) if r >= gamma),
         key=lambda item: (-item[0], item[1]),
@@ -121,3 +132,36 @@ def retrieve(
 
 def _version(hit: Retrieved) -> int:
     return hit.experience_version_id
+
+
+def judged(session: Session, rater: Judge, question: str, candidates: Sequence[tuple[int, str]]) -> list[float]:
+    """The judge's score of `question` against each (version id, summary) candidate, in order: `judge_cache` first
+    (by the question's text and the judge's identity); only the versions it lacks go to the judge, in one call,
+    and their scores are written back. The cache is an optimisation, never a condition of the answer: a read or a
+    write it cannot make (a serving role without its grants, a version deleted meanwhile) is logged and the
+    request goes on (a failed read judges every candidate). Both run in savepoints of `session`'s transaction, so
+    a failure leaves the rest of the retrieval's transaction usable; the scores written commit with it, when
+    retrieval ends, before generation starts."""
+    key = question_sha256(question)
+    versions = list(dict.fromkeys(v for v, _ in candidates))
+    try:
+        with session.begin_nested():
+            scores = cached_judge_scores(session, key, rater.identity, versions)
+    except SQLAlchemyError as exc:
+        log.warning("judge_cache not read, every candidate is judged: %s", _short(exc))
+        scores = {}
+    summaries = dict(candidates)
+    missing = [v for v in versions if v not in scores]
+    if missing:
+        fresh = dict(zip(missing, rater.score([(question, summaries[v]) for v in missing]), strict=True))
+        scores.update(fresh)
+        try:
+            with session.begin_nested():
+                store_judge_scores(session, key, rater.identity, fresh)
+        except SQLAlchemyError as exc:
+            log.warning("judge_cache: %d new score(s) not stored: %s", len(fresh), _short(exc))
+    return [scores[v] for v, _ in candidates]
+
+
+def _short(exc: SQLAlchemyError) -> str:
+    return " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]

@@ -55,8 +55,9 @@ def search_pool(
     exclude_problem_ids: Sequence[int] = (),
     ef_search: int = EF_SEARCH,
     exact: bool = False,
+    scope: str | None = None,
 ) -> list[tuple[int, int, float, str]]:
-    """The k current experience summaries of pool `pool_id` nearest to `query_vector`.
+    """The k current experience summaries of pool `pool_id` nearest to `query_vector`, shared or of `scope`.
 
     Returns `(version_id, problem_id, similarity, summary)`, best first.
     """
@@ -68,6 +69,7 @@ def search_pool(
             "pool_id": pool_id,
             "exclude_problem_ids": list(exclude_problem_ids),
             "k": k,
+            "scope": scope,
         },
     ).all()
     return [(int(r.version_id), int(r.problem_id), float(r.similarity), r.summary) for r in rows]

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from lanpo.errors import InputError, LanpoError
-from lanpo.retrieval.judge import PROMPT_VERSION, JudgePrompt, yes_no_probability
+from lanpo.retrieval.judge import MAX_CHARS, PROMPT_VERSION, JudgePrompt, yes_no_probability
 
 
 class EngineJudge(JudgePrompt):
@@ -36,7 +36,7 @@ class EngineJudge(JudgePrompt):
         model_id: str,
         *,
         batch_size: int = 64,
-        max_chars: int = 1500,
+        max_chars: int = MAX_CHARS,
         prompt_version: str = PROMPT_VERSION,
     ) -> None:
         if batch_size < 1:

@@ -1,8 +1,9 @@
 """The request and response shapes of `lanpo serve`: OpenAI's chat completions, and lanpo's extension fields.
 
 A stock `openai` client sends lanpo's settings in `extra_body={"lanpo": {...}}` and reads them back from the
-response's `lanpo` field (`completion.model_extra["lanpo"]`, or `completion.lanpo`). Unknown top-level fields are
-ignored as OpenAI ignores them; unknown fields inside `lanpo` are refused (a typo must not pass silently).
+response's `lanpo` field (`completion.model_extra["lanpo"]`, or `completion.lanpo`). What the messages may hold, and
+which of OpenAI's other fields are honoured, ignored or refused, is `lanpo.serve.messages`'s; a top-level field
+OpenAI does not have either is ignored. Unknown fields inside `lanpo` are refused (a typo must not pass silently).
 """
 
 from __future__ import annotations
@@ -18,19 +19,25 @@ MODES = tuple(INFERENCE_MODES) + tuple(m.replace("_", "-") for m in INFERENCE_MO
 SEED_RANGE = 2**63
 
 
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
+class ContentPart(BaseModel):
+    """One part of a message's content: lanpo reads `text` parts (`lanpo.serve.messages` refuses the others)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
 
 
 class Message(BaseModel):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    """One message as a client sends it, tool fields included so that `lanpo.serve.messages` can refuse them."""
 
-    def text(self) -> str:
-        if isinstance(self.content, list):
-            return "".join(p.text for p in self.content)
-        return self.content or ""
+    model_config = ConfigDict(extra="allow")
+
+    role: str
+    content: str | list[ContentPart] | None = None
+    tool_calls: list[Any] | None = None
+    function_call: Any = None
+    audio: Any = None
 
 
 class LanpoOptions(BaseModel):
@@ -44,9 +51,15 @@ class LanpoOptions(BaseModel):
     top_k: Annotated[int, Field(ge=1, le=256)] | None = None
     judge: Literal["policy", "none"] | None = None
     stage1: Literal[STAGE1] | None = None  # type: ignore[valid-type]
+    scope: str | None = None  # the request's scope (lanpo.serve.scopes checks the name)
 
 
 class ChatRequest(BaseModel):
+    """OpenAI's request; its other fields are kept in `model_extra`, where `lanpo.serve.messages` finds the ones
+    it ignores and the ones it refuses."""
+
+    model_config = ConfigDict(extra="allow")
+
     model: str
     messages: list[Message] = Field(min_length=1)
     max_tokens: Annotated[int, Field(ge=1)] | None = None

@@ -5,8 +5,9 @@ Routes (each also under `/pools/{pool}`, which picks the pool retrieval reads; w
 - `GET /v1/models`, `POST /v1/chat/completions` (SSE when `stream`), `POST /v1/feedback`;
 - `GET /health` (no key needed: liveness, the model, whether the server drains).
 
-Errors are OpenAI's JSON bodies with their status (`lanpo.serve.http`). A request refused writes nothing: the
-pool's serving run is opened by its first stored answer.
+A request's messages (a system prompt, a conversation, text parts) and the OpenAI fields lanpo refuses are read by
+`lanpo.serve.messages`. Errors are OpenAI's JSON bodies with their status (`lanpo.serve.http`). A request refused
+writes nothing: the pool's serving run is opened by its first stored answer.
 """
 
 from __future__ import annotations
@@ -19,52 +20,27 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from lanpo.errors import InputError
-from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
+from lanpo.inference.config import RetrievalSettings, normalise_mode
 from lanpo.rollout import SamplingParams
 from lanpo.serve.answer import Answering, Ask, Timings
 from lanpo.serve.api import ChatRequest, FeedbackRequest, error_body
-from lanpo.serve.http import ApiError, BodyLimit, error_response, install_error_handlers, read_json, sse
+from lanpo.serve.http import ApiError, BodyLimit, error_response, install_error_handlers, read_json, shown, sse
 from lanpo.serve.keys import Caller, KeyRing
+from lanpo.serve.learn import Learned, Learner
+from lanpo.serve.messages import conversation, refuse_unsupported
+from lanpo.serve.scopes import may_reach, request_scope
+from lanpo.serve.settings import ServeSettings
 from lanpo.serve.store import Recorder, Runs, Served
 
 log = logging.getLogger("lanpo.serve")
 access = logging.getLogger("lanpo.serve.access")
-
-
-@dataclass
-class ServeSettings:
-    """What `lanpo serve` was started with (its options), and the defaults a request may override."""
-
-    model: str
-    served_name: str
-    backend: str
-    mode: str
-    retrieval: RetrievalSettings
-    sampling: SamplingSettings
-    max_tokens_limit: int = 4096
-    max_question_tokens: int = 4096
-    max_body_bytes: int = 1 << 20
-    max_pending: int = 256
-    run_name: str = "serve"
-
-    def config(self) -> dict[str, Any]:
-        """The serving run's config in the store."""
-        return {
-            "model": self.model,
-            "served_name": self.served_name,
-            "backend": self.backend,
-            "mode": self.mode,
-            "retrieval": asdict(self.retrieval),
-            "sampling": asdict(self.sampling),
-            "max_tokens_limit": self.max_tokens_limit,
-        }
 
 
 class Server:
@@ -84,6 +60,7 @@ class Server:
         self.default_pool = default_pool
         self.engine: Any = None
         self.answering: Answering | None = None
+        self.learner: Learner | None = None
         self.recorder: Recorder | None = None
         self.runs: Runs | None = None
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="lanpo-serve-store")
@@ -100,6 +77,8 @@ class Server:
 
             judge = await asyncio.to_thread(load_judge, self.settings.retrieval.judge)
         self.answering = Answering(self.engine, self.db, self.owner_db, self.executor, judge)
+        if self.settings.learn.enabled:
+            self.learner = Learner(self.engine, self.owner_db, self.settings.learn, self.settings.served_name)
         self.recorder = Recorder(self.db)
         s = self.settings
         self.runs = Runs(self.db, s.run_name, s.model, s.config(), self.engine.adapter_sha256, self.default_pool)
@@ -141,29 +120,31 @@ class Server:
         chosen = name if name is not None else self.default_pool
         if chosen is None:
             return None, None
+        unknown = ApiError(404, f"no pool {shown(chosen)} (or this key may not read it)", "pool_not_found")
         if not caller.may_read(chosen):
-            raise ApiError(404, f"no pool {chosen!r} (or this key may not read it)", "pool_not_found")
+            raise unknown
         try:
             with transaction(self.db) as session:
                 return int(resolve_pool(session, chosen).id), chosen
         except InputError:
-            raise ApiError(404, f"no pool {chosen!r} (or this key may not read it)", "pool_not_found") from None
+            raise unknown from None
 
-    def ask(self, body: ChatRequest, pool: tuple[int | None, str | None]) -> Ask:
+    def ask(self, body: ChatRequest, pool: tuple[int | None, str | None], scope: str | None = None) -> Ask:
         s = self.settings
         if body.model != s.served_name:
             raise ApiError(
                 404,
-                f"the model {body.model!r} is not served here; this server serves {s.served_name!r}",
+                f"the model {shown(body.model)} is not served here; this server serves {s.served_name!r}",
                 "model_not_found",
                 "model",
             )
-        question = _question(body)
-        tokens = len(self.engine.tokenizer.encode(question, add_special_tokens=False))
+        refuse_unsupported(body)
+        asked = conversation(body)
+        tokens = sum(len(self.engine.tokenizer.encode(t, add_special_tokens=False)) for t in asked.texts())
         if tokens > s.max_question_tokens:
             raise ApiError(
                 413,
-                f"the question is {tokens} tokens; this server takes at most {s.max_question_tokens}",
+                f"the messages are {tokens} tokens; this server takes at most {s.max_question_tokens}",
                 "context_length_exceeded",
                 "messages",
             )
@@ -181,7 +162,7 @@ class Server:
             raise ApiError(400, "a streamed request answers once: n must be 1", "unsupported", "n")
         r = s.retrieval
         if opts is not None:
-            changes = {k: v for k, v in opts.model_dump(exclude={"mode"}).items() if v is not None}
+            changes = {k: v for k, v in opts.model_dump(exclude={"mode", "scope"}).items() if v is not None}
             top_k = max(changes.get("top_k", r.top_k), changes.get("m", r.m))  # m from top_k, as the CLI raises it
             r = RetrievalSettings(**{**asdict(r), **changes, "top_k": top_k, "pool": pool[1]})
         temperature = s.sampling.temperature if body.temperature is None else body.temperature
@@ -192,13 +173,15 @@ class Server:
             seed=body.seed,
             stop=body.stops,
         )
-        return Ask(question, mode, body.n, params, r, pool[0], pool[1])
+        return Ask(asked, mode, body.n, params, r, pool[0], pool[1], scope)
 
     async def chat(self, request: Request, pool_name: str | None) -> Any:
         caller = self.caller(request)
         body = ChatRequest.model_validate(await read_json(request))
+        named = None if body.lanpo is None else body.lanpo.scope
+        scope = request_scope(caller, request.path_params.get("scope"), named)
         pool = await asyncio.get_running_loop().run_in_executor(self.executor, self.pool, caller, pool_name)
-        ask = self.ask(body, pool)
+        ask = self.ask(body, pool, scope)
         assert self.answering is not None
         timings = Timings()
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -209,6 +192,7 @@ class Server:
         lanpo = {
             "mode": ask.mode,
             "pool": pool[1],
+            "scope": scope,
             "fallback": prepared.fallback if ask.mode == "retrieval" else None,
             "lessons": [
                 {
@@ -219,7 +203,7 @@ class Server:
                 for e in prepared.experiences
             ],
         }
-        served = Served(request_id, ask.mode, lanpo["fallback"], _sampling(ask), {}, caller.name, body.stream)
+        served = Served(request_id, ask.mode, lanpo["fallback"], _sampling(ask), {}, caller.name, body.stream, scope)
         if body.stream:
             return StreamingResponse(
                 self._stream(ask, prepared, timings, served, lanpo, body),
@@ -324,10 +308,23 @@ class Server:
             ) from None
 
     async def feedback(self, request: Request, pool_name: str | None) -> Any:
+        """The feedback on a served answer; under `/pools/{pool}` (`/scopes/{scope}`), only on an answer from that
+        pool (scope): 404 otherwise, and for a pool the key may not read, as chat and models answer. Good feedback
+        in a pool that learns writes a lesson first (`lanpo.serve.learn`), reported as `lesson`."""
         caller = self.caller(request)
         body = FeedbackRequest.model_validate(await read_json(request))
         loop = asyncio.get_running_loop()
-        row_id, correct = await loop.run_in_executor(self.executor, self._feedback, caller, body)
+        if pool_name is not None:
+            await loop.run_in_executor(self.executor, self.pool, caller, pool_name)
+        scope = request.path_params.get("scope")
+        row_id, correct, row = await loop.run_in_executor(
+            self.executor, self._feedback, caller, body, pool_name, scope
+        )
+        learned = Learned("off")
+        if self.learner is not None:
+            learned = await loop.run_in_executor(
+                self.executor, self.learner.learn, row, row_id, correct, body.reward, body.gold_answer, loop
+            )
         return JSONResponse(
             {
                 "object": "lanpo.feedback",
@@ -335,23 +332,31 @@ class Server:
                 "answer_id": body.answer_id,
                 "correct": correct,
                 "reward": body.reward,
+                "lesson": learned.body(),
             }
         )
 
-    def _feedback(self, caller: Caller, body: FeedbackRequest) -> tuple[int, bool | None]:
+    def _feedback(
+        self, caller: Caller, body: FeedbackRequest, pool_name: str | None, scope: str | None
+    ) -> tuple[int, bool | None, Any]:
         from lanpo.db.connection import transaction
         from lanpo.db.repo.serving import record_feedback, served_answer
         from lanpo.rewards import is_correct
 
+        where = "" if pool_name is None else f" in pool {shown(pool_name)}"
         unknown = ApiError(
             404,
-            f"no served answer {body.answer_id} (or this key may not read its pool)",
+            f"no served answer {body.answer_id}{where} (or this key may not read its pool)",
             "answer_not_found",
             "answer_id",
         )
         with transaction(self.db) as session:
             row = served_answer(session, body.answer_id)
             if row is None or not caller.may_read(row.pool_name):
+                raise unknown
+            if pool_name is not None and row.pool_name != pool_name:  # the path names the pool it answers for
+                raise unknown
+            if not may_reach(caller, row.scope) or (scope is not None and row.scope != scope):
                 raise unknown
             correct = None if body.verdict is None else body.verdict == "correct"
             if correct is None and body.gold_answer is not None:
@@ -364,7 +369,7 @@ class Server:
                 gold_answer=body.gold_answer,
                 key_name=caller.name,
             )
-        return int(fid), correct
+        return int(fid), correct, row
 
     async def models(self, request: Request, pool_name: str | None) -> Any:
         caller = self.caller(request)
@@ -416,22 +421,6 @@ class Server:
         access.info(json.dumps(record))
 
 
-def _question(body: ChatRequest) -> str:
-    """The question: the request's one user message (lanpo writes the prompt itself, as `lanpo infer` does)."""
-    roles = [m.role for m in body.messages]
-    if roles != ["user"]:
-        raise ApiError(
-            400,
-            f"lanpo serve answers one question per request: one user message, got roles {roles}",
-            "unsupported_messages",
-            "messages",
-        )
-    text = body.messages[0].text()
-    if not text.strip() or "\x00" in text:
-        raise ApiError(400, "the user message is empty or holds a NUL character", "invalid_question", "messages")
-    return text
-
-
 def _sampling(ask: Ask) -> dict[str, Any]:
     p = ask.params
     out = {
@@ -481,7 +470,7 @@ def create_app(server: Server) -> BodyLimit:
 
     install_error_handlers(app)
     app.add_api_route("/health", server.health, methods=["GET"])
-    for prefix in ("", "/pools/{pool}"):
+    for prefix in ("", "/pools/{pool}", "/scopes/{scope}", "/pools/{pool}/scopes/{scope}"):
         app.add_api_route(f"{prefix}/v1/models", _route(server.models), methods=["GET"])
         app.add_api_route(f"{prefix}/v1/chat/completions", _route(server.chat), methods=["POST"])
         app.add_api_route(f"{prefix}/v1/feedback", _route(server.feedback), methods=["POST"])

@@ -1,11 +1,13 @@
 """API keys of `lanpo serve`: who may call it, and which pools each caller may read.
 
 - `--api-key KEY` (repeatable, or `LANPO_SERVE_API_KEY`): a key that may read every pool, named `key-1`, `key-2`...
-- `--keys FILE`: a TOML file of named keys with the pools each may read::
+- `--keys FILE`: a TOML file of named keys with the pools each may read, and the scopes (users, agents) it is
+  bound to::
 
       [keys.alice]
       key = "sk-alice-..."
       pools = ["demo"]          # "*": every pool
+      scopes = ["alice"]        # optional: its requests are in these scopes only (`lanpo.serve.scopes`)
 
 With no key at all the server answers anyone, which `lanpo serve` allows on a loopback address only. Keys are
 compared by their SHA-256 digests in constant time; only a key's name reaches the store and the logs.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lanpo.errors import ConfigError
+from lanpo.serve.scopes import SCOPE_HINT, valid_scope
 
 ALL_POOLS = "*"
 MIN_KEY_LENGTH = 16
@@ -28,10 +31,12 @@ MIN_KEY_LENGTH = 16
 
 @dataclass(frozen=True)
 class Caller:
-    """Who sent a request: the key's name (None: no keys configured) and the pools it may read."""
+    """Who sent a request: the key's name (None: no keys configured), the pools it may read, and the scopes it is
+    bound to (None: unbound, it may name any scope or none)."""
 
     name: str | None
     pools: frozenset[str]
+    scopes: frozenset[str] | None = None
 
     def may_read(self, pool: str | None) -> bool:
         """Whether this caller may read `pool` (None: no pool, zero-shot only: everyone may)."""
@@ -46,6 +51,7 @@ class _Key:
     name: str
     digest: bytes
     pools: frozenset[str]
+    scopes: frozenset[str] | None = None
 
 
 class KeyRing:
@@ -81,13 +87,13 @@ class KeyRing:
         for key in self._keys:  # every key compared, in constant time: no timing tells which prefix matched
             if hmac.compare_digest(key.digest, digest):
                 found = key
-        return None if found is None else Caller(found.name, found.pools)
+        return None if found is None else Caller(found.name, found.pools, found.scopes)
 
     def names(self) -> list[str]:
         return [k.name for k in self._keys]
 
 
-def _key(name: str, key: object, pools: object, where: str) -> _Key:
+def _key(name: str, key: object, pools: object, where: str, scopes: object = None) -> _Key:
     if not isinstance(key, str) or len(key) < MIN_KEY_LENGTH or key != key.strip():
         raise ConfigError(
             f"{where}: an API key must be a string of at least {MIN_KEY_LENGTH} characters without surrounding spaces",
@@ -97,7 +103,16 @@ def _key(name: str, key: object, pools: object, where: str) -> _Key:
         raise ConfigError(
             f"{where}: pools must be a non-empty list of pool names", hint='e.g. pools = ["demo"], or ["*"] for all'
         )
-    return _Key(name, hashlib.sha256(key.encode()).digest(), frozenset(pools))
+    if scopes is not None:
+        if not isinstance(scopes, list) or not scopes or not all(isinstance(s, str) for s in scopes):
+            raise ConfigError(
+                f"{where}: scopes must be a non-empty list of scope names", hint='e.g. scopes = ["alice"]'
+            )
+        bad = [s for s in scopes if not valid_scope(s)]
+        if bad:
+            raise ConfigError(f"{where}: {bad[0]!r} is not a scope name", hint=SCOPE_HINT)
+    bound = None if scopes is None else frozenset(scopes)
+    return _Key(name, hashlib.sha256(key.encode()).digest(), frozenset(pools), bound)
 
 
 def _read_keys_file(path: Path) -> list[_Key]:
@@ -116,9 +131,12 @@ def _read_keys_file(path: Path) -> list[_Key]:
         )
     out = []
     for name, table in tables.items():
-        if not isinstance(table, dict) or set(table) - {"key", "pools"}:
-            raise ConfigError(f"{path}: [keys.{name}] may set key and pools only", hint='pools = ["*"] reads all')
-        out.append(_key(name, table.get("key"), table.get("pools", [ALL_POOLS]), f"{path} [keys.{name}]"))
+        if not isinstance(table, dict) or set(table) - {"key", "pools", "scopes"}:
+            raise ConfigError(
+                f"{path}: [keys.{name}] may set key, pools and scopes only", hint='pools = ["*"] reads all'
+            )
+        where = f"{path} [keys.{name}]"
+        out.append(_key(name, table.get("key"), table.get("pools", [ALL_POOLS]), where, table.get("scopes")))
     return out
 
 

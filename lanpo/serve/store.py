@@ -45,6 +45,7 @@ class Served:
     timings: dict[str, float]
     key_name: str | None
     streamed: bool
+    scope: str | None = None  # the scope the request named
 
 
 @dataclass
@@ -178,6 +179,7 @@ def _store(session: Any, item: _Pending) -> list[int]:
             timings=s.timings,
             key_name=s.key_name,
             streamed=s.streamed,
+            scope=s.scope,
         ),
     )
     return ids

@@ -9,6 +9,7 @@
 -- read for the k drawn items only.
 -- The same problem is excluded twice over: here (<>) and by the CHECK constraint not_self.
 -- :kinds (text[], NULL: every kind) keeps experiences of those kinds only (feedback.inter.kinds: summary, meta).
+-- A lesson `lanpo serve` learned in a scope (a user's, an agent's: migration 0022) is never drawn in training.
 -- :shows_response (feedback.inter.shows = "response", lanpo's raw-response ablation) returns the response of the
 -- rollout the current version was written from (a merge's own source, not version 1's) instead of the summary: the
 -- same draw, unsummarised text (the summary when the source attempt is gone).
@@ -35,6 +36,7 @@ relevant AS (
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM experiences x
         WHERE x.pool_id = :pool_id AND x.problem_id = rs.candidate_problem_id AND x.evicted_at IS NULL
+          AND x.scope IS NULL
           AND (CAST(:kinds AS text[]) IS NULL OR x.kind = ANY(CAST(:kinds AS text[])))
     ) cnt
 ),
@@ -45,6 +47,7 @@ by_problem AS (
         SELECT x.id, x.problem_id, x.created_at
         FROM experiences x
         WHERE x.pool_id = :pool_id AND x.problem_id = r.candidate_problem_id AND x.evicted_at IS NULL
+          AND x.scope IS NULL
           AND (CAST(:kinds AS text[]) IS NULL OR x.kind = ANY(CAST(:kinds AS text[])))
         ORDER BY x.created_at DESC, x.id DESC
         LIMIT CASE WHEN :rank = 'value' THEN NULL ELSE greatest(:candidates - r.better, 0) END
@@ -58,7 +61,8 @@ by_version AS (
       ON rs.problem_id = req.problem_id AND rs.scorer = :scorer AND rs.score >= :gamma
      AND rs.candidate_version_id IS NOT NULL
     JOIN experience_versions v ON v.id = rs.candidate_version_id
-    JOIN experiences e ON e.id = v.experience_id AND e.evicted_at IS NULL AND e.problem_id <> req.problem_id
+    JOIN experiences e ON e.id = v.experience_id AND e.evicted_at IS NULL AND e.scope IS NULL
+                      AND e.problem_id <> req.problem_id
                       AND e.pool_id = :pool_id
                       AND (CAST(:kinds AS text[]) IS NULL OR e.kind = ANY(CAST(:kinds AS text[])))
     WHERE NOT EXISTS (

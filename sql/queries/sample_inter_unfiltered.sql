@@ -7,7 +7,7 @@
 -- :kinds and :shows_response as in sample_inter.sql (experience kinds kept; the source rollout's response instead of
 -- the summary). score is NULL. :rank = 'value' as in sample_inter.sql: every other problem's lesson is valued
 -- (lanpo_lesson_value of its current version), those below :value_bound dropped, the rest ranked by value, then
--- recency.
+-- recency. A lesson `lanpo serve` learned in a scope (migration 0022) is never drawn in training.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
 ),
@@ -28,7 +28,7 @@ pool AS (
                 WHERE ev.experience_id = x.id AND :rank = 'value' ORDER BY ev.version DESC LIMIT 1
             ) cur ON true
             LEFT JOIN lesson_usefulness u ON u.version_id = cur.id
-            WHERE x.pool_id = :pool_id AND x.evicted_at IS NULL AND x.problem_id <> req.problem_id
+            WHERE x.pool_id = :pool_id AND x.evicted_at IS NULL AND x.scope IS NULL AND x.problem_id <> req.problem_id
               AND (CAST(:kinds AS text[]) IS NULL OR x.kind = ANY(CAST(:kinds AS text[])))
         ) y
         WHERE :rank <> 'value' OR y.value >= :value_bound

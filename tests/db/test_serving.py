@@ -20,7 +20,9 @@ from lanpo.db.reader import stored_reader
 from lanpo.db.readonly import query_readonly
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import NewExperience, add_experiences
+from lanpo.db.repo.judge_cache import cached_judge_scores, question_sha256, store_judge_scores
 from lanpo.db.repo.pools import active_size, resolve_pool
+from lanpo.db.repo.problems import Question
 from lanpo.db.repo.runs import create_run
 from lanpo.db.repo.serving import ServedAnswer, record_feedback, record_served, served_answer
 from lanpo.db.serve_role import (
@@ -35,7 +37,7 @@ from lanpo.db.serve_role import (
     serve_login,
 )
 from lanpo.errors import InputError, ServingRoleUnavailable
-from lanpo.inference.io import Question, question_id
+from lanpo.inference.io import question_id
 from lanpo.inference.results import Sample, Solution, Turn, UsedExperience
 from lanpo.inference.run import InferenceRun
 from lanpo.retrieval.corpus import BM25Cache
@@ -132,6 +134,7 @@ def test_the_role_is_made_as_0014_says(db: Engine) -> None:
         "experience_versions": "SELECT",
         "experiences": "SELECT",
         "group_contexts": "INSERT, SELECT",
+        "judge_cache": "INSERT, SELECT",
         "lesson_usefulness": "INSERT, SELECT",
         "lesson_uses": "INSERT, SELECT",
         "policy_versions": "INSERT, SELECT",
@@ -160,6 +163,10 @@ def test_the_servers_calls_run_as_the_role(db: Engine, role: Engine, pool: dict[
         found = retrieve(
             s, "how do I solve a quadratic for x?", pool_id=row.id, stage1="bm25", rater=None, cache=BM25Cache()
         )  # a fresh cache: one an earlier test filled would skip reading the lessons
+        key = question_sha256("how do I solve a quadratic for x?")  # what retrieval with a judge reads and adds
+        store_judge_scores(s, key, "judge|v", {pool["v0"]: 0.5})
+        store_judge_scores(s, key, "judge|v", {pool["v0"]: 0.9, pool["v1"]: 0.25})  # a stored score stays
+        assert cached_judge_scores(s, key, "judge|v", [pool["v0"], pool["v1"]]) == {pool["v0"]: 0.5, pool["v1"]: 0.25}
     assert found and found[0].experience_version_id == pool["v0"]
 
     run = InferenceRun.check(role, "serve-1", "serve", "tiny-model", pool_id=pool["pool"], dataset="serve")
@@ -246,6 +253,8 @@ REFUSED = [
     "SELECT * FROM lanpo_private.serve_login",
     "SELECT * FROM lanpo_private.reader_login",
     "SELECT * FROM relevance_scores",
+    "UPDATE judge_cache SET score = 0",
+    "DELETE FROM judge_cache",
     "CREATE TABLE public.mine (x int)",
     "CREATE SCHEMA mine",
     "CREATE VIEW public.mine AS SELECT 1",

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from sqlalchemy.orm import Session
 
 from lanpo import prompts
+from lanpo.db.repo.problems import Question
 from lanpo.errors import ConfigError, InputError
 from lanpo.inference.answerer import EMPTY_POOL, Answerer
 from lanpo.inference.config import RetrievalSettings
-from lanpo.inference.io import Question
 from lanpo.models import LoraSpec, adapter_sha256, attach_lora, tiny_causal_lm
 
 from .conftest import EXPERIENCE_REWARD, ScriptedBackend, question_text, scripted_expectation
@@ -32,7 +32,7 @@ def test_zero_shot_k_samples_and_grading(make_answerer: Callable[..., Answerer])
     assert [s.mode for s in solutions] == ["zero_shot"] * 6
     for s in solutions[:5]:
         assert len(s.samples) == 3 and all(len(x.turns) == 1 for x in s.samples)
-        assert s.mean_correct == pytest.approx(scripted_expectation(int(s.question.id), 3))
+        assert s.mean_correct == pytest.approx(scripted_expectation(int(s.question.external_id), 3))
         assert s.samples[0].final.prompt_version == prompts.ACTOR_VERSION
     ungraded = solutions[5]
     assert ungraded.mean_correct is None and ungraded.samples[0].final.correct is None
@@ -186,3 +186,13 @@ def test_prompts_never_carry_gold_reward_or_relevance(
                     assert word not in turn.prompt.lower().replace(question.lower(), "")
                 for e in s.experiences:
                     assert f"{e.relevance}" not in turn.prompt and f"{e.relevance:.2f}" not in turn.prompt
+
+
+def test_the_fallback_names_what_left_the_prompt_without_lessons() -> None:
+    """Without a judge no gamma filters anything: the reason is stage 1's, never `gamma=0.9`."""
+    from lanpo.inference.modes import nothing_relevant
+
+    unjudged = nothing_relevant(RetrievalSettings(judge="none"))
+    assert "gamma=" not in unjudged and "stage 1 (bm25) found no experience" in unjudged
+    assert "gamma=0.9" in nothing_relevant(RetrievalSettings(judge="policy"))
+    assert "rank = value" in nothing_relevant(RetrievalSettings(judge="none", rank="value"))

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from lanpo.config import StoreConfig
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.retrieval.bm25 import tokenize
 from lanpo.retrieval.judge import HFJudge
 
@@ -46,7 +46,7 @@ QUESTIONS = [
 
 
 def make_problems(session: Session, dataset: str = "toy", questions: Sequence[str] = QUESTIONS) -> list[int]:
-    upsert_problems(session, dataset, [ProblemIn(f"q{i}", q, str(i)) for i, q in enumerate(questions)])
+    upsert_problems(session, dataset, [Question(f"q{i}", q, str(i)) for i, q in enumerate(questions)])
     rows = session.scalars(sa.text("SELECT id FROM problems WHERE dataset = :d ORDER BY id"), {"d": dataset})
     return list(rows)
 

@@ -1,4 +1,5 @@
-"""BM25: lanpo's index against the rank-bm25 BM25Okapi reference (scores and top-k), and its edge cases."""
+"""BM25: lanpo's index with idf=okapi against the rank-bm25 BM25Okapi reference (scores and top-k), with the default
+Lucene idf against bm25s's lucene method and on pools of one and two lessons, and its edge cases."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
-from lanpo.retrieval.bm25 import BM25Index, okapi_idf, tokenize, top_k_positions
+from lanpo.retrieval.bm25 import BM25Index, lucene_idf, okapi_idf, tokenize, top_k_positions
 
 WORDS = ["apple", "train", "sum", "x", "solve", "the", "a", "of", "km", "hour", "7", "12", "mod", "prime"]
 
@@ -49,7 +50,7 @@ def test_okapi_idf_matches_rank_bm25_including_the_epsilon_floor() -> None:
 def test_scores_and_top10_equal_rank_bm25(seed: int) -> None:
     vocab = WORDS + [f"w{i}" for i in range(seed * 20)]
     corpus = random_corpus(seed, 300 + 100 * seed, vocab)
-    index = BM25Index(corpus, ids=range(1000, 1000 + len(corpus)))
+    index = BM25Index(corpus, ids=range(1000, 1000 + len(corpus)), idf="okapi")
     ref = BM25Okapi([tokenize(d) for d in corpus])
     rng = random.Random(seed + 100)
     for _ in range(30):
@@ -69,16 +70,59 @@ def test_scores_and_top10_equal_rank_bm25(seed: int) -> None:
 def test_scores_equal_rank_bm25_on_arbitrary_corpora(corpus: list[str], query: str) -> None:
     tokens = [tokenize(d) for d in corpus]
     if not any(tokens):
-        assert not BM25Index(corpus).scores(query).any()
+        assert not BM25Index(corpus, idf="okapi").scores(query).any()
         return
     ref = BM25Okapi(tokens)
-    np.testing.assert_allclose(BM25Index(corpus).scores(query), ref.get_scores(tokenize(query)), atol=1e-9)
+    ours = BM25Index(corpus, idf="okapi").scores(query)
+    np.testing.assert_allclose(ours, ref.get_scores(tokenize(query)), atol=1e-9)
 
 
 def test_repeated_query_tokens_count_every_time_like_rank_bm25() -> None:
     corpus = random_corpus(3, 100, WORDS)
     ref = BM25Okapi([tokenize(d) for d in corpus])
-    np.testing.assert_allclose(BM25Index(corpus).scores("apple apple km"), ref.get_scores(["apple", "apple", "km"]))
+    ours = BM25Index(corpus, idf="okapi").scores("apple apple km")
+    np.testing.assert_allclose(ours, ref.get_scores(["apple", "apple", "km"]))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_lucene_idf_scores_are_bm25s_lucene_times_k1_plus_1(seed: int) -> None:
+    """The default idf is Lucene's: bm25s's `lucene` method, whose term-frequency part drops BM25Okapi's (k1 + 1)."""
+    import bm25s
+
+    corpus = random_corpus(seed, 200, WORDS)
+    tokens = [tokenize(d) or ["<empty>"] for d in corpus]  # bm25s takes no empty document
+    reference = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
+    reference.index(tokens, show_progress=False)
+    index = BM25Index([" ".join(t) for t in tokens])
+    rng = random.Random(seed + 7)
+    for _ in range(20):
+        query = rng.choices(WORDS, k=rng.randint(1, 5))
+        np.testing.assert_allclose(index.scores(query), 2.5 * reference.get_scores(query), rtol=1e-5)
+    df = np.array([1, 50, 199, 200])
+    assert (lucene_idf(df, 200) > 0).all() and (np.diff(lucene_idf(df, 200)) < 0).all()
+
+
+LESSONS = (
+    "Flow of thought: add the two numbers digit by digit. Principles: carry a ten. Pitfalls: a sign dropped.",
+    "Flow of thought: read the units first. Principles: convert km to metres. Pitfalls: hours against minutes.",
+)
+
+
+@pytest.mark.parametrize("n_lessons", [1, 2])
+def test_a_pool_of_one_or_two_lessons_ranks_the_related_one_with_a_positive_score(n_lessons: int) -> None:
+    """BM25Okapi scores every word of a pool of one or two lessons at zero or less (its idf), so its stage 1 finds
+    nothing there; Lucene's idf ranks the lesson that shares the question's words first, with a positive score."""
+    lessons = LESSONS[:n_lessons]
+    question = "What is 17 + 25? Add the numbers and carry."
+    assert BM25Index(lessons, idf="okapi").top_k(question, 5) == []
+    hits = BM25Index(lessons, ids=[10, 11][:n_lessons]).top_k(question, 5)
+    assert hits[0][0] == 10 and hits[0][1] > 0
+    assert all(score < hits[0][1] for _, score in hits[1:])  # the other lesson shares only "the"
+
+
+def test_an_unknown_idf_is_refused() -> None:
+    with pytest.raises(ValueError, match="lucene, okapi"):
+        BM25Index(["a"], idf="bm25+")
 
 
 def test_exclude_unknown_and_empty() -> None:

@@ -197,3 +197,67 @@ def test_pool_key_follows_evictions_and_staleness_window_skips_checks(session: S
     assert [h.version_id for h in hits] == [versions[1]] and cache.builds == 2  # the eviction changed the key
     assert len(search_pool(session, "apples", 5, pool_id=P, params=params, cache=relaxed)) == 2
     assert relaxed.builds == 1
+
+
+def test_the_default_stage_1_finds_the_one_lesson_of_a_demo_like_pool(session: Session) -> None:
+    """After `lanpo demo` the pool may hold one lesson: BM25Okapi's idf is negative for every word of a corpus of
+    one, so stage 1 found nothing and retrieval answered zero-shot; the default (Lucene's idf) finds it."""
+    from lanpo.inference.config import RetrievalSettings
+    from lanpo.retrieval.corpus import DEFAULT_CACHE
+    from lanpo.retrieval.testtime import retrieve
+
+    ask = "State the final answer to the following arithmetic problem: {} ="
+    trained, held_out = make_problems(session, "chain_sum", [ask.format("1 + 5"), ask.format("4 - 1")])
+    lesson = (
+        "## Flow\nRead the two numbers and the sign of the arithmetic problem, then compute.\n"
+        "## Principles\nAdd for +, subtract for -.\n## Pitfalls\nDo not state the answer before computing it."
+    )
+    (version,) = make_experiences(session, [(trained, lesson)])
+    session.commit()
+    question = "State the final answer to the following arithmetic problem: 4 - 1 ="
+    settings = RetrievalSettings()
+    assert settings.stage1 == "bm25" and DEFAULT_CACHE.idf == "lucene"  # what serve and infer read by default
+    found = retrieve(
+        session, question, pool_id=pool_id(session), stage1=settings.stage1, rater=None, problem_id=held_out,
+        cache=BM25Cache(),
+    )  # fmt: skip
+    assert [(h.experience_version_id, h.stage1_score > 0) for h in found] == [(version, True)]
+    okapi = retrieve(session, question, pool_id=pool_id(session), rater=None, cache=BM25Cache(idf="okapi"))
+    assert okapi == []  # the rank-bm25 form, kept for the reference bench, finds nothing here
+
+
+@pytest.mark.parametrize("stage1", ["bm25", "vector", "hybrid"])
+def test_a_scope_reads_its_own_lessons_and_the_shared_never_another_scopes(
+    session: Session, db: object, stage1: str
+) -> None:
+    """Lessons `lanpo serve` learned in a scope (migration 0022): a search in scope alice finds the shared lessons and
+    alice's, never bob's; a search in no scope (lanpo infer, retrieval in training) the shared ones only."""
+    ids = make_problems(session)
+    versions = make_experiences(
+        session,
+        [(ids[0], "apples: add the apples"), (ids[1], "apples: count alice's apples"),
+         (ids[2], "apples: count bob's apples"), (ids[3], "speed times time")],
+    )  # fmt: skip
+    scope_of = {versions[1]: "alice", versions[2]: "bob"}
+    session.execute(
+        sa.text(
+            "UPDATE experiences SET scope = :s "
+            "WHERE id = (SELECT experience_id FROM experience_versions WHERE id = :v)"
+        ),
+        [{"v": v, "s": s} for v, s in scope_of.items()],
+    )
+    session.commit()
+    embedder = HashEmbedder()
+    embed_missing(db, embedder, dataset=None, what="experiences", progress=False)  # type: ignore[arg-type]
+    q = "how many apples"
+    vector_q = None if stage1 == "bm25" else embedder.encode([q])[0]
+    found = {}
+    for scope in ("alice", "bob", None):
+        hits = search_pool(
+            session, q, 4, pool_id=pool_id(session), query_vector=vector_q, params=SearchParams(stage1=stage1),
+            cache=BM25Cache(), scope=scope,
+        )  # fmt: skip
+        found[scope] = {h.version_id for h in hits}
+    assert versions[1] in found["alice"] and versions[2] not in found["alice"] and versions[0] in found["alice"]
+    assert versions[2] in found["bob"] and versions[1] not in found["bob"]
+    assert not {versions[1], versions[2]} & found[None] and versions[0] in found[None]

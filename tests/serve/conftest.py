@@ -23,13 +23,14 @@ from lanpo.config import StoreConfig
 from lanpo.db.connection import make_db, open_store, transaction
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.models import tiny_causal_lm
 from tests.fresh_store import fresh_store
 
 KEY = "test-key-0123456789abcdef"
 TOPICS = ("addition", "multiplication", "fractions", "percentages")
 LESSON_REWARD = 0.8137  # distinctive: must never show up in a prompt
+SCOPED_KEYS = {"alice": "alice-key-0123456789abcdef", "bob": "bob-key-0123456789abcdef", "ops": "ops-key-0123456789ab"}
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +52,7 @@ def add_pool(db: Engine, name: str, topics: tuple[str, ...] = TOPICS) -> list[in
     """A pool with one lesson per topic, each from a problem of dataset `train-<name>`; the lesson version ids."""
     with transaction(db) as session:
         rows = [
-            ProblemIn(f"{name}-{i}", f"What is {i}+{i + 1}? ({topic})", str(2 * i + 1))
+            Question(f"{name}-{i}", f"What is {i}+{i + 1}? ({topic})", str(2 * i + 1))
             for i, topic in enumerate(topics)
         ]
         upsert_problems(session, f"train-{name}", rows)
@@ -124,10 +125,9 @@ def stop_server(served: Served, sig: int = signal.SIGTERM) -> int:
         served.db.dispose()
 
 
-@pytest.fixture(scope="module")
-def store_env(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A fresh, migrated database with pools `alpha` (four lessons) and `beta` (three), for one test module."""
-    with fresh_store(pg_url, tmp_path_factory.mktemp("home")) as env:
+def two_pools(pg_url: str, home: Path) -> Iterator[dict[str, str]]:
+    """A fresh, migrated database with pools `alpha` (four lessons) and `beta` (three)."""
+    with fresh_store(pg_url, home) as env:
         db = open_store(env["LANPO_DATABASE_URL"])
         add_pool(db, "alpha")
         add_pool(db, "beta", ("geometry", "algebra", "statistics"))
@@ -136,10 +136,39 @@ def store_env(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 @pytest.fixture(scope="module")
-def server(store_env: dict[str, str], tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """`lanpo serve` on the tiny model: default pool alpha, retrieval by BM25 alone (the tiny model's judge
-    scores are noise), one lesson per prompt, a key for every pool."""
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
+def store_env(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """`two_pools` for one test module (its tests start servers of their own)."""
+    yield from two_pools(pg_url, tmp_path_factory.mktemp("home"))
+
+
+@pytest.fixture(scope="package")
+def served_store_env(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """`two_pools` for the one `server` of the package."""
+    yield from two_pools(pg_url, tmp_path_factory.mktemp("home"))
+
+
+@pytest.fixture(scope="package")
+def server(
+    served_store_env: dict[str, str], tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    """`lanpo serve` on the tiny model, started once for every module of tests/serve that asks for it (a start costs
+    seconds): default pool alpha, retrieval by BM25 alone (the tiny model's judge scores are noise), one lesson per
+    prompt, a key for every pool. Its tests share one store: they count rows before and after, never from zero.
+    Pool `notes` (empty at start) learns from its traffic (tests/serve/test_learning.py); the keys of `SCOPED_KEYS`
+    are bound to scopes alice and bob, or to none (ops)."""
+    home = tmp_path_factory.mktemp("serve")
+    log = home / "serve.log"
+    db = open_store(served_store_env["LANPO_DATABASE_URL"])
+    with transaction(db) as session:
+        ensure_pool(session, "notes", StoreConfig())
+    db.dispose()
+    keys = home / "keys.toml"
+    keys.write_text(
+        "".join(
+            f'[keys.{name}]\nkey = "{key}"\n' + (f'scopes = ["{name}"]\n' if name != "ops" else "")
+            for name, key in SCOPED_KEYS.items()
+        )
+    )
     args = (
         "--pool",
         "alpha",
@@ -159,10 +188,13 @@ def server(store_env: dict[str, str], tiny_dir: Path, tmp_path_factory: pytest.T
         "65536",
         "--api-key",
         KEY,
+        "--keys",
+        str(keys),
         "--run-name",
         "serve-test",
+        *("--learn", "notes", "--learn-scaffold", "--no-learn-require-format", "--learn-max-new-tokens", "48"),
     )
-    served = start_server({**store_env, "PYTHONPATH": os.getcwd()}, tiny_dir, log, *args)
+    served = start_server({**served_store_env, "PYTHONPATH": os.getcwd()}, tiny_dir, log, *args)
     yield served
     stop_server(served)
 

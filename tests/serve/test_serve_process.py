@@ -76,6 +76,15 @@ def test_keys_scope_pools(store_env: dict[str, str], tiny_dir: Path, tmp_path: P
             "/v1/feedback", key="alice-key-0123456789abc", json={"answer_id": beta_answer, "verdict": "correct"}
         )
         assert refused.status_code == 404 and served.count("answer_feedback") == 0
+        # and under a pool's path: a pool the key may not read, or not the answer's pool, as chat answers them
+        verdict = {"answer_id": beta_answer, "verdict": "correct"}
+        in_path = served.post("/pools/beta/v1/feedback", key="alice-key-0123456789abc", json=verdict)
+        elsewhere = served.post("/pools/alpha/v1/feedback", key="ops-key-0123456789abcdef", json=verdict)
+        assert (in_path.json()["error"]["code"], elsewhere.json()["error"]["code"]) == (
+            "pool_not_found",
+            "answer_not_found",
+        )
+        assert in_path.status_code == elsewhere.status_code == 404 and served.count("answer_feedback") == 0
         names = {r.key_name for r in served.rows("SELECT key_name FROM served_answers")}
         assert names >= {"alice", "ops"} and not any("key-0123" in str(n) for n in names)
     finally:

@@ -92,7 +92,7 @@ def test_the_readme_serve_step_works_as_written(
     with fresh_store(pg_url, tmp_path_factory.mktemp("lanpo-home")) as env:
         db = open_store(env["LANPO_DATABASE_URL"])
         try:
-            add_pool(db, "demo", ("arithmetic",))  # the demo leaves a lesson or two: BM25 finds none of one
+            add_pool(db, "demo", ("arithmetic",))  # the demo leaves a lesson or two
             port = free_port()
             served = start_server(
                 {**env, "HOME": str(home), "PYTHONPATH": str(ROOT)},

