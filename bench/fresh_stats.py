@@ -41,7 +41,7 @@ from lanpo.db import stats
 from lanpo.db.repo.attempts import NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
-from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+from lanpo.db.repo.problems import Question, problem_ids, upsert_problems
 from lanpo.db.repo.sampling import sample_inter, sample_intra
 from lanpo.feedback.schedule import batch_problem_ids
 from lanpo.retrieval.relevance import store_scores
@@ -59,7 +59,7 @@ def write(db: Engine, steps: int, refresh: bool) -> tuple[list[int], int]:
             for table in stats.TABLES:
                 conn.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
         with Session(db) as session, session.begin():
-            upsert_problems(session, "bench", [ProblemIn(str(i), f"What is {i} + {i}?", str(2 * i)) for i in
+            upsert_problems(session, "bench", [Question(str(i), f"What is {i} + {i}?", str(2 * i)) for i in
                                                 range(PROBLEMS)])  # fmt: skip
         with Session(db) as session, session.begin():
             pids = problem_ids(session, "bench")

@@ -162,11 +162,9 @@ def open_store(work: Path) -> Any:
 def add_problems(db: Any, dataset: str) -> None:
     """Nine arithmetic problems, each relevant to every other under scorer `gpu-check`."""
     from lanpo.db.connection import transaction
-    from lanpo.db.repo.problems import ProblemIn, upsert_problems
+    from lanpo.db.repo.problems import Question, upsert_problems
 
-    rows = [
-        ProblemIn(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=str(2 * i + 1)) for i in range(12)
-    ]
+    rows = [Question(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=str(2 * i + 1)) for i in range(12)]
     with transaction(db) as session:
         upsert_problems(session, dataset, rows)
         session.connection().exec_driver_sql(

@@ -61,14 +61,13 @@ def fill_pool(db: Any, n: int, seed: int) -> None:
     from lanpo.db.connection import transaction
     from lanpo.db.repo.experiences import NewExperience, add_experiences
     from lanpo.db.repo.pools import ensure_pool
-    from lanpo.db.repo.problems import ProblemIn, upsert_problems
-    from lanpo.inference.io import Question
+    from lanpo.db.repo.problems import Question, upsert_problems
     from lanpo.inference.store import attach_problem_ids
 
     rng = random.Random(seed)
     rows = questions(n, "train", seed)
     with transaction(db) as session:
-        upsert_problems(session, "bench-train", [ProblemIn(r["id"], r["question"], r["answer"]) for r in rows])
+        upsert_problems(session, "bench-train", [Question(r["id"], r["question"], r["answer"]) for r in rows])
         qs = attach_problem_ids(session, "bench-train", [Question(r["id"], r["question"]) for r in rows])
         items = []
         for q, r in zip(qs, rows, strict=True):
@@ -101,9 +100,9 @@ def main() -> None:
 
     import torch
 
+    from lanpo.db.repo.problems import Question
     from lanpo.inference.answerer import Answerer
     from lanpo.inference.config import RetrievalSettings, SamplingSettings
-    from lanpo.inference.io import Question
     from lanpo.models import load_causal_lm
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)

@@ -57,6 +57,7 @@ def child(args: argparse.Namespace) -> None:
     from lanpo.train.consumer.update import micro_batch_loss
     from lanpo.train.forward.batch import build_batch
     from lanpo.train.forward.chunking import NO_CHUNKS, Chunking
+    from lanpo.train.forward.logprob_settings import LogprobSettings
     from lanpo.train.forward.logprobs import chunked_logprobs
 
     torch.set_num_threads(args.threads)
@@ -95,7 +96,7 @@ def child(args: argparse.Namespace) -> None:
             loss.backward()
             logp = None
         else:
-            logp = chunked_logprobs(model, batch, args.rows, chunking=chunking)
+            logp = chunked_logprobs(model, batch, LogprobSettings(micro_batch_size=args.rows, chunking=chunking))
     except torch.OutOfMemoryError:  # the arm does not fit this device: a result, not a failure
         print(json.dumps({"peak": None, "seconds": time.perf_counter() - started, "logp": None}))
         return
@@ -105,7 +106,7 @@ def child(args: argparse.Namespace) -> None:
     peak = (torch.cuda.max_memory_allocated() if cuda else _status("VmHWM")) - before
     if logp is None:  # the update's log-probs, for the comparison (after the measure)
         with torch.no_grad():
-            logp = chunked_logprobs(model, batch, args.rows, chunking=chunking)
+            logp = chunked_logprobs(model, batch, LogprobSettings(micro_batch_size=args.rows, chunking=chunking))
     print(json.dumps({"peak": peak, "seconds": seconds, "logp": logp[batch.completion_mask.bool()].cpu().tolist()}))
 
 

@@ -164,7 +164,7 @@ def measure(case: Case, device: str, dist: Any = None) -> float:
     from lanpo.rl.advantages import group_advantages
     from lanpo.train.consumer.update import update_policy
     from lanpo.train.forward.batch import autocast_dtype, build_batch
-    from lanpo.train.forward.chunking import Chunking
+    from lanpo.train.forward.logprob_settings import LogprobSettings
     from lanpo.train.policy import FullPolicy, enable_checkpointing
     from lanpo.train.state import optimizer_and_schedule
 
@@ -198,10 +198,7 @@ def measure(case: Case, device: str, dist: Any = None) -> float:
 
     def phase() -> None:
         if case.phase == "reference":
-            policy.reference_logprobs(
-                batch, g.micro_batch_size, g.share_prompts, autocast_dtype(g.autocast, dev), 1.0,
-                g.max_tokens_per_micro_batch, Chunking.of(g),
-            )  # fmt: skip
+            policy.reference_logprobs(batch, LogprobSettings.from_grpo(g, temperature=1.0, device=dev))
         else:
             update_policy(policy, optimizer, scheduler, batch, advantages, g, seed=0, dist=dist)
 

@@ -65,6 +65,7 @@ def main() -> int:
     from lanpo.train.config import GRPOConfig
     from lanpo.train.consumer.update import micro_batch_loss
     from lanpo.train.forward.batch import build_batch
+    from lanpo.train.forward.logprob_settings import LogprobSettings
     from lanpo.train.policy import LoraPolicy
 
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
@@ -118,7 +119,7 @@ def main() -> int:
     micro = args.micro_batch_size
 
     def reference(share: bool) -> torch.Tensor:
-        return policy.reference_logprobs(batch, micro, share)
+        return policy.reference_logprobs(batch, LogprobSettings(micro_batch_size=micro, share_prompts=share))
 
     def update(share: bool, ref: torch.Tensor) -> torch.Tensor:
         cfg = GRPOConfig(share_prompts=share)

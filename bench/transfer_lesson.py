@@ -34,8 +34,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from lanpo.data.generate import generate_problems  # after the offline switch
 from lanpo.data.hidden_rule import FAMILIES, SYMBOL, TASK, Family
+from lanpo.db.repo.problems import Question
 from lanpo.inference.answerer import Answerer
-from lanpo.inference.io import Question
 from lanpo.inference.results import UsedExperience
 
 ARMS = ("zero-shot", "right lesson", "other lesson")
@@ -65,7 +65,7 @@ class HandLessons(Answerer):
         return 1
 
     def retrieve(self, chunk: Any) -> list[list[UsedExperience]]:
-        return [[UsedExperience(0, 0, self.lessons[q.id], 0.0, None)] for q in chunk]
+        return [[UsedExperience(0, 0, self.lessons[q.external_id], 0.0, None)] for q in chunk]
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:
@@ -114,7 +114,8 @@ def main() -> int:
         else:
             step = 0 if arm == "right lesson" else 1
             answerer.lessons = {
-                q.id: lesson(FAMILIES[(FAMILIES.index(own[q.id]) + step) % len(families)]) for q in questions
+                q.external_id: lesson(FAMILIES[(FAMILIES.index(own[q.external_id]) + step) % len(families)])
+                for q in questions
             }
             solutions = answerer.solve(questions, "retrieval", args.k)
         scores[arm] = [statistics.fmean(bool(s.final.correct) for s in sol.samples) for sol in solutions]
@@ -135,7 +136,7 @@ def main() -> int:
         print(f"| {arm} | {mean:.3f} | {se:.3f} | {boxed[arm]:.2f} | {vs} |")
     print("\nper family, mean@k: " + ", ".join(arms))
     for name in families:
-        rows = [i for i, q in enumerate(questions) if own[q.id].name == name]
+        rows = [i for i, q in enumerate(questions) if own[q.external_id].name == name]
         cells = " / ".join(f"{statistics.fmean(scores[arm][i] for i in rows):.2f}" for arm in arms)
         print(f"  {name} ({len(rows)}): {cells}")
     return 0

@@ -60,6 +60,7 @@ def main() -> int:
     from lanpo.train.config import GRPOConfig
     from lanpo.train.consumer.update import micro_batch_loss
     from lanpo.train.forward.batch import autocast_dtype, build_batch
+    from lanpo.train.forward.logprob_settings import LogprobSettings
     from lanpo.train.policy import LoraPolicy
 
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
@@ -117,7 +118,12 @@ def main() -> int:
         variant_cfg = replace(cfg, autocast="bf16" if variant == "autocast bf16" else "off")  # as the trainer runs
         started = time.perf_counter()
         ref = policy.reference_logprobs(
-            batch, batch.size, cfg.share_prompts, autocast_dtype(variant_cfg.autocast, batch.input_ids.device)
+            batch,
+            LogprobSettings(
+                micro_batch_size=batch.size,
+                share_prompts=cfg.share_prompts,
+                autocast=autocast_dtype(variant_cfg.autocast, batch.input_ids.device),
+            ),
         )
         loss, _, _ = micro_batch_loss(model, batch, advantages, None, ref, None, variant_cfg)
         loss.backward()

@@ -37,7 +37,7 @@ from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
-from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+from lanpo.db.repo.problems import Question, problem_ids, upsert_problems
 
 ITEMS, ROLLOUTS = 4, 16
 REFERENCE = sa.text((Path(__file__).parent / "usefulness_reference.sql").read_text())
@@ -93,7 +93,7 @@ def main() -> int:
     args = parser.parse_args()
     with bench_database() as db:
         with transaction(db) as session:
-            upsert_problems(session, "bench", [ProblemIn(str(i), f"question {i}", "1") for i in range(200)])
+            upsert_problems(session, "bench", [Question(str(i), f"question {i}", "1") for i in range(200)])
             pids = problem_ids(session, "bench")
             pool = ensure_pool(session, "bench", StoreConfig(per_problem_cap=100_000, per_step_cap=100_000))
             lessons = [NewExperience(pids[0], f"lesson {i}") for i in range(args.versions)]

@@ -46,7 +46,7 @@ from scipy.stats import spearmanr
 
 from lanpo.config import StoreConfig
 from lanpo.db.connection import transaction
-from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+from lanpo.db.repo.problems import Question, problem_ids, upsert_problems
 from lanpo.feedback.config import DataConfig, FeedbackConfig, InterConfig, SummarizerConfig
 from lanpo.feedback.schedule import batch_problem_ids, choose_modes
 from lanpo.rollout.sim import SimTable, tags_in
@@ -59,11 +59,11 @@ GAMMA, K, P_T = 0.6, 2, 0.5
 
 def make_problems(db: sa.Engine, n: int) -> tuple[list[int], dict[int, str]]:
     """n sums in dataset `sim` (and 4 in `sim-val`), and a relevance score for every ordered pair (scorer `sim`)."""
-    rows = [ProblemIn(str(i), f"What is {i} + {i + 11}?", str(2 * i + 11)) for i in range(n)]
+    rows = [Question(str(i), f"What is {i} + {i + 11}?", str(2 * i + 11)) for i in range(n)]
     with transaction(db) as session:
         upsert_problems(session, "sim", rows)
         upsert_problems(
-            session, "sim-val", [ProblemIn(str(i), f"What is {i} + 1000?", str(i + 1000)) for i in range(4)]
+            session, "sim-val", [Question(str(i), f"What is {i} + 1000?", str(i + 1000)) for i in range(4)]
         )
         ids = problem_ids(session, "sim")
         session.execute(

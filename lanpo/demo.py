@@ -425,7 +425,7 @@ def _answer_held_out(
              "below the pool's retire_below; no later prompt reads it")  # fmt: skip
     return [
         {
-            "id": z.question.id,
+            "id": z.question.external_id,
             "question": z.question.question,
             "gold": z.question.answer,
             "zero_shot": z.to_record(),

@@ -7,7 +7,7 @@ at least `feedback.inter.gamma`, paper GAMMA = 0.9; never the same problem, neve
 validation answers `val` with the zero-shot prompt; MEL's `replay` re-answers a problem with a lesson as working
 memory; test time answers `retrieval` (the inter prompt over retrieved lessons) and `self_correct` (a second turn
 after the model's own first answer). `replayed` groups hold stored trajectories trained on again beside a step's
-fresh rollouts (lanpo.feedback.replay; never generated, so never a fresh rollout in any curve or cost).
+fresh rollouts (lanpo.feedback.replay_draw; never generated, so never a fresh rollout in any curve or cost).
 `leaked_intra` is the paper's Fig. 2b arm (`feedback.mode = "leaked-intra"`), which shows the gold answer on purpose
 to show leakage: never a default, reached through that setting alone, and skipped by every leakage check by its name
 (`LEAKED_MODE`) and no other.

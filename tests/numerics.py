@@ -56,6 +56,7 @@ def misaligned_copy(module: torch.nn.Module) -> torch.nn.Module:
 def main() -> None:  # the measurement quoted above
     from lanpo.models import tiny_causal_lm
     from lanpo.train.forward.batch import build_batch
+    from lanpo.train.forward.logprob_settings import LogprobSettings
     from lanpo.train.forward.logprobs import chunked_logprobs
     from tests.train import multirank_workers as w
 
@@ -63,9 +64,9 @@ def main() -> None:  # the measurement quoted above
     batch = build_batch(prompts, completions, 0, torch.device("cpu"))
     model: Any = tiny_causal_lm(seed=0)[0]
     with torch.no_grad():
-        want = chunked_logprobs(model, batch, 5)
+        want = chunked_logprobs(model, batch, LogprobSettings(micro_batch_size=5))
         for name, twin in (("aligned copy", copy.deepcopy(model)), ("misaligned copy", misaligned_copy(model))):
-            got = chunked_logprobs(twin, batch, 5)
+            got = chunked_logprobs(twin, batch, LogprobSettings(micro_batch_size=5))
             print(f"{name}: max |difference| {float((got - want).abs().max()):.3g}, equal {torch.equal(got, want)}")
 
 

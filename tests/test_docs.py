@@ -248,7 +248,7 @@ def fill_demo_store(db: Engine) -> None:
     from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
     from lanpo.db.repo.experiences import NewExperience, add_experiences
     from lanpo.db.repo.pools import ensure_pool
-    from lanpo.db.repo.problems import ProblemIn, upsert_problems
+    from lanpo.db.repo.problems import Question, upsert_problems
     from lanpo.retrieval.judge import PROMPT_VERSION
     from lanpo.train.config import TrainConfig
     from tests.report.helpers import train_metrics
@@ -257,10 +257,10 @@ def fill_demo_store(db: Engine) -> None:
     dataset = cfg.data.dataset
     scorer = f"smollm2|{PROMPT_VERSION}"
     with transaction(db) as session:
-        questions = [ProblemIn(str(i), f"What is {i} + {i + 2}?", str(2 * i + 2)) for i in range(8)]
+        questions = [Question(str(i), f"What is {i} + {i + 2}?", str(2 * i + 2)) for i in range(8)]
         upsert_problems(session, dataset, questions)
         upsert_problems(
-            session, f"{dataset}-test", [ProblemIn(str(i), f"What is {i} - 1?", str(i - 1)) for i in (5, 6)]
+            session, f"{dataset}-test", [Question(str(i), f"What is {i} - 1?", str(i - 1)) for i in (5, 6)]
         )
         ids = [int(i) for i in session.scalars(_select_ids(), {"d": dataset})]
         test_ids = [int(i) for i in session.scalars(_select_ids(), {"d": f"{dataset}-test"})]

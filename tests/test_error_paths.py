@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from lanpo.config import StoreConfig
 from lanpo.db import migrate
 from lanpo.db.repo.pools import ensure_pool
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.errors import HINT_LIMIT, LanpoError, listing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,7 +255,7 @@ def test_an_unknown_revision_points_to_the_history(run_cli: Callable[..., Any]) 
 def crowded_store(session: Session) -> None:
     """Sixty datasets and sixty pools with long names: a hint that listed them all would run to thousands."""
     for i in range(60):
-        upsert_problems(session, f"a-dataset-with-a-rather-long-name-{i:02d}", [ProblemIn("0", "What is 1+1?", "2")])
+        upsert_problems(session, f"a-dataset-with-a-rather-long-name-{i:02d}", [Question("0", "What is 1+1?", "2")])
         ensure_pool(session, f"a-pool-with-a-rather-long-name-{i:02d}", StoreConfig())
     session.commit()
 

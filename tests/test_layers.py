@@ -8,8 +8,8 @@
   `lanpo/serve` none either.
 - `lanpo/integrations/*` (the TRL and verl adapters) reach the store through `lanpo.feedback` alone: of `lanpo.db`
   they import only the store's handle (`lanpo.db.connection.open_store`) and its errors (`lanpo.db.errors`).
-- The pure core (`lanpo.rewards`, `lanpo.prompts`, `lanpo.rl`, `lanpo.config`, `lanpo.diagnostics`) loads no
-  SQLAlchemy.
+- The pure core (`lanpo.rewards`, `lanpo.seeds`, `lanpo.prompts`, `lanpo.rl`, `lanpo.config`, `lanpo.diagnostics`)
+  loads no SQLAlchemy.
 
 A failure names each offending import as `file:line -> module`.
 """
@@ -296,6 +296,7 @@ print("sqlalchemy" in sys.modules)
     "module",
     [
         "lanpo.rewards",
+        "lanpo.seeds",
         "lanpo.feedback_modes",
         "lanpo.prompts",
         "lanpo.rl",

@@ -23,9 +23,9 @@ import torch
 
 from lanpo.config import from_mapping
 from lanpo.db.connection import connect
-from lanpo.feedback.schedule import mix_seed
 from lanpo.models import merge_adapter, set_threads
 from lanpo.rl.advantages import group_advantages
+from lanpo.seeds import mix_seed
 from lanpo.train.config import TrainConfig
 from lanpo.train.consumer.update import update_policy
 from lanpo.train.forward.batch import build_batch

@@ -23,6 +23,7 @@ from lanpo.models import load_causal_lm, merge_adapter
 from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
 from lanpo.train.forward.batch import build_batch
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import chunked_logprobs
 from lanpo.train.policy import LoraPolicy
 
@@ -53,8 +54,9 @@ def main() -> None:
     policy, mask = LoraPolicy(model), batch.completion_mask.float()
     for name, dtype in (("fp32", None), ("bf16 autocast", torch.bfloat16)):
         with torch.no_grad():
-            logp = chunked_logprobs(model, batch, 16, True, dtype)
-            ref = policy.reference_logprobs(batch, 16, True, dtype)
+            logprob_settings = LogprobSettings(micro_batch_size=16, autocast=dtype)
+            logp = chunked_logprobs(model, batch, logprob_settings)
+            ref = policy.reference_logprobs(batch, logprob_settings)
         d = ref - logp
         k3 = torch.exp(d) - d - 1
         print(f"{run} {name}: KL k3 {float((k3 * mask).sum() / mask.sum()):.4f}")

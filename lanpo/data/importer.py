@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from lanpo.data.jsonl import parse_object, read_lines
 from lanpo.db.repo import checks
-from lanpo.db.repo.problems import ProblemIn, check_dataset_name, upsert_problems
+from lanpo.db.repo.problems import Question, check_dataset_name, upsert_problems
 from lanpo.errors import InputError, LanpoError
 from lanpo.paths import input_file
 
@@ -40,8 +40,8 @@ class ImportReport:
     imported: bool = False  # False: nothing was written (bad lines without skip_bad)
 
 
-def parse_line(text: str) -> ProblemIn:
-    """One JSONL line -> ProblemIn; InputError with the reason when the line is bad."""
+def parse_line(text: str) -> Question:
+    """One JSONL line -> Question; InputError with the reason when the line is bad."""
     obj = parse_object(text)
     missing = [k for k in ("id", "question", "answer") if k not in obj]
     if missing:
@@ -67,12 +67,12 @@ def parse_line(text: str) -> ProblemIn:
         metadata = checks.json_object(obj, "metadata")
     except InputError as exc:
         raise InputError(exc.message.replace("metadata contains", "metadata (extra keys) contains")) from exc
-    return ProblemIn(external_id, question, answer, metadata)
+    return Question(external_id, question, answer, metadata)
 
 
-def parse_lines(lines: Iterable[str]) -> tuple[list[tuple[int, ProblemIn]], list[BadLine]]:
+def parse_lines(lines: Iterable[str]) -> tuple[list[tuple[int, Question]], list[BadLine]]:
     """All lines -> (good (line number, problem) pairs, bad lines). Blank lines are skipped; ids must be unique."""
-    good: list[tuple[int, ProblemIn]] = []
+    good: list[tuple[int, Question]] = []
     bad: list[BadLine] = []
     first_seen: dict[str, int] = {}
     for number, text in enumerate(lines, start=1):
@@ -113,7 +113,7 @@ def import_file(
 def store_problems(
     session: Session,
     report: ImportReport,
-    good: list[tuple[int, ProblemIn]],
+    good: list[tuple[int, Question]],
     dataset: str,
     skip_bad: bool = False,
     update: bool = False,

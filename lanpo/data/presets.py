@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session
 from lanpo.data.importer import BadLine, ImportReport, store_problems
 from lanpo.data.jsonl import read_jsonl, read_text
 from lanpo.db.repo import checks
-from lanpo.db.repo.problems import ProblemIn
+from lanpo.db.repo.problems import Question
 from lanpo.errors import InputError
 from lanpo.paths import input_file
 
@@ -209,9 +209,9 @@ def _json_safe(row: Row, used: set[str]) -> dict[str, Any]:
 
 def rows_to_problems(
     preset: Preset, rows: Iterable[Row]
-) -> tuple[list[tuple[int, ProblemIn]], list[BadLine], int, int]:
+) -> tuple[list[tuple[int, Question]], list[BadLine], int, int]:
     """(good (row number, problem) pairs, bad rows, duplicates folded, rows read). Row numbers count from 1."""
-    good: list[tuple[int, ProblemIn]] = []
+    good: list[tuple[int, Question]] = []
     bad: list[BadLine] = []
     seen_question: dict[str, tuple[int, str]] = {}  # question -> (row, answer) of its first row
     seen_id: dict[str, int] = {}
@@ -253,7 +253,7 @@ def rows_to_problems(
         seen_id[external_id] = number
         wrapper = {"prompt"} if preset.name == "dapo17k" else set()  # its instruction wrapper is not kept
         metadata = {"preset": preset.name, "source": _json_safe(row, wrapper)}
-        good.append((number, ProblemIn(external_id, question, answer, metadata)))
+        good.append((number, Question(external_id, question, answer, metadata)))
     return good, bad, folded, number
 
 

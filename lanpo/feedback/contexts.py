@@ -41,10 +41,10 @@ from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import InputError
 from lanpo.feedback.config import FeedbackConfig
 from lanpo.feedback.draw import ContextDraw, draw_contexts, leaked_questions
-from lanpo.feedback.schedule import mix_seed
 from lanpo.feedback.store import RunRef
 from lanpo.feedback_modes import CONTEXT_MODES, LEAKED_MODE, MODES
 from lanpo.models import apply_chat
+from lanpo.seeds import mix_seed
 
 MISSED = ("empty_pool", "none_relevant", "no_history", "no_correct", "too_long")
 ITEM_COUNTS = ("all_k", "fewer_drawn", "fewer_fitted")  # feedback/items/<count>/<mode>: how many items a prompt kept

@@ -18,7 +18,7 @@ from lanpo.db.repo import attempts as attempts_repo
 from lanpo.db.repo import capacity
 from lanpo.db.repo import experiences as experiences_repo
 from lanpo.db.repo import pools as pools_repo
-from lanpo.db.repo import replay as replay_repo
+from lanpo.db.repo import trajectories as replay_repo
 from lanpo.db.repo.attempts import ContextRef
 from lanpo.db.repo.pools import PoolRow
 from lanpo.feedback.contexts import StepPrompts

@@ -1,8 +1,8 @@
 """`[replay]`: past trajectories from the store trained on again beside a step's fresh rollouts (ExGRPO, RLEP, RePO).
 
 Off by default and in every paper recipe (LANPO trains on-policy, App. 9). What each choice follows, and every choice
-made where a source is silent, is in docs/papers.md ("Replay arms"). The draw lives in `lanpo.feedback.replay`, the
-loss corrections in `lanpo.rl.replay`.
+made where a source is silent, is in docs/papers.md ("Replay arms"). The draw lives in `lanpo.feedback.replay_draw`,
+the loss corrections in `lanpo.rl.replay_loss`.
 """
 
 from __future__ import annotations

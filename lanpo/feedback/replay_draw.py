@@ -1,8 +1,9 @@
 """The replay draw: which of a step's problems get stored trajectories, and which of each problem's trajectories.
 
 Pure given its inputs and seed (no store, no torch): the caller reads the candidates and the problems' latest
-correctness with `lanpo.db.repo.replay` and records what is drawn with `record_replays`. One `random.Random` seeded
-`mix_seed(seed, "replay", step)` draws the problems, then each chosen problem's trajectories in the step's order.
+correctness with `lanpo.db.repo.trajectories` and records what is drawn with `record_replays`. One `random.Random`
+seeded `mix_seed(seed, "replay", step)` draws the problems, then each chosen problem's trajectories in the step's
+order.
 
 Problems (`ReplayConfig.problems`):
 - `any`: every problem of the step with a candidate is eligible; `share` of them (rounded half up, at least 1 when
@@ -39,9 +40,9 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from lanpo.db.repo.replay import Candidate
+from lanpo.db.repo.trajectories import Candidate
 from lanpo.feedback.replay_config import ReplayConfig
-from lanpo.feedback.schedule import mix_seed
+from lanpo.seeds import mix_seed
 
 BUCKET_SIGMA = 1.0  # ExGRPO's "normal" bucket weight: its width, in successes of a group
 RETIRED = 1.0  # a problem whose latest correctness reaches this is retired under problems = bucket
@@ -51,7 +52,7 @@ Entropy = Callable[[list[Candidate]], list[float]]
 
 @dataclass(frozen=True)
 class ReplayDraw:
-    """One problem's replayed trajectories at a step (what `lanpo.db.repo.replay.record_replays` writes)."""
+    """One problem's replayed trajectories at a step (what `lanpo.db.repo.trajectories.record_replays` writes)."""
 
     problem_id: int
     candidates: list[Candidate]
@@ -134,7 +135,7 @@ def draw(
     sigma: float = BUCKET_SIGMA,
 ) -> list[ReplayDraw]:
     """The step's replays: the problems chosen, then each one's trajectories, in the step's order. `candidates`
-    from `lanpo.db.repo.replay.candidates`, `latest` from `latest_correctness` (read by `problems = bucket`),
+    from `lanpo.db.repo.trajectories.candidates`, `latest` from `latest_correctness` (read by `problems = bucket`),
     `entropy` only for `trajectories = lowest_entropy` (called once per chosen problem), `group_size` (the rollouts
     of a group, `rollout.n`) only for `problems = bucket`. Same inputs and seed, same draws."""
     rng = random.Random(mix_seed(seed, "replay", step))

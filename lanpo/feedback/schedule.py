@@ -1,22 +1,16 @@
-"""What a step works on, reproducibly: seeds, the problems of each step, and which prompts ask for feedback.
+"""What a step works on, reproducibly: the problems of each step, and which prompts ask for feedback.
 
-Everything here is a pure function of (seed, step): a resumed run sees the same batches, modes and seeds.
+Everything here is a pure function of (seed, step): a resumed run sees the same batches and modes.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 import numpy as np
 
 from lanpo.feedback_modes import SETTING_MODES
-
-
-def mix_seed(*parts: int | str) -> int:
-    """A stable 63-bit seed from parts (Python's hash() is salted per process; this is not)."""
-    digest = hashlib.sha256("|".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
+from lanpo.seeds import mix_seed
 
 
 def batch_problem_ids(all_ids: Sequence[int], batch_size: int, seed: int, step: int) -> list[int]:

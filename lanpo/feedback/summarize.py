@@ -44,7 +44,6 @@ from typing import Any
 
 from lanpo.feedback.config import SummarizerConfig
 from lanpo.feedback.contexts import StepPrompts, per_rollout
-from lanpo.feedback.schedule import mix_seed
 from lanpo.models import apply_chat
 from lanpo.prompts import (
     SUMMARY,
@@ -57,6 +56,7 @@ from lanpo.prompts import (
 )
 from lanpo.rewards import Graded
 from lanpo.rollout import Completion, GenerationBackend, SamplingParams
+from lanpo.seeds import mix_seed
 
 MIN_SUMMARY_CHARS = 20
 # why a generated summary is not admitted to the pool, checked in this order: the cheap and the problem's own rule

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from lanpo.db.repo.pools import PoolRow
+from lanpo.db.repo.problems import Question
 from lanpo.errors import ConfigError, InputError
 from lanpo.inference.config import RetrievalSettings, SamplingSettings, normalise_mode
-from lanpo.inference.io import Question, question_id
+from lanpo.inference.io import question_id
 from lanpo.inference.modes import EMPTY_POOL, NOTHING_RELEVANT, answer_batch
 from lanpo.inference.results import Sample, Solution, Turn, UsedExperience
 from lanpo.models import apply_chat

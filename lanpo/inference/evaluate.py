@@ -26,11 +26,12 @@ from typing import Any
 
 from lanpo.config import lanpo_home, to_mapping
 from lanpo.db.connection import transaction
+from lanpo.db.repo.problems import Question
 from lanpo.errors import InputError
 from lanpo.inference import store
 from lanpo.inference.answerer import Answerer
 from lanpo.inference.config import EvalConfig
-from lanpo.inference.io import Question, read_questions
+from lanpo.inference.io import read_questions
 from lanpo.inference.results import Solution
 from lanpo.inference.run import InferenceRun, answering, default_name, pool_id
 from lanpo.inference.table import Table, mean_at_k, pass_markdown, recount
@@ -82,7 +83,7 @@ def load_questions(db: Any, config: EvalConfig, config_dir: Path) -> dict[str, l
                 questions = questions[: spec.limit] if spec.limit else questions
             else:
                 questions = store.dataset_questions(session, spec.name, spec.limit)
-            ungraded = [q.id for q in questions if q.answer is None]
+            ungraded = [q.external_id for q in questions if q.answer is None]
             if ungraded:
                 raise InputError(
                     f"dataset {spec.name!r}: problem(s) {', '.join(ungraded[:5])} have no gold answer",

@@ -10,24 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lanpo.data.jsonl import read_jsonl
+from lanpo.db.repo.problems import Question
 from lanpo.errors import InputError
 from lanpo.paths import atomic_write
-
-
-@dataclass(frozen=True)
-class Question:
-    """One question to solve; `answer` is the gold answer when known (never shown to the model)."""
-
-    id: str
-    question: str
-    answer: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    problem_id: int | None = None  # `problems.id` once the question is in the store
 
 
 def question_id(text: str) -> str:
@@ -55,7 +44,7 @@ def parse_question(obj: Any, where: str) -> Question:
     answer = obj.get("answer")
     gold = None if answer is None else _scalar_text(answer, where, "answer")
     metadata = {k: v for k, v in obj.items() if k not in ("id", "question", "answer")}
-    return Question(id=qid, question=question, answer=gold, metadata=metadata)
+    return Question(external_id=qid, question=question, answer=gold, metadata=metadata)
 
 
 def read_questions(path: str | Path) -> list[Question]:
@@ -65,9 +54,11 @@ def read_questions(path: str | Path) -> list[Question]:
     for number, obj in read_jsonl(path, "input file"):
         where = f"{path}:{number}"
         q = parse_question(obj, where)
-        if q.id in seen:
-            raise InputError(f"{where}: id {q.id!r} already used on line {seen[q.id]}", hint="ids must be unique")
-        seen[q.id] = number
+        if q.external_id in seen:
+            raise InputError(
+                f"{where}: id {q.external_id!r} already used on line {seen[q.external_id]}", hint="ids must be unique"
+            )
+        seen[q.external_id] = number
         questions.append(q)
     if not questions:
         raise InputError(f"{path} holds no questions", hint='one JSON object per line: {"id", "question", "answer"?}')

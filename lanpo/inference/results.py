@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lanpo.inference.io import Question
+from lanpo.db.repo.problems import Question
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class Solution:
     def to_record(self) -> dict[str, Any]:
         q = self.question
         return {
-            "id": q.id,
+            "id": q.external_id,
             "problem_id": q.problem_id,
             "question": q.question,
             "gold": q.answer,

@@ -40,7 +40,7 @@ from lanpo.inference import store
 if TYPE_CHECKING:
     from sqlalchemy import Engine as Database
 
-    from lanpo.inference.io import Question
+    from lanpo.db.repo.problems import Question
     from lanpo.inference.results import Solution
 
 OnBatch = Callable[[list["Solution"]], None]
@@ -126,9 +126,9 @@ class InferenceRun:
         with transaction(self.db) as session:
             new = [s.question for s in solutions if s.question.problem_id is None]
             if new and self.dataset is not None:
-                stored = {q.id: q for q in store.import_questions(session, self.dataset, new)}
+                stored = {q.external_id: q for q in store.import_questions(session, self.dataset, new)}
                 solutions = [
-                    s if s.question.problem_id is not None else replace(s, question=stored[s.question.id])
+                    s if s.question.problem_id is not None else replace(s, question=stored[s.question.external_id])
                     for s in solutions
                 ]
             # a server's run may not evict (its role's privileges): its evidence retires lessons at the next training

@@ -19,22 +19,19 @@ from dataclasses import replace
 from sqlalchemy.orm import Session
 
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
-from lanpo.db.repo.problems import ProblemIn, check_dataset_name, require_dataset, upsert_problems
+from lanpo.db.repo.problems import Question, check_dataset_name, require_dataset, upsert_problems
 from lanpo.db.repo.runs import create_run
 from lanpo.db.repo.steps import add_policy_version
 from lanpo.db.sqlfiles import load
 from lanpo.errors import InputError
 from lanpo.inference.config import STORED_MODE
-from lanpo.inference.io import Question
 from lanpo.inference.results import Solution, Turn
 
 
 def import_questions(session: Session, dataset: str, questions: Sequence[Question]) -> list[Question]:
     """Upsert `questions` as problems of `dataset` and return them with `problem_id` set (same order)."""
     check_dataset_name(dataset)
-    result = upsert_problems(
-        session, dataset, [ProblemIn(q.id, q.question, q.answer, dict(q.metadata)) for q in questions]
-    )
+    result = upsert_problems(session, dataset, list(questions))
     if result.refused:
         shown = ", ".join(result.refused[:5])
         raise InputError(
@@ -48,13 +45,14 @@ def attach_problem_ids(session: Session, dataset: str, questions: Sequence[Quest
     ids = {
         r.external_id: int(r.id)
         for r in session.execute(
-            load("queries/inference_problem_ids"), {"dataset": dataset, "external_ids": [q.id for q in questions]}
+            load("queries/inference_problem_ids"),
+            {"dataset": dataset, "external_ids": [q.external_id for q in questions]},
         )
     }
-    missing = [q.id for q in questions if q.id not in ids]
+    missing = [q.external_id for q in questions if q.external_id not in ids]
     if missing:
         raise InputError(f"dataset {dataset!r} has no problem(s) {', '.join(missing[:5])}")
-    return [replace(q, problem_id=ids[q.id]) for q in questions]
+    return [replace(q, problem_id=ids[q.external_id]) for q in questions]
 
 
 def dataset_questions(session: Session, dataset: str, limit: int | None = None) -> list[Question]:
@@ -117,7 +115,9 @@ def record_solutions(
     """
     for s in solutions:
         if s.question.problem_id is None:
-            raise InputError(f"question {s.question.id!r} is not in the store: import it first (import_questions)")
+            raise InputError(
+                f"question {s.question.external_id!r} is not in the store: import it first (import_questions)"
+            )
     final: dict[tuple[int, int], int] = {}
     first_groups = []
     for s in solutions:

@@ -149,7 +149,7 @@ def clipped_terms(
     """The clipped (and dual-clipped) policy term per token, as verl computes it: `ratio` (B, T), `pg` (B, T) and
     `is_dual` (B, T) bool, the tokens whose dual-clip bound is active (verl's `torch.gt(clip_pg_losses1,
     pg_losses3) * (advantages < 0)`; None without a dual clip). adv: (B, 1). `policy_loss` and
-    `lanpo.rl.replay.replay_policy_loss` both take their terms from here, so fresh rows agree bit for bit."""
+    `lanpo.rl.replay_loss.replay_policy_loss` both take their terms from here, so fresh rows agree bit for bit."""
     log_ratio = torch.clamp(logp - old_logp, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)  # as verl, for stability
     ratio = torch.exp(log_ratio)  # (B, T)
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)

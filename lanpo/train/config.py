@@ -376,24 +376,27 @@ class TrainConfig:
         return "grpo" if self.feedback.mode == "none" else "lanpo"
 
     def check_replay(self, world: int) -> None:
-        """What `[replay]` runs on for now: one process (its rows join that process's groups), no rollout workers (the
-        draw is the trainer's), one minibatch a step (the replayed rows follow the fresh ones in the batch)."""
+        """What `[replay]` runs on: one process, or ranks under torchrun with a LoRA policy (DDP), and any number of
+        minibatches (a replayed row trains in its group's; `lanpo.train.replay`). Refused: rollout workers, whose
+        groups may be sampled by an older policy than the trainer's (the trainer's behaviour log-probs of them would
+        be of another policy), and full fine-tuning on several ranks (FSDP), whose forwards are collectives: the
+        ranks hold different numbers of replayed and kept rows, and its log-prob passes line ranks up only under a
+        token budget."""
         r = self.replay
         if not r.stores_tokens:
             return
         off = "or turn [replay] off (replay.enabled = false, replay.keep_tokens = false)"
         _check(
-            world == 1, f"[replay] runs in one process, not at world size {world}", f"train without torchrun, {off}"
+            world == 1 or self.lora.enabled,
+            f"[replay] with full fine-tuning runs in one process, not at world size {world}: a sharded policy's "
+            "forwards are collectives and the ranks hold different numbers of replayed rows",
+            f"train a LoRA adapter (lora.enabled = true), or without torchrun, {off}",
         )
         _check(
             not self.workers.enabled,
-            "[replay] draws in the trainer's step: rollout workers make groups elsewhere",
+            "[replay] keeps the trainer's behaviour log-probs of the step's rollouts: rollout workers sample them "
+            "elsewhere, up to workers.max_staleness policies back",
             f"set workers.count = 0 and workers.external = false, {off}",
-        )
-        _check(
-            not r.enabled or self.grpo.minibatch_size == 0,
-            "[replay] joins its rows to the step's one minibatch (grpo.minibatch_size = 0)",
-            f"set grpo.minibatch_size = 0, {off}",
         )
 
     def check_world(self, world: int) -> None:

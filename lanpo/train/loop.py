@@ -25,7 +25,7 @@ Where this departs from textbook GRPO (and why):
   lesson's format (`summarizer.require_format`; the step's summary/* metrics count the rest).
 - With `[replay]` (off by default), stored trajectories of a step's problems join their groups after the fresh
   rollouts (`lanpo.train.replay`): the group's advantages take them in (RLEP, ExGRPO) or normalise them apart (RePO),
-  and their tokens' term is the correction's (`lanpo.rl.replay`); they are written as `replayed` groups.
+  and their tokens' term is the correction's (`lanpo.rl.replay_loss`); they are written as `replayed` groups.
 - With `method = "mel"` (meta-experience learning, `lanpo.train.mel.experiences`), groups with both correct and
   incorrect rollouts give contrastive pairs whose diagnosed lessons are validated by replay; the validated ones add an
   NLL term to the update, J = J_GRPO + lambda * J_NLL, and join the pool as experiences of kind `meta`.
@@ -67,9 +67,9 @@ from lanpo.db.repo import steps as steps_repo
 from lanpo.feedback import lifecycle, record
 from lanpo.feedback.contexts import StepPrompts
 from lanpo.feedback.record import GroupRecord, RolloutTokens
-from lanpo.feedback.schedule import mix_seed
 from lanpo.report.live import MetricsLogger
 from lanpo.rollout import Completion
+from lanpo.seeds import mix_seed
 from lanpo.train.config import TrainConfig
 from lanpo.train.consumer.replay_rows import ReplayRows
 from lanpo.train.consumer.update import NLLTerm, UpdateStats, update_policy
@@ -233,7 +233,7 @@ def grpo_step(t: Trainer, step: int) -> dict[str, float]:
 
     # ------------------------------------------------------------------ 8. record: every rank's rows, one commit
     local = group_records(got, meta, kept)  # (G,) groups of n rollouts (with the tokens replay keeps)
-    metrics.update({} if replay is None else replay.metrics(step, sum(len(c.token_ids) for c in rollouts)))
+    metrics.update({} if replay is None else replay.metrics(step, _fresh_tokens(t.dist, rollouts)))
     return _commit_step(t.store, t.policy, t.dist, step, phase, got, local, saved, metrics, replay)
 
 
@@ -293,7 +293,7 @@ def _commit_step(
 ) -> dict[str, float]:
     """Every rank's rows to rank 0, which writes them with the step's metrics in ONE transaction; the other
     ranks wait for that commit before the next step reads the store. Returns `metrics`, completed on rank 0.
-    `replay`: the step's replayed rows, written as 'replayed' groups (one process only: TrainConfig.check_replay)."""
+    `replay`: the step's replayed rows, written as 'replayed' groups (rank 0 writes the step's whole draw)."""
     with phase("gather"):
         gathered = gather_step(dist, local, phase.timer.seconds, policy.replica_sha256() if dist.enabled else "")
     if gathered is not None and saved is not None:
@@ -340,7 +340,7 @@ def _write_step(
             mel_metrics = record_meta(
                 session, store.mel, run.run_id, run.pool, step, policy_version_id, rows, written.attempt_ids
             )
-            if replay is not None and replay.size:
+            if replay is not None and replay.total:
                 record_step_replays(session, run.run_id, step, policy_version_id, replay)
         metrics.update(written.as_metrics())
         metrics.update(mel_metrics)
@@ -361,7 +361,13 @@ def _draw_replays(t: Trainer, step: int, prompts: StepPrompts, phase: Phases) ->
     if not t.cfg.replay.enabled:
         return None
     with phase("replay"):
-        return draw_step_replays(t.cfg, t.run, t.replay_sources, t.policy, t.tokenizer, step, prompts)
+        return draw_step_replays(t.cfg, t.run, t.replay_sources, t.policy, t.tokenizer, step, prompts, t.dist)
+
+
+def _fresh_tokens(dist: Dist, rollouts: list[Completion]) -> int:
+    """The completion tokens of the step's fresh rollouts over every rank (`cost/trained_tokens`' fresh part)."""
+    local = torch.tensor([sum(len(c.token_ids) for c in rollouts)], dtype=torch.float64)
+    return int(dist.all_reduce_sum(local).item())
 
 
 def _rollout_batch(
@@ -369,16 +375,19 @@ def _rollout_batch(
 ) -> tuple[RolloutBatch, torch.Tensor | None, ReplayRows | None]:
     """The rollouts as one padded batch (input_ids (G*n, P+T), completion_mask (G*n, T)) and the engine's
     log-probs of their tokens (G*n, T) when it reports them (vLLM; else None); with replayed rows, those follow
-    (B = G*n + R), the engine's log-probs padded with 0 for them, and which rows they are."""
+    (B = G*n + R), the engine's log-probs padded with 0 for them, and which rows they are: on every rank when the
+    step replays any row, on none when it replays none."""
     pad = t.tokenizer.pad_token_id
-    if replay is None or not replay.size:
+    if replay is None or not replay.total:
         batch = build_batch([c.prompt_token_ids for c in rollouts], [c.token_ids for c in rollouts], pad, device)
         return batch, behavior_logprobs(rollouts, batch.completion_ids.shape[1], device), None
-    batch, replayed, stored = replay_batch(rollouts, replay, pad, device)
+    n = t.cfg.rollout.n
+    batch, replayed, stored, group = replay_batch(rollouts, replay, n, pad, device)
     engine = behavior_logprobs(rollouts, batch.completion_ids.shape[1], device)  # (G*n, T) or None
     if engine is not None:
         engine = torch.cat([engine, torch.zeros((replay.size, engine.shape[1]), device=device)])
-    return batch, engine, ReplayRows(replayed, stored, t.cfg.replay.correction, t.cfg.replay.shaping)
+    rc = t.cfg.replay
+    return batch, engine, ReplayRows(replayed, stored, rc.correction, rc.shaping, group, len(rollouts) // n)
 
 
 def group_records(got: Produced, meta: MetaStep, kept: dict[int, RolloutTokens] | None = None) -> list[GroupRecord]:

@@ -59,7 +59,7 @@ from lanpo.models import (
 )
 from lanpo.train.config import LoraConfig, ModelConfig
 from lanpo.train.forward.batch import RolloutBatch
-from lanpo.train.forward.chunking import NO_CHUNKS, Chunking
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import chunked_logprobs
 from lanpo.train.plumbing import fsdp
 from lanpo.train.plumbing.dist import Dist
@@ -80,21 +80,11 @@ class Policy(Protocol):
         """What the optimizer steps."""
         ...
 
-    def reference_logprobs(
-        self,
-        batch: RolloutBatch,
-        micro_batch_size: int,
-        share_prompts: bool = True,
-        autocast: torch.dtype | None = None,
-        temperature: float = 1.0,
-        max_tokens: int = 0,
-        chunking: Chunking = NO_CHUNKS,
-    ) -> torch.Tensor:
-        """log p of `batch`'s completion tokens under the reference policy (the start), (B, T), no gradient; its
-        forwards under `torch.autocast(autocast)` when one is given, its log-probs those of softmax(logits /
-        temperature), the policy's own temperature (verl too; `lanpo.train.forward.logprobs.completion_logprobs`).
-        `max_tokens`, `chunking`: `grpo.max_tokens_per_micro_batch` and the log-prob head's chunks
-        (`Chunking.of(grpo config)`; `lanpo.train.forward.logprobs.chunked_logprobs`)."""
+    def reference_logprobs(self, batch: RolloutBatch, logprob_settings: LogprobSettings) -> torch.Tensor:
+        """log p of `batch`'s completion tokens under the reference policy (the start), (B, T), no gradient, with the
+        policy's own `logprob_settings` (`LogprobSettings.from_grpo`): its micro-batches and chunks, its autocast,
+        and its log-probs those of softmax(logits / temperature) at the policy's own temperature (verl too;
+        `lanpo.train.forward.logprobs.chunked_logprobs`)."""
         ...
 
     def generating(self) -> AbstractContextManager[None]:
@@ -140,20 +130,9 @@ class LoraPolicy:
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def reference_logprobs(
-        self,
-        batch: RolloutBatch,
-        micro_batch_size: int,
-        share_prompts: bool = True,
-        autocast: torch.dtype | None = None,
-        temperature: float = 1.0,
-        max_tokens: int = 0,
-        chunking: Chunking = NO_CHUNKS,
-    ) -> torch.Tensor:
+    def reference_logprobs(self, batch: RolloutBatch, logprob_settings: LogprobSettings) -> torch.Tensor:
         with self.model.disable_adapter():  # the unwrapped model: no collective, the ranks' counts may differ
-            return chunked_logprobs(
-                self.model, batch, micro_batch_size, share_prompts, autocast, temperature, max_tokens, chunking
-            )
+            return chunked_logprobs(self.model, batch, logprob_settings)
 
     def generating(self) -> AbstractContextManager[None]:
         return nullcontext()
@@ -222,29 +201,10 @@ class FullPolicy:
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return list(self.model.parameters())
 
-    def reference_logprobs(
-        self,
-        batch: RolloutBatch,
-        micro_batch_size: int,
-        share_prompts: bool = True,
-        autocast: torch.dtype | None = None,
-        temperature: float = 1.0,
-        max_tokens: int = 0,
-        chunking: Chunking = NO_CHUNKS,
-    ) -> torch.Tensor:
+    def reference_logprobs(self, batch: RolloutBatch, logprob_settings: LogprobSettings) -> torch.Tensor:
         collective = self.dist if self.collective_forwards else None  # sharded: the ranks run as many forwards
         with self._reference_on_device():
-            return chunked_logprobs(
-                self.reference,
-                batch,
-                micro_batch_size,
-                share_prompts,
-                autocast,
-                temperature,
-                max_tokens,
-                chunking,
-                collective,
-            )
+            return chunked_logprobs(self.reference, batch, logprob_settings, collective)
 
     @contextmanager
     def _reference_on_device(self) -> Iterator[None]:

@@ -1,7 +1,8 @@
 """Replay in lanpo's trainer (`[replay]`): stored trajectories of a step's problems joined to their groups.
 
-    the step's problems -> stored trajectories (lanpo.db.repo.replay) -> the draw (lanpo.feedback.replay)
-    -> R replayed rows appended after the G*n fresh ones -> advantages and loss (lanpo.rl.replay) -> 'replayed' groups
+    the step's problems -> stored trajectories (lanpo.db.repo.trajectories) -> the draw (lanpo.feedback.replay_draw)
+    -> R replayed rows appended after the G*n fresh ones -> advantages and loss (lanpo.rl.replay_loss)
+    -> 'replayed' groups
 
 What a replayed row is: an attempt of an earlier step (of this run, or of `replay.source_runs`) whose group was
 zero-shot, so its prompt is the question alone, the prompt it trains under now. Its tokens are the ones the engine
@@ -19,6 +20,14 @@ sampled them, and differ from the policy after that step's update.
 The replayed rows cost no generation; they cost their share of the update, which `cost/trained_tokens` counts
 (lanpo.report.cost). They are written as groups of mode 'replayed', each attempt naming its source (`replay_of`):
 never a fresh rollout in any view or metric.
+
+Under torchrun the draw is made once for the whole step: rank 0 reads the stored trajectories of every rank's problems
+(in the step's global order), every rank draws from them with the same seed (the entropy's forwards, if any, on every
+rank alike) and rank 0's draw is the one kept. A replayed row joins its problem's first group of the step, and lives on
+the rank that holds that group (group g on rank g mod W, as the fresh prompts are split: `rank_share`), so each
+replayed row is trained exactly once in the step, beside the fresh rows its advantages are normalised with. Ranks then
+hold different numbers of replayed rows; the update weighs and lines them up over every rank
+(`lanpo.train.consumer.update`), so that it equals one process's on the same rows. Rank 0 records the whole draw.
 """
 
 from __future__ import annotations
@@ -29,38 +38,46 @@ from typing import Any
 import torch
 
 from lanpo.db.connection import transaction
-from lanpo.db.repo import replay as replay_repo
 from lanpo.db.repo import runs as runs_repo
-from lanpo.db.repo.replay import Candidate
+from lanpo.db.repo import trajectories as replay_repo
+from lanpo.db.repo.trajectories import Candidate
 from lanpo.errors import ConfigError
-from lanpo.feedback import replay as replay_draw
+from lanpo.feedback import replay_draw
 from lanpo.feedback.contexts import StepPrompts
 from lanpo.feedback.record import GroupRecord, RolloutTokens
 from lanpo.feedback.replay_config import ReplayConfig
 from lanpo.feedback.store import RunRef
 from lanpo.rl.advantages import group_advantages
-from lanpo.rl.replay import replay_advantages
+from lanpo.rl.replay_loss import replay_advantages
 from lanpo.rollout import Completion
 from lanpo.train.config import TrainConfig
-from lanpo.train.forward.batch import RolloutBatch, autocast_dtype, build_batch
-from lanpo.train.forward.chunking import Chunking
+from lanpo.train.forward.batch import RolloutBatch, build_batch
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import chunked_logprobs
+from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import Policy
 
 
 @dataclass
 class StepReplay:
-    """The step's R replayed rows, in the order they follow the G*n fresh rows of the batch."""
+    """This rank's R replayed rows, in the order they follow its G*n fresh rows in the batch; and the step's whole
+    draw over every rank (`draws`: what rank 0 records and the metrics count)."""
 
-    group: list[int]  # (R,) the step's group each joins
+    group: list[int]  # (R,) this rank's group each joins (its index among this rank's G groups)
     rows: list[Candidate]  # (R,) the stored attempts replayed
     prompt_ids: list[list[int]]  # (R,) their prompts, tokenised as the engines tokenise a prompt
-    draws: list[replay_draw.ReplayDraw] = field(default_factory=list)  # per problem, what it replays
+    draws: list[replay_draw.ReplayDraw] = field(default_factory=list)  # per problem of the step, what it replays
     mismatched: int = 0  # stored rows left out: their tokens do not decode to their response
 
     @property
     def size(self) -> int:
+        """This rank's replayed rows."""
         return len(self.rows)
+
+    @property
+    def total(self) -> int:
+        """The step's replayed rows over every rank (the same on every rank)."""
+        return sum(len(d.candidates) for d in self.draws)
 
     def rewards(self) -> torch.Tensor:
         """(R,) the stored rewards (RLEP, ExGRPO: verified successes; the reward is the one they were graded)."""
@@ -125,21 +142,31 @@ def draw_step_replays(
     tokenizer: Any,
     step: int,
     prompts: StepPrompts,
+    dist: Dist | None = None,
 ) -> StepReplay | None:
-    """The stored trajectories joined to this step's groups; None with replay off. With nothing to replay, a
-    replay of no rows, with which the step is, bit for bit, a step without the feature (its metrics aside)."""
-    rc = cfg.replay
+    """This rank's share of the stored trajectories joined to the step's groups; None with replay off. With nothing
+    to replay, a replay of no rows, with which the step is, bit for bit, a step without the feature (its metrics
+    aside). `dist`: the draw is the step's, over every rank's problems (see the module docstring); `sources` are
+    read on rank 0 only."""
+    rc, dist = cfg.replay, dist or Dist()
     if not rc.enabled:
         return None
-    groups = {pid: g for g, pid in reversed(list(enumerate(prompts.problem_ids)))}  # problem -> its first group
-    with transaction(run.db) as session:
-        stored = replay_repo.candidates(session, sources, list(groups), step, rc.successes_only, run.run_id)
-        bucket = rc.problems == "bucket"
-        latest = replay_repo.latest_correctness(session, sources, list(groups), step, run.run_id) if bucket else {}
+    step_problems = global_order(dist.gather(list(prompts.problem_ids)))  # (G * W,) on rank 0, None elsewhere
+    read = None
+    if step_problems is not None:
+        firsts = list(dict.fromkeys(step_problems))
+        with transaction(run.db) as session:
+            stored = replay_repo.candidates(session, sources, firsts, step, rc.successes_only, run.run_id)
+            bucket = rc.problems == "bucket"
+            latest = replay_repo.latest_correctness(session, sources, firsts, step, run.run_id) if bucket else {}
+        read = (step_problems, stored, latest)
+    step_problems, stored, latest = dist.broadcast(read)
+    groups = {pid: g for g, pid in reversed(list(enumerate(step_problems)))}  # problem -> its first group
     stored, mismatched = _decodable(stored, tokenizer)
     entropy = _entropy_of(cfg, policy, tokenizer) if rc.trajectories == "lowest_entropy" else None
     draws = replay_draw.draw(list(groups), stored, latest, rc, cfg.seed, step, entropy, cfg.rollout.n)
-    rows = [(groups[d.problem_id], c) for d in draws for c in d.candidates]
+    draws = dist.broadcast(draws)  # every rank drew the same; rank 0's is the one kept, to the last bit of entropy
+    rows = rank_share([(groups[d.problem_id], c) for d in draws for c in d.candidates], dist)
     return StepReplay(
         [g for g, _ in rows],
         [c for _, c in rows],
@@ -147,6 +174,21 @@ def draw_step_replays(
         draws,
         mismatched,
     )
+
+
+def global_order(shares: list[list[int]] | None) -> list[int] | None:
+    """The step's groups in their global order from every rank's share (rank r holds groups r, r + W, ...:
+    `Dist.share`); None stays None (a rank other than 0)."""
+    if shares is None:
+        return None
+    world = len(shares)
+    return [shares[g % world][g // world] for g in range(sum(len(s) for s in shares))]
+
+
+def rank_share(rows: list[tuple[int, Candidate]], dist: Dist) -> list[tuple[int, Candidate]]:
+    """This rank's replayed rows of the step's (global group, row) list, with the group's index among this rank's
+    groups: the rows of group g go to rank g mod W, where its fresh rollouts are, as its (g div W)-th group."""
+    return [(g // dist.world, c) for g, c in rows if g % dist.world == dist.rank]
 
 
 def _decodable(stored: dict[int, list[Candidate]], tokenizer: Any) -> tuple[dict[int, list[Candidate]], int]:
@@ -170,12 +212,9 @@ def _entropy_of(cfg: TrainConfig, policy: Policy, tokenizer: Any) -> Any:
         device = next(policy.model.parameters()).device
         prompt_ids = [tokenizer.encode(r.prompt, add_special_tokens=False) for r in rows]
         batch = build_batch(prompt_ids, [r.token_ids for r in rows], tokenizer.pad_token_id, device)
-        autocast = autocast_dtype(cfg.grpo.autocast, device)
+        logprob_settings = LogprobSettings.from_grpo(cfg.grpo, temperature=cfg.rollout.temperature, device=device)
         with torch.no_grad():
-            g = cfg.grpo
-            _, ent = completion_logprobs(
-                policy.model, batch, True, g.share_prompts, autocast, cfg.rollout.temperature, Chunking.of(g)
-            )
+            _, ent = completion_logprobs(policy.model, batch, True, logprob_settings)
         mask = batch.completion_mask.float()
         return ((ent * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).tolist()  # type: ignore[operator]
 
@@ -183,7 +222,8 @@ def _entropy_of(cfg: TrainConfig, policy: Policy, tokenizer: Any) -> Any:
 
 
 def step_advantages(rewards: torch.Tensor, n: int, replay: StepReplay | None, rc: ReplayConfig) -> torch.Tensor:
-    """(G*n + R,) advantages: GRPO's alone without replayed rows; else by the correction's rule (lanpo.rl.replay)."""
+    """(G*n + R,) advantages: GRPO's alone without replayed rows; else by the correction's rule
+    (lanpo.rl.replay_loss)."""
     if replay is None or not replay.size:
         return group_advantages(rewards, n)
     fresh = rewards.numel()
@@ -193,10 +233,11 @@ def step_advantages(rewards: torch.Tensor, n: int, replay: StepReplay | None, rc
 
 
 def replay_batch(
-    rollouts: list[Completion], replay: StepReplay, pad_token_id: int, device: torch.device
-) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
-    """The fresh rollouts then the replayed rows as one batch (B = G*n + R), which rows are replayed (B,) and the
-    replayed rows' stored behaviour log-probs (B, T; 0 on fresh rows)."""
+    rollouts: list[Completion], replay: StepReplay, n: int, pad_token_id: int, device: torch.device
+) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fresh rollouts (groups of `n`) then the replayed rows as one batch (B = G*n + R), which rows are replayed
+    (B,), the replayed rows' stored behaviour log-probs (B, T; 0 on fresh rows) and the group each row belongs to
+    (B,): a fresh row's own, a replayed row's the group it joins (the update's minibatches follow it)."""
     prompt_ids = [c.prompt_token_ids for c in rollouts] + replay.prompt_ids
     token_ids = [c.token_ids for c in rollouts] + [r.token_ids for r in replay.rows]
     batch = build_batch(prompt_ids, token_ids, pad_token_id, device)
@@ -206,7 +247,8 @@ def replay_batch(
     replayed[fresh:] = True
     behaviour = torch.zeros((batch.size, width), dtype=torch.float32, device=device)
     behaviour[fresh:] = replay.behaviour(width, device)
-    return batch, replayed, behaviour
+    group = torch.cat([torch.arange(fresh) // n, torch.tensor(replay.group, dtype=torch.long)]).to(device)
+    return batch, replayed, behaviour, group
 
 
 def behaviour_rows(
@@ -235,18 +277,8 @@ def behaviour_rows(
         engine = {i: list(rollouts[i].logprobs or ()) for i in keep}
         return {i: RolloutTokens(list(rollouts[i].token_ids), engine[i], "engine") for i in keep}
     device = batch.input_ids.device
-    autocast = autocast_dtype(cfg.grpo.autocast, device)
-    g = cfg.grpo
-    logp = chunked_logprobs(
-        policy.model,
-        batch.select(torch.tensor(keep, device=device)),
-        g.micro_batch_size,
-        g.share_prompts,
-        autocast,
-        cfg.rollout.temperature,
-        g.max_tokens_per_micro_batch,
-        Chunking.of(g),
-    )  # (K, T)
+    logprob_settings = LogprobSettings.from_grpo(cfg.grpo, temperature=cfg.rollout.temperature, device=device)
+    logp = chunked_logprobs(policy.model, batch.select(torch.tensor(keep, device=device)), logprob_settings)  # (K, T)
     return {
         i: RolloutTokens(list(rollouts[i].token_ids), logp[k, : len(rollouts[i].token_ids)].tolist(), "trainer")
         for k, i in enumerate(keep)

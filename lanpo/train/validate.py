@@ -29,11 +29,11 @@ from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import ConfigError
 from lanpo.feedback.record import GroupRecord, RolloutRecord, write_groups
-from lanpo.feedback.schedule import mix_seed
 from lanpo.feedback.store import RunRef
 from lanpo.models import apply_chat
 from lanpo.rewards import extract_boxed, grade
 from lanpo.rollout import SamplingParams
+from lanpo.seeds import mix_seed
 from lanpo.train.config import TrainConfig
 from lanpo.train.parts import Sampler
 from lanpo.train.policy import Policy

@@ -14,7 +14,7 @@ from lanpo import prompts
 from lanpo.cli import main
 from lanpo.db.connection import transaction
 from lanpo.db.repo import problems as problems_repo
-from lanpo.db.repo.problems import ProblemIn
+from lanpo.db.repo.problems import Question
 from tests.fresh_store import fresh_store
 
 # Gold answers that appear in no question, so that a leak into a prompt would show.
@@ -105,7 +105,7 @@ def test_export_refuses_bad_input_and_writes_nothing(
     assert imported[0] == 0, imported[2]
     engine = sa.create_engine(new_store, poolclass=sa.pool.NullPool)
     with transaction(engine) as session:  # a problem without a gold answer: the repository API allows one
-        problems_repo.upsert_problems(session, "toy", [ProblemIn("open", "Is it?", None)])
+        problems_repo.upsert_problems(session, "toy", [Question("open", "Is it?", None)])
     engine.dispose()
 
     out = tmp_path / "train.parquet"

@@ -14,7 +14,7 @@ from lanpo.config import StoreConfig
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import NewExperience, add_experiences, append_version
 from lanpo.db.repo.pools import ensure_pool
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 
 OPEN = StoreConfig(per_problem_cap=10_000, per_step_cap=10_000)  # no cap, no retirement
 # state -> the outcome of each use of its lesson: 1 right where zero-shot was wrong, -1 the other way, None with no
@@ -35,7 +35,7 @@ def fill_probation(session: Session, run_id: int, name: str = "probation", mode:
         "retire": ensure_pool(session, f"{name}-retire", replace(OPEN, retire_below=0.0, min_uses=2)),
     }
     uses = sum(len(outcomes) for outcomes in USES.values())
-    upsert_problems(session, name, [ProblemIn(str(i), f"question {i}?", f"{i}") for i in range(len(USES) + uses)])
+    upsert_problems(session, name, [Question(str(i), f"question {i}?", f"{i}") for i in range(len(USES) + uses)])
     problems = list(session.scalars(sa.text("SELECT id FROM problems WHERE dataset = :d ORDER BY id"), {"d": name}))
     versions: dict[str, int] = {}
     for i, state in enumerate(USES):

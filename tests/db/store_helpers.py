@@ -13,13 +13,13 @@ from lanpo.db.reader import stored_reader
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import PoolRow, ensure_pool
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 
 UNCAPPED = StoreConfig(per_problem_cap=10_000, per_step_cap=10_000)
 
 
 def make_problems(session: Session, n: int, dataset: str = "d") -> list[int]:
-    upsert_problems(session, dataset, [ProblemIn(str(i), f"question {i}?", f"answer-{i}", {"i": i}) for i in range(n)])
+    upsert_problems(session, dataset, [Question(str(i), f"question {i}?", f"answer-{i}", {"i": i}) for i in range(n)])
     return list(session.scalars(sa.text("SELECT id FROM problems WHERE dataset = :d ORDER BY id"), {"d": dataset}))
 
 

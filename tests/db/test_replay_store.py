@@ -1,4 +1,4 @@
-"""Replay's store side (migration 0017, lanpo.db.repo.replay): tokens written and checked, the candidates and the
+"""Replay's store side (migration 0017, lanpo.db.repo.trajectories): tokens written and checked, the candidates and the
 latest correctness a draw reads, replayed groups written as replays, kept out of fresh-rollout views, listed by the
 `replays` view, removed by a resume's rollback and by a downgrade."""
 
@@ -14,8 +14,8 @@ from store_helpers import make_problems
 
 from lanpo.db import migrate
 from lanpo.db.readonly import query_readonly
-from lanpo.db.repo import replay
 from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo import trajectories as replay
 from lanpo.db.repo.attempts import NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.steps import rollback_uncommitted
 from lanpo.errors import InputError

@@ -17,17 +17,17 @@ from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup
 from lanpo.db.repo.checks import MAX_TEXT_BYTES
 from lanpo.db.repo.experiences import NewExperience
-from lanpo.db.repo.problems import ProblemIn
+from lanpo.db.repo.problems import Question
 from lanpo.errors import InputError
 
 
 def test_upsert_is_idempotent_and_refuses_changes_unless_update(session: Session) -> None:
-    rows = [ProblemIn("1", "2+2?", "4", {"t": "x"}), ProblemIn("2", "3+3?", "6")]
+    rows = [Question("1", "2+2?", "4", {"t": "x"}), Question("2", "3+3?", "6")]
     first = problems_repo.upsert_problems(session, "ds", rows)
     assert (first.inserted, first.unchanged, first.refused) == (2, 0, [])
     again = problems_repo.upsert_problems(session, "ds", rows)
     assert (again.inserted, again.unchanged, again.refused) == (0, 2, [])
-    changed = [ProblemIn("1", "2+2=?", "4", {"t": "x"}), ProblemIn("3", "1+1?", "2")]
+    changed = [Question("1", "2+2=?", "4", {"t": "x"}), Question("3", "1+1?", "2")]
     refused = problems_repo.upsert_problems(session, "ds", changed)
     assert (refused.inserted, refused.refused) == (1, ["1"])
     assert problems_repo.get_problem(session, "ds", "1").question == "2+2?"
@@ -55,15 +55,15 @@ def test_problem_lookup_errors_name_the_fix(session: Session) -> None:
 
 def test_problem_bad_input(session: Session) -> None:
     with pytest.raises(InputError, match="NUL byte"):
-        problems_repo.upsert_problems(session, "ds", [ProblemIn("1", "a\x00b", "1")])
+        problems_repo.upsert_problems(session, "ds", [Question("1", "a\x00b", "1")])
     with pytest.raises(InputError, match="1,048,576 bytes"):
-        problems_repo.upsert_problems(session, "ds", [ProblemIn("1", "x" * (MAX_TEXT_BYTES + 1), "1")])
+        problems_repo.upsert_problems(session, "ds", [Question("1", "x" * (MAX_TEXT_BYTES + 1), "1")])
     with pytest.raises(InputError, match="metadata must be a JSON object"):
-        problems_repo.upsert_problems(session, "ds", [ProblemIn("1", "q", "1", ["not", "a", "dict"])])  # type: ignore[arg-type]
+        problems_repo.upsert_problems(session, "ds", [Question("1", "q", "1", ["not", "a", "dict"])])  # type: ignore[arg-type]
     with pytest.raises(InputError, match="not JSON-serialisable"):
-        problems_repo.upsert_problems(session, "ds", [ProblemIn("1", "q", "1", {"s": {1, 2}})])
+        problems_repo.upsert_problems(session, "ds", [Question("1", "q", "1", {"s": {1, 2}})])
     with pytest.raises(InputError, match="appears twice"):
-        problems_repo.upsert_problems(session, "ds", [ProblemIn("1", "q"), ProblemIn("1", "q")])
+        problems_repo.upsert_problems(session, "ds", [Question("1", "q"), Question("1", "q")])
     assert session.scalar(sa.text("SELECT count(*) FROM problems")) == 0
 
 
@@ -247,7 +247,7 @@ def test_two_writers_of_one_dataset_take_turns(db) -> None:  # type: ignore[no-u
     dataset's lock the second insert blocks on the first's uncommitted keys and then fails on the unique index."""
     import threading
 
-    rows = [ProblemIn(f"p{i}", f"What is {i} + 1?", str(i + 1)) for i in range(48)]
+    rows = [Question(f"p{i}", f"What is {i} + 1?", str(i + 1)) for i in range(48)]
     outcome: dict[str, object] = {}
 
     def second() -> None:

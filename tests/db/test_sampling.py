@@ -28,7 +28,8 @@ from lanpo.db import sqlfiles
 from lanpo.db.repo import sampling
 from lanpo.db.repo.attempts import record_groups
 from lanpo.errors import InputError
-from lanpo.feedback.schedule import batch_problem_ids, mix_seed
+from lanpo.feedback.schedule import batch_problem_ids
+from lanpo.seeds import mix_seed
 
 POOL, K = 8, 3
 # The paper recipe's layout (train/configs/lanpo-*.toml): groups of 16 rollouts, up to 8 lessons per problem per

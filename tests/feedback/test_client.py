@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from lanpo.db.connection import transaction
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.errors import ConfigError, InputError
 from lanpo.feedback import DataConfig, FeedbackConfig, StepPrompts, StoreClient, StoreRunConfig
 from lanpo.rollout import Completion
@@ -19,7 +19,7 @@ def _config(mode: str) -> StoreRunConfig:
 
 def test_prompts_without_a_policy_version_say_how_to_record_one(db: Engine) -> None:
     with transaction(db) as session:
-        upsert_problems(session, "api-toy", [ProblemIn(external_id="1", question="1 + 1?", answer="2")])
+        upsert_problems(session, "api-toy", [Question(external_id="1", question="1 + 1?", answer="2")])
     client = StoreClient(_config("intra"), db)
     run = client.start("tiny-random")
     with pytest.raises(InputError, match="no policy version for step 0") as raised:
@@ -29,14 +29,14 @@ def test_prompts_without_a_policy_version_say_how_to_record_one(db: Engine) -> N
 
 def test_inter_feedback_without_relevance_is_refused_before_a_run(db: Engine) -> None:
     with transaction(db) as session:
-        upsert_problems(session, "api-toy", [ProblemIn(external_id="1", question="1 + 1?", answer="2")])
+        upsert_problems(session, "api-toy", [Question(external_id="1", question="1 + 1?", answer="2")])
     with pytest.raises(ConfigError, match="relevance_scores holds no score"):
         StoreClient(_config("inter"), db)
 
 
 def test_grade_takes_your_rewards_one_per_rollout_and_refuses_a_count_that_differs(db: Engine) -> None:
     with transaction(db) as session:
-        upsert_problems(session, "api-toy", [ProblemIn(external_id="1", question="1 + 1?", answer="2")])
+        upsert_problems(session, "api-toy", [Question(external_id="1", question="1 + 1?", answer="2")])
     client = StoreClient(_config("none"), db)
     prompts = StepPrompts(
         client.problem_ids, ["1 + 1?"], ["2"], ["zero_shot"], ["zero_shot"], ["1 + 1?"], [[]], policy_version_id=0

@@ -12,7 +12,7 @@ from lanpo import feedback_modes, prompts
 from lanpo.db.connection import transaction
 from lanpo.db.repo.attempts import NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import NewExperience, add_experiences
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.feedback import DataConfig, FeedbackConfig, StoreClient, StoreRunConfig
 from lanpo.feedback.config import InterConfig
 from lanpo.feedback_modes import LEAKED_MODE
@@ -37,9 +37,7 @@ def _client(db: Engine, setting: str, inter: str) -> tuple[StoreClient, object]:
     """Four problems, all relevant to each other; the run's history on the first three (correct and wrong attempts
     in every training mode, texts without a gold) and a lesson of each, sourced from a correct attempt."""
     with transaction(db) as session:
-        upsert_problems(
-            session, "fig2", [ProblemIn(str(i), f"Find value number {i}.", g) for i, g in enumerate(GOLDS)]
-        )
+        upsert_problems(session, "fig2", [Question(str(i), f"Find value number {i}.", g) for i, g in enumerate(GOLDS)])
         session.connection().exec_driver_sql(
             "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) "
             "SELECT a.id, b.id, 'fig2', 1.0 FROM problems a JOIN problems b ON a.id <> b.id"

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from lanpo.config import StoreConfig
 from lanpo.db.connection import transaction
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.errors import ConfigError, LanpoError
 from lanpo.feedback import DataConfig, FeedbackConfig, StepPrompts, StoreClient, StoreRunConfig, lifecycle
 from lanpo.rollout import Completion
@@ -78,7 +78,7 @@ def _group(answer: str) -> list[Completion]:
 
 def test_a_reopened_run_rolls_back_after_its_last_checkpoint_and_says_where_to_continue(db: Engine) -> None:
     with transaction(db) as session:
-        upsert_problems(session, "life", [ProblemIn(external_id="1", question="1 + 1?", answer="2")])
+        upsert_problems(session, "life", [Question(external_id="1", question="1 + 1?", answer="2")])
     config = StoreRunConfig(run_name="life", data=DataConfig(dataset="life"), feedback=FeedbackConfig(mode="none"))
     client = StoreClient(config, db)
     run = client.open("tiny-random")

@@ -1,4 +1,4 @@
-"""The replay draw (lanpo.feedback.replay) against exact selection probabilities on a small store written the way
+"""The replay draw (lanpo.feedback.replay_draw) against exact selection probabilities on a small store written the way
 training writes it, plus the trajectory choices, retirement and reproducibility."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import sqlalchemy as sa
 from scipy import stats
 from sqlalchemy.orm import Session
 
-from lanpo.db.repo import replay as store
 from lanpo.db.repo import runs as runs_repo
+from lanpo.db.repo import trajectories as store
 from lanpo.db.repo.attempts import NewAttempt, NewGroup, record_groups
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
-from lanpo.feedback import replay
+from lanpo.db.repo.problems import Question, upsert_problems
+from lanpo.feedback import replay_draw as replay
 from lanpo.feedback.replay_config import ReplayConfig
 
 SEEDS = 3000
@@ -38,7 +38,7 @@ PATTERNS = {
 def small_store(session: Session) -> tuple[list[int], dict, dict, dict[str, int]]:
     """Five problems, two steps of zero_shot groups of 4 rollouts (consecutive attempt ids, as a step writes them),
     tokens stored for every attempt; returns (the step's problem ids, candidates, latest correctness, names)."""
-    upsert_problems(session, "d", [ProblemIn(name, f"q {name}", "1") for name in PATTERNS])
+    upsert_problems(session, "d", [Question(name, f"q {name}", "1") for name in PATTERNS])
     ids = dict(session.execute(sa.text("SELECT external_id, id FROM problems WHERE dataset = 'd'")).all())
     run = runs_repo.create_run(session, "replay-draw", "train", {}).id
     for step in (1, 2):

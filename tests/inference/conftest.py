@@ -16,7 +16,7 @@ from lanpo.config import StoreConfig
 from lanpo.db.connection import transaction
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.inference.answerer import Answerer
 from lanpo.inference.config import RetrievalSettings, SamplingSettings
 from lanpo.models import tiny_causal_lm
@@ -100,7 +100,7 @@ def question_text(a: int, b: int, q: int) -> str:
 @pytest.fixture
 def pool(session: Session) -> dict[str, Any]:
     """Problems of a `train` dataset with one experience each (reward stored, never shown)."""
-    rows = [ProblemIn(str(i), question_text(i, i + 1, 100 + i), str(2 * i + 1)) for i in range(4)]
+    rows = [Question(str(i), question_text(i, i + 1, 100 + i), str(2 * i + 1)) for i in range(4)]
     upsert_problems(session, "train", rows)
     ids = list(session.scalars(sa.text("SELECT id FROM problems ORDER BY id")))
     items = [

@@ -29,8 +29,10 @@ def test_reads_ids_answers_and_metadata(tmp_path: Path) -> None:
         '{"id": 7, "question": "What is 2+3?", "answer": 5, "level": "easy"}\n\n{"question": "What is 1+1?"}\n',
     )
     first, second = read_questions(path)
-    assert (first.id, first.answer, first.metadata) == ("7", "5", {"level": "easy"})
-    assert second.id == question_id("What is 1+1?") and second.answer is None and len(second.id) == 16
+    assert (first.external_id, first.answer, first.metadata) == ("7", "5", {"level": "easy"})
+    assert (
+        second.external_id == question_id("What is 1+1?") and second.answer is None and len(second.external_id) == 16
+    )
 
 
 @pytest.mark.parametrize(

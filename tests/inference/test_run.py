@@ -10,9 +10,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine as SAEngine
 from sqlalchemy.orm import Session
 
+from lanpo.db.repo.problems import Question
 from lanpo.errors import InputError
 from lanpo.inference.answerer import Answerer
-from lanpo.inference.io import Question
 from lanpo.inference.run import InferenceRun, answering, pool_id
 
 COUNTED = ("problems", "runs", "rollout_groups", "attempts", "group_contexts", "policy_versions")
@@ -49,7 +49,8 @@ def test_a_run_records_each_batch_and_finishes(
 ) -> None:
     answerer = make_answerer()
     run = InferenceRun.check(db, "served", "infer", "tiny", pool_id=pool_id(db, "trained"), dataset="quiz")
-    asked = [Question(q.id, f"{q.question} Use addition.", q.answer) for q in QUESTIONS]  # BM25 finds a lesson
+    # BM25 finds a lesson
+    asked = [Question(q.external_id, f"{q.question} Use addition.", q.answer) for q in QUESTIONS]
     questions = run.open({"mode": "retrieval"}, None, asked)
     assert all(q.problem_id is not None for q in questions)
     with answering(run, len(questions), "test", show=False) as (_, keep):

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from lanpo import prompts
+from lanpo.db.repo.problems import Question
 from lanpo.inference.answerer import Answerer
-from lanpo.inference.io import Question
 
 from .conftest import ScriptedBackend, question_text
 

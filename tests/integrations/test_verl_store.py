@@ -30,7 +30,7 @@ from lanpo.db import sqlfiles
 from lanpo.db.connection import transaction
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo.pools import ensure_pool
-from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+from lanpo.db.repo.problems import Question, problem_ids, upsert_problems
 from lanpo.errors import ConfigError, InputError
 from lanpo.feedback import lifecycle
 from lanpo.feedback.summarize import Summary
@@ -90,7 +90,7 @@ def recipe(tmp_path: Path) -> Path:
 @pytest.fixture
 def pids(db: Engine) -> list[int]:
     rows = [
-        ProblemIn(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=f"{GOLD}{i}") for i in range(PROBLEMS)
+        Question(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=f"{GOLD}{i}") for i in range(PROBLEMS)
     ]
     with transaction(db) as session:
         upsert_problems(session, DATASET, rows)

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from lanpo.db.connection import transaction
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.feedback_modes import PROMPT_MODES
 from lanpo.report import cost
 from lanpo.report.build import read_report
@@ -227,7 +227,7 @@ def test_token_metrics_of_a_real_tiny_run(
     adds the summaries; validation's own cost equals its stored attempts; the report draws them and the matched
     budget."""
     with transaction(db) as session:
-        upsert_problems(session, "toy-val", [ProblemIn(f"v{i}", f"What is {i} * 7?", str(7 * i)) for i in range(3)])
+        upsert_problems(session, "toy-val", [Question(f"v{i}", f"What is {i} * 7?", str(7 * i)) for i in range(3)])
     validation = ValidationConfig(every=1, n=3, k=2, max_new_tokens=8)
     result = train(tiny_config(tmp_path, steps=2, eval=validation), db=db, progress=False)
     with db.connect() as conn:

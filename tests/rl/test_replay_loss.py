@@ -1,4 +1,4 @@
-"""Replay advantages and losses (lanpo.rl.replay) against plain per-token loops in float64, their loss and their
+"""Replay advantages and losses (lanpo.rl.replay_loss) against plain per-token loops in float64, their loss and their
 gradient, for each correction; without replayed rows, bit for bit `group_advantages` and `policy_loss`; the separate
 row weights against RePO's J_on + J_off computed apart. Batches have B != T, so that a (B,) tensor broadcast along
 the wrong axis (TRL's replay trainer degenerated silently on one) raises or gives a wrong number."""
@@ -13,7 +13,7 @@ import torch
 
 from lanpo.rl.advantages import group_advantages
 from lanpo.rl.loss import policy_loss
-from lanpo.rl.replay import replay_advantages, replay_policy_loss, separate_term_weights
+from lanpo.rl.replay_loss import replay_advantages, replay_policy_loss, separate_term_weights
 
 CORRECTIONS = ("none", "shaped", "separate")
 AGGS = ("token-mean", "seq-mean")

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from lanpo.db.connection import transaction
-from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+from lanpo.db.repo.problems import Question, problem_ids, upsert_problems
 from lanpo.feedback.config import DataConfig, FeedbackConfig, InterConfig, SummarizerConfig
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig, RolloutConfig, TrainConfig
 
@@ -21,7 +21,7 @@ def toy_problems(db: Engine) -> list[int]:
 
 def insert_toy_problems(db: Engine) -> list[int]:
     """`toy_problems`' rows, for a test that empties the store and fills it again."""
-    rows = [ProblemIn(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=str(2 * i + 1)) for i in range(6)]
+    rows = [Question(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=str(2 * i + 1)) for i in range(6)]
     with transaction(db) as session:
         upsert_problems(session, "toy", rows)
         ids = problem_ids(session, "toy")

@@ -21,6 +21,7 @@ from lanpo.train.config import GRPOConfig
 from lanpo.train.consumer.update import NLLTerm, micro_batch_loss, update_policy, warmup_schedule
 from lanpo.train.forward import logprobs as logprobs_module
 from lanpo.train.forward.batch import autocast_dtype, build_batch
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import chunked_logprobs, completion_logprobs
 from lanpo.train.loop import train
 from lanpo.train.policy import FullPolicy, LoraPolicy
@@ -102,10 +103,10 @@ def test_bf16_log_probs_are_float32_and_close_to_fp32(share: bool) -> None:
     batch = _step_batch()
     heads = LogitDtypes(model)
     with torch.no_grad():
-        want, want_entropy = completion_logprobs(model, batch, True, share)
+        want, want_entropy = completion_logprobs(model, batch, True, LogprobSettings(share_prompts=share))
         assert set(heads.seen) == {torch.float32}
         heads.seen.clear()
-        got, entropy = completion_logprobs(model, batch, True, share, autocast=BF16)
+        got, entropy = completion_logprobs(model, batch, True, LogprobSettings(share_prompts=share, autocast=BF16))
     assert heads.seen and set(heads.seen) == {BF16}  # every forward ran under autocast
     assert got.dtype == entropy.dtype == torch.float32  # type: ignore[union-attr]
     mask = batch.completion_mask.bool()
@@ -120,8 +121,10 @@ def test_shared_prompts_and_whole_rows_agree_under_autocast(rows: Any) -> None:
     model = _lora_model()
     batch = _step_batch().select(rows)
     with torch.no_grad():
-        shared, _ = completion_logprobs(model, batch, autocast=BF16)
-        whole, _ = completion_logprobs(model, batch, share_prompts=False, autocast=BF16)
+        shared, _ = completion_logprobs(model, batch, logprob_settings=LogprobSettings(autocast=BF16))
+        whole, _ = completion_logprobs(
+            model, batch, logprob_settings=LogprobSettings(share_prompts=False, autocast=BF16)
+        )
     mask = batch.completion_mask.bool()
     diff = (shared - whole)[mask].abs()  # measured: max 1.3e-3, mean 2.4e-4 (fp32: 1e-5)
     assert diff.max() < MAX_DIFF and diff.mean() < MEAN_DIFF, (diff.max(), diff.mean())
@@ -177,14 +180,16 @@ def test_the_full_reference_is_the_start_to_rounding_under_autocast() -> None:
     prompts, completions, _ = w.global_rollouts()
     batch = build_batch(prompts, completions, 0, torch.device("cpu"))
     policy = FullPolicy(*tiny_causal_lm(seed=0))
-    logp = chunked_logprobs(policy.model, batch, 5, autocast=BF16)
+    logp = chunked_logprobs(policy.model, batch, LogprobSettings(micro_batch_size=5, autocast=BF16))
     # autocast multiplies fresh bf16 casts of the same weights, so the copies' forwards differ at most by their
     # float32 accumulation (measured bit for bit, the copy misaligned too): held to float32 rounding (~4e-5 here),
     # which a reference run without autocast misses by 60 times (the 2.3e-3 measured beside MAX_DIFF)
     for reference in (policy.reference, misaligned_copy(policy.reference)):
         policy.reference = reference
-        assert_rounding_close(policy.reference_logprobs(batch, 5, autocast=BF16), logp, torch.float32)
-    assert not torch.equal(chunked_logprobs(policy.model, batch, 5), logp)
+        assert_rounding_close(
+            policy.reference_logprobs(batch, LogprobSettings(micro_batch_size=5, autocast=BF16)), logp, torch.float32
+        )
+    assert not torch.equal(chunked_logprobs(policy.model, batch, LogprobSettings(micro_batch_size=5)), logp)
 
 
 def test_kl_is_zero_at_step_1_under_autocast_lora(

@@ -25,6 +25,7 @@ from lanpo.train.consumer import update as update_module
 from lanpo.train.consumer.update import update_policy, warmup_schedule
 from lanpo.train.forward.batch import RolloutBatch, build_batch
 from lanpo.train.forward.chunking import CHECKPOINTED_BYTES, FULL_BYTES, FUSED_BYTES, Chunking
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import chunked_logprobs, completion_logprobs, micro_batches
 from lanpo.train.policy import FullPolicy, LoraPolicy, load_base, load_policy
 
@@ -134,7 +135,9 @@ def _assert_matches_loop(model: Any, batch: RolloutBatch, share: bool, temperatu
     model.train()
     ref_logp, ref_entropy = _loop_reference(model, batch, temperature)
     ref_grads = _grads(model, ref_logp, batch)
-    logp, entropy = completion_logprobs(model, batch, True, share, None, temperature, chunking)
+    logp, entropy = completion_logprobs(
+        model, batch, True, LogprobSettings(share_prompts=share, temperature=temperature, chunking=chunking)
+    )
     mask = batch.completion_mask.bool()
     torch.testing.assert_close(logp[mask], ref_logp[mask], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(entropy[mask], ref_entropy[mask], rtol=1e-5, atol=1e-5)  # type: ignore[index]
@@ -178,13 +181,13 @@ def test_the_old_path_is_untouched_at_or_under_the_threshold(monkeypatch: pytest
     model, batch = _lora(), _rollouts(vocab=100)
     N, V = batch.completion_ids.numel(), model.get_output_embeddings().out_features
     chunks = ChunkCount(monkeypatch)
-    plain = completion_logprobs(model, batch, True, True, None, 0.7)
+    plain = completion_logprobs(model, batch, True, LogprobSettings(temperature=0.7))
     for unchunked in (Chunking(), Chunking(tokens=N), Chunking(tokens=N + 1), Chunking(N * V * FULL_BYTES)):
-        logp, entropy = completion_logprobs(model, batch, True, True, None, 0.7, unchunked)
+        logp, entropy = completion_logprobs(model, batch, True, LogprobSettings(temperature=0.7, chunking=unchunked))
         assert torch.equal(logp, plain[0]) and torch.equal(entropy, plain[1])  # type: ignore[arg-type]
     assert chunks.sizes == []
     for chunking in (Chunking(tokens=N - 1), Chunking(N * V * FULL_BYTES - 1)):
-        logp, _ = completion_logprobs(model, batch, True, True, None, 0.7, chunking)
+        logp, _ = completion_logprobs(model, batch, True, LogprobSettings(temperature=0.7, chunking=chunking))
         assert chunks.sizes, chunking
         mask = batch.completion_mask.bool()  # the full logits score pads too, the chunks give them 0
         torch.testing.assert_close(logp[mask], plain[0][mask], rtol=1e-5, atol=1e-5)
@@ -199,13 +202,15 @@ def test_a_micro_batch_at_below_and_above_the_chunk_size(fused: bool, monkeypatc
     model.train()
     V, R = model.get_output_embeddings().out_features, int(batch.completion_mask.sum())
     mask = batch.completion_mask.bool()
-    plain = completion_logprobs(model, batch, True, False, None, 0.7)
+    plain = completion_logprobs(model, batch, True, LogprobSettings(share_prompts=False, temperature=0.7))
     chunks = ChunkCount(monkeypatch)
     for C, want in ((R, [R]), (R + 1, [R]), (R - 1, [R - 1, 1])):  # rows whole: every real position in the chunks
         chunking = Chunking(C * V * (FUSED_BYTES if fused else CHECKPOINTED_BYTES), fused=fused)
         assert chunking.sizes(V, fused)[1] == C
         with torch.no_grad():  # forward only: each chunk counted once
-            logp, entropy = completion_logprobs(model, batch, True, False, None, 0.7, chunking)
+            logp, entropy = completion_logprobs(
+                model, batch, True, LogprobSettings(share_prompts=False, temperature=0.7, chunking=chunking)
+            )
         assert (chunks.fused if fused else chunks.checkpointed) == want, C
         assert not (chunks.checkpointed if fused else chunks.fused)
         chunks.fused.clear(), chunks.checkpointed.clear()
@@ -235,9 +240,13 @@ def test_chunked_logprobs_under_bf16_autocast_match_the_full_logits(fused: bool)
     model, batch = _lora(), _rollouts(vocab=100)
     model.train()
     mask = batch.completion_mask.bool()
-    plain, plain_entropy = completion_logprobs(model, batch, True, True, torch.bfloat16, 0.7)
+    plain, plain_entropy = completion_logprobs(
+        model, batch, True, LogprobSettings(autocast=torch.bfloat16, temperature=0.7)
+    )
     chunking = Chunking(tokens=4, fused=fused)
-    logp, entropy = completion_logprobs(model, batch, True, True, torch.bfloat16, 0.7, chunking)
+    logp, entropy = completion_logprobs(
+        model, batch, True, LogprobSettings(autocast=torch.bfloat16, temperature=0.7, chunking=chunking)
+    )
     torch.testing.assert_close(logp[mask], plain[mask], rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(entropy[mask], plain_entropy[mask], rtol=2e-2, atol=2e-2)  # type: ignore[index]
     plain_grads, grads = _grads(model, plain, batch), _grads(model, logp, batch)
@@ -299,10 +308,15 @@ def test_token_budgeted_micro_batches_give_the_row_micro_batches_update(
 def test_reference_logprobs_with_a_budget_and_chunks_equal_the_plain_ones() -> None:
     model = _full()
     batch = _rollouts(vocab=100)
-    plain = chunked_logprobs(model, batch, 4)
-    both = chunked_logprobs(model, batch, 4, max_tokens=9, chunking=Chunking(tokens=3))
+    plain = chunked_logprobs(model, batch, LogprobSettings(micro_batch_size=4))
+    both = chunked_logprobs(
+        model, batch, LogprobSettings(micro_batch_size=4, max_tokens=9, chunking=Chunking(tokens=3))
+    )
     mask = batch.completion_mask.bool()
     torch.testing.assert_close(both[mask], plain[mask], rtol=1e-5, atol=1e-6)
     policy = FullPolicy(_full())
     chunking = Chunking(tokens=3, fused=False)
-    torch.testing.assert_close(policy.reference_logprobs(batch, 4, max_tokens=9, chunking=chunking)[mask], plain[mask])
+    torch.testing.assert_close(
+        policy.reference_logprobs(batch, LogprobSettings(micro_batch_size=4, max_tokens=9, chunking=chunking))[mask],
+        plain[mask],
+    )

@@ -74,10 +74,10 @@ def test_paper_recipe_shapes_at_world_size(world: int, db_env: str, db: Engine, 
     """lanpo-both.toml's batch (512 prompts x 16 rollouts) and minibatch (8,192 sequences = one optimizer step),
     every weight trained (FSDP2 over `world` gloo ranks)."""
     from lanpo.db.connection import transaction
-    from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+    from lanpo.db.repo.problems import Question, problem_ids, upsert_problems
 
     with transaction(db) as session:
-        upsert_problems(session, "paper", [ProblemIn(str(i), f"{i}+{i}?", str(2 * i)) for i in range(1024)])
+        upsert_problems(session, "paper", [Question(str(i), f"{i}+{i}?", str(2 * i)) for i in range(1024)])
         ids = problem_ids(session, "paper")
         session.connection().exec_driver_sql(  # each problem finds its neighbours relevant: inter contexts exist
             "INSERT INTO relevance_scores (problem_id, candidate_problem_id, scorer, score) "
@@ -129,11 +129,11 @@ def test_full_fine_tuning_on_two_fsdp_ranks_then_resumed_alone(
     checkpoint is one whole fp32 model written by rank 0, and the run resumes in a single process from it (bf16
     under autocast there)."""
     from lanpo.db.connection import transaction
-    from lanpo.db.repo.problems import ProblemIn, upsert_problems
+    from lanpo.db.repo.problems import Question, upsert_problems
     from lanpo.models import model_dir_sha256, read_model_state
 
     with transaction(db) as session:
-        upsert_problems(session, "toy-val", [ProblemIn("v1", "What is 7 * 3?", "21")])
+        upsert_problems(session, "toy-val", [Question("v1", "What is 7 * 3?", "21")])
     recipe = (
         RECIPE.format(out=tmp_path / "ckpt")
         .replace("steps = 4", "steps = 2")

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from lanpo.db.connection import transaction
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.train.sft.warm_start import write_pairs
 from tests.train.test_start import PAIRS
 
@@ -87,7 +87,7 @@ def experiment_file(db: Engine, tmp_path: Path, judge: Path, name: str = "tiny-e
     """The tiny experiment's files (SFT pairs, recipe, `<name>.toml` writing under tmp_path/<name>) and its held-out
     set in the store; returns the experiment file."""
     with transaction(db) as session:
-        upsert_problems(session, "toy-val", [ProblemIn("v0", "What is 9 * 9?", "81"), ProblemIn("v1", "2 * 3?", "6")])
+        upsert_problems(session, "toy-val", [Question("v0", "What is 9 * 9?", "81"), Question("v1", "2 * 3?", "6")])
     write_pairs(PAIRS, tmp_path / "pairs.jsonl")
     (tmp_path / "recipe.toml").write_text(RECIPE.format(pairs=tmp_path / "pairs.jsonl"))
     config = tmp_path / f"{name}.toml"

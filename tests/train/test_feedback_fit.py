@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from lanpo import feedback_modes, prompts
 from lanpo.db.connection import transaction
 from lanpo.db.repo.contexts import InterItem, IntraItem
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.feedback.contexts import MIN_ITEM_TOKENS, StepPrompts, fit_prompt, water_fill
 from lanpo.models import apply_chat, prepare_tokenizer, tiny_causal_lm, tiny_tokenizer
 
@@ -293,9 +293,7 @@ def test_intra_prompts_at_paper_lengths_keep_both_attempts_cut_to_the_cap(
         policy, "tiny_causal_lm", functools.partial(tiny_causal_lm, large_vocab=True, max_positions=8192)
     )
     with transaction(db) as session:
-        upsert_problems(
-            session, "paper_shapes", [ProblemIn(str(i), f"What is {i} + 2?", str(i + 2)) for i in range(2)]
-        )
+        upsert_problems(session, "paper_shapes", [Question(str(i), f"What is {i} + 2?", str(i + 2)) for i in range(2)])
     cfg = tiny_config(
         tmp_path,
         steps=2,

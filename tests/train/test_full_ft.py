@@ -23,6 +23,7 @@ from lanpo.rl.loss import kl_k3
 from lanpo.train.config import FeedbackConfig, GRPOConfig, LoraConfig, SFTConfig
 from lanpo.train.consumer.update import update_policy, warmup_schedule
 from lanpo.train.forward.batch import build_batch
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import chunked_logprobs, completion_logprobs
 from lanpo.train.loop import train
 from lanpo.train.policy import FullPolicy
@@ -126,16 +127,17 @@ def test_the_reference_is_the_start_bit_for_bit() -> None:
     assert all(torch.equal(p, start[n]) for n, p in policy.reference.state_dict().items())
     shared = {p.data_ptr() for p in policy.reference.parameters()} & {p.data_ptr() for p in policy.model.parameters()}
     assert not shared
-    logp = chunked_logprobs(policy.model, batch, 5)  # the same micro-batches: the same sums in the same order
+    five = LogprobSettings(micro_batch_size=5)  # the same micro-batches: the same sums in the same order
+    logp = chunked_logprobs(policy.model, batch, five)
     for reference in (policy.reference, misaligned_copy(policy.reference)):
         policy.reference = reference
-        ref = policy.reference_logprobs(batch, 5)
+        ref = policy.reference_logprobs(batch, five)
         assert_rounding_close(ref, logp)
         assert float((kl_k3(logp, ref) * batch.completion_mask).sum() / batch.completion_mask.sum()) <= (
             kl_rounding_bound()
         )
     moved = tiny_causal_lm(seed=1)[0]
-    assert not torch.allclose(chunked_logprobs(moved, batch, 5), logp, atol=1e-3)  # the check can tell models apart
+    assert not torch.allclose(chunked_logprobs(moved, batch, five), logp, atol=1e-3)  # the check can tell models apart
 
 
 def _moved_share(policy_model: Any, trained: Any, lr: float) -> float:
@@ -282,5 +284,6 @@ def test_a_gpu_policy_keeps_its_reference_on_the_cpu() -> None:
     assert next(policy.reference.parameters()).device.type == "cpu"
     with torch.no_grad():
         logp, _ = completion_logprobs(policy.model, batch)
-    assert_rounding_close(policy.reference_logprobs(batch, 5), logp)  # the GPU's kernels against the CPU's copy
+    ref = policy.reference_logprobs(batch, LogprobSettings(micro_batch_size=5))
+    assert_rounding_close(ref, logp)  # the GPU's kernels against the CPU's copy
     assert next(policy.reference.parameters()).device.type == "cpu"

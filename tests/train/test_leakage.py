@@ -18,7 +18,7 @@ from lanpo.db.repo import contexts
 from lanpo.db.repo.attempts import NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
-from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+from lanpo.db.repo.problems import Question, problem_ids, upsert_problems
 
 SAFE = st.text(alphabet="abcdefhkmnpqsuvxyz +-*=()", min_size=1, max_size=40).filter(lambda s: s.strip() != "")
 _datasets = itertools.count()
@@ -36,7 +36,7 @@ def test_contexts_from_the_store_never_leak(db: Engine, history, lessons, seed: 
     dataset = f"leak{next(_datasets)}"
     golds = [f"{7_000_000 + 1000 * i + seed % 997}" for i in range(3)]
     with transaction(db) as session:
-        upsert_problems(session, dataset, [ProblemIn(str(i), f"question number {i}", golds[i]) for i in range(3)])
+        upsert_problems(session, dataset, [Question(str(i), f"question number {i}", golds[i]) for i in range(3)])
         pids = problem_ids(session, dataset)
         record_groups(
             session,
@@ -81,7 +81,7 @@ def test_an_inter_prompt_shows_a_merged_lessons_current_text_and_nothing_of_its_
     second = "## Flow\nFirst sum up the tens.\n## Principles\nCarry into the column after.\n## Pitfalls\nMind signs."
     near = [1.0, 0.1] + [0.0] * 382
     with transaction(db) as session:
-        upsert_problems(session, "merged", [ProblemIn(str(i), f"question {i}", f"answer {i}") for i in range(2)])
+        upsert_problems(session, "merged", [Question(str(i), f"question {i}", f"answer {i}") for i in range(2)])
         a, b = problem_ids(session, "merged")
         pool = ensure_pool(session, "merged", StoreConfig(merge_threshold=0.9))
         embedding = [1.0] + [0.0] * 383

@@ -27,6 +27,7 @@ import torch.multiprocessing as mp
 
 from lanpo.train.consumer.update import UpdateStats
 from lanpo.train.forward.batch import RolloutBatch
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import chunked_logprobs
 from lanpo.train.plumbing.dist import Dist
 from tests.train import multirank_workers as w
@@ -85,8 +86,8 @@ class HandMixedPrecision:
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return self.masters
 
-    def reference_logprobs(self, batch: RolloutBatch, micro_batch_size: int, *args: Any, **kwargs: Any) -> Any:
-        return chunked_logprobs(self.reference, batch, micro_batch_size, *args, **kwargs)
+    def reference_logprobs(self, batch: RolloutBatch, logprob_settings: LogprobSettings) -> Any:
+        return chunked_logprobs(self.reference, batch, logprob_settings)
 
     def no_sync(self) -> Any:
         from contextlib import nullcontext

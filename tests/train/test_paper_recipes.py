@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from lanpo import papers
 from lanpo.config import load_toml
 from lanpo.db.connection import transaction
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.inference.config import EvalConfig
 from lanpo.retrieval.judge import PROMPT_VERSION
 from lanpo.train.config import TrainConfig, load_config
@@ -269,7 +269,7 @@ def test_the_paper_evals_run_on_checkpoints_laid_out_as_the_recipes_write_them(
     runs = {TABLE2_RUNS[m] for m in TABLE2_RUNS} | {"lanpo-both"}
     with transaction(db) as session:
         for name in ("aime25", "amc23", "math500"):  # the benchmarks (aime24: the held_out fixture)
-            upsert_problems(session, name, [ProblemIn(f"{name}-1", "What is 3 + 4?", "7")])
+            upsert_problems(session, name, [Question(f"{name}-1", "What is 3 + 4?", "7")])
         for name in runs:
             folder = Path(checkpoint_of(name)).expanduser()
             shutil.copytree(written, folder)
@@ -299,7 +299,7 @@ def held_out(db: Engine) -> None:
     from the toy training set."""
     with transaction(db) as session:
         for name in ("aime24", "aime25"):
-            upsert_problems(session, name, [ProblemIn("a1", "What is 40 + 2?", "42"), ProblemIn("a2", "7 * 6?", "42")])
+            upsert_problems(session, name, [Question("a1", "What is 40 + 2?", "42"), Question("a2", "7 * 6?", "42")])
 
 
 @pytest.mark.parametrize("name", [*PAPER_RECIPES, *LORA_RECIPES, *TABLE2_RECIPES, *TABLE3_RECIPES, *MEL_RECIPES])

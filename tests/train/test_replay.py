@@ -1,7 +1,7 @@
 """`[replay]` in lanpo's trainer, end to end on a tiny random model against the real store: the tokens and behaviour
 log-probs it keeps are the sampling policy's, replayed rows are written as replays and never as fresh rollouts, a
 run with replay off is the run without the feature bit for bit, and the update with replayed rows is the same at
-any micro-batch size."""
+any micro-batch size (at several ranks and minibatches: tests/train/test_replay_ranks.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from lanpo.feedback.replay_config import ReplayConfig
 from lanpo.rewards import Graded
 from lanpo.train.config import GRPOConfig, TrainConfig
 from lanpo.train.forward.batch import build_batch
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import completion_logprobs
 from lanpo.train.loop import grpo_step, train
 from lanpo.train.state import setup
@@ -76,7 +77,9 @@ def test_the_kept_log_probs_are_the_sampling_policys_and_not_the_updated_ones(
         prompt_ids = [t.tokenizer.encode(row[0], add_special_tokens=False) for row in stored]
         batch = build_batch(prompt_ids, [row[1] for row in stored], t.tokenizer.pad_token_id, t.device)
         with torch.no_grad():
-            logp, _ = completion_logprobs(t.policy.model, batch, temperature=cfg.rollout.temperature)
+            logp, _ = completion_logprobs(
+                t.policy.model, batch, logprob_settings=LogprobSettings(temperature=cfg.rollout.temperature)
+            )
         return [logp[b, : len(row[1])] for b, row in enumerate(stored)]
 
     after = logprobs_now()
@@ -178,15 +181,22 @@ def test_the_update_with_replayed_rows_is_the_same_at_any_micro_batch_size(
 
 
 def test_replay_refuses_what_it_does_not_run_on(tmp_path: Path) -> None:
+    """Several minibatches and LoRA ranks run (tests/train/test_replay_ranks.py); full fine-tuning on several ranks
+    (FSDP's collective forwards) and rollout workers do not."""
     from lanpo.errors import ConfigError
+    from lanpo.train.config import LoraConfig, WorkersConfig
 
-    with pytest.raises(ConfigError, match="minibatch"):
-        _config(tmp_path, "mb", ReplayConfig(enabled=True), grpo=GRPOConfig(minibatch_size=2))
+    _config(tmp_path, "mb", ReplayConfig(enabled=True), batch_size=4, grpo=GRPOConfig(minibatch_size=4)).check_world(2)
     with pytest.raises(ConfigError, match="successes alone"):
         ReplayConfig(enabled=True, correction="separate")
-    cfg = _config(tmp_path, "ok", ReplayConfig(enabled=True))
-    with pytest.raises(ConfigError, match="one process"):
-        cfg.check_world(2)
+    cfg = _config(tmp_path, "ok", ReplayConfig(enabled=True), batch_size=4)
+    cfg.check_world(2)
+    full = dataclasses.replace(cfg, lora=LoraConfig(enabled=False))
+    full.check_world(1)
+    with pytest.raises(ConfigError, match="full fine-tuning runs in one process"):
+        full.check_world(2)
+    with pytest.raises(ConfigError, match="rollout workers"):
+        _config(tmp_path, "workers", ReplayConfig(keep_tokens=True), workers=WorkersConfig(count=1)).check_world(1)
     assert dataclasses.replace(cfg.replay, enabled=False).stores_tokens is False
 
 

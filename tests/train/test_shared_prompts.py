@@ -16,6 +16,7 @@ from lanpo.rollout import SamplingParams
 from lanpo.rollout.hf import HFBackend
 from lanpo.train.config import LoraConfig, ModelConfig
 from lanpo.train.forward.batch import RolloutBatch, build_batch
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import completion_logprobs
 from lanpo.train.policy import load_base, load_policy
 
@@ -72,7 +73,7 @@ def test_shared_prompts_give_the_whole_rows_log_probs_entropy_and_gradient(rows:
     results = []
     for share in (False, True):
         model.zero_grad(set_to_none=True)
-        logp, entropy = completion_logprobs(model, batch, with_entropy=True, share_prompts=share)
+        logp, entropy = completion_logprobs(model, batch, True, LogprobSettings(share_prompts=share))
         (logp * batch.completion_mask).sum().backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results.append((logp.detach(), entropy, grads))
@@ -95,7 +96,7 @@ def test_each_distinct_prompt_runs_once_and_the_completions_on_its_cache() -> No
     assert seen.shapes == [(4, 30), (16, T - 1)]  # 4 prompts once (the longest sets the width), then the 16 rows
     seen.shapes.clear()
     with torch.no_grad():
-        completion_logprobs(model, batch, share_prompts=False)
+        completion_logprobs(model, batch, logprob_settings=LogprobSettings(share_prompts=False))
     assert seen.shapes == [(16, 30 + T)]
 
 
@@ -120,7 +121,7 @@ def test_a_prompt_that_begins_with_the_pad_token_is_not_another_prompt_padded() 
     batch = build_batch([[PAD, 7, 8], [PAD, 7, 8], [7, 8], [7, 8]], [[9, 10], [11], [9, 10], [12, 13]], PAD, "cpu")
     with torch.no_grad():
         shared, _ = completion_logprobs(model, batch)
-        whole, _ = completion_logprobs(model, batch, share_prompts=False)
+        whole, _ = completion_logprobs(model, batch, logprob_settings=LogprobSettings(share_prompts=False))
     mask = batch.completion_mask.bool()
     assert torch.allclose(shared[mask], whole[mask], atol=1e-5)
     assert not torch.allclose(whole[0, :2], whole[2, :2])  # the two prompts do condition differently
@@ -132,7 +133,7 @@ def test_one_token_completions_need_only_the_prompt_forward() -> None:
     seen = ForwardShapes(model)
     with torch.no_grad():
         shared, _ = completion_logprobs(model, batch)
-        whole, _ = completion_logprobs(model, batch, share_prompts=False)
+        whole, _ = completion_logprobs(model, batch, logprob_settings=LogprobSettings(share_prompts=False))
     assert seen.shapes == [(2, 3), (6, 4)]
     assert torch.allclose(shared, whole, atol=1e-5)
 

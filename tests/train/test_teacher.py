@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from lanpo import prompts
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.train.sft.teacher import SKILLS
 from lanpo.train.sft.warm_start import read_pairs
 
@@ -73,8 +73,8 @@ def endpoint() -> Iterator[dict[str, Any]]:
 
 @pytest.fixture
 def sums(session: Session) -> None:
-    rows = [ProblemIn(f"s{i}", f"What is {i} + {i + 5}?", str(2 * i + 5)) for i in range(8)]
-    rows.append(ProblemIn("hard", "What is 40 + 2? Answer in the secret code.", UNSOLVABLE_GOLD))
+    rows = [Question(f"s{i}", f"What is {i} + {i + 5}?", str(2 * i + 5)) for i in range(8)]
+    rows.append(Question("hard", "What is 40 + 2? Answer in the secret code.", UNSOLVABLE_GOLD))
     upsert_problems(session, "sums", rows)
     session.commit()
 
@@ -138,7 +138,7 @@ def test_an_endpoint_that_is_not_there_is_a_clean_error(
 @pytest.mark.slow
 def test_smollm2_as_teacher(session: Session, run_cli: Callable[..., Any], tmp_path: Path) -> None:
     """The real small model writes replies for every skill; whatever passes the filters is written, else nothing."""
-    upsert_problems(session, "few", [ProblemIn(f"f{i}", f"What is {i} + {i + 1}?", str(2 * i + 1)) for i in range(3)])
+    upsert_problems(session, "few", [Question(f"f{i}", f"What is {i} + {i + 1}?", str(2 * i + 1)) for i in range(3)])
     session.commit()
     out = tmp_path / "pairs.jsonl"
     result = run_cli(

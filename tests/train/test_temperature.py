@@ -15,6 +15,7 @@ import torch
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
 from lanpo.train.consumer.update import update_policy, warmup_schedule
 from lanpo.train.forward.batch import RolloutBatch, build_batch
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import completion_logprobs
 from lanpo.train.policy import LoraPolicy, load_policy
 
@@ -93,8 +94,10 @@ def test_log_probs_and_entropy_at_a_temperature_match_a_loop(share_prompts: bool
     batch = build_batch(prompts, completions, PAD, torch.device("cpu"))
     model = _lora_model()
     with torch.no_grad():
-        logp, entropy = completion_logprobs(model, batch, True, share_prompts, temperature=T)
-        plain, _ = completion_logprobs(model, batch, True, share_prompts)
+        logp, entropy = completion_logprobs(
+            model, batch, True, LogprobSettings(share_prompts=share_prompts, temperature=T)
+        )
+        plain, _ = completion_logprobs(model, batch, True, LogprobSettings(share_prompts=share_prompts))
         want = _padded(_loop_logprobs(model, prompts, completions, T), batch)
     want_entropy = _padded(_loop_entropy(model, prompts, completions, T), batch)
     mask = batch.completion_mask.bool()
@@ -110,8 +113,10 @@ def test_at_temperature_one_the_log_probs_are_what_they_were_bit_for_bit(share_p
     batch = build_batch(prompts, completions, PAD, torch.device("cpu"))
     model = _lora_model()
     with torch.no_grad():
-        before, before_entropy = completion_logprobs(model, batch, True, share_prompts)
-        now, now_entropy = completion_logprobs(model, batch, True, share_prompts, None, 1.0)
+        before, before_entropy = completion_logprobs(model, batch, True, LogprobSettings(share_prompts=share_prompts))
+        now, now_entropy = completion_logprobs(
+            model, batch, True, LogprobSettings(share_prompts=share_prompts, autocast=None, temperature=1.0)
+        )
     assert torch.equal(now, before) and torch.equal(now_entropy, before_entropy)  # type: ignore[arg-type]
 
 
@@ -119,7 +124,9 @@ def test_a_temperature_must_be_positive() -> None:
     prompts, completions, _ = _rollouts()
     with pytest.raises(ValueError, match="temperature must be > 0"):
         completion_logprobs(
-            _lora_model(), build_batch(prompts, completions, PAD, torch.device("cpu")), temperature=0.0
+            _lora_model(),
+            build_batch(prompts, completions, PAD, torch.device("cpu")),
+            logprob_settings=LogprobSettings(temperature=0.0),
         )
 
 

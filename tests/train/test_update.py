@@ -15,6 +15,7 @@ from lanpo.rollout.hf import HFBackend
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig
 from lanpo.train.consumer.update import update_policy, warmup_schedule
 from lanpo.train.forward.batch import build_batch
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import completion_logprobs
 from lanpo.train.policy import LoraPolicy, build_policy, load_base, load_policy
 from tests.train import multirank_workers as w
@@ -47,7 +48,7 @@ def test_one_grpo_step_changes_lora_and_not_base() -> None:
     # the reference (adapter disabled) is still the untouched base model
     with model.disable_adapter():
         base_logp, _ = completion_logprobs(model, batch)
-    assert torch.allclose(LoraPolicy(model).reference_logprobs(batch, 8), base_logp)
+    assert torch.allclose(LoraPolicy(model).reference_logprobs(batch, LogprobSettings(micro_batch_size=8)), base_logp)
     assert not torch.allclose(completion_logprobs(model, batch)[0], base_logp)
 
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from lanpo.db.connection import transaction
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.errors import ConfigError
 from lanpo.feedback.config import DataConfig, FeedbackConfig, InterConfig
 from lanpo.feedback.contexts import MISSED
@@ -27,7 +27,7 @@ def _rows(db: Engine, sql: str) -> list[tuple]:
 
 def _held_out(db: Engine, n: int = 3) -> None:
     with transaction(db) as session:
-        upsert_problems(session, "toy-val", [ProblemIn(f"v{i}", f"What is {i} * 7?", str(7 * i)) for i in range(n)])
+        upsert_problems(session, "toy-val", [Question(f"v{i}", f"What is {i} * 7?", str(7 * i)) for i in range(n)])
 
 
 def test_validation_is_recorded_and_never_feeds_training(db: Engine, toy_problems: list[int], tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_generated_validation_leaves_out_training_questions(db: Engine) -> None:
     training = {r[0] for r in _rows(db, "SELECT question FROM problems WHERE dataset = 'sums'")}
     assert not training & set(held_out.questions)
     with transaction(db) as session:
-        upsert_problems(session, "leaky", [ProblemIn("x", sorted(training)[0], "1")])
+        upsert_problems(session, "leaky", [Question("x", sorted(training)[0], "1")])
     leaky = TrainConfig(data=cfg.data, eval=ValidationConfig(every=1, dataset="leaky"))
     with pytest.raises(ConfigError, match="shares 1 question"), transaction(db) as session:
         prepare_validation(session, leaky)
@@ -105,7 +105,7 @@ def test_generated_validation_leaves_out_training_questions(db: Engine) -> None:
     # an imported set is read as "the first n": a set smaller than eval.n is used whole
     short = TrainConfig(data=cfg.data, eval=ValidationConfig(every=1, n=30, dataset="imported"))
     with transaction(db) as session:
-        upsert_problems(session, "imported", [ProblemIn("y", "What is 123456 + 1?", "123457")])
+        upsert_problems(session, "imported", [Question("y", "What is 123456 + 1?", "123457")])
         assert len(prepare_validation(session, short).problem_ids) == 1  # type: ignore[union-attr]
 
 
@@ -147,7 +147,7 @@ def test_feedback_asked_served_and_missed(db: Engine, toy_problems: list[int], t
 
 def test_inter_without_relevance_fails_at_start_unless_allowed(db: Engine, tmp_path: Path) -> None:
     with transaction(db) as session:
-        upsert_problems(session, "toy", [ProblemIn(str(i), f"What is {i} + 1?", str(i + 1)) for i in range(4)])
+        upsert_problems(session, "toy", [Question(str(i), f"What is {i} + 1?", str(i + 1)) for i in range(4)])
     cfg = tiny_config(tmp_path, steps=1, feedback=FeedbackConfig(mode="both", p_t=1.0, k=2, candidates=4))
     with pytest.raises(ConfigError, match="relevance_scores holds no score yet") as err:
         train(cfg, db=db, progress=False)

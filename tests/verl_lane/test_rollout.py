@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from lanpo.db.connection import ENV_URL, transaction
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.errors import LanpoError
 from tests.conftest import deadline
 
@@ -96,7 +96,7 @@ def lane(migrated_db: Engine, pg_url: str, tmp_path_factory: pytest.TempPathFact
         upsert_problems(
             session,
             DATASET,
-            [ProblemIn(str(i), f"What is {i} + {i + 1}?", f"{GOLD}{i}") for i in range(PROBLEMS)],
+            [Question(str(i), f"What is {i} + {i + 1}?", f"{GOLD}{i}") for i in range(PROBLEMS)],
         )
     export_verl(migrated_db, DATASET, folder / "train.parquet")
     lane = Lane(None, folder, folder / "train.parquet", str(prepare_smollm2()))

@@ -57,6 +57,7 @@ def test_engine_logprobs_match_the_trainers(backend: Any, hf_smollm2: tuple[Any,
     like with like. (The second was tests/train/test_temperature.py's vLLM test, which started an engine of its
     own for the same rollouts; `logprobs_mode` is set whether or not the engine has LoRA slots.)"""
     from lanpo.train.forward.batch import build_batch
+    from lanpo.train.forward.logprob_settings import LogprobSettings
     from lanpo.train.forward.logprobs import completion_logprobs
     from lanpo.train.producer.served_policy import behavior_logprobs
 
@@ -80,7 +81,7 @@ def test_engine_logprobs_match_the_trainers(backend: Any, hf_smollm2: tuple[Any,
         engine = behavior_logprobs(completions, batch.completion_ids.shape[1], cpu)
         assert engine is not None
         with torch.no_grad():
-            at_t, _ = completion_logprobs(model, batch, temperature=temperature)
+            at_t, _ = completion_logprobs(model, batch, logprob_settings=LogprobSettings(temperature=temperature))
             at_one, _ = completion_logprobs(model, batch)
         mask = batch.completion_mask.bool()
         assert (engine - at_t)[mask].abs().mean() < 0.06, temperature

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from lanpo.config import StoreConfig
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.models import load_adapter, load_causal_lm
 from lanpo.retrieval.judge import PROMPT_VERSION, HFJudge
 from tests.vllm_engine.helpers import SavedAdapter, needs_vllm
@@ -32,7 +32,7 @@ LESSONS = (  # each shares words with the questions, so that BM25 finds them all
 
 
 def fill_pool(session: Session) -> None:
-    upsert_problems(session, "train", [ProblemIn(str(i), f"What is {i} + {i + 1}?", str(2 * i + 1)) for i in range(3)])
+    upsert_problems(session, "train", [Question(str(i), f"What is {i} + {i + 1}?", str(2 * i + 1)) for i in range(3)])
     ids = list(session.scalars(sa.text("SELECT id FROM problems ORDER BY id")))
     pool = ensure_pool(session, "trained", StoreConfig())
     add_experiences(session, pool, [NewExperience(pid, text, 1.0) for pid, text in zip(ids, LESSONS, strict=True)])

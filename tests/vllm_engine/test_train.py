@@ -19,7 +19,7 @@ import torch
 from sqlalchemy.engine import Engine
 
 from lanpo.db.connection import transaction
-from lanpo.db.repo.problems import ProblemIn, upsert_problems
+from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.errors import LanpoError
 from lanpo.models import LoraSpec, adapter_sha256, attach_lora
 from lanpo.rollout import SamplingParams
@@ -108,7 +108,7 @@ def test_a_stopped_or_killed_trainer_leaves_no_engine_behind(
     procs = {}
     for name, dataset in (("vllm-sigterm", "sums-term"), ("vllm-sigkill", "sums-kill")):
         with transaction(db) as session:
-            upsert_problems(session, dataset, [ProblemIn(str(i), f"What is {i} + {i}?", str(2 * i)) for i in range(4)])
+            upsert_problems(session, dataset, [Question(str(i), f"What is {i} + {i}?", str(2 * i)) for i in range(4)])
         recipe = SIGTERM_RECIPE.replace("vllm-sigterm", name).replace("sums-term", dataset)
         config = tmp_path / name / "recipe.toml"
         config.parent.mkdir()
@@ -153,9 +153,9 @@ def test_two_train_steps_with_the_vllm_backend(
 
     with transaction(db) as session:
         upsert_problems(
-            session, "sums", [ProblemIn(str(i), f"What is {i} + {2 * i}?", str(3 * i)) for i in range(1, 9)]
+            session, "sums", [Question(str(i), f"What is {i} + {2 * i}?", str(3 * i)) for i in range(1, 9)]
         )
-        upsert_problems(session, "sums-val", [ProblemIn(str(i), f"What is {i} + {i}?", str(2 * i)) for i in (20, 21)])
+        upsert_problems(session, "sums-val", [Question(str(i), f"What is {i} + {i}?", str(2 * i)) for i in (20, 21)])
     cfg = TrainConfig(
         run_name="vllm-two-steps",
         steps=2,
@@ -220,7 +220,7 @@ def _sums_run(db: Engine, name: str, tmp_path: Path, **parts: Any) -> TrainConfi
     """A 1-step run on 8 sums, 2 prompts x 4 rollouts of 16 tokens on the vLLM engine, no feedback; `parts`
     replace TrainConfig's fields (model, lora, rollout, grpo, steps)."""
     with transaction(db) as session:
-        upsert_problems(session, name, [ProblemIn(str(i), f"What is {i} + {2 * i}?", str(3 * i)) for i in range(1, 9)])
+        upsert_problems(session, name, [Question(str(i), f"What is {i} + {2 * i}?", str(3 * i)) for i in range(1, 9)])
     defaults: dict[str, Any] = {
         "steps": 1,
         "rollout": RolloutConfig(backend="vllm", n=4, max_new_tokens=16, max_prompt_tokens=256),

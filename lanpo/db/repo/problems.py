@@ -15,13 +15,16 @@ from lanpo.errors import InputError, listing
 
 
 @dataclass(frozen=True)
-class ProblemIn:
-    """One problem to import: external id (unique within its dataset), question, gold answer, metadata."""
+class Question:
+    """One problem, to import or to solve: its external id (unique within its dataset), the question, the gold
+    answer when known (never shown to the model), metadata, and its `problems.id` once it is in the store (an
+    import ignores it)."""
 
     external_id: str
     question: str
     answer: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    problem_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class ImportResult:
     refused: list[str] = field(default_factory=list)
 
 
-def _check(dataset: str, row: ProblemIn) -> None:
+def _check(dataset: str, row: Question) -> None:
     where = f"problem {dataset}:{row.external_id}"
     if not isinstance(row.external_id, str) or not row.external_id.strip():
         raise InputError(f"{where}: external_id must be a non-empty string")
@@ -70,7 +73,7 @@ def check_dataset_name(dataset: str) -> None:
         )
 
 
-def upsert_problems(session: Session, dataset: str, rows: list[ProblemIn], update: bool = False) -> ImportResult:
+def upsert_problems(session: Session, dataset: str, rows: list[Question], update: bool = False) -> ImportResult:
     """Insert new problems; identical ones are unchanged; changed ones are updated only when `update`.
 
     Without `update`, changed rows are reported in `refused` and left as stored (the caller decides whether

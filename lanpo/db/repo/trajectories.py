@@ -5,7 +5,7 @@ A replayed attempt is a copy of a stored one (its response and grade) in a group
 that replays it, with `replay_of` naming the source; it is never generated, and no fresh-rollout view, metric or
 cost counts it (the `replays` view lists them). Its group belongs to the step, so a resume's rollback of the step
 (`sql/queries/rollback_groups.sql`) removes it with the step's other groups. The draw of which to replay is
-`lanpo.feedback.replay`, one floor up.
+`lanpo.feedback.replay_draw`, one floor up.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Candidate:
 
 
 class ReplayGroup(Protocol):
-    """One problem's replayed trajectories at a step (`lanpo.feedback.replay.ReplayDraw` is one)."""
+    """One problem's replayed trajectories at a step (`lanpo.feedback.replay_draw.ReplayDraw` is one)."""
 
     @property
     def problem_id(self) -> int: ...

@@ -37,9 +37,10 @@ from lanpo.feedback.client import StoreClient
 from lanpo.feedback.config import StoreRunConfig, load_store_config
 from lanpo.feedback.contexts import StepPrompts, contexted_prompts
 from lanpo.feedback.lifecycle import RollbackResult, Run
-from lanpo.feedback.schedule import choose_modes, mix_seed
+from lanpo.feedback.schedule import choose_modes
 from lanpo.rewards import Graded
 from lanpo.rollout import Completion
+from lanpo.seeds import mix_seed
 
 TRAINER = "verl"  # runs.config->>'trainer' of a run the integration writes
 REWARDS = ("lanpo", "verl")  # lanpo.reward: who sets each sample's reward

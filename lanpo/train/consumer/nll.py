@@ -5,14 +5,14 @@ Split out of `lanpo.train.consumer.update`, which calls `nll_backward` at the st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from lanpo.rl.loss import nll_sum_of
 from lanpo.train.forward.batch import RolloutBatch
-from lanpo.train.forward.chunking import NO_CHUNKS, Chunking
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import completion_logprobs
 from lanpo.train.plumbing.dist import Dist
 
@@ -31,15 +31,15 @@ def nll_backward(
     batch: RolloutBatch | None,
     index: torch.Tensor,
     coef: float,
-    micro: int,
+    logprob_settings: LogprobSettings,
     dist: Dist,
-    share_prompts: bool = True,
-    autocast: torch.dtype | None = None,
     filler: RolloutBatch | None = None,
-    chunking: Chunking = NO_CHUNKS,
 ) -> tuple[float, float]:
     """Backward of `coef` * the token-mean NLL of `batch[index]` over every rank's share; returns (that NLL, its
     global token count). Nothing runs when no rank has a token (every rank sees the same count).
+
+    `logprob_settings`: the update's, `micro_batch_size` rows a forward (no token budget), at temperature 1 (the
+    examples' own likelihood, whatever the rollouts were sampled at).
 
     `filler` (one row of any batch): the model's forwards are collectives (FSDP), so every rank runs as many
     micro-batches as the rank with the most, a rank short of examples running `filler` with weight 0 (its
@@ -48,6 +48,8 @@ def nll_backward(
     tokens = dist.all_reduce_sum(torch.tensor([local], dtype=torch.float64)).item()
     if tokens == 0:
         return 0.0, 0.0
+    micro = logprob_settings.micro_batch_size
+    at_one = replace(logprob_settings, temperature=1.0)
     starts = list(range(0, len(index) if batch is not None else 0, micro))
     rounds = len(starts)
     if filler is not None:
@@ -59,7 +61,7 @@ def nll_backward(
             weight = coef * dist.world / tokens  # times the world size: DDP and FSDP average the ranks' gradients
         else:
             sub, weight = filler, 0.0  # type: ignore[assignment]
-        logp, _ = completion_logprobs(model, sub, False, share_prompts, autocast, 1.0, chunking)  # (m, T)
+        logp, _ = completion_logprobs(model, sub, False, at_one)  # (m, T)
         summed = nll_sum_of(logp, sub.completion_mask)
         (summed * weight).backward()
         nll_sum += float(summed.detach()) if weight else 0.0

@@ -40,19 +40,19 @@ from typing import Any
 import torch
 
 from lanpo.rl.loss import policy_loss
-from lanpo.rl.replay import replay_policy_loss
+from lanpo.rl.replay_loss import replay_policy_loss
 from lanpo.train.config import GRPOConfig
 from lanpo.train.consumer.nll import NLLTerm, nll_backward
-from lanpo.train.consumer.replay_rows import ReplayRows, term_weights
+from lanpo.train.consumer.replay_rows import ReplayRows, minibatch_blocks, term_weights
 from lanpo.train.consumer.skipped import measure_only, skip_update
-from lanpo.train.forward.batch import RolloutBatch, autocast_dtype
-from lanpo.train.forward.chunking import Chunking
+from lanpo.train.forward.batch import RolloutBatch
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import chunked_logprobs, completion_logprobs, lockstep_rounds, micro_batches
 from lanpo.train.plumbing.dist import Dist
 from lanpo.train.policy import Policy
 
 STATS = ("loss", "kl", "entropy", "clip_frac", "dual_clip_frac", "tis_weight", "logp_diff")
-REPLAY_STATS = ("replay_ratio_mean", "replay_shaped_mean")  # token-means over replayed tokens (lanpo.rl.replay)
+REPLAY_STATS = ("replay_ratio_mean", "replay_shaped_mean")  # token-means over replayed tokens (lanpo.rl.replay_loss)
 
 
 @dataclass
@@ -128,20 +128,20 @@ def micro_batch_loss(
     ref_logp: torch.Tensor,
     behavior_logp: torch.Tensor | None,
     cfg: GRPOConfig,
-    temperature: float = 1.0,
+    logprob_settings: LogprobSettings | None = None,
     replay: ReplayRows | None = None,
     row_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """The clipped GRPO loss of one micro-batch (its own token-mean), its stats, and its entropy (m, T).
 
     old_logp None: on-policy, the ratio is 1 and the forward's own detached log-probs stand in for it. The
-    log-probs are of softmax(logits / temperature), as old_logp, ref_logp and behavior_logp must be. `replay`: the
-    micro-batch's replayed rows (lanpo.rl.replay.replay_policy_loss, `row_weight` (m,) its terms' weights).
+    log-probs are of `logprob_settings` (None: `cfg`'s at temperature 1), of softmax(logits / its temperature), as
+    old_logp, ref_logp and behavior_logp must be. `replay`: the micro-batch's replayed rows
+    (lanpo.rl.replay_loss.replay_policy_loss, `row_weight` (m,) its terms' weights).
     """
-    autocast = autocast_dtype(cfg.autocast, sub.input_ids.device)
-    logp, entropy = completion_logprobs(
-        model, sub, True, cfg.share_prompts, autocast, temperature, Chunking.of(cfg)
-    )  # (m, T)
+    if logprob_settings is None:
+        logprob_settings = LogprobSettings.from_grpo(cfg, temperature=1.0, device=sub.input_ids.device)
+    logp, entropy = completion_logprobs(model, sub, True, logprob_settings)  # (m, T)
     old = logp.detach() if old_logp is None else old_logp
     if replay is not None:
         loss, stats = replay_policy_loss(
@@ -203,10 +203,13 @@ def update_policy(
     over the minibatches of each epoch as the rollouts are (pass it on every rank, or on none); its forwards use
     `policy.model`. `temperature`: the rollouts' sampling temperature; every GRPO log-prob is of softmax(logits /
     temperature) (1: the logits as they are, bit for bit what the update computed before the argument existed).
-    `replay`: which rows are replayed (`[replay]`); the minibatch count is the fresh rows' (the schedule's).
+    `replay`: which rows are replayed (`[replay]`); the minibatch count is the fresh rows' (the schedule's), and a
+    replayed row trains in its group's minibatch (`lanpo.train.consumer.replay_rows.minibatch_blocks`). Under
+    torchrun pass it on every rank, or on none: ranks hold different numbers of replayed rows, so each minibatch's
+    sequences are counted over every rank and the ranks run as many micro-batches as the busiest.
     """
     dist = dist or Dist()
-    autocast = autocast_dtype(cfg.autocast, batch.input_ids.device)  # None: the forwards in the weights' dtype
+    logprob_settings = LogprobSettings.from_grpo(cfg, temperature=temperature, device=batch.input_ids.device)
     zero_spread = float(dist.all_reduce_sum((advantages == 0).float().mean().reshape(1)).item() / dist.world)
     fresh = batch.size - (0 if replay is None else int(replay.replayed.sum()))
     n_minibatches = minibatches_per_epoch(fresh * dist.world, cfg)
@@ -215,21 +218,23 @@ def update_policy(
         # (and drops their KL term). Single process only: ranks would hold minibatches of different sizes.
         keep = torch.nonzero(advantages != 0).flatten()
         if keep.numel() == 0:  # nothing to learn from: the schedule advances, the weights do not move
-            return _nothing_to_learn(policy, optimizer, scheduler, batch, cfg, n_minibatches, zero_spread, temperature)
+            return _nothing_to_learn(
+                policy, optimizer, scheduler, batch, cfg, n_minibatches, zero_spread, logprob_settings
+            )
         batch, advantages = batch.select(keep.to(batch.input_ids.device)), advantages[keep]
         behavior_logp = None if behavior_logp is None else behavior_logp[keep]
         replay = None if replay is None else replay.select(keep)
 
     started = time.perf_counter()
-    ref_logp, old_logp = _reference_and_old_logp(policy, batch, cfg, n_minibatches, autocast, temperature, dist)
+    ref_logp, old_logp = _reference_and_old_logp(policy, batch, cfg, n_minibatches, logprob_settings, dist)
     seconds_ref = time.perf_counter() - started
 
     started = time.perf_counter()
     nll_on = nll if nll is not None and nll.coef != 0.0 else None  # the same on every rank (a setting, not data)
-    update = _Update(policy, batch, advantages, old_logp, ref_logp, behavior_logp, cfg, dist, temperature, nll_on)
+    update = _Update(policy, batch, advantages, old_logp, ref_logp, behavior_logp, cfg, dist, logprob_settings, nll_on)
     update.replay = replay
     policy.model.train()
-    for mb, nll_share in _minibatches(batch.size, n_minibatches, cfg.ppo_epochs, seed, update.nll_size):
+    for mb, nll_share in _minibatches(batch.size, n_minibatches, cfg.ppo_epochs, seed, update.nll_size, replay):
         if mb.numel() == 0:  # fewer rollouts kept than minibatches (skip_zero_spread): the schedule still steps
             skip_update(optimizer, scheduler)
             continue
@@ -243,36 +248,38 @@ def _reference_and_old_logp(
     batch: RolloutBatch,
     cfg: GRPOConfig,
     n_minibatches: int,
-    autocast: torch.dtype | None,
-    temperature: float,
+    logprob_settings: LogprobSettings,
     dist: Dist,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The no-grad passes before the update: the reference's log-probs (B, T), for the KL term, and the old
     policy's (B, T), for the ratio, when several updates reuse the batch (None: on-policy, where the ratio's
     old_logp is the detached log-prob of the forward that carries the gradient)."""
-    micro, share = cfg.micro_batch_size, cfg.share_prompts
-    sizes = {"max_tokens": cfg.max_tokens_per_micro_batch, "chunking": Chunking.of(cfg)}
-    ref_logp = policy.reference_logprobs(batch, micro, share, autocast, temperature, **sizes)  # (B, T): KL
+    ref_logp = policy.reference_logprobs(batch, logprob_settings)  # (B, T): KL
     # Several updates per batch: the ratio needs log-probs of the policy that generated it, taken before any step.
     if cfg.ppo_epochs == 1 and n_minibatches == 1:
         return ref_logp, None
     collective = dist if policy.collective_forwards else None
-    old_logp = chunked_logprobs(policy.model, batch, micro, share, autocast, temperature, **sizes, dist=collective)
+    old_logp = chunked_logprobs(policy.model, batch, logprob_settings, collective)
     return ref_logp, old_logp
 
 
 def _minibatches(
-    size: int, n_minibatches: int, epochs: int, seed: int, nll_size: int
+    size: int, n_minibatches: int, epochs: int, seed: int, nll_size: int, replay: ReplayRows | None = None
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Each epoch's minibatches of rollout indices (M,), each with its share of the NLL examples (E_i,).
 
     One epoch: minibatches are consecutive blocks of prompts (already a random draw); several: a fresh order per
-    epoch, from a generator seeded the same on every rank (the same local order)."""
+    epoch, from a generator seeded the same on every rank (the same local order). `replay`: the fresh rows cut so,
+    each block followed by its replayed rows (`minibatch_blocks`)."""
     generator = torch.Generator().manual_seed(seed % (2**63))
     for _epoch in range(epochs):
         order = torch.randperm(size, generator=generator) if epochs > 1 else torch.arange(size)
         nll_shares = torch.tensor_split(torch.arange(nll_size), n_minibatches)
-        yield from zip(torch.tensor_split(order, n_minibatches), nll_shares, strict=True)
+        if replay is None:
+            blocks = list(torch.tensor_split(order, n_minibatches))
+        else:
+            blocks = minibatch_blocks(replay, order, n_minibatches, shuffled=epochs > 1)
+        yield from zip(blocks, nll_shares, strict=True)
 
 
 @dataclass
@@ -288,7 +295,7 @@ class _Update:
     behavior_logp: torch.Tensor | None  # (B, T); None: the engine reports none
     cfg: GRPOConfig
     dist: Dist
-    temperature: float
+    logprob_settings: LogprobSettings  # the update's log-prob forwards (`LogprobSettings.from_grpo`)
     nll: NLLTerm | None  # MEL's term, when it is on (coef != 0)
     replay: ReplayRows | None = None  # the replayed rows (`[replay]`; None: none)
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys((*STATS, "grad_norm"), 0.0))
@@ -298,7 +305,6 @@ class _Update:
     replay_sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("tokens", *REPLAY_STATS), 0.0))
 
     def __post_init__(self) -> None:
-        self.autocast = autocast_dtype(self.cfg.autocast, self.batch.input_ids.device)
         self.params = self.policy.trainable_parameters()
 
     @property
@@ -312,6 +318,9 @@ class _Update:
         the clipped gradient, one optimizer and schedule step; adds the minibatch's stats over every rank."""
         cfg, dist, batch = self.cfg, self.dist, self.batch
         tokens_mb = dist.all_reduce_sum(batch.completion_mask[mb].sum().float()).clamp(min=1).item()
+        replay = self.replay
+        # the minibatch's sequences over every rank: the same share on each, unless replayed rows make them differ
+        seqs_mb = len(mb) * dist.world if replay is None else int(dist.all_reduce_sum(torch.tensor([len(mb)])).item())
         optimizer.zero_grad(set_to_none=True)
         mb_stats = dict.fromkeys(STATS, 0.0)
         if self.nll is not None:
@@ -321,12 +330,9 @@ class _Update:
                 self.nll.batch,
                 nll_share,
                 self.nll.coef,
-                cfg.micro_batch_size,
+                self.logprob_settings,
                 dist,
-                cfg.share_prompts,
-                self.autocast,
                 filler,
-                Chunking.of(cfg),
             )
             if nll_tokens:
                 self.nll_updates, self.nll_total = self.nll_updates + 1, self.nll_total + mb_nll
@@ -334,11 +340,12 @@ class _Update:
             batch.attention_mask[mb].sum(dim=1), cfg.micro_batch_size, cfg.max_tokens_per_micro_batch
         )
         rounds = lockstep_rounds(groups, cfg.max_tokens_per_micro_batch, dist)  # every rank as many as the busiest
-        replay = self.replay
+        if replay is not None and dist.world > 1:  # the ranks' replayed rows differ in number: so may their rounds
+            rounds = int(dist.all_reduce_max(torch.tensor([rounds])).item())
         terms = None if replay is None else term_weights(replay, batch.completion_mask, mb, cfg.loss_agg, dist)
         for r in range(rounds):
             idx = mb[groups[r]] if r < len(groups) else mb[:1]  # (m,); past this rank's own: a filler, weight 0
-            self._micro_step(idx, len(mb), tokens_mb, r == rounds - 1, mb_stats, r >= len(groups), terms)
+            self._micro_step(idx, seqs_mb, tokens_mb, r == rounds - 1, mb_stats, r >= len(groups), terms)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
         summed = dist.all_reduce_sum(torch.tensor([mb_stats[k] for k in STATS], dtype=torch.float64))
         optimizer.step()
@@ -351,15 +358,15 @@ class _Update:
     def _micro_step(
         self,
         idx: torch.Tensor,
-        mb_size: int,
+        seqs_mb: int,
         tokens_mb: float,
         last: bool,
         mb_stats: dict[str, float],
         filler: bool = False,
         terms: torch.Tensor | None = None,
     ) -> None:
-        """Backward of micro-batch `idx` (m,) of a minibatch of `mb_size` sequences (`tokens_mb` tokens over every
-        rank); adds its weighted stats to `mb_stats`. `filler`: a rank that has run its own micro-batches runs
+        """Backward of micro-batch `idx` (m,) of a minibatch of `seqs_mb` sequences and `tokens_mb` tokens over every
+        rank; adds its weighted stats to `mb_stats`. `filler`: a rank that has run its own micro-batches runs
         one more with weight 0 and no stats, so its collectives (FSDP; DDP's last-backward all-reduce) line up
         with a busier rank's (`grpo.max_tokens_per_micro_batch` splits ranks' minibatches unevenly). `terms` (B,):
         each row's weight under replay's separate terms (`replay_rows.term_weights`)."""
@@ -375,14 +382,14 @@ class _Update:
                 self.ref_logp[idx],
                 None if self.behavior_logp is None else self.behavior_logp[idx],
                 cfg,
-                self.temperature,
+                self.logprob_settings,
                 None if self.replay is None else self.replay.select(idx),
                 None if terms is None else terms[idx],
             )
             # Weight micro-batches so the minibatch loss is the exact token-mean (or seq-mean) over every
             # rank's sequences; times the world size, since DDP and FSDP average the ranks' gradients.
             tokens = sub.completion_mask.sum().item()
-            weight = tokens / tokens_mb if cfg.loss_agg == "token-mean" else len(idx) / (mb_size * dist.world)
+            weight = tokens / tokens_mb if cfg.loss_agg == "token-mean" else len(idx) / seqs_mb
             if filler:
                 weight = 0.0  # its gradient is exactly 0
             (loss * weight * dist.world).backward()
@@ -442,14 +449,11 @@ def _nothing_to_learn(
     cfg: GRPOConfig,
     n_minibatches: int,
     zero_spread: float,
-    temperature: float,
+    logprob_settings: LogprobSettings,
 ) -> UpdateStats:
     """Every group skipped: the batch's KL and entropy measured, and the schedule stepped as often as an update
     would have (each step moving nothing)."""
-    autocast = autocast_dtype(cfg.autocast, batch.input_ids.device)
-    measured = measure_only(
-        policy, batch, cfg.micro_batch_size, cfg.share_prompts, autocast, temperature, Chunking.of(cfg)
-    )
+    measured = measure_only(policy, batch, logprob_settings)
     for _ in range(cfg.ppo_epochs * n_minibatches):
         skip_update(optimizer, scheduler)
     return UpdateStats(

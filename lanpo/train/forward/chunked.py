@@ -38,6 +38,7 @@ from lanpo.rl.head_logprobs import head_logprobs
 from lanpo.rl.logprobs import entropy_from_logits, token_logprobs
 from lanpo.train.forward.batch import RolloutBatch, forward_precision, prompts_forward, shared_prompts
 from lanpo.train.forward.chunking import Chunking
+from lanpo.train.forward.logprob_settings import LogprobSettings
 
 
 def head_chunk(model: Any, positions: int, chunking: Chunking) -> tuple[int, bool]:
@@ -82,15 +83,14 @@ def chunked_completion_logprobs(
     model: Any,
     batch: RolloutBatch,
     with_entropy: bool,
-    share_prompts: bool,
-    autocast: torch.dtype | None,
-    temperature: float,
+    logprob_settings: LogprobSettings,
     chunk: int,
     fused: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`completion_logprobs` with the head's logits a `chunk` of positions at a time, through the fused head or
     the checkpointed one (`fused`; the module docstring): the same forwards (rows whole, or shared prompts), the
-    completion columns that pad every row dropped first, the padded positions 0."""
+    completion columns that pad every row dropped first, the padded positions 0. Of `logprob_settings`, the
+    prompts' sharing, the autocast and the temperature count here (its chunking chose `chunk` and `fused`)."""
     T = batch.completion_ids.shape[1]
     P = batch.input_ids.shape[1] - T
     columns = batch.attention_mask[:, P:].sum(dim=0).nonzero()
@@ -102,10 +102,10 @@ def chunked_completion_logprobs(
         batch.completion_ids[:, :keep],
         batch.completion_mask[:, :keep],
     )
-    cut, prompts, rows = shared_prompts(model, sub, share_prompts)
+    cut, prompts, rows = shared_prompts(model, sub, logprob_settings.share_prompts)
     if prompts is not None and rows is not None:
         logp, entropy = _shared_prompt_chunks(
-            model, sub, cut, prompts, rows, with_entropy, autocast, temperature, chunk, fused
+            model, sub, cut, prompts, rows, with_entropy, logprob_settings, chunk, fused
         )
     else:
         logp, entropy = _head_chunks(
@@ -114,8 +114,7 @@ def chunked_completion_logprobs(
             sub.completion_ids,
             sub.completion_mask,
             with_entropy,
-            autocast,
-            temperature,
+            logprob_settings,
             chunk,
             fused,
             input_ids=sub.input_ids[:, cut:],
@@ -135,8 +134,7 @@ def _shared_prompt_chunks(
     prompts: torch.Tensor,
     rows: torch.Tensor,
     with_entropy: bool,
-    autocast: torch.dtype | None,
-    temperature: float,
+    logprob_settings: LogprobSettings,
     chunk: int,
     fused: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -144,10 +142,10 @@ def _shared_prompt_chunks(
     first completion token; the completions' forward on the repeated cache goes through the chunked head."""
     T = batch.completion_ids.shape[1]
     P = batch.input_ids.shape[1] - T
-    out = prompts_forward(model, batch, cut, prompts, autocast)
+    out = prompts_forward(model, batch, cut, prompts, logprob_settings.autocast)
     first = out.logits[rows].float()  # (B, 1, V): small, one position a row
-    if temperature != 1.0:
-        first = first / temperature
+    if logprob_settings.temperature != 1.0:
+        first = first / logprob_settings.temperature
     logp = token_logprobs(first, batch.completion_ids[:, :1])  # (B, 1)
     entropy = None
     if with_entropy:
@@ -164,8 +162,7 @@ def _shared_prompt_chunks(
         batch.completion_ids[:, 1:],
         batch.completion_mask[:, 1:],
         with_entropy,
-        autocast,
-        temperature,
+        logprob_settings,
         chunk,
         fused,
         input_ids=batch.completion_ids[:, :-1],
@@ -187,8 +184,7 @@ def _head_chunks(
     targets: torch.Tensor,
     mask: torch.Tensor,
     with_entropy: bool,
-    autocast: torch.dtype | None,
-    temperature: float,
+    logprob_settings: LogprobSettings,
     chunk: int,
     fused: bool,
     **forward: Any,
@@ -198,7 +194,9 @@ def _head_chunks(
     hidden states of the `mask`ed positions, a `chunk` at a time, through the fused head (`fused`) or the head's
     own forward under activation checkpointing (either way backward recomputes a chunk's logits rather than
     keeping them). The head runs inside the model's forward, so an FSDP root unit has its weights gathered for it
-    as for its logits. Returns (B, n) log p and entropy (detached), 0 at the positions `mask` leaves out."""
+    as for its logits. Returns (B, n) log p and entropy (detached), 0 at the positions `mask` leaves out; of
+    `logprob_settings`, the autocast and the temperature count here."""
+    temperature = logprob_settings.temperature
     head = chunkable_head(model)
     assert head is not None
     own = head.forward  # the head's forward (a bound method, or a wrapper's instance attribute)
@@ -224,7 +222,7 @@ def _head_chunks(
             entropies.append(full.index_copy_(0, where, ent).view(B, n))
         return out.view(B, n)
 
-    with _head_forward(head, chunked), forward_precision(batch, autocast):
+    with _head_forward(head, chunked), forward_precision(batch, logprob_settings.autocast):
         logp = model(**forward).logits  # (B, n): what `chunked` returned
     return logp, (entropies[-1] if with_entropy else None)
 

@@ -13,6 +13,9 @@ same log-probs and gradients (to float rounding: ~1e-5 in fp32), at a fraction o
 completions). Columns that pad every row of the micro-batch are dropped first: a step's batch is padded to its
 longest prompt, a micro-batch need not be.
 
+The settings below travel as one value, `LogprobSettings` (`lanpo.train.forward.logprob_settings`), built once
+from `[grpo]` and the rollouts' temperature.
+
 `autocast` (`grpo.autocast`): the forwards under `torch.autocast`, the log-softmax in fp32 on upcast logits
 (`lanpo.train.forward.batch`).
 
@@ -46,7 +49,7 @@ from lanpo.models import cache_kwarg, returned_cache
 from lanpo.rl.logprobs import entropy_from_logits, token_logprobs
 from lanpo.train.forward import chunked
 from lanpo.train.forward.batch import RolloutBatch, forward_precision, prompts_forward, shared_prompts
-from lanpo.train.forward.chunking import NO_CHUNKS, Chunking
+from lanpo.train.forward.logprob_settings import PLAIN_LOGPROBS, LogprobSettings
 from lanpo.train.plumbing.dist import Dist
 
 
@@ -54,31 +57,26 @@ def completion_logprobs(
     model: Any,
     batch: RolloutBatch,
     with_entropy: bool = False,
-    share_prompts: bool = True,
-    autocast: torch.dtype | None = None,
-    temperature: float = 1.0,
-    chunking: Chunking = NO_CHUNKS,
+    logprob_settings: LogprobSettings = PLAIN_LOGPROBS,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log p of the completion tokens (B, T), and optionally the entropy (B, T, detached); float32.
 
-    `share_prompts`: run each distinct prompt once (see the module docstring); False runs every row whole, the
-    reference the shared forward is tested against. Either way columns that pad every row are skipped.
-    `autocast`: the forwards run under `torch.autocast` in this dtype (None: as the weights are); the log-softmax
-    runs in fp32 on upcast logits either way. `temperature`: of softmax(logits / temperature), the sampling
-    distribution (see the module docstring); 1 divides nothing. `chunking` (`Chunking.of(grpo config)`): above
-    its limit of B x T positions at the head's vocabulary, the head's logits exist a chunk of positions at a time
-    (see the module docstring), and the padded positions give 0; the default, NO_CHUNKS: never.
+    Of `logprob_settings` (`LogprobSettings.from_grpo`; its micro-batching is `chunked_logprobs`'): `share_prompts`
+    runs each distinct prompt once (see the module docstring); False runs every row whole, the reference the shared
+    forward is tested against. Either way columns that pad every row are skipped. `autocast`: the forwards run
+    under `torch.autocast` in this dtype (None: as the weights are); the log-softmax runs in fp32 on upcast logits
+    either way. `temperature`: of softmax(logits / temperature), the sampling distribution (see the module
+    docstring); 1 divides nothing. `chunking` (`Chunking.of(grpo config)`): above its limit of B x T positions at
+    the head's vocabulary, the head's logits exist a chunk of positions at a time (see the module docstring), and
+    the padded positions give 0; the default, NO_CHUNKS: never.
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if chunking.on:
-        chunk, fused = chunked.head_chunk(model, batch.completion_ids.numel(), chunking)
+    autocast, temperature = logprob_settings.autocast, logprob_settings.temperature
+    if logprob_settings.chunking.on:
+        chunk, fused = chunked.head_chunk(model, batch.completion_ids.numel(), logprob_settings.chunking)
         if chunk:
-            return chunked.chunked_completion_logprobs(
-                model, batch, with_entropy, share_prompts, autocast, temperature, chunk, fused
-            )
+            return chunked.chunked_completion_logprobs(model, batch, with_entropy, logprob_settings, chunk, fused)
     T = batch.completion_ids.shape[1]
-    cut, prompts, rows = shared_prompts(model, batch, share_prompts)
+    cut, prompts, rows = shared_prompts(model, batch, logprob_settings.share_prompts)
     if prompts is not None and rows is not None:
         logits = _shared_prompt_logits(model, batch, cut, prompts, rows, autocast)
     else:
@@ -162,29 +160,25 @@ def lockstep_rounds(groups: list[slice], max_tokens: int, dist: Dist | None) -> 
 def chunked_logprobs(
     model: Any,
     batch: RolloutBatch,
-    micro_batch_size: int,
-    share_prompts: bool = True,
-    autocast: torch.dtype | None = None,
-    temperature: float = 1.0,
-    max_tokens: int = 0,
-    chunking: Chunking = NO_CHUNKS,
+    logprob_settings: LogprobSettings,
     dist: Dist | None = None,
 ) -> torch.Tensor:
-    """log p of the completion tokens (B, T) without gradients, `micro_batch_size` sequences per forward (or
-    fewer: `max_tokens`, `grpo.max_tokens_per_micro_batch`, see `micro_batches`; `chunking`:
+    """log p of the completion tokens (B, T) without gradients, `logprob_settings.micro_batch_size` sequences per
+    forward (or fewer: its `max_tokens`, `grpo.max_tokens_per_micro_batch`, see `micro_batches`; the rest:
     `completion_logprobs`).
 
     The reference's log-probs (`Policy.reference_logprobs` runs it on the reference), and old_logp when several
-    updates reuse the rollouts; both at the rollouts' `temperature`, as the policy's own (verl does the same).
+    updates reuse the rollouts; both at the rollouts' temperature, as the policy's own (verl does the same).
     `dist` (where the forwards are collectives, FSDP): with a token budget the ranks' counts of micro-batches
     differ, so every rank runs as many as the busiest, a short one repeating its first row and dropping it.
     """
-    groups = micro_batches(batch.attention_mask.sum(dim=1), micro_batch_size, max_tokens)
+    max_tokens = logprob_settings.max_tokens
+    groups = micro_batches(batch.attention_mask.sum(dim=1), logprob_settings.micro_batch_size, max_tokens)
     rounds = lockstep_rounds(groups, max_tokens, dist)
     parts = []
     for r in range(rounds):
         sub = batch.select(groups[r] if r < len(groups) else slice(0, 1))
-        logp, _ = completion_logprobs(model, sub, False, share_prompts, autocast, temperature, chunking)
+        logp, _ = completion_logprobs(model, sub, False, logprob_settings)
         if r < len(groups):
             parts.append(logp)
     return torch.cat(parts)

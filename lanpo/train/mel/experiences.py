@@ -34,7 +34,6 @@ import torch
 
 from lanpo.feedback.contexts import StepPrompts
 from lanpo.feedback.record import RolloutRecord
-from lanpo.feedback.schedule import mix_seed
 from lanpo.mel.bifurcation import first_difference, split_steps
 from lanpo.mel.pairs import Pair, contrastive_pairs
 from lanpo.mel.prompts import clean_lesson, diagnosis_messages, parse_diagnosis, replay_messages
@@ -43,6 +42,7 @@ from lanpo.models import apply_chat
 from lanpo.prompts import actor_messages
 from lanpo.rewards import Graded, grade
 from lanpo.rollout import Completion, SamplingParams
+from lanpo.seeds import mix_seed
 from lanpo.train.config import TrainConfig
 from lanpo.train.consumer.update import NLLTerm
 from lanpo.train.forward.batch import RolloutBatch, build_batch

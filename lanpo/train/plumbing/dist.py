@@ -91,13 +91,23 @@ class Dist:
         return box[0]
 
     def wrap(self, model: Any) -> Any:
-        """The module the update trains through: DDP over the trainable parameters, or `model` itself alone."""
+        """The module the update trains through: DDP over the trainable parameters, or `model` itself alone.
+
+        Without DDP's buffer broadcast before each synchronised forward: a causal LM's buffers (rotary frequencies)
+        are the same constants on every rank, and the broadcast is a collective, so ranks whose last micro-batch of a
+        minibatch runs a different number of forwards (shared prompts run apart from their completions; replayed
+        rows make ranks' micro-batches differ) would wait on each other for ever."""
         if not self.enabled:
             return model
+        import inspect
+
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [self.local_rank] if next(model.parameters()).device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids)
+        # torch 2.13 names it forward_sync_buffers (and warns on broadcast_buffers); older torch, broadcast_buffers
+        named = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+        no_sync = {"forward_sync_buffers": False} if named else {"broadcast_buffers": False}
+        return DistributedDataParallel(model, device_ids=device_ids, **no_sync)
 
 
 @dataclass

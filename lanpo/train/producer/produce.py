@@ -20,10 +20,10 @@ from lanpo.db.repo import problems as problems_repo
 from lanpo.db.repo.contexts import InterAttemptItem, InterItem, IntraItem
 from lanpo.feedback import summarize as lessons
 from lanpo.feedback.contexts import StepPrompts, per_rollout
-from lanpo.feedback.schedule import mix_seed
 from lanpo.feedback.summarize import Summary
 from lanpo.rewards import Graded, grade
 from lanpo.rollout import Completion, SamplingParams
+from lanpo.seeds import mix_seed
 from lanpo.train.config import RolloutConfig, TrainConfig
 from lanpo.train.mel.experiences import MetaWork, completion_from_json, work_from_json, work_to_json
 from lanpo.train.parts import Sampler

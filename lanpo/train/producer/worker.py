@@ -50,6 +50,7 @@ from lanpo.rollout import Completion
 from lanpo.train.config import TrainConfig
 from lanpo.train.forward.batch import build_batch
 from lanpo.train.forward.chunking import Chunking
+from lanpo.train.forward.logprob_settings import LogprobSettings
 from lanpo.train.forward.logprobs import chunked_logprobs
 from lanpo.train.mel.experiences import meta_generations
 from lanpo.train.parts import Sampler
@@ -311,14 +312,13 @@ class _Worker:
             [c.prompt_token_ids for c in flat], [c.token_ids for c in flat], self.tokenizer.pad_token_id, device
         )
         g = self.cfg.grpo  # the step's whole batch: micro-batched and chunked as the trainer's own log-probs
-        logp = chunked_logprobs(
-            self.policy.model,
-            batch,
-            g.micro_batch_size,
+        logprob_settings = LogprobSettings(
+            micro_batch_size=g.micro_batch_size,
             temperature=self.cfg.rollout.temperature,
             max_tokens=g.max_tokens_per_micro_batch,
             chunking=Chunking.of(g),
-        )
+        )  # the defaults' prompt sharing and no autocast, whatever grpo.share_prompts and grpo.autocast say
+        logp = chunked_logprobs(self.policy.model, batch, logprob_settings)
         it = iter(replace(c, logprobs=tuple(logp[b, : len(c.token_ids)].tolist())) for b, c in enumerate(flat))
         return [[next(it) for _ in group] for group in groups]
 
