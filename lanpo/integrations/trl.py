@@ -45,13 +45,14 @@ from lanpo.errors import ConfigError, InputError
 from lanpo.feedback.client import StoreClient
 from lanpo.feedback.contexts import StepPrompts
 from lanpo.feedback.lifecycle import Run
-from lanpo.feedback.schedule import choose_modes, mix_seed
+from lanpo.feedback.schedule import choose_modes
 from lanpo.feedback.summarize import Summary
 from lanpo.integrations.trl_callback import StoreCallback
 from lanpo.integrations.trl_checks import TRAINER, check_layout, whole_groups
 from lanpo.models.hashing import state_sha256
 from lanpo.rewards import Graded
 from lanpo.rollout import Completion, GenerationBackend
+from lanpo.seeds import mix_seed
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import torch
 from sqlalchemy.engine import Engine
 
 from lanpo.db.connection import transaction
-from lanpo.db.repo.problems import ProblemIn, problem_ids, upsert_problems
+from lanpo.db.repo.problems import Question, problem_ids, upsert_problems
 from lanpo.errors import LanpoError
 from lanpo.feedback.config import FeedbackConfig, InterConfig
 from lanpo.train.config import TrainConfig
@@ -39,7 +39,7 @@ GOLD = "goldanswer"  # every gold answer holds it: a prompt that carries one is 
 
 def _problems(db: Engine) -> list[int]:
     rows = [
-        ProblemIn(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=f"{GOLD}{i}") for i in range(PROBLEMS)
+        Question(external_id=str(i), question=f"What is {i} + {i + 1}?", answer=f"{GOLD}{i}") for i in range(PROBLEMS)
     ]
     with transaction(db) as session:
         upsert_problems(session, "trl-toy", rows)
