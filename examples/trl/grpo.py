@@ -1,14 +1,20 @@
 """A stock TRL GRPO script with LANPO's feedback from a lanpo store: the lines marked `# lanpo` are all it adds.
 
     pip install -e '.[trl]'
-    python examples/trl/grpo.py --model tiny-random --max-steps 2        # seconds: the store at work, no learning
-    python examples/trl/grpo.py --model smollm2 --max-steps 4            # SmolLM2-135M on the CPU, offline
+    python examples/trl/grpo.py --max-steps 3                            # SmolLM2-135M on the CPU, offline
+    python examples/trl/grpo.py --model tiny-random --max-steps 2        # the tiny model: the plumbing, no learning
 
 It runs offline on the embedded Postgres (or $LANPO_DATABASE_URL), with the problems, feedback, summariser and
 capacity settings of a lanpo recipe (`--config`, default train/configs/demo-cpu.toml; `--set KEY=VALUE` overrides
-it). TRL owns the model, the batch, the sampling and the loss. When the recipe draws lessons by relevance and the
-store holds no score yet, the model judges each problem's nearest `--relevance-top-k` others first (as
-`lanpo relevance build` does). Afterwards the run is a lanpo run: `lanpo runs`, `lanpo report RUN`, `lanpo sql`.
+it). TRL owns the model, the batch, the sampling and the loss. As `lanpo demo` does for lanpo's trainer, the
+example's defaults (`SHOWCASE`) let the store show its work in three steps: four problems, so TRL's sampler (each
+problem once an epoch) serves every one of them every step and from step 2 intra prompts carry the model's own
+earlier attempts; p_t 0.75; and the recipe's SFT warm start before TRL (`[sft]`: SmolLM2 zero-shot almost never
+boxes an answer, so without it no rollout succeeds and no lesson is written).
+When the recipe draws lessons by relevance and the store holds no score yet, the model judges each problem's
+nearest `--relevance-top-k` others first (as `lanpo relevance build` does). At the end it prints, per step, the
+groups whose prompts carried contexts from the store and the lessons kept, with the `lanpo sql` that reads them.
+Afterwards the run is a lanpo run: `lanpo runs`, `lanpo report RUN`, `lanpo sql`.
 Bad input: one `error:` line and a `hint:`, exit 2, nothing written.
 """
 
@@ -23,15 +29,24 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+# The example's own overrides of the recipe (a `--set` of the same key wins), as `lanpo demo` sets its own: a problem
+# set of one batch (the recipe's batch_size), so every step revisits every problem, and most groups ask for feedback.
+SHOWCASE = ("data.n=4", "feedback.p_t=0.75")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--model", default="smollm2", help="smollm2, tiny-random, a local HF folder or a hub id")
-    parser.add_argument("--max-steps", type=int, default=4, help="TRL optimizer steps (default 4)")
+    parser.add_argument("--max-steps", type=int, default=3, help="TRL optimizer steps (default 3)")
     parser.add_argument("--run-name", default=None, help="the lanpo run (default: trl, trl-2, ... the first free)")
     parser.add_argument("--config", default=str(ROOT / "train/configs/demo-cpu.toml"), help="a lanpo recipe")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a recipe key (and the example's {' '.join(SHOWCASE)})",
+    )
     parser.add_argument("--num-generations", type=int, default=None, help="group size (default: rollout.n)")
     parser.add_argument("--problems", type=int, default=None, help="problems per step (default: batch_size)")
     parser.add_argument("--max-completion-length", type=int, default=None, help="default: rollout.max_new_tokens")
@@ -43,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         "--init-adapter",
         default=None,
         metavar="DIR",
-        help="merge this LoRA adapter into the model first, e.g. a warm start from\n"
-        "`lanpo sft --config train/configs/demo-cpu.toml --out D` (DIR = D/adapter): SmolLM2 zero-shot\n"
-        "almost never boxes an answer, so no rollout succeeds and no lesson is written",
+        help="merge this LoRA adapter into the model first, instead of training the recipe's warm start\n"
+        "(`lanpo sft --config train/configs/demo-cpu.toml --out D` writes one: DIR = D/adapter);\n"
+        "--set sft.enabled=false starts from the model as it is",
     )
     parser.add_argument("--vllm", action="store_true", help="TRL's vLLM colocate mode (needs a vLLM TRL supports)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="-v: INFO logs; -vv: tracebacks too")
@@ -83,10 +98,11 @@ def run(args: argparse.Namespace) -> int:
     from lanpo.train.config import load_config
 
     db = open_store()  # a fresh store (a new LANPO_HOME) is migrated, as the demo does
-    cfg = load_config(args.config, args.set)
+    cfg = load_config(args.config, [*SHOWCASE, *args.set])
     with transaction(db) as session:
         name = args.run_name or runs_repo.free_name(session, "trl")
     cfg.run_name = name
+    cfg.model.name = args.model  # what the run and its warm start record
     cfg.feedback.inter.scorer = cfg.feedback.inter.scorer or _relevance(db, cfg, args)
     store = TRLStore(cfg, db)  # lanpo: checks the store, the problems and the relevance before any model loads
     model, tokenizer = load_causal_lm(args.model, dtype="float32", device="cpu")
@@ -95,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
 
         check_adapter_dir(args.init_adapter, "--init-adapter")
         model, _ = merge_adapter(model, args.init_adapter)
+    elif cfg.sft.enabled:  # the recipe's warm start, as lanpo train runs it before step 1
+        model = warm_start(model, tokenizer, cfg, db, resume=args.resume is not None)
     n = args.num_generations or cfg.rollout.n
     output_dir = args.output_dir or str(lanpo_home() / "runs" / name / "trl")
 
@@ -136,12 +154,59 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     trainer.train(resume_from_checkpoint=args.resume)
-    sql = f"SELECT step, mode, count(*) FROM rollout_groups g JOIN runs r ON r.id = g.run_id WHERE r.name = '{name}'"
-    print(
-        f"run {name}: {args.max_steps} TRL steps in the store. Next: lanpo runs; lanpo report {name}; "
-        f'lanpo sql "{sql} GROUP BY 1, 2 ORDER BY 1, 2"'
-    )
+    print(f"run {name}: {args.max_steps} TRL steps in the store. Next: lanpo runs; lanpo report {name}")
+    show_store(db, name, cfg.pool_name())
     return 0
+
+
+def warm_start(model: Any, tokenizer: Any, cfg: Any, db: Any, resume: bool) -> Any:
+    """`model` with the recipe's SFT warm start (`[sft]`: the answer format and the three skills, on problems apart
+    from training's) trained into a LoRA adapter and merged in; recorded as the run `<run>-sft`. A resumed run merges
+    the adapter it began with."""
+    from lanpo.models import merge_adapter
+    from lanpo.train.policy import with_fresh_adapter
+    from lanpo.train.sft.warm_start import run_sft
+
+    folder = cfg.checkpoint_root() / "sft"
+    if resume and (folder / "adapter").is_dir():
+        return merge_adapter(model, folder / "adapter")[0]
+    adapted = with_fresh_adapter(model, cfg.lora, cfg.seed)
+    done = run_sft(cfg, cfg.sft.data, db=db, out_dir=folder, policy=(adapted, tokenizer))
+    print(
+        f"warm start: {done.pairs} SFT pairs, {len(done.losses)} steps in {done.seconds:.0f}s, loss "
+        f"{done.losses[0]:.2f} -> {done.losses[-1]:.2f} ({done.adapter_dir}; --init-adapter DIR or "
+        "--set sft.enabled=false instead)"
+    )
+    return adapted.merge_and_unload()
+
+
+def store_queries(run: str, pool: str) -> dict[str, str]:
+    """What the store added to the run, as `lanpo sql` reads it: per step, the groups whose prompt carried the
+    model's earlier attempts (intra) or a lesson (inter), and the lessons kept; then the lessons themselves."""
+    return {
+        "groups with contexts from the store, and lessons kept, per step": (
+            "SELECT g.step, count(DISTINCT g.id) AS groups, "
+            "count(DISTINCT c.group_id) FILTER (WHERE c.context_attempt_id IS NOT NULL) AS intra, "
+            "count(DISTINCT c.group_id) FILTER (WHERE c.experience_version_id IS NOT NULL) AS inter, "
+            "(SELECT count(*) FROM pool_current p WHERE p.run_id = g.run_id AND p.step = g.step) AS lessons_kept "
+            "FROM rollout_groups g JOIN runs r ON r.id = g.run_id LEFT JOIN group_contexts c ON c.group_id = g.id "
+            f"WHERE r.name = '{run}' GROUP BY g.run_id, g.step ORDER BY g.step"
+        ),
+        "the lessons kept": (
+            "SELECT experience_id, step, problem_id, left(summary, 60) AS summary "
+            f"FROM pool_current WHERE pool = '{pool}' ORDER BY experience_id"
+        ),
+    }
+
+
+def show_store(db: Any, run: str, pool: str) -> None:
+    """Print `store_queries` and their rows, as `lanpo sql` prints them."""
+    from lanpo.db.format import format_result
+    from lanpo.db.readonly import query_readonly
+
+    for title, sql in store_queries(run, pool).items():
+        print(f'-- {title}\nlanpo sql "{sql}"')
+        print(format_result(query_readonly(db, sql), "table", max_width=60))
 
 
 def correctness(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
