@@ -29,10 +29,12 @@ from lanpo.feedback import lifecycle
 from lanpo.feedback import record as rows
 from lanpo.feedback.config import StoreRunConfig
 from lanpo.feedback.contexts import StepPrompts, contexted_prompts, per_rollout
+from lanpo.feedback.replay_draw import ReplayDraw
 from lanpo.feedback.schedule import choose_modes
 from lanpo.feedback.store import RunRef, ensure_dataset, require_relevance, resolve_scorer
 from lanpo.feedback.summarize import Chooser, Summary, choose_candidates, summaries_of
 from lanpo.feedback_modes import asks_inter
+from lanpo.mel.config import MELConfig
 from lanpo.rewards import Graded, grade
 from lanpo.rollout import Completion, GenerationBackend
 
@@ -191,18 +193,23 @@ class StoreClient:
         metrics: dict[str, float] | None = None,
         prompt_versions: dict[int, str] | None = None,
         checkpoint: str | None = None,
+        mel: MELConfig | None = None,
+        meta: dict[int, list[rows.MetaRecord]] | None = None,
+        replays: Sequence[ReplayDraw] = (),
     ) -> rows.StepWrite:
         """Step `step` in ONE transaction that commits it: each group (prompt, context rows, completions, rewards,
         policy version), the admitted lessons under the pool's capacity policies, and the step's metrics (lanpo's
         rollout and feedback metrics, the pool's, and `metrics`). `prompt_versions`: group -> the stored template
         version, where a prompt is not lanpo's (a zero-shot prompt your trainer rendered); `checkpoint`: the folder
-        your trainer saved this step in (a resume continues after the last step that names one)."""
+        your trainer saved this step in (a resume continues after the last step that names one). `mel`, `meta` and
+        `replays`: the step's MEL pairs (group -> its pairs, under the run's `[mel]`) and replayed rows, written
+        with its groups (`lanpo.feedback.lifecycle.write_groups`)."""
         run = _ref(run)
         n = len(groups[0]) if groups else 0
-        written_rows = self._records(prompts, groups, graded, summaries, prompt_versions)
+        written_rows = self._records(prompts, groups, graded, summaries, prompt_versions, meta)
         step_metrics = {**rows.rollout_metrics(written_rows), **prompts.feedback_metrics(n), **(metrics or {})}
         with transaction(self.db) as session:
-            written = self._write(session, run, step, prompts, written_rows)
+            written = self._write(session, run, step, prompts, written_rows, mel, replays)
             step_metrics.update(written.as_metrics())
             lifecycle.commit_step(session, run, step, prompts.policy_version_id, checkpoint, step_metrics)
         return written
@@ -216,13 +223,17 @@ class StoreClient:
         graded: Sequence[Graded],
         summaries: dict[int, Summary] | None = None,
         prompt_versions: dict[int, str] | None = None,
+        mel: MELConfig | None = None,
+        meta: dict[int, list[rows.MetaRecord]] | None = None,
+        replays: Sequence[ReplayDraw] = (),
     ) -> rows.StepWrite:
         """Some groups of step `step` (one, or a batch, as they finish) in one transaction, without committing the
-        step: `commit` does, once you say its groups are complete. The step's lesson cap holds across writers."""
+        step: `commit` does, once you say its groups are complete. The step's lesson cap holds across writers.
+        `mel`, `meta`, `replays`: these groups' MEL pairs and replayed rows, as `record` takes them."""
         run = _ref(run)
-        records = self._records(prompts, groups, graded, summaries, prompt_versions)
+        records = self._records(prompts, groups, graded, summaries, prompt_versions, meta)
         with transaction(self.db) as session:
-            return self._write(session, run, step, prompts, records)
+            return self._write(session, run, step, prompts, records, mel, replays)
 
     def commit(
         self,
@@ -247,17 +258,27 @@ class StoreClient:
         graded: Sequence[Graded],
         summaries: dict[int, Summary] | None,
         prompt_versions: dict[int, str] | None,
+        meta: dict[int, list[rows.MetaRecord]] | None = None,
     ) -> list[rows.GroupRecord]:
-        records = rows.group_records(prompts, groups, graded, summaries or {})
+        records = rows.group_records(prompts, groups, graded, summaries or {}, meta)
         for g, version in (prompt_versions or {}).items():
             records[g].prompt_version = version
         return records
 
     def _write(
-        self, session: Any, run: RunRef, step: int, prompts: StepPrompts, records: list[rows.GroupRecord]
+        self,
+        session: Any,
+        run: RunRef,
+        step: int,
+        prompts: StepPrompts,
+        records: list[rows.GroupRecord],
+        mel: MELConfig | None = None,
+        replays: Sequence[ReplayDraw] = (),
     ) -> rows.StepWrite:
         author, total = self.cfg.summarizer.model, self.cfg.summarizer.max_total_per_step
-        return lifecycle.write_groups(session, run, step, prompts.policy_version_id, records, author, total)
+        return lifecycle.write_groups(
+            session, run, step, prompts.policy_version_id, records, author, total, mel, replays
+        )
 
     def finish(self, run: RunRef | lifecycle.Run, failed: bool = False) -> None:
         """Mark the run finished (or failed)."""

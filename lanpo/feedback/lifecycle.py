@@ -2,7 +2,8 @@
 name its checkpoint, roll back, finish (docs/api.md, "A run's life").
 
     open_run(session, spec, resume)           # ONE transaction: the checks, the run row, the rollback on resume
-    write_groups(session, run, step, ...)     # a step's groups, one at a time or in batches, its lesson cap held
+    write_groups(session, run, step, ...)     # a step's groups, one at a time or in batches, its lesson cap held;
+                                              # with them its MEL rows (`mel`) and replayed rows (`replays`)
     commit_step(session, run, step, ...)      # the caller says the step's groups are complete: the step exists
     name_checkpoint(session, run, step, dir)  # the folder a resume loads for a committed step
 
@@ -19,7 +20,7 @@ on (run, step), so the step's lesson cap (`summarizer.max_total_per_step`) count
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +39,10 @@ from lanpo.db.repo.pools import PoolRow
 from lanpo.db.repo.steps import RollbackResult
 from lanpo.errors import ConfigError, InputError
 from lanpo.feedback import record as rows
+from lanpo.feedback import record_mel
+from lanpo.feedback.replay_draw import ReplayDraw
 from lanpo.feedback.store import RunRef
+from lanpo.mel.config import MELConfig
 
 log = logging.getLogger(__name__)
 
@@ -172,13 +176,23 @@ def write_groups(
     records: list[rows.GroupRecord],
     author: str,
     max_total_per_step: int = 0,
+    mel: MELConfig | None = None,
+    replays: Sequence[ReplayDraw] = (),
 ) -> rows.StepWrite:
     """Groups of step `step` (all of them, a batch, or one), their lessons admitted under the pool's capacity
     policies and within the step's lesson cap (`max_total_per_step`, 0: none) across every writer of the step:
-    the writers of (run, step) take turns, and lessons past the cap are dropped (the rollouts stay)."""
+    the writers of (run, step) take turns, and lessons past the cap are dropped (the rollouts stay). Then, in the
+    same transaction: with `mel` (the run's `[mel]`; None: not a MEL run) the MEL pairs the records carry
+    (`GroupRecord.meta`), their lessons and replays (`record_mel.record_meta`, whose metrics join the result's
+    `as_metrics`); and the stored trajectories the step replayed (`replays`, `[replay]`'s draws)."""
     steps_repo.lock_step(session, run.run_id, step)
     hold_step_cap(session, run.run_id, step, records, max_total_per_step)
-    return rows.write_step_rows(session, run.run_id, run.pool, step, policy_version_id, records, author)
+    written = rows.write_step_rows(session, run.run_id, run.pool, step, policy_version_id, records, author)
+    written.mel_metrics = record_mel.record_meta(
+        session, mel, run.run_id, run.pool, step, policy_version_id, records, written.attempt_ids
+    )
+    rows.write_replays(session, run.run_id, step, policy_version_id, replays)
+    return written
 
 
 def hold_step_cap(
@@ -272,11 +286,17 @@ class Run:
         return self.opened.next_step
 
     def write_groups(
-        self, step: int, records: list[rows.GroupRecord], policy_version_id: int | None = None
+        self,
+        step: int,
+        records: list[rows.GroupRecord],
+        policy_version_id: int | None = None,
+        mel: MELConfig | None = None,
+        replays: Sequence[ReplayDraw] = (),
     ) -> rows.StepWrite:
+        """`write_groups` in a transaction of its own."""
         with transaction(self.db) as session:
             return write_groups(
-                session, self.ref, step, policy_version_id, records, self.author, self.max_total_per_step
+                session, self.ref, step, policy_version_id, records, self.author, self.max_total_per_step, mel, replays
             )
 
     def lessons_left(self, step: int) -> int:

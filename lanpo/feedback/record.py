@@ -1,7 +1,8 @@
 """What one step of any trainer writes: its rollout groups (prompt, context rows, n rollouts with their rewards), the
-lessons summarised from them (admitted under the pool's capacity policies), and the metrics of its rollouts. Every
+lessons summarised from them (admitted under the pool's capacity policies), the replayed rows it trained on
+(`write_replays`), and the metrics of its rollouts; MEL's rows of the step are `lanpo.feedback.record_mel`'s. Every
 function takes a session and never opens one: the caller owns the one-transaction-per-step boundary (lanpo's loop,
-`lanpo.feedback.StoreClient.record`).
+`lanpo.feedback.StoreClient.record`), and `lanpo.feedback.lifecycle.write_groups` calls them in order.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lanpo.db.repo import trajectories as replay_repo
 from lanpo.db.repo.attempts import ContextRef
 from lanpo.db.repo.pools import PoolRow
 from lanpo.feedback.contexts import StepPrompts
+from lanpo.feedback.replay_draw import ReplayDraw
 from lanpo.feedback.summarize import REJECTIONS, Summary
 from lanpo.rewards import Graded
 from lanpo.rollout import Completion
@@ -57,6 +59,30 @@ class RolloutRecord:
 
 
 @dataclass
+class MetaRecord:
+    """One MEL pair diagnosed in a group (rollout indices within it) and what became of it (`method = "mel"`; the
+    trainer's phase that makes it is `lanpo.train.mel.experiences`, its rows `lanpo.feedback.record_mel`)."""
+
+    positive: int
+    negative: int
+    step_split: str
+    bifurcation_step: int  # 1-based, in the negative's steps
+    shared_prefix_steps: int
+    located_by: str  # model | heuristic
+    diagnosis: str
+    group_success_rate: float
+    diagnosis_tokens: int = 0  # what the diagnosis generated (the step's cost/generated_tokens/mel_diagnosis)
+    diagnosis_prompt_tokens: int = 0  # the diagnosis prompt's tokens (cost/prompt_tokens/mel_diagnosis)
+    lesson: str | None = None  # the meta-experience M (None: the diagnosis gave none: a pair, not a candidate)
+    replay_prompt: str = ""
+    replay_prompt_tokens: int = 0
+    replays: list[RolloutRecord] = field(default_factory=list)
+    verdict: str | None = None  # validated | rejected
+    nll_tokens: int = 0  # target tokens the NLL term trained on (0: not trained on)
+    nll_replay: int | None = None  # nll_target = replay: the replay trained on
+
+
+@dataclass
 class GroupRecord:
     """One prompt, the context it carried and its n rollouts (what every rank sends to rank 0 for the commit)."""
 
@@ -66,9 +92,7 @@ class GroupRecord:
     prompt_tokens: int
     contexts: list[ContextRef]
     rollouts: list[RolloutRecord]
-    meta: list[Any] = field(
-        default_factory=list
-    )  # MEL's diagnosed pairs of this group (lanpo.train.mel.experiences.MetaRecord)
+    meta: list[MetaRecord] = field(default_factory=list)  # MEL's diagnosed pairs of this group
     prompt_version: str | None = None  # the template's version (None: the one of `mode`)
     # what the prompt showed, for the use diagnostics (never written: the items are group_contexts' rows)
     context_texts: list[str] = field(default_factory=list)  # each context item's text as shown (cut ones cut)
@@ -80,7 +104,7 @@ def group_records(
     groups: Sequence[Sequence[Completion]],
     graded: Sequence[Graded],
     summaries: dict[int, Summary],
-    meta: dict[int, list[Any]] | None = None,
+    meta: dict[int, list[MetaRecord]] | None = None,
 ) -> list[GroupRecord]:
     """What the store keeps of a step's groups: one record per prompt with its n graded rollouts (`graded` and
     `summaries` are flat over the rollouts, group by group; `meta`: MEL's pairs per group)."""
@@ -138,8 +162,10 @@ class StepWrite:
     merged: int = 0  # lessons that became a new version of an active one (a merging pool)
     duplicates: int = 0  # lessons that repeated an active one and added nothing
     expired: int = 0  # lessons retired by policy age (store.max_policy_age) before the step's were added
+    mel_metrics: dict[str, float] = field(default_factory=dict)  # mel/* and pool/active after MEL's lessons ({}: none)
 
     def as_metrics(self) -> dict[str, float]:
+        """pool/*, then MEL's (`lanpo.feedback.record_mel.record_meta`), whose pool/active counts its lessons."""
         return {
             "pool/added": float(self.added),
             "pool/merged": float(self.merged),
@@ -147,6 +173,7 @@ class StepWrite:
             "pool/evicted": float(self.evicted),
             "pool/expired": float(self.expired),
             "pool/active": float(self.pool_active),
+            **self.mel_metrics,
         }
 
 
@@ -219,6 +246,15 @@ def write_tokens(session: Session, groups: Sequence[GroupRecord], attempt_ids: l
         replay_repo.write_tokens(session, kept)
 
 
+def write_replays(
+    session: Session, run_id: int, step: int, policy_version_id: int | None, draws: Sequence[ReplayDraw]
+) -> None:
+    """The step's replayed rows (`[replay]`) as 'replayed' groups, one per problem, each attempt naming its source;
+    nothing when the draws hold no row."""
+    if sum(len(d.candidates) for d in draws):
+        replay_repo.record_replays(session, run_id, step, policy_version_id, draws)
+
+
 def write_groups(
     session: Session, run_id: int, step: int, policy_version_id: int, groups: Sequence[GroupRecord]
 ) -> list[list[int]]:
@@ -254,7 +290,7 @@ def cost_metrics(groups: Sequence[GroupRecord]) -> dict[str, float]:
     from it (n rollouts of a prompt read it n times: no prefix cache is assumed). Validation is not a training
     cost: it records its own (`cost/validation/*`, lanpo.train.validate)."""
     rollouts = [r for g in groups for r in g.rollouts]
-    meta = [m for g in groups for m in g.meta]  # lanpo.train.mel.record.MetaRecord (none unless method = mel)
+    meta = [m for g in groups for m in g.meta]  # (none unless method = mel)
     replays = [m for m in meta if m.replays]
     generated = {
         "rollout": sum(r.completion_tokens for r in rollouts),

@@ -75,7 +75,6 @@ from lanpo.train.consumer.replay_rows import ReplayRows
 from lanpo.train.consumer.update import NLLTerm, UpdateStats, update_policy
 from lanpo.train.forward.batch import RolloutBatch, autocast_dtype, build_batch
 from lanpo.train.mel.experiences import MetaStep, meta_experiences
-from lanpo.train.mel.record import record_meta
 from lanpo.train.parts import StepStore
 from lanpo.train.plumbing import checkpoint as ckpt
 from lanpo.train.plumbing import staged
@@ -92,7 +91,6 @@ from lanpo.train.replay import (
     attach_tokens,
     behaviour_rows,
     draw_step_replays,
-    record_step_replays,
     replay_batch,
     step_advantages,
 )
@@ -328,22 +326,25 @@ def _write_step(
     metrics: dict[str, float],
     replay: StepReplay | None = None,
 ) -> None:
-    """Rank 0's one transaction: rows, MEL rows, metrics, policy version, the queued work it used (`workers`);
-    `commit_step` last (the step exists once this commits). Adds what the writes report to `metrics`."""
+    """Rank 0's one transaction: rows, MEL rows and replayed rows (one `lifecycle.write_groups`), metrics, policy
+    version, the queued work it used (`workers`); `commit_step` last (the step exists once this commits). Adds what
+    the writes report to `metrics`."""
     path, sha = saved
     run, policy_version_id = store.run, got.prompts.policy_version_id
     with transaction(run.db) as session:
         with phase("db_write"):
             written = lifecycle.write_groups(
-                session, run, step, policy_version_id, rows, store.summary_author, store.max_total_per_step
+                session,
+                run,
+                step,
+                policy_version_id,
+                rows,
+                store.summary_author,
+                store.max_total_per_step,
+                mel=store.mel,
+                replays=() if replay is None else replay.draws,
             )
-            mel_metrics = record_meta(
-                session, store.mel, run.run_id, run.pool, step, policy_version_id, rows, written.attempt_ids
-            )
-            if replay is not None and replay.total:
-                record_step_replays(session, run.run_id, step, policy_version_id, replay)
-        metrics.update(written.as_metrics())
-        metrics.update(mel_metrics)
+        metrics.update(written.as_metrics())  # pool/*, and MEL's mel/* with pool/active after its lessons
         metrics.update(phase.timer.metrics())
         pv = steps_repo.add_policy_version(session, run.run_id, step, sha)
         steps_repo.set_served(session, pv, store.served_sha256)  # merged LoRA: what the engine serves for it

@@ -18,8 +18,9 @@ in `replay/mismatched`), and a source run sampled at another temperature is refu
 sampled them, and differ from the policy after that step's update.
 
 The replayed rows cost no generation; they cost their share of the update, which `cost/trained_tokens` counts
-(lanpo.report.cost). They are written as groups of mode 'replayed', each attempt naming its source (`replay_of`):
-never a fresh rollout in any view or metric.
+(lanpo.report.cost). They are written as groups of mode 'replayed', each attempt naming its source (`replay_of`),
+in the step's one write (`lanpo.feedback.lifecycle.write_groups`, given the draws): never a fresh rollout in any view
+or metric.
 
 Under torchrun the draw is made once for the whole step: rank 0 reads the stored trajectories of every rank's problems
 (in the step's global order), every rank draws from them with the same seed (the entropy's forwards, if any, on every
@@ -289,8 +290,3 @@ def attach_tokens(records: list[GroupRecord], tokens: dict[int, RolloutTokens], 
     """Hand each kept rollout's tokens to its record (written with it, `lanpo.feedback.record.write_step_rows`)."""
     for i, kept in tokens.items():
         records[i // n].rollouts[i % n].tokens = kept
-
-
-def record_step_replays(session: Any, run_id: int, step: int, policy_version_id: int, replay: StepReplay) -> None:
-    """The step's replayed rows as 'replayed' groups, one per problem, each attempt naming its source."""
-    replay_repo.record_replays(session, run_id, step, policy_version_id, replay.draws)

@@ -1,6 +1,7 @@
 """Rank 0's MEL rows for one step, written from records as the gather delivers them: lessons through the pool's
 caps (a dropped one kept as `mel:dropped`, a rejected one as `mel:rejected`), replay groups that name the lesson
-they carried, complete pair rows, NLL uses, and the step's `mel/*` metrics."""
+they carried, complete pair rows, NLL uses, and the step's `mel/*` metrics; and the step's one write of its groups,
+MEL rows and replayed rows (`lanpo.feedback.lifecycle.write_groups`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from sqlalchemy.orm import Session
 
 from lanpo.config import StoreConfig
 from lanpo.db.repo import runs as runs_repo
-from lanpo.feedback.record import GroupRecord, RolloutRecord, write_groups
+from lanpo.db.repo import trajectories
+from lanpo.feedback import lifecycle
+from lanpo.feedback.record import GroupRecord, MetaRecord, RolloutRecord, RolloutTokens, write_groups
+from lanpo.feedback.record_mel import record_meta
+from lanpo.feedback.replay_draw import ReplayDraw
+from lanpo.feedback.store import RunRef
 from lanpo.mel.config import MELConfig
-from lanpo.train.mel.record import MetaRecord, record_meta
 from tests.db.store_helpers import make_pool, make_problems
 
 
@@ -110,3 +115,36 @@ def test_record_meta_writes_every_row_and_keeps_what_the_caps_drop(session: Sess
 
 def test_record_meta_does_nothing_for_other_methods(session: Session) -> None:
     assert record_meta(session, None, 0, None, 1, None, [], []) == {}  # type: ignore[arg-type]
+
+
+def test_write_groups_writes_a_steps_rows_mel_rows_and_replays_in_one_call(session: Session) -> None:
+    """The trainer's one write of a step (`lifecycle.write_groups` given `mel` and `replays`): its groups, their MEL
+    pairs with the lessons and replays, the stored trajectories it replayed; MEL's metrics in what it returns."""
+    a, b = make_problems(session, 2)
+    pool = make_pool(session, "one", StoreConfig())
+    run = RunRef(None, runs_repo.create_run(session, "one", "train", {"method": "mel"}, pool_id=pool.id).id, pool)  # type: ignore[arg-type]
+    kept = RolloutRecord(
+        "y", 1.0, True, False, 3, False, tokens=RolloutTokens([1, 2, 3], [-0.5, -0.2, -1.0], "engine")
+    )
+    lifecycle.write_groups(session, run, 1, None, [GroupRecord(b, "zero_shot", "q", 3, [], [kept])], "policy")
+    stored = trajectories.candidates(session, [run.run_id], [b], 2, True, run.run_id)
+    groups = [
+        GroupRecord(
+            a, "zero_shot", "q", 3, [], [_rollout(True), _rollout(False)], meta=[_record("validated", [True, True])]
+        )
+    ]
+    written = lifecycle.write_groups(
+        session, run, 2, None, groups, "policy", mel=MELConfig(), replays=[ReplayDraw(b, stored[b])]
+    )
+
+    metrics = written.as_metrics()
+    assert (metrics["mel/validated"], metrics["mel/pool/added"], metrics["pool/active"]) == (1, 1, 1)
+    modes = session.execute(
+        sa.text("SELECT mode, count(*) FROM rollout_groups WHERE step = 2 GROUP BY mode ORDER BY mode")
+    ).all()
+    assert [tuple(r) for r in modes] == [("replay", 1), ("replayed", 1), ("zero_shot", 1)]
+    assert session.scalar(sa.text("SELECT count(*) FROM meta_pairs WHERE step = 2")) == 1
+    plain = lifecycle.write_groups(
+        session, run, 3, None, [GroupRecord(b, "zero_shot", "q", 3, [], [_rollout(True)])], "p"
+    )
+    assert not any(name.startswith("mel/") for name in plain.as_metrics())  # no `mel`: the rows alone

@@ -15,10 +15,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from lanpo.feedback.record import GroupRecord, RolloutRecord, cost_metrics
+from lanpo.feedback.record import GroupRecord, MetaRecord, RolloutRecord, cost_metrics
 from lanpo.rollout import Completion, SamplingParams
 from lanpo.train.loop import grpo_step
-from lanpo.train.mel.record import MetaRecord
 from lanpo.train.state import setup
 from tests.train.conftest import tiny_config
 

@@ -88,11 +88,10 @@ def test_each_rank_gets_the_strided_share_of_a_workers_step_with_its_summaries_a
     from collections import Counter
 
     from lanpo.feedback.contexts import StepPrompts
-    from lanpo.feedback.record import RolloutRecord
+    from lanpo.feedback.record import MetaRecord, RolloutRecord
     from lanpo.feedback.summarize import Summary
     from lanpo.mel.pairs import Pair
     from lanpo.train.mel.experiences import MetaWork
-    from lanpo.train.mel.record import MetaRecord
     from lanpo.train.plumbing.dist import Dist
     from lanpo.train.producer.produce import produced_from_json, share_of
 

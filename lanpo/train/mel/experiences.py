@@ -21,7 +21,7 @@ Where the MEL paper leaves a choice open, the choice is a key of `[mel]` (lanpo.
   on is the meta-experience itself, self-distilled from the contrast of y+ and y-.
 Under torchrun each rank works on its own groups (the step cap is split evenly; a worker generates the whole step
 as one process, with the whole cap, and each rank gets its groups' pairs); its records travel to rank 0 with their
-group (`GroupRecord.meta`), and rank 0 writes them (`lanpo.train.mel.record`).
+group (`GroupRecord.meta`), and rank 0 writes them (`lanpo.feedback.record_mel`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from lanpo.feedback.contexts import StepPrompts
-from lanpo.feedback.record import RolloutRecord
+from lanpo.feedback.record import MetaRecord, RolloutRecord
 from lanpo.mel.bifurcation import first_difference, split_steps
 from lanpo.mel.pairs import Pair, contrastive_pairs
 from lanpo.mel.prompts import clean_lesson, diagnosis_messages, parse_diagnosis, replay_messages
@@ -46,7 +46,6 @@ from lanpo.seeds import mix_seed
 from lanpo.train.config import TrainConfig
 from lanpo.train.consumer.update import NLLTerm
 from lanpo.train.forward.batch import RolloutBatch, build_batch
-from lanpo.train.mel.record import MetaRecord
 from lanpo.train.parts import Sampler
 
 

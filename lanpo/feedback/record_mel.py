@@ -1,5 +1,6 @@
-"""What MEL keeps of a step, written by rank 0 inside the step's transaction (after the step's own rows, whose
-attempt ids the pairs point to), and the `mel/*` metrics of the step.
+"""What MEL keeps of a step (`method = "mel"`), written inside the step's transaction after the step's own rows, whose
+attempt ids the pairs point to (`lanpo.feedback.lifecycle.write_groups`, given `mel`), and the `mel/*` metrics of the
+step. The pairs come with their groups (`GroupRecord.meta`, `lanpo.feedback.record.MetaRecord`).
 
 - a lesson (meta-experience) is an experience of kind `meta` in the run's pool: validated ones through
   `add_experiences`, so the pool's caps apply (one the per-step cap drops stays in history as `mel:dropped`);
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
@@ -23,36 +24,13 @@ from lanpo.db.repo import meta as meta_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo.attempts import ContextRef
 from lanpo.db.repo.pools import PoolRow
-from lanpo.feedback.record import GroupRecord, RolloutRecord
+from lanpo.feedback.record import GroupRecord, MetaRecord
 from lanpo.mel.config import MELConfig
 from lanpo.mel.pairs import is_mixed
 from lanpo.mel.prompts import DIAGNOSIS_VERSION, REPLAY_VERSION, has_lesson_headers
 from lanpo.mel.verdict import success_rate
 
 AUTHOR = "policy"  # the diagnosis, and so the lesson, is the policy's own
-
-
-@dataclass
-class MetaRecord:
-    """One diagnosed pair of a group (rollout indices within it) and what became of it."""
-
-    positive: int
-    negative: int
-    step_split: str
-    bifurcation_step: int  # 1-based, in the negative's steps
-    shared_prefix_steps: int
-    located_by: str  # model | heuristic
-    diagnosis: str
-    group_success_rate: float
-    diagnosis_tokens: int = 0  # what the diagnosis generated (the step's cost/generated_tokens/mel_diagnosis)
-    diagnosis_prompt_tokens: int = 0  # the diagnosis prompt's tokens (cost/prompt_tokens/mel_diagnosis)
-    lesson: str | None = None  # the meta-experience M (None: the diagnosis gave none: a pair, not a candidate)
-    replay_prompt: str = ""
-    replay_prompt_tokens: int = 0
-    replays: list[RolloutRecord] = field(default_factory=list)
-    verdict: str | None = None  # validated | rejected
-    nll_tokens: int = 0  # target tokens the NLL term trained on (0: not trained on)
-    nll_replay: int | None = None  # nll_target = replay: the replay trained on
 
 
 Diagnosed = tuple[GroupRecord, Sequence[int], MetaRecord]  # a pair with its group and the group's attempt ids
@@ -64,7 +42,7 @@ def record_meta(
     run_id: int,
     pool: PoolRow,
     step: int,
-    policy_version_id: int,
+    policy_version_id: int | None,
     groups: Sequence[GroupRecord],
     attempt_ids: Sequence[Sequence[int]],
 ) -> dict[str, float]:
@@ -113,7 +91,7 @@ class _At:
 
     run_id: int
     step: int
-    policy_version_id: int
+    policy_version_id: int | None
 
 
 def _lesson(at: _At, g: GroupRecord, ids: Sequence[int], m: MetaRecord) -> experiences_repo.NewExperience:
