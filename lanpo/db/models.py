@@ -28,6 +28,9 @@ EXPERIENCE_KINDS = ("summary", "reflection", "meta")
 VERSION_REASONS = ("new", "rewrite", "merge:newer", "merge:higher_reward")
 RUN_KINDS = ("train", "sft", "eval", "infer", "import", "bench", "serve")
 RUN_STATUSES = ("running", "finished", "failed")
+# rollout_groups.dropped: why a trainer dropped a group it never trained (verl's async sampler: too many policy
+# versions behind, no reward spread, a failed session)
+DROP_REASONS = ("stale", "filtered", "failed")
 
 
 class Run(Base):
@@ -176,6 +179,17 @@ class RolloutGroup(Base):
         sa.CheckConstraint("prompt_tokens IS NULL OR prompt_tokens >= 0", name="prompt_tokens_nonnegative"),
         sa.Index("ix_rollout_groups_problem_recent", "problem_id", sa.text("created_at DESC"), sa.text("id DESC")),
         sa.Index("ix_rollout_groups_run_step", "run_id", "step"),
+        # migration 0023: a trainer's own name for the group, once a run; why a trainer dropped it
+        sa.Index(
+            "ix_rollout_groups_trainer_uid",
+            "run_id",
+            "trainer_uid",
+            unique=True,
+            postgresql_where=sa.text("trainer_uid IS NOT NULL"),
+        ),
+        sa.CheckConstraint(f"dropped IS NULL OR {_in('dropped', DROP_REASONS)}", name="dropped_valid"),
+        sa.CheckConstraint("dropped IS NULL OR consumed_step IS NOT NULL", name="dropped_when_consumed"),
+        sa.CheckConstraint("consumed_step IS NULL OR consumed_step >= 0", name="consumed_step_nonnegative"),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
@@ -188,6 +202,9 @@ class RolloutGroup(Base):
     prompt_version: Mapped[str | None] = mapped_column(sa.Text)
     prompt_tokens: Mapped[int | None] = mapped_column(sa.Integer)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+    trainer_uid: Mapped[str | None] = mapped_column(sa.Text)  # the trainer's name for it (verl's uid)
+    consumed_step: Mapped[int | None] = mapped_column(sa.Integer)  # the step that trained or dropped it
+    dropped: Mapped[str | None] = mapped_column(sa.Text)  # why (DROP_REASONS); NULL: trained, or not consumed yet
 
 
 class Attempt(Base):
@@ -214,6 +231,9 @@ class Attempt(Base):
     served_adapter_sha256: Mapped[str | None] = mapped_column(sa.Text)  # the adapter the backend served it with
     replay_of: Mapped[int | None] = mapped_column(sa.ForeignKey("attempts.id", ondelete="SET NULL"))  # its source
     created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
+    # migration 0023: the weights of its first and last segments under partial rollout (NULL: its group's version)
+    first_policy_version_id: Mapped[int | None] = mapped_column(sa.ForeignKey("policy_versions.id"))
+    last_policy_version_id: Mapped[int | None] = mapped_column(sa.ForeignKey("policy_versions.id"))
 
 
 class Experience(Base):

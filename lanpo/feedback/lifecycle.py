@@ -32,6 +32,7 @@ from lanpo.config import StoreConfig
 from lanpo.db.connection import transaction
 from lanpo.db.heartbeat import Heartbeat
 from lanpo.db.models import Run as RunRow
+from lanpo.db.repo import fates as fates_repo
 from lanpo.db.repo import pools as pools_repo
 from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
@@ -186,13 +187,44 @@ def write_groups(
     (`GroupRecord.meta`), their lessons and replays (`record_mel.record_meta`, whose metrics join the result's
     `as_metrics`); and the stored trajectories the step replayed (`replays`, `[replay]`'s draws)."""
     steps_repo.lock_step(session, run.run_id, step)
+    fates_repo.replace_keyed(session, run.run_id, [r.trainer_uid for r in records if r.trainer_uid is not None])
     hold_step_cap(session, run.run_id, step, records, max_total_per_step)
     written = rows.write_step_rows(session, run.run_id, run.pool, step, policy_version_id, records, author)
+    name_written(session, records, written.attempt_ids)
     written.mel_metrics = record_mel.record_meta(
         session, mel, run.run_id, run.pool, step, policy_version_id, records, written.attempt_ids
     )
     rows.write_replays(session, run.run_id, step, policy_version_id, replays)
     return written
+
+
+def name_written(session: Session, records: list[rows.GroupRecord], attempt_ids: list[list[int]]) -> None:
+    """The trainer's names of written groups (`GroupRecord.trainer_uid`), and the segments' policy versions of
+    responses generated under several (`RolloutRecord.first_policy_version_id`, `.last_policy_version_id`)."""
+    named = [(ids[0], r.trainer_uid) for r, ids in zip(records, attempt_ids, strict=True) if r.trainer_uid and ids]
+    fates_repo.name_groups(session, [a for a, _ in named], [u for _, u in named])
+    segments = [
+        (a, o.first_policy_version_id, o.last_policy_version_id)
+        for r, ids in zip(records, attempt_ids, strict=True)
+        for o, a in zip(r.rollouts, ids, strict=True)
+    ]
+    fates_repo.set_segments(session, segments)
+
+
+def redispatch(session: Session, run: RunRef, uids: Sequence[str]) -> int:
+    """The trainer dispatches groups named `uids` (anew, or again after a resume: verl re-issues the prompts a
+    killed run left in flight under their uids): the rows a killed run wrote of them, and their lessons, go before
+    any draw can read them. Returns the groups removed."""
+    return fates_repo.replace_keyed(session, run.run_id, list(uids))
+
+
+def consume_groups(
+    session: Session, run: RunRef, step: int, trained: Sequence[str], dropped: dict[str, str]
+) -> fates_repo.Consumed:
+    """The trainer took these groups (named by `trainer_uid`) off its buffer at `step`: `trained`, or `dropped`
+    (uid -> stale | filtered | failed). For trainers that train a group at a later step than the one that wrote it
+    (verl's asynchronous modes); each group's first fate stands."""
+    return fates_repo.consume(session, run.run_id, step, trained, dropped)
 
 
 def hold_step_cap(
@@ -298,6 +330,16 @@ class Run:
             return write_groups(
                 session, self.ref, step, policy_version_id, records, self.author, self.max_total_per_step, mel, replays
             )
+
+    def redispatch(self, uids: Sequence[str]) -> int:
+        """`redispatch` in a transaction of its own."""
+        with transaction(self.db) as session:
+            return redispatch(session, self.ref, uids)
+
+    def consume(self, step: int, trained: Sequence[str], dropped: dict[str, str]) -> fates_repo.Consumed:
+        """`consume_groups` in a transaction of its own."""
+        with transaction(self.db) as session:
+            return consume_groups(session, self.ref, step, trained, dropped)
 
     def lessons_left(self, step: int) -> int:
         with transaction(self.db) as session:

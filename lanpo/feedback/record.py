@@ -56,6 +56,9 @@ class RolloutRecord:
     summary_generated_tokens: int = 0  # what writing its summary generated (0: not summarised)
     summary_prompt_tokens: int = 0  # ... and read as prompt, over its generation calls
     tokens: RolloutTokens | None = None  # kept for replay (`replay.stores_tokens`); None: not kept
+    # partial rollout (verl's async modes): the weights of its first and last segments; None: its group's version
+    first_policy_version_id: int | None = None
+    last_policy_version_id: int | None = None
 
 
 @dataclass
@@ -97,6 +100,7 @@ class GroupRecord:
     # what the prompt showed, for the use diagnostics (never written: the items are group_contexts' rows)
     context_texts: list[str] = field(default_factory=list)  # each context item's text as shown (cut ones cut)
     question: str = ""
+    trainer_uid: str | None = None  # the trainer's name for the group (verl's uid): a re-issue replaces it
 
 
 def group_records(

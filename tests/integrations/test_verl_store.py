@@ -332,6 +332,39 @@ def test_steps_commit_checkpoint_and_roll_back_on_resume(
     assert _rows(db, "SELECT status FROM runs WHERE id = :r", r=run) == [("finished",)]
 
 
+def test_an_async_step_records_what_it_trains_and_drops_and_commits(
+    db: Engine, recipe: Path, pids: list[int], tokenizer: Any
+) -> None:
+    """verl's asynchronous sampler (`LanpoReplayBuffer`) names groups by verl's uid: trained ones must be in the
+    store, a dropped one may not be (a failed group that wrote nothing); each call's counts are returned for verl's
+    own metrics, the step's totals recorded; the step commits."""
+    store = _store(db, recipe)
+    run = store.open_run().run_id
+    store.begin_step(1)
+    for i, pid in enumerate(pids[:3]):
+        drawn = store.draw(1, pid, tokenizer)
+        completions = [Completion(f"\\boxed{{{j}}}", (5,), (6,), "stop") for j in range(N)]
+        graded = store.client.grade(drawn.prompts, [completions], [0.0, 1.0])
+        store.write_group(1, drawn, "prompt", completions, graded, None, f"uid-{i}", [(0, 0), (0, 1)])
+    assert store.consume(1, (), {"uid-2": "filtered"}) == {"lanpo/dropped/filtered": 1.0}
+    assert store.consume(1, (), {"gone": "failed"}) == {"lanpo/dropped/unwritten": 1.0}
+    assert store.consume(1, ["uid-0", "uid-1"], {}) == {"lanpo/trained_groups": 2.0}
+    store.commit_through(1)
+    with pytest.raises(RuntimeError, match="trains 1 group"):
+        store.consume(2, ["never-written"], {})
+    metrics = dict(_rows(db, "SELECT name, value FROM run_metrics WHERE run_id = :r AND name LIKE 'lanpo/%'", r=run))
+    assert metrics == {"lanpo/dropped/filtered": 1.0, "lanpo/dropped/unwritten": 1.0, "lanpo/trained_groups": 2.0}
+    fates = _rows(db, "SELECT trainer_uid, consumed_step, dropped FROM rollout_groups ORDER BY trainer_uid")
+    assert fates == [("uid-0", 1, None), ("uid-1", 1, None), ("uid-2", 1, "filtered")]
+    assert _rows(db, "SELECT step FROM run_steps WHERE run_id = :r", r=run) == [(1,)]
+    segments = _rows(
+        db,
+        "SELECT f.step, l.step FROM attempts a JOIN policy_versions f ON f.id = a.first_policy_version_id "
+        "JOIN policy_versions l ON l.id = a.last_policy_version_id ORDER BY a.id",
+    )
+    assert segments == [(0, 0), (0, 1)] * 3  # the weights after steps 0 and 1 (verl's labels)
+
+
 # --- the draws ---
 
 

@@ -23,6 +23,7 @@ from lanpo.db.connection import ENV_URL, transaction
 from lanpo.db.repo.problems import Question, upsert_problems
 from lanpo.errors import LanpoError
 from tests.conftest import deadline
+from tests.verl_lane.async_run import check_async_run
 
 verl = pytest.importorskip("verl")
 # Each test's own call is limited (600 s, pytest-timeout), the module's server and first steps by their own deadlines:
@@ -409,3 +410,28 @@ def test_a_resumed_run_records_no_step_twice(lane: Lane, two_steps: TwoSteps, mi
             sa.text("SELECT count(*) FROM experiences WHERE run_id = :r AND step = 2"), {"r": two_steps.run_id}
         )
     assert groups == {1: PROBLEMS, 2: PROBLEMS} and steps == [1, 2] and lessons <= LESSON_CAP
+
+
+def test_an_async_run_records_each_trained_group_once_and_each_drop_with_its_reason(
+    lane: Lane, migrated_db: Engine
+) -> None:
+    """verl's colocate_async trainer with lanpo's sampler for 3 steps, on the module's server, as the example runs it
+    (verl's own trainer object for dispatch, warmup and data, lanpo's sampler): every group a step trains is in the
+    store once with that step, what a step leaves is dropped as stale at the next (max_off_policy_threshold = 1),
+    each response names weights older than the step that trains it, and each step commits with its checkpoint.
+    Last in the module: the run ends with groups in flight, which verl's trainer would train at its next step.
+    Its twin with a real SIGKILL and `--resume`, two more servers' starts, is tests/verl_lane/test_async.py (full)."""
+    import time
+
+    import transfer_queue as tq
+
+    left = list((tq.kv_list("train") or {}).get("train", {}))  # the bad-row test's prompts, never dispatched
+    if left:
+        tq.kv_clear(keys=left, partition_id="train")
+    cfg = lane.config("verl-lane-async", *example.ASYNC_MODE)
+    manager = lane.rollouts.manager(cfg)
+    out = lane.folder / "async"
+    out.mkdir()
+    with deadline(STEPS_DEADLINE_S, "the verl lane's three asynchronous steps"):
+        example.run_async(lane.rollouts, example.async_trainer(cfg, manager), cfg, out, 1, 3, time.time())
+    check_async_run(migrated_db, "verl-lane-async", 3, PROBLEMS)

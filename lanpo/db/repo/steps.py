@@ -171,6 +171,7 @@ class RollbackResult:
     meta_nll_uses: int = 0
     work: int = 0  # rollout_work rows (their results went with them)
     versions: int = 0  # versions the rolled-back steps merged into older lessons
+    fates: int = 0  # groups of earlier steps whose later consumption (trained, dropped) was undone
 
     def line(self, after_step: int, last_step: int) -> str:
         """What a resume prints: the checkpointed step it continues from and what it undid of the steps after."""
@@ -199,7 +200,7 @@ def rollback_uncommitted(session: Session, run_id: int, after_step: int | None) 
     attempts = int(session.scalar(sqlfiles.load("queries/rollback_count_attempts"), p) or 0)
     used = usefulness.used_by_run_after(session, run_id, p["after_step"])  # before their uses are deleted
     names = (
-        *("work", "groups", "meta_nll_uses", "versions", "experiences"),
+        *("work", "groups", "fates", "meta_nll_uses", "versions", "experiences"),
         *("evictions", "metrics", "steps", "policy_versions"),
     )
     counts = {name: session.execute(sqlfiles.load(f"queries/rollback_{name}"), p).rowcount for name in names}

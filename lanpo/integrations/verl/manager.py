@@ -8,6 +8,11 @@ status is published, so the trainer never trains on a group the store has not re
 `@ray.remote`, so it subclasses the undecorated class, and `AgentLoopManagerTQ.__init__` sets its worker class, so
 the manager is subclassed too (selected by `actor_rollout_ref.rollout.agent.agent_loop_manager_class`).
 Validation prompts run verl's own single-turn loop and are not recorded.
+
+verl's asynchronous modes (`trainer.v1.trainer_mode` colocate_async, separate_async) run with lanpo's sampler
+(`lanpo.integrations.verl.sampler`), which records the step each group trains in or is dropped at: each group is
+written under its verl uid (a group re-issued after a resume replaces the killed run's row) with the weights that
+generated each response's first and last segments (`min_global_steps`, `max_global_steps` under partial rollout).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorke
 from lanpo.errors import ConfigError, InputError
 from lanpo.feedback.summarize import choose_candidates
 from lanpo.integrations.verl import loop as _loop  # registers the `lanpo` agent loop in every worker process
-from lanpo.integrations.verl.process import DRAWS, process_store, run_id_of
+from lanpo.integrations.verl.process import DRAWS, process_store, run_id_of, set_driver_store
 from lanpo.rollout import Completion, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -72,10 +77,10 @@ class LanpoAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):  # type: igno
             if drawn is None:
                 raise RuntimeError(f"group {uid} of step {step} finished without its draw")
             loop = asyncio.get_running_loop()
-            await asyncio.to_thread(self._write_back, step, drawn, [group[i] for i in sorted(group)], loop)
+            await asyncio.to_thread(self._write_back, step, uid, drawn, [group[i] for i in sorted(group)], loop)
 
     def _write_back(
-        self, step: int, drawn: Any, outputs: list[AgentLoopOutput], loop: asyncio.AbstractEventLoop
+        self, step: int, uid: str, drawn: Any, outputs: list[AgentLoopOutput], loop: asyncio.AbstractEventLoop
     ) -> None:
         """The group in one transaction: prompt, contexts, completions, rewards, step, policy version, lessons."""
         tokenizer = self.tokenizer
@@ -92,7 +97,8 @@ class LanpoAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):  # type: igno
             summaries = self.store.client.lessons(
                 step, drawn.prompts, [completions], graded, backend, tokenizer, choose=_capped(left)
             )
-        self.store.write_group(step, drawn, prompt_text, completions, graded, summaries)
+        segments = [(o.extra_fields.get("min_global_steps"), o.extra_fields.get("max_global_steps")) for o in outputs]
+        self.store.write_group(step, drawn, prompt_text, completions, graded, summaries, uid, segments)
 
 
 def _capped(left: int) -> Any:
@@ -148,7 +154,7 @@ class LanpoAgentLoopManager(AgentLoopManagerTQ):
     the store, the recipe and the model runs here, before any worker starts; each step is begun before dispatch."""
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
-        require_sync_v1(config)
+        require_v1(config)
         store = process_store(config)
         run = store.open_run(OmegaConf.to_container(config, resolve=True))  # kept as runs.config.verl
         with open_dict(config):
@@ -156,12 +162,14 @@ class LanpoAgentLoopManager(AgentLoopManagerTQ):
         super().__init__(config, *args, **kwargs)
         self.agent_loop_workers_class = ray.remote(LanpoAgentLoopWorker)
         self.store = store
+        set_driver_store(store)  # where verl's trainer, in this process, records what each step trains and drops
 
     def generate_sequences(self, prompts: Any) -> None:
         if not _field(prompts, "validate", default=False)[0]:
             step = int(_field(prompts, "global_steps")[0])
             self._check_rows(prompts)
             self.store.begin_step(step)
+            self.store.dispatch([str(uid) for uid in _field(prompts, "uid")])
         return super().generate_sequences(prompts)
 
     def _check_rows(self, prompts: Any) -> None:
@@ -176,17 +184,36 @@ class LanpoAgentLoopManager(AgentLoopManagerTQ):
                 )
 
 
-def require_sync_v1(config: Any) -> None:
-    """verl's V1 trainer in its sync mode (both defaults): a step's groups all finish before the next step is
-    dispatched, which is when the store commits the step. The async modes overlap steps; the legacy trainer expects
-    a manager that returns its batch."""
+SAMPLER_PATH = "pkg://lanpo.integrations.verl.sampler"
+SAMPLER_NAME = "LanpoReplayBuffer"
+SAMPLER_FILE = "lanpo/integrations/verl/sampler.py"  # the same module given as a file path
+ASYNC_MODES = ("colocate_async", "separate_async")
+
+
+def require_v1(config: Any) -> None:
+    """verl's V1 trainer, in sync mode (a step's groups all finish before the next step is dispatched) or in an
+    asynchronous one with lanpo's replay buffer as its sampler (which records what each step trains and drops,
+    and commits the step). The legacy trainer expects a manager that returns its batch."""
     trainer = config.trainer
-    mode = trainer.get("v1", {}).get("trainer_mode", "sync")
-    if not trainer.get("use_v1", True) or mode != "sync":
+    if not trainer.get("use_v1", True):
         raise ConfigError(
-            f"lanpo's agent loop manager runs under verl's V1 trainer in sync mode, not "
-            f"{'the legacy trainer' if not trainer.get('use_v1', True) else f'trainer_mode={mode}'}",
-            hint="set trainer.use_v1=true and trainer.v1.trainer_mode=sync (verl's defaults)",
+            "lanpo's agent loop manager runs under verl's V1 trainer, not the legacy trainer",
+            hint="set trainer.use_v1=true (verl's default)",
+        )
+    v1 = trainer.get("v1", {})
+    mode = v1.get("trainer_mode", "sync")
+    if mode == "sync":
+        return
+    if mode not in ASYNC_MODES:
+        raise ConfigError(f"unknown trainer.v1.trainer_mode={mode}", hint=f"one of sync, {', '.join(ASYNC_MODES)}")
+    sampler = (v1.get("sampler", {}) or {}).get("custom_sampler", {}) or {}
+    path = str(sampler.get("path") or "")
+    if sampler.get("name") != SAMPLER_NAME or not (path == SAMPLER_PATH or path.endswith(SAMPLER_FILE)):
+        raise ConfigError(
+            f"trainer.v1.trainer_mode={mode} trains and drops groups in verl's sampler, which must be lanpo's to "
+            "record them",
+            hint=f"set trainer.v1.sampler.custom_sampler.path={SAMPLER_PATH} "
+            f"trainer.v1.sampler.custom_sampler.name={SAMPLER_NAME}",
         )
 
 

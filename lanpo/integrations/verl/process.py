@@ -13,6 +13,7 @@ from lanpo.integrations.verl.store import GroupPrompt, Settings, VerlStore
 
 _lock = threading.Lock()
 _stores: dict[tuple[Any, ...], VerlStore] = {}
+_driver: list[VerlStore] = []  # the store lanpo's agent loop manager opened the run with, in verl's trainer process
 
 
 def verl_shape(verl_config: Mapping[str, Any]) -> tuple[str, int, int]:
@@ -34,6 +35,25 @@ def process_store(verl_config: Mapping[str, Any], run_id: int | None = None) -> 
     if store.run is None and run_id is not None:
         store.attach(run_id)
     return store
+
+
+def set_driver_store(store: VerlStore) -> None:
+    """The store of the run this process's agent loop manager opened (verl's trainer process)."""
+    with _lock:
+        _driver[:] = [store]
+
+
+def driver_store() -> VerlStore:
+    """The store the agent loop manager of this process opened: what verl's sampler (`LanpoReplayBuffer`), built
+    by verl's trainer before the manager, records each step's groups in."""
+    with _lock:
+        if not _driver:
+            raise ConfigError(
+                "lanpo's replay buffer runs in a process where lanpo's agent loop manager opened no run",
+                hint="set actor_rollout_ref.rollout.agent.agent_loop_manager_class="
+                "lanpo.integrations.verl.LanpoAgentLoopManager",
+            )
+        return _driver[0]
 
 
 def run_id_of(verl_config: Mapping[str, Any]) -> int:

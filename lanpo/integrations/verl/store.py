@@ -10,7 +10,11 @@ process does with it:
   resumed from its checkpoint of the step before; so no step is recorded twice), and every call commits the steps
   before it and records the policy version the step samples with;
 - each agent loop worker (a Ray actor) draws a group's prompt once (`draw`: its n samples share one draw, as the
-  paper gives one context per prompt) and writes the finished group back in one transaction (`write_group`).
+  paper gives one context per prompt) and writes the finished group back in one transaction (`write_group`),
+  named by verl's uid, with the weights of each response's segments;
+- under verl's asynchronous modes, verl's sampler (`LanpoReplayBuffer`, in the manager's process) says what each
+  step trains and drops (`consume`) and commits the step; the manager removes, at their dispatch, the rows a killed
+  run wrote of the groups a resumed verl re-issues (`dispatch`).
 
 The run's life (open, roll back, group writes under the step's lesson cap, step commits, checkpoints) is the store
 API's (`lanpo.feedback.lifecycle.Run`), as for every trainer: this module only says when verl's steps begin and end.
@@ -23,6 +27,8 @@ trainer and the TRL adapter name it.
 from __future__ import annotations
 
 import hashlib
+import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -42,6 +48,7 @@ from lanpo.rewards import Graded
 from lanpo.rollout import Completion
 from lanpo.seeds import mix_seed
 
+log = logging.getLogger(__name__)
 TRAINER = "verl"  # runs.config->>'trainer' of a run the integration writes
 REWARDS = ("lanpo", "verl")  # lanpo.reward: who sets each sample's reward
 ZERO_SHOT_PROMPT = "verl-row"  # rollout_groups.prompt_version of a zero-shot group: the dataset row's own prompt
@@ -126,6 +133,8 @@ class VerlStore:
         self.db = self.client.db
         self.run: Run | None = None
         self._rolled_back = False  # this process's first step rolled back what the run held from it on
+        self._versions: dict[int, int] = {}  # verl's weights label (a step) -> policy_versions.id
+        self._fates: dict[int, Counter[str]] = {}  # step -> the groups consumed at it (verl's asynchronous modes)
 
     # --- the manager ---
 
@@ -165,6 +174,13 @@ class VerlStore:
         run.add_policy_version(step - 1, verl_policy_sha256(run.run_id, step - 1))
         return undone
 
+    def dispatch(self, uids: Sequence[str]) -> None:
+        """verl dispatches these groups (its uids): a group a resumed verl re-issues was maybe written by the killed
+        run after the checkpoint it resumed from; that row and its lessons go now, before any draw reads them."""
+        removed = self._run().redispatch(uids)
+        if removed:
+            log.warning("%s group(s) re-issued after the resume: the killed run's rows of them removed", removed)
+
     def checkpoint(self, step: int, folder: str) -> None:
         """verl saved step `step`'s checkpoint in `folder`: the step is committed (if it was not) and names it."""
         run = self._run()
@@ -174,6 +190,29 @@ class VerlStore:
     def commit_through(self, step: int) -> None:
         """Commit every written step up to `step` (a checkpoint that is not durable yet names none)."""
         self._run().commit_written(before=step + 1)
+
+    def consume(self, step: int, trained: Sequence[str], dropped: Mapping[str, str]) -> dict[str, float]:
+        """verl's asynchronous sampler took these groups (verl's uids) off its buffer at `step`: trained, or dropped
+        with a reason. Every trained group must be in the store (its worker wrote it before verl saw it finish); a
+        dropped one may not be (a failed group whose sessions wrote nothing). Returns the step's metrics of it."""
+        done = self._run().consume(step, list(trained), dict(dropped))
+        unwritten = [u for u in done.missing if u not in dropped]
+        if unwritten:
+            raise RuntimeError(
+                f"step {step} trains {len(unwritten)} group(s) the store never recorded ({unwritten[0]}, ...): "
+                "lanpo's agent loop workers write each group before verl sees it finish"
+            )
+        if done.missing:
+            log.warning("step %s: verl dropped %s failed group(s) that wrote nothing", step, len(done.missing))
+        metrics = {f"lanpo/dropped/{reason}": float(n) for reason, n in done.dropped.items()}
+        if trained:
+            metrics["lanpo/trained_groups"] = float(done.trained)
+        if done.missing:
+            metrics["lanpo/dropped/unwritten"] = float(len(done.missing))
+        totals = self._fates.setdefault(step, Counter())  # verl evicts in several passes a step: the store sums
+        totals.update(metrics)
+        self._run().record_metrics(step, dict(totals))
+        return metrics  # this call's counts (verl's own metrics sum them over its passes)
 
     def finish(self, failed: bool = False) -> None:
         """The run is over: its written steps are committed, and it is marked finished (or failed)."""
@@ -221,15 +260,36 @@ class VerlStore:
         completions: Sequence[Completion],
         graded: Sequence[Graded],
         summaries: Mapping[int, Any] | None = None,
+        uid: str | None = None,
+        segments: Sequence[tuple[int | None, int | None]] = (),
     ) -> rows.StepWrite:
         """One finished group in ONE transaction: its prompt (as the model saw it), context rows, completions with
         their rewards, the step and policy version, and its admitted lessons under the pool's capacity policies and
-        the step's lesson cap, which the store API holds across the workers writing the step's groups at once."""
+        the step's lesson cap, which the store API holds across the workers writing the step's groups at once.
+        `uid`: verl's name for the group (a group verl re-issues after a resume replaces the killed run's row);
+        `segments`: each completion's (first, last) weights version as verl labels them (`min_global_steps`,
+        `max_global_steps`: the weights after that step; partial rollout spans several)."""
         record = rows.group_records(drawn.prompts, [list(completions)], list(graded), dict(summaries or {}))[0]
         record.prompt = prompt_text
+        record.trainer_uid = uid
         if drawn.text is None:
             record.prompt_version = ZERO_SHOT_PROMPT
+        for rollout, (first, last) in zip(record.rollouts, segments, strict=False):
+            rollout.first_policy_version_id = self._version_id(first)
+            rollout.last_policy_version_id = self._version_id(last)
         return self._run().write_groups(step, [record], drawn.prompts.policy_version_id)
+
+    def _version_id(self, after_step: int | None) -> int | None:
+        """The policy version of verl's weights after step `after_step` (None: not reported)."""
+        if after_step is None:
+            return None
+        found = self._versions.get(after_step)
+        if found is None:
+            run = self._run()
+            found = self._versions[after_step] = run.add_policy_version(
+                after_step, verl_policy_sha256(run.run_id, after_step)
+            )
+        return found
 
     def _run(self) -> Run:
         if self.run is None:
