@@ -85,6 +85,23 @@ class _Call:
     p_t: float
 
 
+def refuse_trainer_only(config: Any) -> None:
+    """A lanpo recipe whose method or tables need lanpo's own update is refused before anything is written: MEL
+    (a second loss on the meta-experiences) and [replay] (stored rows with earlier policies' log-probs)."""
+    if getattr(config, "method", None) == "mel":
+        raise ConfigError(
+            "the recipe is MEL: its NLL term on the meta-experiences is a second loss, and GRPOTrainer computes "
+            "one loss over the completions its rollout_func returns",
+            hint="run MEL with lanpo train; on TRL use a LANPO or GRPO recipe (docs/trl.md)",
+        )
+    if getattr(getattr(config, "replay", None), "enabled", False):
+        raise ConfigError(
+            "the recipe enables [replay]: replayed rows are stored trajectories with earlier policies' behaviour "
+            "log-probs, and GRPOTrainer trains only the completions its rollout_func returns for the step's prompts",
+            hint="run replay with lanpo train (docs/configuration.md, [replay]); on TRL set replay.enabled = false",
+        )
+
+
 class TRLStore:
     """A lanpo run whose rollouts a TRL `GRPOTrainer` makes and trains on: the rollout function, the reward wrapper
     and the callback that connect it to the store.
@@ -100,6 +117,7 @@ class TRLStore:
     def __init__(
         self, config: Any, db: Engine | None = None, p_t: float | Callable[[int], float] | None = None
     ) -> None:
+        refuse_trainer_only(config)
         self.client = StoreClient(config, db)  # the store, the problems and the relevance, checked
         self.config, self.cfg, self.db = config, self.client.cfg, self.client.db
         fixed = self.cfg.feedback.p_t if p_t is None else p_t

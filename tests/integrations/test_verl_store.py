@@ -168,12 +168,14 @@ def test_settings_of_a_verl_config(recipe: Path) -> None:
     assert one.overrides == ("feedback.p_t=1.0",) and recipe_config(one, PROMPT_LENGTH).feedback.p_t == 1.0
 
 
-def test_recipe_config_refuses_mel_and_another_summarizer(recipe: Path) -> None:
+def test_recipe_config_refuses_mel_replay_and_another_summarizer(recipe: Path) -> None:
     mel = ROOT / "train" / "configs" / "mel-demo-cpu.toml"
     with pytest.raises(ConfigError, match="MEL"):
         recipe_config(Settings(str(mel), "r"), PROMPT_LENGTH)
     with pytest.raises(ConfigError, match="MEL"):  # a recipe made MEL by an override is MEL too
         recipe_config(Settings(str(recipe), "r", overrides=("method=mel",)), PROMPT_LENGTH)
+    with pytest.raises(ConfigError, match=r"enables \[replay\]"):  # stored rows verl's batch has no place for
+        recipe_config(Settings(str(recipe), "r", overrides=("replay.enabled=true",)), PROMPT_LENGTH)
     other = Settings(str(recipe), "r", overrides=("summarizer.model=Qwen/Qwen2.5-7B-Instruct",))
     with pytest.raises(ConfigError, match=r"summarizer\.model"):
         recipe_config(other, PROMPT_LENGTH)

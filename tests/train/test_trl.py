@@ -334,6 +334,23 @@ def _example(pg_url: str, home: Path, *args: str) -> tuple[Any, list[Any], str]:
     return done, rows, status
 
 
+def test_mel_and_replay_recipes_are_refused_before_anything_is_written(db: Engine) -> None:
+    """TRL's GRPOTrainer computes one loss over the completions its rollout_func returns: MEL's second loss and
+    replay's stored rows have no place in it, and a recipe asking for them is refused, not run without them."""
+    from dataclasses import replace
+
+    from lanpo.errors import ConfigError
+    from lanpo.feedback.replay_config import ReplayConfig
+
+    _problems(db)
+    plain = _plain("trl-refused", 1.0)
+    with pytest.raises(ConfigError, match="the recipe is MEL"):
+        TRLStore(replace(plain, method="mel"), db=db)
+    with pytest.raises(ConfigError, match=r"enables \[replay\]"):
+        TRLStore(replace(plain, replay=ReplayConfig(enabled=True)), db=db)
+    assert _count(db, "runs") == 0
+
+
 def test_docs_first_command_runs_on_a_fresh_store(pg_url: str, tmp_path: Path) -> None:
     """docs/trl.md's first command on the tiny model: both TRL steps land in the store, committed, and step 2's
     groups carry the model's step-1 attempts from the store (the example's four problems recur every step); the

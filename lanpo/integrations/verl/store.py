@@ -95,6 +95,12 @@ def recipe_config(settings: Settings, prompt_length: int) -> StoreRunConfig:
             "0.9.1 registers policy losses per token of the rollout batch only",
             hint="run MEL with lanpo train; on verl use a LANPO or GRPO recipe (docs/verl.md says what MEL needs)",
         )
+    if (recipe.get("replay") or {}).get("enabled"):
+        raise ConfigError(
+            f"{settings.config} enables [replay]: replayed rows are stored trajectories with earlier policies' "
+            "behaviour log-probs, and verl 0.9.1 trains only the groups its agent loops generate for its own prompts",
+            hint="run replay with lanpo train (docs/configuration.md, [replay]); on verl set replay.enabled = false",
+        )
     cfg = load_store_config(settings.config, list(settings.overrides))
     if cfg.wants_lessons() and cfg.summarizer.model != "policy":
         raise ConfigError(
