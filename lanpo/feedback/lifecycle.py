@@ -267,20 +267,26 @@ def commit_step(
     steps_repo.commit_step(session, run.run_id, step, policy_version_id, checkpoint)
 
 
-def commit_written(session: Session, run: RunRef, before: int | None = None) -> list[int]:
+def commit_written(session: Session, run: RunRef, before: int | None = None, trained: int | None = None) -> list[int]:
     """Commit every step before `before` (None: every step) whose groups were written one by one and which is not
     committed, each with its rollout metrics read back from its rows and the pool's size, naming the policy version
-    that generated it (step - 1). Returns the steps committed."""
+    that generated it (step - 1). `trained`: a step that trained groups earlier steps wrote (verl's asynchronous
+    modes; `consume_groups` named them) commits too, written rows of its own or not, its metrics over the groups it
+    trained. Returns the steps committed."""
     done = steps_repo.uncommitted_steps(session, run.run_id, 2**31 - 1 if before is None else before)
+    if trained is not None and trained not in done and not steps_repo.is_committed(session, run.run_id, trained):
+        done = sorted([*done, trained])
     for step in done:
         version = steps_repo.policy_version_id(session, run.run_id, step - 1)
-        commit_step(session, run, step, version, metrics=written_metrics(session, run, step))
+        metrics = written_metrics(session, run, step, trained=step == trained)
+        commit_step(session, run, step, version, metrics=metrics)
     return done
 
 
-def written_metrics(session: Session, run: RunRef, step: int) -> dict[str, float]:
-    """The metrics of a step whose groups were written apart, read back from its rows, and the pool's size."""
-    metrics = steps_repo.step_rollout_metrics(session, run.run_id, step)
+def written_metrics(session: Session, run: RunRef, step: int, trained: bool = False) -> dict[str, float]:
+    """The metrics of a step whose groups were written apart, read back from its rows (`trained`: the groups it
+    trained), and the pool's size."""
+    metrics = steps_repo.step_rollout_metrics(session, run.run_id, step, trained)
     metrics["pool/active"] = float(pools_repo.active_size(session, run.pool.id))
     return metrics
 
@@ -355,9 +361,9 @@ class Run:
         with transaction(self.db) as session:
             commit_step(session, self.ref, step, policy_version_id, checkpoint, metrics)
 
-    def commit_written(self, before: int | None = None) -> list[int]:
+    def commit_written(self, before: int | None = None, trained: int | None = None) -> list[int]:
         with transaction(self.db) as session:
-            return commit_written(session, self.ref, before)
+            return commit_written(session, self.ref, before, trained)
 
     def name_checkpoint(self, step: int, folder: str) -> bool:
         with transaction(self.db) as session:

@@ -348,17 +348,27 @@ def test_an_async_step_records_what_it_trains_and_drops_and_commits(
         completions = [Completion(f"\\boxed{{{j}}}", (5,), (6,), "stop") for j in range(N)]
         graded = store.client.grade(drawn.prompts, [completions], [0.0, 1.0])
         store.write_group(1, drawn, "prompt", completions, graded, None, f"uid-{i}", [(0, 0), (0, 1)])
-    assert store.consume(1, (), {"uid-2": "filtered"}) == {"lanpo/dropped/filtered": 1.0}
-    assert store.consume(1, (), {"gone": "failed"}) == {"lanpo/dropped/unwritten": 1.0}
-    assert store.consume(1, ["uid-0", "uid-1"], {}) == {"lanpo/trained_groups": 2.0}
-    store.commit_through(1)
+    assert store.consume(1, ["uid-0"], {}) == {"lanpo/trained_groups": 1.0}
+    store.commit_trained(1)
+    # step 2 trains step 1's groups only (one warmup batch ahead): it commits all the same, its metrics over them
+    assert store.consume(2, (), {"uid-2": "filtered"}) == {"lanpo/dropped/filtered": 1.0}
+    assert store.consume(2, (), {"gone": "failed"}) == {"lanpo/dropped/unwritten": 1.0}
+    assert store.consume(2, ["uid-1"], {}) == {"lanpo/trained_groups": 1.0}
+    store.commit_trained(2)
     with pytest.raises(RuntimeError, match="trains 1 group"):
-        store.consume(2, ["never-written"], {})
-    metrics = dict(_rows(db, "SELECT name, value FROM run_metrics WHERE run_id = :r AND name LIKE 'lanpo/%'", r=run))
-    assert metrics == {"lanpo/dropped/filtered": 1.0, "lanpo/dropped/unwritten": 1.0, "lanpo/trained_groups": 2.0}
-    fates = _rows(db, "SELECT trainer_uid, consumed_step, dropped FROM rollout_groups ORDER BY trainer_uid")
-    assert fates == [("uid-0", 1, None), ("uid-1", 1, None), ("uid-2", 1, "filtered")]
-    assert _rows(db, "SELECT step FROM run_steps WHERE run_id = :r", r=run) == [(1,)]
+        store.consume(3, ["never-written"], {})
+    metrics = dict(
+        _rows(db, "SELECT name, value FROM run_metrics WHERE run_id = :r AND step = 2 AND name LIKE '%/%'", r=run)
+    )
+    assert {k: v for k, v in metrics.items() if k.startswith("lanpo/")} == {
+        "lanpo/dropped/filtered": 1.0,
+        "lanpo/dropped/unwritten": 1.0,
+        "lanpo/trained_groups": 1.0,
+    }
+    assert metrics["reward/mean"] == 0.5 and metrics["count/zero_shot"] + metrics["count/intra"] == N
+    fates = _rows(db, "SELECT trainer_uid, step, consumed_step, dropped FROM rollout_groups ORDER BY trainer_uid")
+    assert fates == [("uid-0", 1, 1, None), ("uid-1", 1, 2, None), ("uid-2", 1, 2, "filtered")]
+    assert _rows(db, "SELECT step FROM run_steps WHERE run_id = :r ORDER BY step", r=run) == [(1,), (2,)]
     segments = _rows(
         db,
         "SELECT f.step, l.step FROM attempts a JOIN policy_versions f ON f.id = a.first_policy_version_id "

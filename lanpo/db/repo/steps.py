@@ -72,7 +72,7 @@ def commit_step(
     session: Session, run_id: int, step: int, policy_version_id: int | None = None, checkpoint: str | None = None
 ) -> None:
     """Mark `step` committed (call it LAST inside the step's transaction); a step commits once."""
-    if session.scalar(sqlfiles.load("queries/run_step_exists"), {"run_id": run_id, "step": step}):
+    if is_committed(session, run_id, step):
         raise InputError(f"run {run_id} step {step} is already committed")
     session.execute(
         sqlfiles.load("queries/run_step_commit"),
@@ -85,6 +85,10 @@ def set_checkpoint(session: Session, run_id: int, step: int, checkpoint: str) ->
     the step made no rows (a TRL step that reused the last generation)."""
     params = {"run_id": run_id, "step": step, "checkpoint": checkpoint}
     return bool(session.execute(sqlfiles.load("queries/run_step_set_checkpoint"), params).rowcount)
+
+
+def is_committed(session: Session, run_id: int, step: int) -> bool:
+    return bool(session.scalar(sqlfiles.load("queries/run_step_exists"), {"run_id": run_id, "step": step}))
 
 
 def last_committed_step(session: Session, run_id: int) -> int | None:
@@ -112,9 +116,11 @@ def step_lessons(session: Session, run_id: int, step: int) -> int:
     return int(session.scalar(sqlfiles.load("queries/step_lessons_count"), {"run_id": run_id, "step": step}) or 0)
 
 
-def step_rollout_metrics(session: Session, run_id: int, step: int) -> dict[str, float]:
-    """A step's rollout metrics read back from its rows (its groups written one by one or in batches)."""
-    row = session.execute(sqlfiles.load("queries/step_rollout_metrics"), {"run_id": run_id, "step": step}).one()
+def step_rollout_metrics(session: Session, run_id: int, step: int, trained: bool = False) -> dict[str, float]:
+    """A step's rollout metrics read back from its rows (its groups written one by one or in batches); `trained`:
+    over the groups the step trained (`consumed_step`), which earlier steps may have written."""
+    params = {"run_id": run_id, "step": step, "trained": trained}
+    row = session.execute(sqlfiles.load("queries/step_rollout_metrics"), params).one()
     return {
         "reward/mean": float(row.reward or 0.0),
         "accuracy/mean": float(row.accuracy or 0.0),

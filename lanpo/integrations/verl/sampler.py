@@ -56,7 +56,7 @@ class LanpoReplayBuffer(ReplayBufferAsync):
             uids = sorted({key.split("_", 1)[0] for key in batch.keys})  # verl's keys: {uid}_{session}_{index}
             store = driver_store()
             metrics.update(store.consume(global_steps, uids, {}))
-            store.commit_through(global_steps)
+            store.commit_trained(global_steps)
         return batch, metrics
 
 

@@ -197,6 +197,11 @@ class VerlStore:
         """Commit every written step up to `step` (a checkpoint that is not durable yet names none)."""
         self._run().commit_written(before=step + 1)
 
+    def commit_trained(self, step: int) -> None:
+        """verl's asynchronous sampler handed step `step` its batch (`consume`): the step commits, with the written
+        steps before it, its metrics over the groups it trained (dispatched at it or before)."""
+        self._run().commit_written(before=step, trained=step)
+
     def consume(self, step: int, trained: Sequence[str], dropped: Mapping[str, str]) -> dict[str, float]:
         """verl's asynchronous sampler took these groups (verl's uids) off its buffer at `step`: trained, or dropped
         with a reason. Every trained group must be in the store (its worker wrote it before verl saw it finish); a
