@@ -349,12 +349,13 @@ def test_an_async_step_records_what_it_trains_and_drops_and_commits(
         graded = store.client.grade(drawn.prompts, [completions], [0.0, 1.0])
         store.write_group(1, drawn, "prompt", completions, graded, None, f"uid-{i}", [(0, 0), (0, 1)])
     assert store.consume(1, ["uid-0"], {}) == {"lanpo/trained_groups": 1.0}
-    store.commit_trained(1)
+    store.checkpoint(1, "/ckpt/global_step_1")
     # step 2 trains step 1's groups only (one warmup batch ahead): it commits all the same, its metrics over them
     assert store.consume(2, (), {"uid-2": "filtered"}) == {"lanpo/dropped/filtered": 1.0}
     assert store.consume(2, (), {"gone": "failed"}) == {"lanpo/dropped/unwritten": 1.0}
     assert store.consume(2, ["uid-1"], {}) == {"lanpo/trained_groups": 1.0}
-    store.commit_trained(2)
+    assert _rows(db, "SELECT step FROM run_steps WHERE run_id = :r ORDER BY step", r=run) == [(1,)]
+    store.begin_step(3)  # step 2 ends (its batch may come in parts: separate_async's parameter_sync_step)
     with pytest.raises(RuntimeError, match="trains 1 group"):
         store.consume(3, ["never-written"], {})
     metrics = dict(

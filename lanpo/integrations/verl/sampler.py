@@ -1,5 +1,6 @@
 """verl's asynchronous replay buffer with lanpo's store: every group a step trains, and every group verl drops with
-its reason, recorded; the step committed once verl has handed it its batch.
+its reason, recorded; the step commits at its end (its checkpoint, or the next step's dispatch), once verl has
+handed it its whole batch (in `parameter_sync_step` parts under separate_async).
 
 verl's V1 trainer in `colocate_async` or `separate_async` mode trains a group at a later step than the one that
 dispatched it, and its sampler (`verl.trainer.ppo.v1.replay_buffer.ReplayBufferAsync`) chooses which finished
@@ -54,9 +55,7 @@ class LanpoReplayBuffer(ReplayBufferAsync):
         batch, metrics = super().sample(global_steps, partition_id, batch_size)
         if partition_id == TRAIN:
             uids = sorted({key.split("_", 1)[0] for key in batch.keys})  # verl's keys: {uid}_{session}_{index}
-            store = driver_store()
-            metrics.update(store.consume(global_steps, uids, {}))
-            store.commit_trained(global_steps)
+            metrics.update(driver_store().consume(global_steps, uids, {}))  # the step commits at its end
         return batch, metrics
 
 

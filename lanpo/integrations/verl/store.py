@@ -176,7 +176,7 @@ class VerlStore:
             rolled = run.roll_back_after(step - 1)
             undone = rolled if rolled.groups or rolled.steps else None
             self._rolled_back = True
-        run.commit_written(before=step)
+        run.commit_written(before=step, trained=self._trained(step - 1))
         run.add_policy_version(step - 1, verl_policy_sha256(run.run_id, step - 1))
         return undone
 
@@ -190,17 +190,19 @@ class VerlStore:
     def checkpoint(self, step: int, folder: str) -> None:
         """verl saved step `step`'s checkpoint in `folder`: the step is committed (if it was not) and names it."""
         run = self._run()
-        run.commit_written(before=step + 1)
+        run.commit_written(before=step + 1, trained=self._trained(step))
         run.name_checkpoint(step, folder)
 
     def commit_through(self, step: int) -> None:
         """Commit every written step up to `step` (a checkpoint that is not durable yet names none)."""
-        self._run().commit_written(before=step + 1)
+        self._run().commit_written(before=step + 1, trained=self._trained(step))
 
-    def commit_trained(self, step: int) -> None:
-        """verl's asynchronous sampler handed step `step` its batch (`consume`): the step commits, with the written
-        steps before it, its metrics over the groups it trained (dispatched at it or before)."""
-        self._run().commit_written(before=step, trained=step)
+    def _trained(self, step: int) -> int | None:
+        """`step` if verl's asynchronous sampler handed it a batch in this process (`consume`): it commits with its
+        metrics over the groups it trained, whether or not a group dispatched at it is written yet. A step's batch
+        may come in several parts (`parameter_sync_step`), so it commits at its end: the next step's dispatch,
+        its checkpoint, or the run's end."""
+        return step if step in self._fates else None
 
     def consume(self, step: int, trained: Sequence[str], dropped: Mapping[str, str]) -> dict[str, float]:
         """verl's asynchronous sampler took these groups (verl's uids) off its buffer at `step`: trained, or dropped
@@ -228,7 +230,7 @@ class VerlStore:
     def finish(self, failed: bool = False) -> None:
         """The run is over: its written steps are committed, and it is marked finished (or failed)."""
         run = self._run()
-        run.commit_written()
+        run.commit_written(trained=self._trained(max(self._fates, default=0)))
         run.finish(failed)
 
     # --- the workers ---
