@@ -28,7 +28,7 @@ from tensordict import NonTensorData, NonTensorStack
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
-from lanpo.errors import ConfigError, InputError
+from lanpo.errors import ConfigError, InputError, listing
 from lanpo.feedback.summarize import choose_candidates
 from lanpo.integrations.verl import loop as _loop  # registers the `lanpo` agent loop in every worker process
 from lanpo.integrations.verl.process import DRAWS, process_store, run_id_of, set_driver_store
@@ -205,7 +205,7 @@ def require_v1(config: Any) -> None:
     if mode == "sync":
         return
     if mode not in ASYNC_MODES:
-        raise ConfigError(f"unknown trainer.v1.trainer_mode={mode}", hint=f"one of sync, {', '.join(ASYNC_MODES)}")
+        raise ConfigError(f"unknown trainer.v1.trainer_mode={mode}", hint=f"one of {listing(('sync', *ASYNC_MODES))}")
     sampler = (v1.get("sampler", {}) or {}).get("custom_sampler", {}) or {}
     path = str(sampler.get("path") or "")
     if sampler.get("name") != SAMPLER_NAME or not (path == SAMPLER_PATH or path.endswith(SAMPLER_FILE)):
