@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from lanpo.db import sqlfiles
 from lanpo.db.models import DROP_REASONS
 from lanpo.db.repo import usefulness
-from lanpo.errors import InputError
+from lanpo.errors import InputError, listing
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def consume(session: Session, run_id: int, step: int, trained: Sequence[str], dr
     group's first fate stands; a name the run holds no group of is reported, not invented."""
     bad = sorted({r for r in dropped.values() if r not in DROP_REASONS})
     if bad:
-        raise InputError(f"unknown drop reason {bad[0]!r}", hint=f"one of {', '.join(DROP_REASONS)}")
+        raise InputError(f"unknown drop reason {bad[0]!r}", hint=f"one of {listing(DROP_REASONS)}")
     overlap = set(trained) & set(dropped)
     if overlap:
         raise InputError(f"group {sorted(overlap)[0]!r} is both trained and dropped at step {step}")
