@@ -12,10 +12,11 @@ per client) over loopback, in turns every rep (the order rotating, so that no ar
               engine, so that the judge's share of retrieval's added latency shows apart from the prompt's.
 
 Both servers run once for the whole bench on a private embedded Postgres (a fresh store), with
-VLLM_CPU_KVCACHE_SPACE=1 and the engine settings lanpo's `VLLMConfig(max_model_len=2048).engine_kwargs("cpu")`
-resolves to, passed to `vllm serve` as flags (printed). Only one arm's load runs at a time. Greedy decoding, at
-most `--max-tokens` tokens; lengths vary with EOS, so throughput is completion tokens/s (and requests/s) over the
-arm's wall time, and the token totals of both sides are printed beside each other. Each rep draws new questions
+VLLM_CPU_KVCACHE_SPACE=1 and the engine settings `lanpo serve` resolves `VLLMConfig(max_model_len=2048)` to on CPU
+(`serving_config`: KV blocks of 32 tokens unless `--block-size`), passed to `vllm serve` as flags (printed). Only
+one arm's load runs at a time. Greedy decoding, at most `--max-tokens` tokens; lengths vary with EOS, so throughput
+is completion tokens/s (and requests/s) over the arm's wall time, and the token totals of both sides are printed
+beside each other. Each rep draws new questions
 (reasoning-gym test split), the same for every arm; a warm-up pass of `--clients` requests per arm is not
 counted. Medians over reps.
 
@@ -32,6 +33,9 @@ holds the text received: lost and doubled counted.
 Goals (issue 53): lanpo zero-shot >= 0.9x plain vLLM's completion tokens/s; retrieval's added p50 <= its own
 measured cost + 10 %; 0 records lost or doubled. Exit status 1 when a record is lost, doubled or differs. Goals
 (issue 65): BM25 alone >= 0.9x plain vLLM; retrieval with the judge >= 0.6x with `--repeat 0.5`.
+
+Replies: `--max-tokens` 64 cuts almost every answer (the table prints how many stopped at it); `lanpo serve`'s own
+default is 512, where SmolLM2's answers end by EOS: `--max-tokens 512` measures what a client gets by default.
 
 Run:  python bench/serve.py                                   (8 clients, 3 reps of 32 requests per arm)
       python bench/serve.py --clients 4 --requests 8 --reps 1 --max-tokens 16 --out serve.json   (a smoke)
@@ -165,12 +169,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def vllm_flags(max_model_len: int) -> list[str]:
-    """`vllm serve` flags for the engine settings lanpo's vLLM engine starts with on CPU (printed in the output)."""
+def vllm_flags(max_model_len: int, block_size: int | None) -> list[str]:
+    """`vllm serve` flags for the engine settings `lanpo serve`'s vLLM engine starts with on CPU (printed in the
+    output)."""
     from lanpo.rollout.config import VLLMConfig
     from lanpo.rollout.vllm_requests import engine_kwargs
+    from lanpo.serve.vllm_engine import serving_config
 
-    kw = engine_kwargs(VLLMConfig(max_model_len=max_model_len), "cpu", enable_lora=False)
+    config = serving_config(VLLMConfig(max_model_len=max_model_len, block_size=block_size), "cpu")
+    kw = engine_kwargs(config, "cpu", enable_lora=False)
     flags = [
         f"--dtype={kw['dtype']}",
         f"--max-model-len={kw['max_model_len']}",
@@ -181,6 +188,8 @@ def vllm_flags(max_model_len: int) -> list[str]:
         "--enforce-eager" if kw["enforce_eager"] else "--no-enforce-eager",
         "--enable-chunked-prefill" if kw["enable_chunked_prefill"] else "--no-enable-chunked-prefill",
     ]
+    if kw.get("block_size"):
+        flags.append(f"--block-size={kw['block_size']}")
     if kw.get("distributed_executor_backend"):
         flags.append(f"--distributed-executor-backend={kw['distributed_executor_backend']}")
     # prefix caching: neither side sets it (vLLM's default); lanpo's engine logs no stats, no requests
@@ -324,6 +333,11 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=200, help="lessons in the retrieval pool")
     parser.add_argument("--top-k", type=int, default=8, help="stage-1 candidates the policy judges")
     parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        help="both engines' KV block (default: lanpo serve's, 32 on CPU; the prefix cache reuses whole blocks)",
+    )
     parser.add_argument("--timeout", type=float, default=1800, help="wall-clock limit of the whole bench, s")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=float, default=0.0, help="share of each rep's questions asked before, 0-1")
@@ -367,11 +381,14 @@ def main() -> None:
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
         }
-        flags = vllm_flags(args.max_model_len)
+        flags = vllm_flags(args.max_model_len, args.block_size)
+        engine = [f"max_model_len={args.max_model_len}"]
+        if args.block_size is not None:
+            engine.append(f"block_size={args.block_size}")
         vllm_cmd = [sys.executable, "-c", VLLM_SERVE, "serve", model, "--served-model-name",
                     MODEL_NAME, "--host", "127.0.0.1", *flags]  # fmt: skip
         lanpo_cmd = [sys.executable, "-m", "lanpo", "serve", "--backend", "vllm", "--model", model,
-                     "--served-model-name", MODEL_NAME, "--vllm", f"max_model_len={args.max_model_len}",
+                     "--served-model-name", MODEL_NAME, *(x for e in engine for x in ("--vllm", e)),
                      "--pool", "bench", "--judge", "policy", "--stage1", "bm25", "--top-k", str(args.top_k),
                      "--gamma", "0", "--m", "3", "--run-name", "serve-bench"]  # fmt: skip
         vp, lp = free_port(), free_port()
@@ -429,6 +446,8 @@ def main() -> None:
             "p99_ms": statistics.median(pct([r.seconds * 1000 for r in rep], 99) for rep in ok),
             "completion_tokens": sum(r.completion_tokens for rep in ok for r in rep),
             "prompt_tokens": sum(r.prompt_tokens for rep in ok for r in rep),
+            # replies that stopped at max_tokens rather than at EOS: a cut answer, not a whole one
+            "cut": sum(r.completion_tokens >= args.max_tokens for rep in ok for r in rep),
             "errors": sum(1 for rep in reps for r in rep if r.error is not None),
             "sent": len(reps) * args.requests,
             "received": sum(len(rep) for rep in ok),
@@ -465,13 +484,17 @@ def main() -> None:
         f"questions asked before: {args.repeat:.0%}"
     )
     print(f"vllm serve flags (lanpo's VLLMConfig on CPU): {' '.join(flags)}; VLLM_CPU_KVCACHE_SPACE=1\n")
-    print("| arm | completion tok/s | req/s | p50 ms | p99 ms | tok/s vs vLLM | completion tokens | errors |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| arm | completion tok/s | req/s | p50 ms | p99 ms | tok/s vs vLLM | completion tokens | cut at max_tokens "
+        "| errors |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for arm in arms:
         f = figures[arm]
         print(
             f"| {arm} | {f['tokens_per_s']:.1f} | {f['requests_per_s']:.2f} | {f['p50_ms']:.0f} | {f['p99_ms']:.0f} "
-            f"| {f['tokens_per_s'] / v['tokens_per_s']:.2f}x | {f['completion_tokens']} | {f['errors']} |"
+            f"| {f['tokens_per_s'] / v['tokens_per_s']:.2f}x | {f['completion_tokens']} "
+            f"| {f['cut']} of {f['received']} | {f['errors']} |"
         )
     print(
         "\n| lanpo arm | prompt tokens/request | server retrieval ms | server judge ms | pairs judged "

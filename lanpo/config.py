@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import difflib
 import functools
 import logging
 import math
@@ -340,9 +341,12 @@ def from_mapping(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields))
     if unknown:
+        # the keys most like the unknown ones first (a near miss is named however many keys there are), then the rest
+        near = difflib.get_close_matches(unknown[0], fields, n=3, cutoff=0.5)
+        allowed = [*near, *sorted(set(fields) - set(near))]
         raise ConfigError(
             f"unknown config key{'s' if len(unknown) > 1 else ''} " + ", ".join(f"{prefix}{k}" for k in unknown),
-            hint=f"keys allowed{' in ' + prefix.rstrip('.') if prefix else ''}: {listing(sorted(fields), 90)}; "
+            hint=f"keys allowed{' in ' + prefix.rstrip('.') if prefix else ''}: {listing(allowed, 90)}; "
             "--keys lists them all",
         )
     kwargs = {name: _coerce(value, hints[name], f"{prefix}{name}") for name, value in data.items()}

@@ -44,6 +44,17 @@ def test_auto_settings_resolve_per_device() -> None:
     assert VLLMConfig(max_model_len=16384).engine_kwargs("cpu")["max_num_batched_tokens"] == 16384
     assert kwargs["enforce_eager"] is False and kwargs["dtype"] == "float32" and kwargs["seed"] == 7
     assert not kwargs["enable_lora"] and "max_loras" not in kwargs
+    assert "block_size" not in cpu and "block_size" not in cuda  # vLLM's own default unless asked
+    assert VLLMConfig(block_size=32).engine_kwargs("cpu")["block_size"] == 32
+
+
+def test_the_server_takes_small_kv_blocks_on_cpu_unless_told() -> None:
+    """`lanpo serve` on CPU: 32-token blocks, so that a shared prefix shorter than vLLM's 128 is reused."""
+    from lanpo.serve.vllm_engine import SERVE_CPU_BLOCK_SIZE, serving_config
+
+    assert serving_config(VLLMConfig(), "cpu").block_size == SERVE_CPU_BLOCK_SIZE == 32
+    assert serving_config(VLLMConfig(), "cuda").block_size is None  # vLLM's own on a GPU
+    assert serving_config(VLLMConfig(block_size=128), "cpu").block_size == 128  # asked for: kept
 
 
 def test_reproducible_resolves_per_device_and_sizes_an_in_process_kv_cache() -> None:
@@ -75,6 +86,7 @@ def test_reproducible_resolves_per_device_and_sizes_an_in_process_kv_cache() -> 
         ({"max_lora_rank": 12}, "max_lora_rank must be one of"),
         ({"max_loras": 0}, "max_loras must be >= 1"),
         ({"dtype": "int8"}, "dtype must be one of"),
+        ({"block_size": 0}, "block_size must be >= 1"),
     ],
 )
 def test_bad_settings_are_refused(settings: dict[str, Any], message: str) -> None:
