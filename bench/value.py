@@ -22,8 +22,9 @@ Per arm, over the inter prompts of the second half of the run (when the store ha
   many of them were retired as harmful (a false retirement); harmful retired: the share of the known harmful ones
   retired.
 
-    python bench/value.py                              # 40 problems, 60 steps of 8, two arms, seed 0
+    python bench/value.py                              # 40 problems, 60 steps of 8 x 4 rollouts, two arms, seed 0
     python bench/value.py --seeds 0 1 2
+    python bench/value.py --seeds 0 1 2 --n 16          # at the paper's group size (Table 7)
     python bench/value.py --steps 4 --problems 12      # the smoke
 
 Uses its own embedded Postgres in a temporary folder, or a new database on $LANPO_DATABASE_URL's server.
@@ -77,7 +78,7 @@ def make_problems(db: sa.Engine, n: int) -> tuple[list[int], dict[int, str]]:
     return ids, questions
 
 
-def config(arm: str, seed: int, steps: int, batch: int, out: Path) -> TrainConfig:
+def config(arm: str, seed: int, steps: int, batch: int, n: int, out: Path, prior_sd: float = 0.15) -> TrainConfig:
     return TrainConfig(
         run_name=f"{arm}-{seed}",
         steps=steps,
@@ -87,10 +88,14 @@ def config(arm: str, seed: int, steps: int, batch: int, out: Path) -> TrainConfi
         model=ModelConfig(name="tiny-random", threads=1),
         lora=LoraConfig(r=4, alpha=8),
         data=DataConfig(dataset="sim"),
-        rollout=RolloutConfig(backend="sim", n=4, max_new_tokens=200, sim=SimTable(seed=seed)),
+        rollout=RolloutConfig(backend="sim", n=n, max_new_tokens=200, sim=SimTable(seed=seed)),
         grpo=GRPOConfig(learning_rate=1e-4, warmup_ratio=0.0),
         feedback=FeedbackConfig(
-            mode="inter", p_t=P_T, k=K, candidates=8, inter=InterConfig(gamma=GAMMA, scorer="sim", rank=arm)
+            mode="inter",
+            p_t=P_T,
+            k=K,
+            candidates=8,
+            inter=InterConfig(gamma=GAMMA, scorer="sim", rank=arm, prior_sd=prior_sd),
         ),
         summarizer=SummarizerConfig(min_reward=1.0, max_new_tokens=400, max_new_per_step=1, max_total_per_step=3),
         store=StoreConfig(global_cap=40, eviction="lowest_utility", min_uses=2, retire_below=0.0),
@@ -181,25 +186,29 @@ def main() -> int:
     parser.add_argument("--problems", type=int, default=40)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--n", type=int, default=16, help="rollouts per prompt (the paper's group size, Table 7: 16)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="the arms to run")
+    parser.add_argument("--prior-sd", type=float, default=0.15, help="the value rule's prior_sd (the value arm's)")
     args = parser.parse_args()
-    rows: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
+    rows: dict[str, list[dict[str, float]]] = {arm: [] for arm in args.arms}
     with bench_database() as db, tempfile.TemporaryDirectory(prefix="lanpo-value-") as out:
         ids, questions = make_problems(db, args.problems)
         for seed in args.seeds:
-            for arm in ARMS:  # interleaved: both arms of a seed, then the next seed
-                cfg = config(arm, seed, args.steps, args.batch, Path(out))
+            for arm in args.arms:  # interleaved: both arms of a seed, then the next seed
+                cfg = config(arm, seed, args.steps, args.batch, args.n, Path(out), args.prior_sd)
                 started = time.perf_counter()
                 train(cfg, db=db, progress=False)
                 rows[arm].append(measure(db, cfg, ids, questions))
                 print(f"seed {seed} {arm}: {rows[arm][-1]} ({time.perf_counter() - started:.0f} s)", flush=True)
-    print(f"\n{args.problems} problems, {args.steps} steps of {args.batch} x 4 rollouts, seeds {args.seeds}; medians")
+    shape = f"{args.problems} problems, {args.steps} steps of {args.batch} x {args.n} rollouts"
+    print(f"\n{shape}, seeds {args.seeds}; medians")
     print(
         "| arm | inter prompts | gain | oracle gain | share of oracle | rank corr (lessons) | rank corr, 4+ uses "
         "| helpful kept | helpful retired | harmful retired |"
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for arm in ARMS:
+    for arm in args.arms:
         r = rows[arm]
         med = {key: statistics.median(x[key] for x in r) for key in r[0]}
         share = med["gain"] / med["oracle"] if med["oracle"] else float("nan")
