@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import difflib
 import functools
 import logging
 import math
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lanpo.errors import ConfigError, listing
+from lanpo.errors import ConfigError, listing, nearest_first
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -341,13 +340,10 @@ def from_mapping(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        # the keys most like the unknown ones first (a near miss is named however many keys there are), then the rest
-        near = difflib.get_close_matches(unknown[0], fields, n=3, cutoff=0.5)
-        allowed = [*near, *sorted(set(fields) - set(near))]
         raise ConfigError(
             f"unknown config key{'s' if len(unknown) > 1 else ''} " + ", ".join(f"{prefix}{k}" for k in unknown),
-            hint=f"keys allowed{' in ' + prefix.rstrip('.') if prefix else ''}: {listing(allowed, 90)}; "
-            "--keys lists them all",
+            hint=f"keys allowed{' in ' + prefix.rstrip('.') if prefix else ''}: "
+            f"{listing(nearest_first(unknown[0], fields), 90)}; --keys lists them all",
         )
     kwargs = {name: _coerce(value, hints[name], f"{prefix}{name}") for name, value in data.items()}
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 HINT_LIMIT = 200  # characters: a hint says what to do in a line; a list that grows with the store is cut short
@@ -20,6 +21,14 @@ def listing(names: Iterable[str], room: int = 100, every: str | None = None) -> 
     if not more:
         return ", ".join(shown)
     return ", ".join(shown) + f" and {more} more" + (f" (`{every}`)" if every else "")
+
+
+def nearest_first(name: str, names: Iterable[str]) -> list[str]:
+    """`names` sorted, the (up to 3) most like `name` first: a hint that lists them names a near miss however many
+    there are."""
+    names = sorted(names)
+    near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    return [*near, *(n for n in names if n not in near)]
 
 
 class LanpoError(Exception):
