@@ -50,7 +50,8 @@ def history_cmd(lesson: int, as_json: bool) -> None:
       helped / hurt / even   uses whose graded correctness beat / fell below / matched the problem's zero-shot
                success under the same policy (exact, or in training estimated: docs/concepts.md)
       unknown  uses with no baseline or nothing graded
-      lift     credited gain per graded attempt over that baseline (experience_usage.lift; - with none graded)
+      lift     the version's own gain in the chance of a right answer over that baseline, the lessons drawn beside
+               it integrated out (lesson_history.lift, docs/concepts.md; - with none graded)
       95% CI   lift's interval, lift -+ 1.96 standard errors (- with none graded)
       probation  the version's state (lesson_history.probation): retired (the lesson was retired by its record,
                retired:harmful), untried (nothing graded yet), helps (the interval lies above 0), hurts (below 0),

@@ -22,7 +22,10 @@ class LessonUsefulness(Base):
     estimated from its zero-shot attempts at the few steps before (docs/concepts.md): helped (above), hurt
     (below), even, or unknown (no baseline, or nothing graded). `graded` counts the attempts with a baseline and
     `credit` their summed gain, each divided by its context's item count, so `credit / graded` is
-    `experience_usage.lift`; `credit_var` sums its uses' variances.
+    `experience_usage.lift`; `credit_var` sums its uses' variances. `net_credit` and `net_credit_var` (migration
+    0024): what its pool's uses say of the version's own effect, the lessons drawn beside it integrated out
+    (`lanpo.lesson_effects`), as graded * lift and graded^2 * lift's variance: what `lesson_history.lift`, the
+    value-aware draws, eviction by utility and retirement read.
     """
 
     __tablename__ = "lesson_usefulness"
@@ -31,6 +34,8 @@ class LessonUsefulness(Base):
         sa.CheckConstraint("least(uses, helped, hurt, even, unknown, graded) >= 0", name="counts_nonnegative"),
         sa.CheckConstraint(_finite("credit"), name="credit_finite"),
         sa.CheckConstraint(_nonnegative_finite("credit_var"), name="credit_var_valid"),
+        sa.CheckConstraint(_finite("net_credit"), name="net_credit_finite"),
+        sa.CheckConstraint(_nonnegative_finite("net_credit_var"), name="net_credit_var_valid"),
     )
 
     version_id: Mapped[int] = mapped_column(
@@ -44,6 +49,8 @@ class LessonUsefulness(Base):
     graded: Mapped[int] = mapped_column(sa.Integer, server_default="0")
     credit: Mapped[float] = mapped_column(sa.Double, server_default="0")
     credit_var: Mapped[float] = mapped_column(sa.Double, server_default="0")  # migration 0018
+    net_credit: Mapped[float] = mapped_column(sa.Double, server_default="0")  # migration 0024
+    net_credit_var: Mapped[float] = mapped_column(sa.Double, server_default="0")  # migration 0024
     updated_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True), server_default=sa.func.now())
 
 

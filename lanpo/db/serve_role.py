@@ -28,11 +28,14 @@ from lanpo.errors import ServingRoleUnavailable
 ENV_SERVE_URL = "LANPO_SERVE_URL"
 RENEW_COMMAND = "lanpo db serve-role --renew"
 
-# What migrations 0014, 0015, 0018 and 0021 give the role; `renew` restores the same (each grant:
+# What migrations 0014, 0015, 0018, 0021 and 0024 give the role; `renew` restores the same (each grant:
 # tests/db/test_serving.py).
 ROLE_SETTINGS = {"statement_timeout": "'30s'"}
 USE_COLUMNS = ("m", "outcome", "graded", "credit", "baseline", "baseline_n", "baseline_source", "credit_var")
-USEFULNESS_COLUMNS = ("uses", "helped", "hurt", "even", "unknown", "graded", "credit", "updated_at", "credit_var")
+USEFULNESS_COLUMNS = (
+    *("uses", "helped", "hurt", "even", "unknown", "graded", "credit", "updated_at", "credit_var"),
+    *("net_credit", "net_credit_var"),  # migration 0024: a verdict refits its lessons' pool
+)
 TABLE_GRANTS = {
     "pools": "SELECT",
     "experiences": "SELECT",

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from lanpo.config import Renamed, StoreConfig, apply_overrides, from_mapping, help_field, read_toml
 from lanpo.config import check as _check
-from lanpo.db.repo.sampling import RANKS, Ranking
+from lanpo.db.repo.sampling import RANKS, VALUE_PRIOR_SD, Ranking
 from lanpo.feedback_modes import FEEDBACK_SETTINGS, GAMMA, asks_inter
 from lanpo.rewards import DEFAULT_FORMAT_RULE, FORMAT_RULES
 
@@ -61,7 +61,7 @@ class InterConfig:
         "docs/concepts.md)",
     )
     prior_sd: float = help_field(
-        0.15,
+        VALUE_PRIOR_SD,
         "rank = value: the prior's standard deviation of a lesson's lift; an untried lesson is worth 1.96 x this, "
         "so it is tried before lessons known to do nothing and after lessons known to help",
     )

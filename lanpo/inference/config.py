@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lanpo.config import DTYPE_NAMES, Renamed, help_field
-from lanpo.db.repo.sampling import RANKS, Ranking
+from lanpo.db.repo.sampling import RANKS, VALUE_PRIOR_SD, Ranking
 from lanpo.errors import ConfigError
 from lanpo.feedback_modes import GAMMA
 from lanpo.retrieval import STAGE1
@@ -59,7 +59,7 @@ class RetrievalSettings:
         "relevance (the paper: by relevance, then stage-1 rank) | value (lessons on probation: by an upper confidence "
         "bound on each lesson's lift, those below value_bound left out, none left: zero-shot; docs/concepts.md)",
     )
-    prior_sd: float = help_field(0.15, "rank = value: the prior's standard deviation of a lesson's lift")
+    prior_sd: float = help_field(VALUE_PRIOR_SD, "rank = value: the prior's standard deviation of a lesson's lift")
     value_bound: float = help_field(0.0, "rank = value: a lesson whose value is below this is never retrieved")
 
     @property

@@ -4,7 +4,7 @@ its probation state, as `lesson_history` gives them (docs/concepts.md, "Probatio
 A version is in the figure when one of the runs' rollout groups carried it (a row of `lesson_uses`); its numbers
 are its record over the whole store at the time of the report, not the runs' share of it (`run_uses` in the CSV
 says how many of its uses were theirs). x is its graded attempts, the evidence the interval rests on, on a log
-axis (the interval narrows roughly as 1 / sqrt(graded)); y is lift = credit / graded, the error bar lift_low ..
+axis (the interval narrows roughly as 1 / sqrt(graded)); y is lift = net_credit / graded, the error bar lift_low ..
 lift_high; colour and marker say its probation: retired, helps, hurts or trying. An untried version (nothing
 graded, no lift) has no point: the legend counts it. Read, then pure functions and one figure.
 """
@@ -40,7 +40,7 @@ class LessonPoint:
     run_uses: int  # the report's runs' groups that carried it
     uses: int  # every group that carried it, in any run
     graded: int  # graded attempts with a baseline: x
-    lift: float | None  # credit / graded: y (None when untried)
+    lift: float | None  # net_credit / graded: y (None when untried)
     lift_low: float | None  # lift's 95 % interval
     lift_high: float | None
     probation: str  # one of lanpo.db.repo.lessons.PROBATION

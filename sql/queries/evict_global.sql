@@ -15,7 +15,7 @@ version_relevance AS (
 utility AS (
     SELECT e.id AS experience_id,
            CASE WHEN lu.helped + lu.hurt + lu.even >= :min_uses
-                THEN lanpo_lesson_value(lu.graded, lu.credit, lu.credit_var, :prior_sd, 0) ELSE 0 END AS value
+                THEN lanpo_lesson_value(lu.graded, lu.net_credit, lu.net_credit_var, :prior_sd, 0) ELSE 0 END AS value
     FROM experiences e
     CROSS JOIN LATERAL (
         SELECT v.id FROM experience_versions v WHERE v.experience_id = e.id ORDER BY v.version DESC LIMIT 1

@@ -14,7 +14,7 @@
 -- rollout the current version was written from (a merge's own source, not version 1's) instead of the summary: the
 -- same draw, unsummarised text (the summary when the source attempt is gone).
 -- :rank = 'value' (feedback.inter.rank, value-aware draws, docs/concepts.md "Lessons on probation"): every
--- relevant candidate is valued, lanpo_lesson_value(graded, credit, credit_var, :prior_sd, :z) of its current
+-- relevant candidate is valued, lanpo_lesson_value(graded, net_credit, net_credit_var, :prior_sd, :z) of its current
 -- version (migration 0020: an upper confidence bound on its lift), those below :value_bound are dropped, and the
 -- rest are ranked by value, then relevance, then recency; relevance only gates (>= :gamma). No candidate left:
 -- nothing is drawn and the prompt goes zero-shot. :rank = 'relevance' is the paper's ranking, as above.
@@ -77,7 +77,7 @@ candidates AS (
 ),
 valued AS (
     SELECT c.*, CASE WHEN :rank = 'value'
-                THEN lanpo_lesson_value(u.graded, u.credit, u.credit_var, :prior_sd, :z) END AS value
+                THEN lanpo_lesson_value(u.graded, u.net_credit, u.net_credit_var, :prior_sd, :z) END AS value
     FROM candidates c
     LEFT JOIN LATERAL (  -- the current version, read under rank = value only (a one-time filter otherwise)
         SELECT ev.id FROM experience_versions ev

@@ -21,7 +21,8 @@ pool AS (
         FROM (
             SELECT x.id AS experience_id, x.problem_id AS source_problem_id, x.created_at,
                    CASE WHEN :rank = 'value'
-                        THEN lanpo_lesson_value(u.graded, u.credit, u.credit_var, :prior_sd, :z) END AS value
+                        THEN lanpo_lesson_value(u.graded, u.net_credit, u.net_credit_var, :prior_sd, :z)
+                        END AS value
             FROM experiences x
             LEFT JOIN LATERAL (  -- the current version, read under rank = value only
                 SELECT ev.id FROM experience_versions ev

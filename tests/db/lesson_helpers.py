@@ -13,7 +13,7 @@ from lanpo.db.repo import lessons
 from lanpo.db.repo.experiences import NewExperience, add_experiences, append_version
 
 # version -> (uses, helped, hurt, even, unknown, graded, credit) of the lesson of b (the usefulness helper's code
-# keeps these current in a run; here they are written by hand)
+# keeps these current in a run; here they are written by hand, net_credit = credit: a fit that found no partner)
 USEFULNESS = {1: (6, 1, 3, 1, 1, 6, -1.5), 3: (2, 2, 0, 0, 0, 2, 1.0)}
 MERGE_SIMILARITY = 0.93
 
@@ -38,9 +38,9 @@ def fill_lesson_life(session: Session, ids: dict[str, int]) -> dict[str, int]:
     for version, counts in USEFULNESS.items():
         session.execute(
             sa.text(
-                "INSERT INTO lesson_usefulness (version_id, uses, helped, hurt, even, unknown, graded, credit) "
-                "VALUES (:v, :u, :h, :x, :e, :n, :g, :c) ON CONFLICT (version_id) DO UPDATE SET uses = :u, "
-                "helped = :h, hurt = :x, even = :e, unknown = :n, graded = :g, credit = :c"
+                "INSERT INTO lesson_usefulness (version_id, uses, helped, hurt, even, unknown, graded, credit, "
+                "net_credit) VALUES (:v, :u, :h, :x, :e, :n, :g, :c, :c) ON CONFLICT (version_id) DO UPDATE SET "
+                "uses = :u, helped = :h, hurt = :x, even = :e, unknown = :n, graded = :g, credit = :c, net_credit = :c"
             ),
             dict(zip("vuhxengc", (versions[version], *counts), strict=True)),
         )

@@ -231,12 +231,12 @@ def test_oldest_fast_path_evicts_what_the_general_ranking_evicts(session: Sessio
 
 def _usefulness(session: Session, version_id: int, known: int, lift: float, unknown: int = 1) -> None:
     """A lesson_usefulness row: `known` uses with an outcome (all helped or all hurt, by lift's sign), one graded
-    attempt each, credit = lift * known."""
+    attempt each, credit = net_credit = lift * known (a fit that found no partner)."""
     helped, hurt = (known, 0) if lift > 0 else (0, known)
     session.execute(
         sa.text(
-            "INSERT INTO lesson_usefulness (version_id, uses, helped, hurt, even, unknown, graded, credit) "
-            "VALUES (:v, :u, :h, :x, 0, :n, :g, :c)"
+            "INSERT INTO lesson_usefulness (version_id, uses, helped, hurt, even, unknown, graded, credit, "
+            "net_credit) VALUES (:v, :u, :h, :x, 0, :n, :g, :c, :c)"
         ),
         {"v": version_id, "u": known + unknown, "h": helped, "x": hurt, "n": unknown, "g": known, "c": lift * known},
     )
@@ -260,7 +260,8 @@ def test_lowest_utility_evicts_the_lesson_that_hurt_not_the_one_that_helped(sess
         NewGroup(q, "inter", "q", [wrong, wrong], step=1, run_id=run, contexts=uses[1]),
     ])  # fmt: skip
     rows = usefulness.of_versions(session, [helped, hurt])
-    assert (rows[helped].helped, rows[hurt].hurt) == (1, 1) and rows[helped].lift == 0.5 and rows[hurt].lift == -0.5
+    assert (rows[helped].helped, rows[hurt].hurt) == (1, 1)
+    assert (rows[helped].lift, rows[hurt].lift) == pytest.approx((0.5, -0.5), abs=1e-12)
     result = add_experiences(session, pool, [NewExperience(p, "new")])
     assert _active(session, p) == ["helped", "new"] and len(result.evicted_ids) == 1
     assert session.scalar(

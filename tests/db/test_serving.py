@@ -146,7 +146,11 @@ def test_the_role_is_made_as_0014_says(db: Engine) -> None:
         "served_answers": "INSERT, SELECT",
     }
     assert [tuple(c) for c in columns] == [
-        ("lesson_usefulness", "UPDATE", "credit, credit_var, even, graded, helped, hurt, unknown, updated_at, uses"),
+        (
+            "lesson_usefulness",
+            "UPDATE",
+            "credit, credit_var, even, graded, helped, hurt, net_credit, net_credit_var, unknown, updated_at, uses",
+        ),
         ("lesson_uses", "UPDATE", "baseline, baseline_n, baseline_source, credit, credit_var, graded, m, outcome"),
         ("run_metrics", "UPDATE", "value"),
         ("runs", "UPDATE", "finished_at, heartbeat_at, owner, status"),

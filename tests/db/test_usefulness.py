@@ -11,10 +11,11 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import replace
 from fractions import Fraction
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -230,22 +231,63 @@ def _check_uses(session: Session) -> dict[tuple[int, int], tuple]:
     return got
 
 
+def _reference_fit(session: Session) -> dict[int, tuple[float, float]]:
+    """Per version of a pool with graded uses, (net_credit, net_credit_var) by the book: per pool, every use row
+    with graded attempts of its versions and every version its context held; the use's gain undone from the share,
+    d = credit * k / graded, and its variance v = credit_var * k^2 / graded^2; the posterior of the effects with
+    precision A = X' W X + I / prior_sd^2 and mean A^-1 X' W d (X of positions m, W = diag(1 / v)); each version's
+    marginal with the prior divided out, times graded (and graded^2)."""
+    pool_of = dict(session.execute(sa.text(
+        "SELECT v.id, e.pool_id FROM experience_versions v JOIN experiences e ON e.id = v.experience_id"
+    )).all())  # fmt: skip
+    items = sa.text("SELECT group_id FROM group_contexts WHERE experience_version_id IS NOT NULL")
+    k = Counter(session.scalars(items))  # each group's lesson items
+    rows = session.execute(sa.text("SELECT version_id, group_id, m, graded, credit, credit_var FROM lesson_uses"))
+    rows = rows.all()
+    out: dict[int, tuple[float, float]] = {}
+    tau2 = usefulness.FIT_PRIOR_SD**2
+    for pool in {pool_of[r.version_id] for r in rows if r.graded > 0}:
+        groups = sorted({r.group_id for r in rows if r.graded > 0 and pool_of[r.version_id] == pool})
+        used = [r for r in rows if r.group_id in groups]
+        versions = sorted({r.version_id for r in used})
+        design = np.zeros((len(groups), len(versions)))
+        gain, var, graded = np.zeros(len(groups)), np.zeros(len(groups)), np.zeros(len(versions))
+        for r in used:
+            g, v = groups.index(r.group_id), versions.index(r.version_id)
+            design[g, v] = r.m
+            gain[g] = r.credit * k[r.group_id] / r.graded
+            var[g] = r.credit_var * k[r.group_id] ** 2 / r.graded**2
+            graded[v] += r.graded
+        covariance = np.linalg.inv(design.T @ (design / var[:, None]) + np.eye(len(versions)) / tau2)
+        mean, marginal = covariance @ (design.T @ (gain / var)), np.diag(covariance)
+        lift_var = 1 / (1 / marginal - 1 / tau2)
+        for i, v in enumerate(versions):
+            if pool_of[v] == pool:
+                out[v] = (graded[i] * lift_var[i] * mean[i] / marginal[i], graded[i] ** 2 * lift_var[i])
+    return out
+
+
 def _check_against_reference(session: Session) -> dict[int, usefulness.Usefulness]:
     all_versions = list(session.scalars(sa.text("SELECT id FROM experience_versions")))
     got = usefulness.of_versions(session, all_versions)
     want = _reference(session)
+    fit = _reference_fit(session)
     for v in all_versions:
         row = got.get(v, usefulness.Usefulness(v))
         expected = want.get(v, (0, 0, 0, 0, 0, 0, 0.0, 0.0))
         assert (row.uses, row.helped, row.hurt, row.even, row.unknown, row.graded) == expected[:6], v
         assert row.credit == pytest.approx(expected[6], abs=1e-12), v
         assert row.credit_var == pytest.approx(expected[7], abs=1e-12), v
+        net, net_var = fit.get(v, (0.0, 0.0))
+        assert row.net_credit == pytest.approx(net, abs=1e-9), v
+        assert row.net_credit_var == pytest.approx(net_var, rel=1e-9, abs=1e-12), v
     _check_uses(session)
     usage = {r.version_id: r for r in session.execute(sa.text("SELECT * FROM experience_usage"))}
-    for v in all_versions:  # the same estimator: lift is credit / graded
+    for v in all_versions:  # experience_usage's estimator is the share: its lift is credit / graded
         row = got.get(v, usefulness.Usefulness(v))
         assert usage[v].uses_with_baseline == row.graded
-        assert row.lift == (None if usage[v].lift is None else pytest.approx(usage[v].lift, abs=1e-12))
+        share = None if row.graded == 0 else row.credit / row.graded
+        assert share == (None if usage[v].lift is None else pytest.approx(usage[v].lift, abs=1e-12))
     return got
 
 
@@ -256,6 +298,9 @@ def test_usefulness_equals_the_loop_estimator_and_experience_usage(session: Sess
     for name in ("helped", "hurt", "even", "unknown"):  # the store holds every outcome
         assert sum(getattr(r, name) for r in rows) > 0, name
     assert any(0 < r.unknown < r.uses for r in rows) and any(r.lift is not None for r in rows)
+    # contexts of 2 lessons: the fit's lift is not the share's (credit / graded), in both directions
+    moved = [r.lift - r.credit / r.graded for r in rows if r.graded]
+    assert min(moved) < -0.01 and max(moved) > 0.01
     sources = set(session.scalars(sa.text("SELECT DISTINCT baseline_source FROM lesson_uses")))
     assert sources == {"exact", "estimated", None}  # training's estimates beside exact baselines, and none
     # the verdicts moved the evaluation's uses from unknown to known
@@ -275,9 +320,13 @@ def test_a_rollback_takes_the_deleted_uses_away(session: Session) -> None:
     assert sum(r.uses for r in after.values()) < sum(r.uses for r in before.values())
 
 
+LOCKS = ["pools_lock", "insert_missing", "lock"]  # the versions' pools, then their rows
+FIT = ["fit_uses", "fit_write"]  # the pool's graded uses read, its rows written
+
+
 def test_what_a_write_costs(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     """No lesson and no baseline: no query; a zero-shot group of a run: one look for lessons used at its key; a use
-    by a group with no run (never a baseline): its own version's row, with no look."""
+    by a group with no run (never a baseline): its own version's row, with no look, then its pool's fit."""
     (p,) = make_problems(session, 1, dataset="cheap")
     (version,) = make_experiences(session, p, 1)
     loaded: list[str] = []
@@ -298,18 +347,21 @@ def test_what_a_write_costs(session: Session, monkeypatch: pytest.MonkeyPatch) -
     assert looked() == ["versions_at"]
     lesson = [ContextRef(0, experience_version_id=version)]
     record_groups(session, [NewGroup(p, "inter", "q", [NewAttempt("r", 1.0, True)], step=0, contexts=lesson)])
-    assert looked() == ["insert_missing", "lock", "uses_recompute", "recompute"]
+    assert looked() == [*LOCKS, "uses_recompute", "recompute", *FIT]
     assert usefulness.of_versions(session, [version])[version] == usefulness.Usefulness(version, uses=1, unknown=1)
     # a use at a run's key: the versions used there, locked; the uses at that key recomputed; their versions re-summed
     looked()
     record_groups(
         session, [NewGroup(p, "inter", "q", [NewAttempt("r", 0.0, False)], step=0, run_id=run, contexts=lesson)]
     )
-    assert looked() == ["versions_at", "insert_missing", "lock", "uses_recompute", "recompute"]
+    assert looked() == ["versions_at", *LOCKS, "uses_recompute", "recompute", *FIT]
     got = usefulness.of_versions(session, [version])[version]
     assert got == usefulness.Usefulness(version, uses=2, hurt=1, unknown=1, graded=1, credit=-1.0,
-                                        credit_var=got.credit_var)  # fmt: skip
+                                        credit_var=got.credit_var, net_credit=got.net_credit,
+                                        net_credit_var=got.net_credit_var)  # fmt: skip
     assert got.credit_var == pytest.approx(1 / 18 + 1 / 18)  # 0 of 1 and 1 of 1: each a Beta(2, 1)'s variance
+    # alone in its one context: the fit's evidence is the use's own gain and variance
+    assert (got.net_credit, got.net_credit_var) == pytest.approx((-1.0, got.credit_var), rel=1e-12)
     _check_uses(session)
 
 
@@ -416,6 +468,16 @@ def test_a_verdict_and_a_new_baseline_at_one_key_at_once_both_reach_the_use(db: 
     assert not errors
     with transaction(db) as s:
         got = usefulness.of_versions(s, [version])[version]
-        assert got == usefulness.Usefulness(version, uses=1, even=1, graded=1, credit=0.0, credit_var=got.credit_var)
+        assert got == usefulness.Usefulness(
+            version,
+            uses=1,
+            even=1,
+            graded=1,
+            credit=0.0,
+            credit_var=got.credit_var,
+            net_credit=0.0,
+            net_credit_var=got.net_credit_var,
+        )
+        assert got.net_credit_var == pytest.approx(got.credit_var, rel=1e-12)
         assert got.credit_var == pytest.approx(2 / 18)  # 1 of 1 against 1 of 1
         _check_against_reference(s)

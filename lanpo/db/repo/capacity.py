@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
 from lanpo.db.repo.pools import PoolRow
-from lanpo.db.repo.sampling import PAPER_RANKING
+from lanpo.db.repo.sampling import EFFECT_PRIOR_SD
 from lanpo.errors import InputError
 
 
@@ -69,8 +69,8 @@ def lock_problems(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -
         )
 
 
-# lowest_utility's prior on a tried lesson's lift (sql/queries/evict_*.sql): the value-aware draws' default prior
-EVICTION_PRIOR_SD = PAPER_RANKING.prior_sd
+# lowest_utility's prior on a tried lesson's lift (sql/queries/evict_*.sql): the prior of the pools' joint fit
+EVICTION_PRIOR_SD = EFFECT_PRIOR_SD
 
 
 def enforce(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -> list[int]:

@@ -68,6 +68,8 @@ class HistoryRow:
     lift_low: float | None  # lift's 95 % interval
     lift_high: float | None
     probation: str  # one of PROBATION: the version's state, from that interval and the lesson's retirement
+    net_credit: float  # graded * lift: the version's own effect, the lessons drawn beside it integrated out
+    net_credit_var: float  # graded^2 * lift's variance
 
 
 def _lesson_id(value: int) -> int:

@@ -31,6 +31,13 @@ from lanpo.errors import InputError
 T = TypeVar("T")
 RANKS = ("relevance", "value")  # feedback.inter.rank
 VALUE_Z = 1.96  # standard deviations above the posterior mean: the bound of lift's 95 % interval (lesson_history)
+# The prior on a lesson's effect, N(0, EFFECT_PRIOR_SD^2): the pools' joint fit (usefulness.fit_pools) and eviction
+# by expected lift (capacity) shrink under it. The value rule's own prior, VALUE_PRIOR_SD, sets what an untried
+# lesson is worth to a draw (VALUE_Z x it: 0.196), below a lesson the fit knows helps by 0.3 however uncertain:
+# bench/value.py --n 16, six seeds, the value arm earned 0.85 of the oracle's gain at 0.1 and 0.73 at 0.15 (seeds
+# 0-2), where untried lessons (0.29) outbid proven ones (docs/log.md, 2026-12-06).
+EFFECT_PRIOR_SD = 0.15
+VALUE_PRIOR_SD = 0.1
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,7 @@ class Ranking:
     confidence bound on lift under a N(0, prior_sd^2) prior, then relevance; below `value_bound`, never drawn)."""
 
     rank: str = "relevance"
-    prior_sd: float = 0.15
+    prior_sd: float = VALUE_PRIOR_SD
     value_bound: float = 0.0
 
     def __post_init__(self) -> None:

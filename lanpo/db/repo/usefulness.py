@@ -20,7 +20,7 @@ verdict on an attempt there; a rollback deletes uses (their rows cascade). So th
 - `used_by_run_after` before a rollback deletes groups, and `refresh_versions` after (`steps.rollback_uncommitted`):
   re-sums the versions that lost uses.
 
-A write recomputes only the uses at its own keys, and re-sums small rows by version: its cost is bounded by what it
+A write recomputes only the uses at its own keys, and re-sums small rows by version: that cost is bounded by what it
 wrote, not by the length of the versions' histories. Rows are recomputed from the evidence, never incremented, so a
 refresh is idempotent and repairs the rows it covers (a use's row, by a refresh at its key). Concurrency (two
 transactions writing uses of one version, READ COMMITTED): each refresher inserts the missing version rows (ON
@@ -36,6 +36,15 @@ lock is known yet); lanpo's writers of one (run, step) write it in one transacti
 except two concurrent serve requests on one question, and the next refresh at that key (a verdict there, another
 group there) repairs that use's row.
 
+Each refresh then refits the pools of the versions it refreshed (`fit_pools`): every graded use of a pool's lessons,
+with the lessons each context held beside them, goes into one normal model (`lanpo.lesson_effects`) that tells a
+lesson's own effect from its neighbours', and each version's row keeps what that fit says of it alone,
+`net_credit` and `net_credit_var` (what `lesson_history.lift`, the value-aware draws, eviction by utility and
+retirement read). Unlike the use rows, the fit is the pool's: a write reads every graded use of the pools it
+touches (one row per use and lesson) and may rewrite every row of them, as one new use moves its partners'
+estimates and theirs. A pool's refreshers take turns on one advisory lock per pool, taken before the rows' locks
+(`usefulness_pools_lock.sql`), so the last to commit fits every use committed before it.
+
 `of_versions(session, ids)` reads the rows as `Usefulness` dataclasses.
 """
 
@@ -45,13 +54,21 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from lanpo import lesson_effects
 from lanpo.db import sqlfiles
+from lanpo.db.repo.sampling import EFFECT_PRIOR_SD
 
 Key = tuple[int | None, int | None, int]  # (run_id, step, problem_id) of a rollout group
+# the prior on a lesson's effect under which a pool's fit integrates out each lesson's partners: eviction's too (so
+# lanpo_lesson_value at that prior gives back the fit's posterior exactly)
+FIT_PRIOR_SD = EFFECT_PRIOR_SD
+MIN_GAIN_VAR = 1e-9  # a use always has some variance (its Beta variances are never 0); a floor against rounding
+UNINFORMED_VAR = 1e6  # lift's variance where the uses say nothing of a lesson alone (lanpo_lesson_value: the prior)
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,8 @@ class Usefulness:
     graded: int = 0  # graded attempts of its uses that had a baseline
     credit: float = 0.0  # their summed (correct - baseline) / k
     credit_var: float = 0.0  # the variance of credit (its uses' summed, taken as independent)
+    net_credit: float = 0.0  # graded * lift: the version's own effect, its partners integrated out (fit_pools)
+    net_credit_var: float = 0.0  # graded^2 * the variance of lift
 
     @property
     def known(self) -> int:
@@ -75,15 +94,16 @@ class Usefulness:
 
     @property
     def lift(self) -> float | None:
-        """credit / graded: experience_usage.lift; None before any graded use with a baseline."""
-        return self.credit / self.graded if self.graded else None
+        """net_credit / graded: lesson_history.lift; None before any graded use with a baseline."""
+        return self.net_credit / self.graded if self.graded else None
 
     def interval(self, z: float = 1.96) -> tuple[float, float] | None:
-        """lift -+ z standard errors (sqrt(credit_var) / graded); None before any graded use with a baseline."""
+        """lift -+ z standard errors (sqrt(net_credit_var) / graded): lesson_history's lift_low and lift_high; None
+        before any graded use with a baseline."""
         if not self.graded:
             return None
-        half = z * math.sqrt(self.credit_var) / self.graded
-        return self.credit / self.graded - half, self.credit / self.graded + half
+        half = z * math.sqrt(self.net_credit_var) / self.graded
+        return self.net_credit / self.graded - half, self.net_credit / self.graded + half
 
 
 @dataclass(frozen=True)
@@ -122,11 +142,13 @@ def refresh(
     refreshed = sorted({*found, *versions})
     if not refreshed:
         return refreshed
-    _lock(session, refreshed)  # one pass: all rows locked in one order
+    pools = _lock_pools(session, refreshed)  # the pools first, then all rows in one order
+    _lock(session, refreshed)
     # a new statement, after the lock: the uses of the locked versions at these keys, as committed so far
     params |= {"loose_group_ids": sorted(set(loose_groups)), "version_ids": refreshed}
     session.execute(sqlfiles.load("queries/usefulness_uses_recompute"), params)
     session.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": refreshed})
+    fit_pools(session, pools)
     if retire is not None:
         retire_harmful(session, refreshed, retire)
     return refreshed
@@ -160,8 +182,52 @@ def refresh_versions(session: Session, version_ids: Sequence[int]) -> None:
     them. Versions that no longer exist are skipped."""
     ids = sorted(set(version_ids))
     if ids:
+        pools = _lock_pools(session, ids)
         _lock(session, ids)
         session.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": ids})
+        fit_pools(session, pools)
+
+
+def fit_pools(session: Session | Connection, pool_ids: Sequence[int]) -> None:
+    """Fit the effects of each pool's lessons from all its graded uses, and write each version's `net_credit` and
+    `net_credit_var` (graded * lift, graded^2 * lift's variance; `lanpo.lesson_effects`), under the store's prior
+    `FIT_PRIOR_SD`. Call it holding the pools' locks (`refresh`), or with nothing else writing (a migration)."""
+    for pool_id in pool_ids:
+        rows = session.execute(sqlfiles.load("queries/usefulness_fit_uses"), {"pool_id": pool_id}).all()
+        versions, net_credit, net_credit_var = _fit(rows)
+        params = {"pool_id": pool_id, "version_ids": versions, "net_credits": net_credit}
+        session.execute(sqlfiles.load("queries/usefulness_fit_write"), params | {"net_credit_vars": net_credit_var})
+
+
+def refit(connection: Connection | Session) -> list[int]:
+    """Fit every pool that has a usefulness row (what a migration that changes the fit runs); the pools fitted."""
+    pools = list(connection.scalars(sqlfiles.load("queries/usefulness_fit_pools")))
+    fit_pools(connection, pools)
+    return pools
+
+
+def _fit(rows: Sequence[sa.Row]) -> tuple[list[int], list[float], list[float]]:
+    """The fit of one pool's use rows (usefulness_fit_uses.sql): every version in them, with its net_credit and
+    net_credit_var."""
+    if not rows:
+        return [], [], []
+    groups, use = np.unique(np.array([r.group_id for r in rows], dtype=np.int64), return_inverse=True)
+    versions, lesson = np.unique(np.array([r.version_id for r in rows], dtype=np.int64), return_inverse=True)
+    gain, gain_var = np.zeros(len(groups)), np.ones(len(groups))
+    gain[use] = [r.gain for r in rows]  # one value per group: any of its rows (they agree)
+    gain_var[use] = [max(r.gain_var, MIN_GAIN_VAR) for r in rows]
+    graded = np.bincount(lesson, weights=[r.graded for r in rows], minlength=len(versions))  # (L,)
+    positions = np.array([r.m for r in rows], dtype=np.float64)
+    fit = lesson_effects.fit_effects(use, lesson, positions, gain, gain_var, len(versions), FIT_PRIOR_SD)
+    lift, lift_var = fit.evidence()
+    lift_var = np.minimum(lift_var, UNINFORMED_VAR)  # (L,) finite: a column's CHECK refuses infinity
+    return versions.tolist(), (graded * lift).tolist(), (graded**2 * lift_var).tolist()
+
+
+def _lock_pools(session: Session, version_ids: list[int]) -> list[int]:
+    """Take the advisory locks of the versions' pools, in pool order, to commit; the pools."""
+    found = session.execute(sqlfiles.load("queries/usefulness_pools_lock"), {"version_ids": version_ids})
+    return [r.pool_id for r in found]
 
 
 def _lock(session: Session, ids: list[int]) -> None:
@@ -177,7 +243,8 @@ def _lock(session: Session, ids: list[int]) -> None:
 
 def rebuild(connection: Connection | Session) -> list[int]:
     """Recompute every use in the history and re-sum every version a context ever held, by the writers' statements
-    (all keys at once): what a migration that changes the estimator runs. Returns the versions re-summed."""
+    (all keys at once): what a migration that changes the per-use estimator runs (then `refit`, where the fit's
+    columns exist: from migration 0024). Returns the versions re-summed."""
     connection.execute(sqlfiles.load("queries/usefulness_insert_all"))
     used = list(connection.scalars(sa.text("SELECT version_id FROM lesson_usefulness ORDER BY version_id")))
     if not used:
@@ -210,6 +277,8 @@ def of_versions(session: Session, version_ids: Iterable[int]) -> dict[int, Usefu
             r.graded,
             float(r.credit),
             float(r.credit_var),
+            float(r.net_credit),
+            float(r.net_credit_var),
         )
         for r in rows
     }
