@@ -48,6 +48,7 @@ from scipy.stats import spearmanr
 from lanpo.config import StoreConfig
 from lanpo.db.connection import transaction
 from lanpo.db.repo.problems import Question, problem_ids, upsert_problems
+from lanpo.db.repo.sampling import VALUE_PRIOR_SD
 from lanpo.feedback.config import DataConfig, FeedbackConfig, InterConfig, SummarizerConfig
 from lanpo.feedback.schedule import batch_problem_ids, choose_modes
 from lanpo.rollout.sim import SimTable, tags_in
@@ -78,7 +79,7 @@ def make_problems(db: sa.Engine, n: int) -> tuple[list[int], dict[int, str]]:
     return ids, questions
 
 
-def config(arm: str, seed: int, steps: int, batch: int, n: int, out: Path, prior_sd: float = 0.15) -> TrainConfig:
+def config(arm: str, seed: int, steps: int, batch: int, n: int, out: Path, prior_sd: float) -> TrainConfig:
     return TrainConfig(
         run_name=f"{arm}-{seed}",
         steps=steps,
@@ -189,7 +190,12 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=16, help="rollouts per prompt (the paper's group size, Table 7: 16)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="the arms to run")
-    parser.add_argument("--prior-sd", type=float, default=0.15, help="the value rule's prior_sd (the value arm's)")
+    parser.add_argument(
+        "--prior-sd",
+        type=float,
+        default=VALUE_PRIOR_SD,
+        help="the value arm's prior_sd (default: lanpo's, the value rule's)",
+    )
     args = parser.parse_args()
     rows: dict[str, list[dict[str, float]]] = {arm: [] for arm in args.arms}
     with bench_database() as db, tempfile.TemporaryDirectory(prefix="lanpo-value-") as out:
