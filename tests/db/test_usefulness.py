@@ -28,6 +28,7 @@ from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import steps as steps_repo
 from lanpo.db.repo import usefulness
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
+from lanpo.db.repo.sampling import EFFECT_PRIOR_SD
 from lanpo.db.repo.serving import record_feedback
 from lanpo.feedback.record import GroupRecord, RolloutRecord, write_step_rows
 
@@ -245,7 +246,7 @@ def _reference_fit(session: Session) -> dict[int, tuple[float, float]]:
     rows = session.execute(sa.text("SELECT version_id, group_id, m, graded, credit, credit_var FROM lesson_uses"))
     rows = rows.all()
     out: dict[int, tuple[float, float]] = {}
-    tau2 = usefulness.FIT_PRIOR_SD**2
+    tau2 = EFFECT_PRIOR_SD**2
     for pool in {pool_of[r.version_id] for r in rows if r.graded > 0}:
         groups = sorted({r.group_id for r in rows if r.graded > 0 and pool_of[r.version_id] == pool})
         used = [r for r in rows if r.group_id in groups]

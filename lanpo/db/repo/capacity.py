@@ -69,10 +69,6 @@ def lock_problems(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -
         )
 
 
-# lowest_utility's prior on a tried lesson's lift (sql/queries/evict_*.sql): the prior of the pools' joint fit
-EVICTION_PRIOR_SD = EFFECT_PRIOR_SD
-
-
 def enforce(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -> list[int]:
     """Evict beyond the pool's per-problem cap of `problem_ids`, then beyond its global cap; returns evicted ids.
 
@@ -90,7 +86,7 @@ def enforce(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -> list
                 "evicted_by": f"per_problem:{pool.eviction}",
                 "cap": pool.per_problem_cap,
                 "min_uses": pool.min_uses,
-                "prior_sd": EVICTION_PRIOR_SD,
+                "prior_sd": EFFECT_PRIOR_SD,  # lowest_utility shrinks a lift as the pools' fit does
             },
         )
     )
@@ -103,7 +99,7 @@ def enforce(session: Session, pool: PoolRow, problem_ids: Sequence[int]) -> list
                 "evicted_by": f"global:{pool.eviction}",
                 "cap": pool.global_cap,
                 "min_uses": pool.min_uses,
-                "prior_sd": EVICTION_PRIOR_SD,
+                "prior_sd": EFFECT_PRIOR_SD,  # lowest_utility shrinks a lift as the pools' fit does
             },
         )
     return evicted

@@ -64,9 +64,6 @@ from lanpo.db import sqlfiles
 from lanpo.db.repo.sampling import EFFECT_PRIOR_SD
 
 Key = tuple[int | None, int | None, int]  # (run_id, step, problem_id) of a rollout group
-# the prior on a lesson's effect under which a pool's fit integrates out each lesson's partners: eviction's too (so
-# lanpo_lesson_value at that prior gives back the fit's posterior exactly)
-FIT_PRIOR_SD = EFFECT_PRIOR_SD
 MIN_GAIN_VAR = 1e-9  # a use always has some variance (its Beta variances are never 0); a floor against rounding
 UNINFORMED_VAR = 1e6  # lift's variance where the uses say nothing of a lesson alone (lanpo_lesson_value: the prior)
 
@@ -191,7 +188,8 @@ def refresh_versions(session: Session, version_ids: Sequence[int]) -> None:
 def fit_pools(session: Session | Connection, pool_ids: Sequence[int]) -> None:
     """Fit the effects of each pool's lessons from all its graded uses, and write each version's `net_credit` and
     `net_credit_var` (graded * lift, graded^2 * lift's variance; `lanpo.lesson_effects`), under the store's prior
-    `FIT_PRIOR_SD`. Call it holding the pools' locks (`refresh`), or with nothing else writing (a migration)."""
+    `sampling.EFFECT_PRIOR_SD` (eviction's too, so lanpo_lesson_value at it gives back the fit's posterior). Call
+    it holding the pools' locks (`refresh`), or with nothing else writing (a migration)."""
     for pool_id in pool_ids:
         rows = session.execute(sqlfiles.load("queries/usefulness_fit_uses"), {"pool_id": pool_id}).all()
         versions, net_credit, net_credit_var = _fit(rows)
@@ -218,7 +216,7 @@ def _fit(rows: Sequence[sa.Row]) -> tuple[list[int], list[float], list[float]]:
     gain_var[use] = [max(r.gain_var, MIN_GAIN_VAR) for r in rows]
     graded = np.bincount(lesson, weights=[r.graded for r in rows], minlength=len(versions))  # (L,)
     positions = np.array([r.m for r in rows], dtype=np.float64)
-    fit = lesson_effects.fit_effects(use, lesson, positions, gain, gain_var, len(versions), FIT_PRIOR_SD)
+    fit = lesson_effects.fit_effects(use, lesson, positions, gain, gain_var, len(versions), EFFECT_PRIOR_SD)
     lift, lift_var = fit.evidence()
     lift_var = np.minimum(lift_var, UNINFORMED_VAR)  # (L,) finite: a column's CHECK refuses infinity
     return versions.tolist(), (graded * lift).tolist(), (graded**2 * lift_var).tolist()
