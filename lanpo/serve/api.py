@@ -64,6 +64,10 @@ class ChatRequest(BaseModel):
     messages: list[Message] = Field(min_length=1)
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    # vLLM's extension (its OpenAI server reads it too; the `openai` client sends it in `extra_body`): EOS is held
+    # back until the answer has this many tokens (at most max_tokens; not beside stop strings, which vLLM also holds
+    # back and lanpo's cut would not). Benchmarks set it to max_tokens: every server writes answers of one length.
+    min_tokens: Annotated[int, Field(ge=0)] = 0
     temperature: Annotated[float, Field(ge=0.0, le=2.0, allow_inf_nan=False)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] | None = None
     n: Annotated[int, Field(ge=1, le=16)] = 1

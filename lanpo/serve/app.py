@@ -156,6 +156,14 @@ class Server:
                 "max_tokens_too_large",
                 "max_tokens",
             )
+        if body.min_tokens > limit:
+            raise ApiError(
+                400, f"min_tokens is {body.min_tokens}, above max_tokens ({limit})", "invalid_min_tokens", "min_tokens"
+            )
+        if body.min_tokens and body.stops:
+            raise ApiError(
+                400, "min_tokens and stop strings together are not supported; send one of them", "unsupported", "stop"
+            )
         opts = body.lanpo
         mode = normalise_mode(opts.mode) if opts is not None and opts.mode else s.mode
         if body.stream and body.n != 1:
@@ -172,6 +180,7 @@ class Server:
             top_p=s.sampling.top_p if body.top_p is None else body.top_p,
             seed=body.seed,
             stop=body.stops,
+            min_new_tokens=body.min_tokens,
         )
         return Ask(asked, mode, body.n, params, r, pool[0], pool[1], scope)
 
@@ -426,6 +435,7 @@ def _sampling(ask: Ask) -> dict[str, Any]:
     out = {
         "n": ask.n,
         "max_tokens": p.max_new_tokens,
+        "min_tokens": p.min_new_tokens,
         "temperature": p.temperature,
         "top_p": p.top_p,
         "seed": p.seed,

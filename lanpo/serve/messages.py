@@ -25,7 +25,10 @@ A request is read as a `Conversation`: the client's system text, the turns befor
   with `tool_calls`, is a 400 rather than an answer that silently ignores them.
 - **Other fields** (`FIELDS`): each of OpenAI's request fields is honoured, ignored (it changes nothing in the
   answer, such as `user` or `store`), or refused with code `unsupported_parameter` when set to ask for something
-  lanpo cannot do (`response_format` other than text, `logprobs`, penalties, audio, ...).
+  lanpo cannot do (`response_format` other than text, `logprobs`, penalties, audio, ...). Of vLLM's extensions,
+  `min_tokens` is honoured (EOS held back until the answer is that long; not beside stop strings), and the
+  sampling ones lanpo does not apply (`top_k`, `min_p`, `repetition_penalty`, `ignore_eos`, `use_beam_search`,
+  `best_of`) are refused the same way; any other field is ignored.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ HONOURED = (
     "messages",
     "max_tokens",
     "max_completion_tokens",
+    "min_tokens",  # vLLM's extension, not OpenAI's
     "temperature",
     "top_p",
     "n",
@@ -90,6 +94,14 @@ REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {  # field -> (why, values tha
     "verbosity": ("lanpo has no verbosity setting", ()),
     "web_search_options": ("lanpo does not search the web", ()),
     "moderation": ("lanpo runs no moderation", ()),
+    # vLLM's sampling extensions (its OpenAI server takes them at the top level) that lanpo does not apply: a client
+    # moved over from `vllm serve` is told, not answered under other sampling than it asked for
+    "top_k": ("lanpo samples with temperature and top_p only", (-1, 0)),
+    "min_p": ("lanpo samples with temperature and top_p only", (0,)),
+    "repetition_penalty": ("lanpo samples without penalties", (1,)),
+    "ignore_eos": ("lanpo ends an answer at EOS (min_tokens holds EOS back)", (False,)),
+    "use_beam_search": ("lanpo samples, it does not search beams", (False,)),
+    "best_of": ("lanpo returns every sample it draws (n)", (1,)),
 }
 FIELDS = (*HONOURED, *IGNORED, *TOOL_FIELDS, *REFUSED)
 

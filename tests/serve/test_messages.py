@@ -179,6 +179,12 @@ TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "ar
         (_request(response_format={"type": "json_object"}), "unsupported_parameter", "response_format", "free text"),
         (_request(logprobs=True), "unsupported_parameter", "logprobs", "logprobs"),
         (_request(presence_penalty=0.5), "unsupported_parameter", "presence_penalty", "penalties"),
+        (_request(top_k=5), "unsupported_parameter", "top_k", "top_p only"),  # vLLM's extensions, as vllm serve takes
+        (_request(repetition_penalty=1.2), "unsupported_parameter", "repetition_penalty", "penalties"),
+        (_request(ignore_eos=True), "unsupported_parameter", "ignore_eos", "min_tokens"),
+        (_request(max_tokens=4, min_tokens=5), "invalid_min_tokens", "min_tokens", "above max_tokens (4)"),
+        (_request(min_tokens=5_000), "invalid_min_tokens", "min_tokens", "above max_tokens"),  # the server's default
+        (_request(max_tokens=4, min_tokens=2, stop=["."]), "unsupported", "stop", "min_tokens and stop"),
         (
             {"messages": [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Be brief."}]},
             "unsupported_messages",
@@ -218,6 +224,11 @@ def test_fields_that_ask_for_nothing_are_served(server: Served) -> None:
         response_format={"type": "text"},
         logprobs=False,
         presence_penalty=0,
+        top_k=-1,
+        min_p=0.0,
+        repetition_penalty=1.0,
+        ignore_eos=False,
+        min_tokens=0,
         user="u-1",
         store=True,
         metadata={"app": "acme"},
@@ -229,3 +240,30 @@ def test_fields_that_ask_for_nothing_are_served(server: Served) -> None:
     assert response.status_code == 200, response.text
     row = stored(server, response.json()["lanpo"]["answer_ids"][0])
     assert row.prompt.count(f"Be brief.\n\n{prompts.SYSTEM}") == 1
+
+
+def test_min_tokens_holds_eos_back_until_every_answer_is_that_long(server: Served) -> None:
+    """vLLM's `min_tokens`, through the stock client's `extra_body` (bench/serve.py sets it to max_tokens on both
+    servers, for answers of one length): 16 seeded samples end early by EOS without it and run to 24 tokens with it,
+    and the stored sampling says so."""
+
+    def ask(**extra: Any) -> tuple[list[int], list[str], dict[str, Any]]:
+        reply = server.client().chat.completions.create(
+            model=server.model,
+            messages=[{"role": "user", "content": "What is 2+2?"}],
+            max_tokens=24,
+            n=16,
+            temperature=1.0,
+            seed=1,
+            extra_body={"lanpo": {"mode": "zero_shot"}, **extra},
+        )
+        ids = reply.model_extra["lanpo"]["answer_ids"]
+        rows = server.rows("SELECT completion_tokens FROM attempts WHERE id = ANY(:ids) ORDER BY id", ids=ids)
+        (sampling,) = server.rows("SELECT sampling FROM served_answers WHERE request_id = :r", r=reply.id)[0]
+        return [r.completion_tokens for r in rows], [c.finish_reason for c in reply.choices], sampling
+
+    free, free_reasons, free_sampling = ask()
+    assert min(free) < 24 and "stop" in free_reasons  # without it some answers end early: the test can tell
+    held, held_reasons, held_sampling = ask(min_tokens=24)
+    assert held == [24] * 16 and set(held_reasons) == {"length"}
+    assert (free_sampling["min_tokens"], held_sampling["min_tokens"]) == (0, 24)
