@@ -13,6 +13,13 @@ only). Medians of both, their ratio.
     python bench/usefulness.py                          # 200 steps x 100 groups over 400 versions: 80,000 uses
     python bench/usefulness.py --estimated              # the same, every use against an estimated baseline
     python bench/usefulness.py --steps 2 --groups 4 --versions 8 --rounds 1   # the smoke
+    python bench/usefulness.py --verdicts 32 --clients 8   # and what a server's verdicts cost on that history
+
+With --verdicts V: one more step of V retrieval answers as a server writes them (one ungraded attempt, 4 lessons,
+beside a graded zero-shot group), then, interleaved for --rounds, --clients threads send one verdict on each (a
+round flips them all): `in transaction`, the verdict's own transaction refits the pool (what `lanpo serve` did
+before `lanpo.serve.refit`), against `group commit`, the verdict commits its use rows and awaits
+`Refitter.settle` (what it does now). Verdicts/s of each, medians, their ratio, and the refits the group commit ran.
 
 Uses its own embedded Postgres in a temporary folder, or a new database on $LANPO_DATABASE_URL's server.
 """
@@ -20,9 +27,11 @@ Uses its own embedded Postgres in a temporary folder, or a new database on $LANP
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,6 +47,8 @@ from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_grou
 from lanpo.db.repo.experiences import NewExperience, add_experiences
 from lanpo.db.repo.pools import ensure_pool
 from lanpo.db.repo.problems import Question, problem_ids, upsert_problems
+from lanpo.db.repo.serving import record_feedback
+from lanpo.serve.refit import Refitter
 
 ITEMS, ROLLOUTS = 4, 16
 REFERENCE = sa.text((Path(__file__).parent / "usefulness_reference.sql").read_text())
@@ -81,6 +92,72 @@ def full_recompute(db: sa.Engine, vids: list[int]) -> float:
         return time.perf_counter() - started
 
 
+def served_answers(db: sa.Engine, run: int, step: int, pids: list[int], vids: list[int], n: int) -> list[int]:
+    """One step of `n` retrieval answers as a server writes them (ungraded, 4 lessons), each beside a graded
+    zero-shot group of its question; the answers' attempt ids."""
+    groups = []
+    with transaction(db) as session:
+        version = steps_repo.add_policy_version(session, run, step, f"{step:064x}")
+        common = {"step": step, "run_id": run, "policy_version_id": version}
+        for j in range(n):
+            problem = pids[1 + j % (len(pids) - 1)]
+            contexts = [ContextRef(k, vids[(step + j + k) % len(vids)]) for k in range(ITEMS)]
+            zero = [NewAttempt("z", float(a % 2), bool(a % 2)) for a in range(ROLLOUTS)]
+            groups.append(NewGroup(problem, "retrieval", "p", [NewAttempt("r")], contexts=contexts, **common))  # type: ignore[arg-type]
+            groups.append(NewGroup(problem, "zero_shot", "p", zero, **common))  # type: ignore[arg-type]
+        written = record_groups(session, groups)
+    return [ids[0] for ids in written[::2]]
+
+
+def verdicts_in_transaction(db: sa.Engine, answers: list[int], correct: bool, clients: int) -> float:
+    """Each verdict refits its pool inside its own transaction; seconds for all."""
+
+    def one(answer: int) -> None:
+        with transaction(db) as session:
+            record_feedback(session, answer, reward=None, correct=correct, gold_answer=None, key_name="bench")
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one, answers))
+    return time.perf_counter() - started
+
+
+def verdicts_group_commit(db: sa.Engine, answers: list[int], correct: bool, clients: int) -> tuple[float, int]:
+    """Each verdict commits its use rows, then awaits a refit begun after its commit (lanpo serve's path); seconds
+    for all, and the refits run."""
+
+    def one(answer: int) -> None:
+        with transaction(db) as session:
+            record_feedback(
+                session, answer, reward=None, correct=correct, gold_answer=None, key_name="bench", fit=False
+            )
+
+    async def run() -> tuple[float, int]:
+        executor = ThreadPoolExecutor(clients + 1)
+        refitter = Refitter(db, executor)
+        loop = asyncio.get_running_loop()
+        pool_id = db_pool(db)
+        slots = asyncio.Semaphore(clients)
+
+        async def request(answer: int) -> None:
+            async with slots:  # `clients` requests at a time, as the other arm's threads
+                await loop.run_in_executor(executor, one, answer)
+                await refitter.settle([pool_id])
+
+        started = time.perf_counter()
+        await asyncio.gather(*(request(a) for a in answers))
+        seconds = time.perf_counter() - started
+        executor.shutdown()
+        return seconds, refitter.refits
+
+    return asyncio.run(run())
+
+
+def db_pool(db: sa.Engine) -> int:
+    with db.connect() as conn:
+        return int(conn.scalar(sa.text("SELECT id FROM pools WHERE name = 'bench'")))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=200, help="steps of history")
@@ -90,6 +167,8 @@ def main() -> int:
     parser.add_argument(
         "--estimated", action="store_true", help="zero-shot groups of other problems: every use's baseline estimated"
     )
+    parser.add_argument("--verdicts", type=int, default=0, help="then a server's verdicts on this many answers")
+    parser.add_argument("--clients", type=int, default=8, help="verdicts sent at a time (--verdicts)")
     args = parser.parse_args()
     with bench_database() as db:
         with transaction(db) as session:
@@ -111,11 +190,37 @@ def main() -> int:
         for r in range(args.rounds):
             lanpo.append(write_step(db, run, args.steps + 1 + r, pids, vids, args.groups, args.estimated))
             reference.append(full_recompute(db, vids))
-    lanpo_ms, ref_ms = 1000 * statistics.median(lanpo), 1000 * statistics.median(reference)
-    print(f"| one more step's record_groups, refresh included (lanpo) | {lanpo_ms:.1f} ms |")
-    print(f"| the refresh as first written: its versions from all their uses (reference) | {ref_ms:.1f} ms |")
-    print(f"lanpo / reference: {lanpo_ms / ref_ms:.3f}x (medians of {args.rounds})")
+        lanpo_ms, ref_ms = 1000 * statistics.median(lanpo), 1000 * statistics.median(reference)
+        print(f"| one more step's record_groups, refresh included (lanpo) | {lanpo_ms:.1f} ms |")
+        print(f"| the refresh as first written: its versions from all their uses (reference) | {ref_ms:.1f} ms |")
+        print(f"lanpo / reference: {lanpo_ms / ref_ms:.3f}x (medians of {args.rounds})")
+        if args.verdicts:
+            bench_verdicts(db, run, args.steps + args.rounds + 1, pids, vids, args)
     return 0
+
+
+def bench_verdicts(
+    db: sa.Engine, run: int, step: int, pids: list[int], vids: list[int], args: argparse.Namespace
+) -> None:
+    """--verdicts: both arms interleaved for --rounds, the order alternating; verdicts/s, medians."""
+    answers = served_answers(db, run, step, pids, vids, args.verdicts)
+    inside, grouped, refits = [], [], []
+    for r in range(args.rounds):
+        for arm in ("inside", "grouped") if r % 2 == 0 else ("grouped", "inside"):
+            correct = (len(inside) + len(grouped)) % 2 == 0  # each pass flips every verdict: the fit moves
+            if arm == "inside":
+                inside.append(verdicts_in_transaction(db, answers, correct, args.clients))
+            else:
+                seconds, ran = verdicts_group_commit(db, answers, correct, args.clients)
+                grouped.append(seconds)
+                refits.append(ran)
+    rate_inside = args.verdicts / statistics.median(inside)
+    rate_grouped = args.verdicts / statistics.median(grouped)
+    print(f"\n{args.verdicts} verdicts, {args.clients} at a time, on a pool of {len(vids)} lessons:")
+    print(f"| each refits in its transaction (before) | {rate_inside:.1f} verdicts/s |")
+    print(f"| group commit, lanpo serve's refitter (now) | {rate_grouped:.1f} verdicts/s |")
+    print(f"group commit / in transaction: {rate_grouped / rate_inside:.2f}x (medians of {args.rounds}); refits "
+          f"per pass: {sorted(refits)}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -23,12 +23,13 @@ store keeps (`lesson_usefulness.net_credit = graded * lift`, `net_credit_var = g
 `lesson_history.lift` is `lift`: what the uses say of the lesson alone. A lesson drawn alone gets the
 inverse-variance weighted mean of its gains.
 
-The lessons are solved by connected sets (lessons linked by shared uses): a set of at most `dense_limit` lessons by
-a dense solve, which gives the exact marginal variances; a larger one by conjugate gradients (Jacobi
+X' W X and X' W d are built once as sparse products (scipy.sparse), and the lessons are solved by connected sets
+(lessons linked by shared uses, scipy's `connected_components` on X' W X): a set of at most `dense_limit` lessons by
+a dense inverse, which gives the exact marginal variances; a larger one by conjugate gradients (Jacobi
 preconditioned) for the mean, with the conditional variance 1 / A_ll (its partners' effects taken as known: a
 lower bound on var, so that set's intervals are too narrow where partners are uncertain).
 
-Pure numpy: arrays in, arrays out, no session; `tests/test_lesson_effects.py` checks it against a dense loop.
+numpy and scipy: arrays in, arrays out, no session; `tests/test_lesson_effects.py` checks it against a dense loop.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
+from scipy.sparse import csgraph
 
 DENSE_LIMIT = 2000  # lessons in one connected set solved densely (a 2000 x 2000 inverse: about a second)
 CG_TOLERANCE = 1e-10  # relative residual at which conjugate gradients stop
@@ -82,77 +85,42 @@ def fit_effects(
     if prior_sd <= 0:
         raise ValueError(f"prior_sd must be > 0, got {prior_sd}")
     use, lesson = np.asarray(use, dtype=np.int64), np.asarray(lesson, dtype=np.int64)
-    positions = np.asarray(positions, dtype=np.float64)
     weight = 1.0 / np.asarray(gain_var, dtype=np.float64)  # (U,)
-    target = np.asarray(gain, dtype=np.float64) * weight  # (U,) W d
     mean = np.zeros(n_lessons)
     var = np.full(n_lessons, prior_sd**2)
     if len(use) == 0:
         return EffectFit(mean, var, prior_sd)
-    label = _connected_sets(use, lesson, n_lessons)[lesson]  # (E,) each pair's set
+    design = sparse.csr_array(  # X, (U, L) of positions
+        (np.asarray(positions, dtype=np.float64), (use, lesson)), shape=(len(weight), n_lessons)
+    )
+    weighted = design.T.multiply(weight).tocsr()  # X' W, (L, U)
+    precision = (weighted @ design).tocsr()  # X' W X, (L, L): each use adds m m' w to its lessons' pairs
+    rhs = weighted @ np.asarray(gain, dtype=np.float64)  # X' W d, (L,)
+    used = np.unique(lesson)
+    count, label = csgraph.connected_components(precision[used][:, used], directed=False)  # the sets of used lessons
     order = np.argsort(label, kind="stable")
-    bounds = np.flatnonzero(np.r_[True, label[order][1:] != label[order][:-1], True])
+    bounds = np.searchsorted(label[order], np.arange(count + 1))
     for start, stop in itertools.pairwise(bounds):
-        entries = order[start:stop]  # every pair of the set's uses
-        members, local = np.unique(lesson[entries], return_inverse=True)  # the set's lessons; each pair's index
-        rhs = np.bincount(local, weights=positions[entries] * target[use[entries]], minlength=len(members))
+        members = used[order[start:stop]]  # one set's lessons
+        block = precision[members][:, members]
         if len(members) <= dense_limit:
-            precision = _precision(use[entries], local, positions[entries], weight, len(members), prior_sd)
-            mean[members] = np.linalg.solve(precision, rhs)
-            var[members] = np.diag(np.linalg.inv(precision))
+            dense = block.toarray() + np.eye(len(members)) / prior_sd**2
+            covariance = np.linalg.inv(dense)
+            mean[members] = covariance @ rhs[members]
+            var[members] = np.diag(covariance)
         else:
-            mean[members], var[members] = _conjugate_gradients(
-                use[entries], local, positions[entries], weight, rhs, prior_sd
-            )
+            mean[members], var[members] = _conjugate_gradients(block, rhs[members], prior_sd)
     return EffectFit(mean, var, prior_sd)
 
 
-def _connected_sets(use: np.ndarray, lesson: np.ndarray, n_lessons: int) -> np.ndarray:
-    """(n_lessons,) a label per lesson, equal for lessons linked by shared uses (union-find over the pairs)."""
-    parent = np.arange(n_lessons)
-
-    def root(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    first: dict[int, int] = {}
-    for u, lesson_id in zip(use.tolist(), lesson.tolist(), strict=True):
-        a, b = root(first.setdefault(u, lesson_id)), root(lesson_id)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    return np.array([root(x) for x in range(n_lessons)], dtype=np.int64)
-
-
-def _precision(
-    use: np.ndarray, local: np.ndarray, positions: np.ndarray, weight: np.ndarray, n: int, prior_sd: float
-) -> np.ndarray:
-    """A = X' W X + I / prior_sd^2, (n, n), from the pairs: every two entries of one use add m m' w to A."""
-    order = np.argsort(use, kind="stable")
-    u, lesson_of, m = use[order], local[order], positions[order]
-    starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
-    counts = np.diff(np.r_[starts, len(u)])
-    first, size = np.repeat(starts, counts), np.repeat(counts, counts)  # (e,) each entry's use: first entry, size
-    precision = np.eye(n) / prior_sd**2
-    for offset in range(int(counts.max())):  # entry e pairs with the use's entry number `offset`
-        has = np.flatnonzero(offset < size)
-        other = first[has] + offset
-        np.add.at(precision, (lesson_of[has], lesson_of[other]), m[has] * m[other] * weight[u[has]])
-    return precision
-
-
-def _conjugate_gradients(
-    use: np.ndarray, local: np.ndarray, positions: np.ndarray, weight: np.ndarray, rhs: np.ndarray, prior_sd: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """A^-1 rhs by Jacobi-preconditioned conjugate gradients, A applied through the pairs; and 1 / diag(A)."""
-    n, uses = len(rhs), len(weight)
+def _conjugate_gradients(block: sparse.csr_array, rhs: np.ndarray, prior_sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """A^-1 rhs by Jacobi-preconditioned conjugate gradients (A = block + I / prior_sd^2, applied sparse); and
+    1 / diag(A)."""
 
     def apply(theta: np.ndarray) -> np.ndarray:
-        fitted = np.bincount(use, weights=positions * theta[local], minlength=uses)  # (U,) X theta
-        return np.bincount(local, weights=positions * (weight * fitted)[use], minlength=n) + theta / prior_sd**2
+        return block @ theta + theta / prior_sd**2
 
-    diagonal = np.bincount(local, weights=positions**2 * weight[use], minlength=n) + 1.0 / prior_sd**2
+    diagonal = block.diagonal() + 1.0 / prior_sd**2
     theta = rhs / diagonal
     residual = rhs - apply(theta)
     z = residual / diagonal

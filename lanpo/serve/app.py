@@ -31,11 +31,13 @@ from lanpo.inference.config import RetrievalSettings, normalise_mode
 from lanpo.rollout import SamplingParams
 from lanpo.serve.answer import Answering, Ask, Timings
 from lanpo.serve.api import ChatRequest, FeedbackRequest, error_body
+from lanpo.serve.feedback import store_feedback
 from lanpo.serve.http import ApiError, BodyLimit, error_response, install_error_handlers, read_json, shown, sse
 from lanpo.serve.keys import Caller, KeyRing
 from lanpo.serve.learn import Learned, Learner
 from lanpo.serve.messages import conversation, refuse_unsupported
-from lanpo.serve.scopes import may_reach, request_scope
+from lanpo.serve.refit import Refitter
+from lanpo.serve.scopes import request_scope
 from lanpo.serve.settings import ServeSettings
 from lanpo.serve.store import Recorder, Runs, Served
 
@@ -62,6 +64,7 @@ class Server:
         self.answering: Answering | None = None
         self.learner: Learner | None = None
         self.recorder: Recorder | None = None
+        self.refitter: Refitter | None = None
         self.runs: Runs | None = None
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="lanpo-serve-store")
         self.pending = 0
@@ -80,6 +83,7 @@ class Server:
         if self.settings.learn.enabled:
             self.learner = Learner(self.engine, self.owner_db, self.settings.learn, self.settings.served_name)
         self.recorder = Recorder(self.db)
+        self.refitter = Refitter(self.db, self.executor)
         s = self.settings
         self.runs = Runs(self.db, s.run_name, s.model, s.config(), self.engine.adapter_sha256, self.default_pool)
         log.info(
@@ -327,8 +331,11 @@ class Server:
             await loop.run_in_executor(self.executor, self.pool, caller, pool_name)
         scope = request.path_params.get("scope")
         row_id, correct, row = await loop.run_in_executor(
-            self.executor, self._feedback, caller, body, pool_name, scope
+            self.executor, store_feedback, self.db, caller, body, pool_name, scope
         )
+        if correct is not None and row.pool_id is not None:  # committed: the pool's fit counts it before we answer
+            assert self.refitter is not None
+            await self.refitter.counted(row_id, row.pool_id)
         learned = Learned("off")
         if self.learner is not None:
             learned = await loop.run_in_executor(
@@ -344,41 +351,6 @@ class Server:
                 "lesson": learned.body(),
             }
         )
-
-    def _feedback(
-        self, caller: Caller, body: FeedbackRequest, pool_name: str | None, scope: str | None
-    ) -> tuple[int, bool | None, Any]:
-        from lanpo.db.connection import transaction
-        from lanpo.db.repo.serving import record_feedback, served_answer
-        from lanpo.rewards import is_correct
-
-        where = "" if pool_name is None else f" in pool {shown(pool_name)}"
-        unknown = ApiError(
-            404,
-            f"no served answer {body.answer_id}{where} (or this key may not read its pool)",
-            "answer_not_found",
-            "answer_id",
-        )
-        with transaction(self.db) as session:
-            row = served_answer(session, body.answer_id)
-            if row is None or not caller.may_read(row.pool_name):
-                raise unknown
-            if pool_name is not None and row.pool_name != pool_name:  # the path names the pool it answers for
-                raise unknown
-            if not may_reach(caller, row.scope) or (scope is not None and row.scope != scope):
-                raise unknown
-            correct = None if body.verdict is None else body.verdict == "correct"
-            if correct is None and body.gold_answer is not None:
-                correct = bool(is_correct(row.response, body.gold_answer))
-            fid = record_feedback(
-                session,
-                body.answer_id,
-                reward=body.reward,
-                correct=correct,
-                gold_answer=body.gold_answer,
-                key_name=caller.name,
-            )
-        return int(fid), correct, row
 
     async def models(self, request: Request, pool_name: str | None) -> Any:
         caller = self.caller(request)
@@ -408,6 +380,8 @@ class Server:
             body["engine"] = self.engine.stats()
         if self.recorder is not None:  # answers stored, in how many group commits
             body["store"] = {"answers": self.recorder.stored, "commits": self.recorder.commits}
+        if self.refitter is not None:  # the lesson fits verdicts waited on, and how many verdicts they counted
+            body["store"] = {**body.get("store", {}), **self.refitter.stats()}
         return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
     def _log(

@@ -4,6 +4,8 @@
 -- correct - baseline over its graded attempts, and gain_var, its variance (var a + var b), both undone from the
 -- share each item is credited (credit = m * n * gain / k, credit_var = (m * n / k)^2 * gain_var, graded = m * n,
 -- k the context's items). By group, then version: the fit's input in one order, so a refit gives the same bits.
+-- One row of six arrays (a column each, in that order; NULLs without uses): a pool's uses are read as arrays, not
+-- as a row apiece.
 WITH used AS (
     SELECT DISTINCT u.group_id
     FROM experiences e
@@ -18,10 +20,13 @@ items AS (
     WHERE gc.experience_version_id IS NOT NULL
     GROUP BY gc.group_id
 )
-SELECT u.group_id, u.version_id, u.m, u.graded,
-       u.credit * i.k / u.graded AS gain,
-       u.credit_var * i.k * i.k / (CAST(u.graded AS double precision) * u.graded) AS gain_var
+SELECT array_agg(u.group_id ORDER BY u.group_id, u.version_id) AS group_ids,
+       array_agg(u.version_id ORDER BY u.group_id, u.version_id) AS version_ids,
+       array_agg(u.m ORDER BY u.group_id, u.version_id) AS m,
+       array_agg(u.graded ORDER BY u.group_id, u.version_id) AS graded,
+       array_agg(u.credit * i.k / u.graded ORDER BY u.group_id, u.version_id) AS gain,
+       array_agg(u.credit_var * i.k * i.k / (CAST(u.graded AS double precision) * u.graded)
+                 ORDER BY u.group_id, u.version_id) AS gain_var
 FROM items i
 JOIN lesson_uses u ON u.group_id = i.group_id
 WHERE u.graded > 0
-ORDER BY u.group_id, u.version_id

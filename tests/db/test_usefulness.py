@@ -357,6 +357,13 @@ def test_what_a_write_costs(session: Session, monkeypatch: pytest.MonkeyPatch) -
     )
     assert looked() == ["versions_at", *LOCKS, "uses_recompute", "recompute", *FIT]
     got = usefulness.of_versions(session, [version])[version]
+    looked()
+    # an ungraded use at the key (a server's answer before feedback): rows refreshed, the fit skipped, as its input
+    # (graded uses, graded baselines) is as it was
+    record_groups(session, [NewGroup(p, "inter", "q", [NewAttempt("r")], step=0, run_id=run, contexts=lesson)])
+    assert looked() == ["versions_at", *LOCKS, "uses_recompute", "recompute"]
+    assert usefulness.of_versions(session, [version])[version] == replace(got, uses=3, unknown=2)
+    looked()
     assert got == usefulness.Usefulness(version, uses=2, hurt=1, unknown=1, graded=1, credit=-1.0,
                                         credit_var=got.credit_var, net_credit=got.net_credit,
                                         net_credit_var=got.net_credit_var)  # fmt: skip

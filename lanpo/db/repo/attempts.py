@@ -197,7 +197,10 @@ def record_groups(session: Session, groups: list[NewGroup], retire: bool = True)
             keys.add((row[0], row[2], row[1]))  # (run_id, step, problem_id)
     at = {(row[0], row[2]) for row in group_rows}  # (run_id, step)
     tied = usefulness.RetireAt(*next(iter(at))) if len(at) == 1 else usefulness.RetireAt()
-    usefulness.refresh(session, keys, versions, loose, retire=tied if retire else None)
+    # The fit reads graded uses and graded baselines only: ungraded attempts (a server's answers, before feedback)
+    # leave its input as it was, so their write refreshes the rows and skips the refit
+    graded = any(a.correct is not None for g in groups for a in g.attempts)
+    usefulness.refresh(session, keys, versions, loose, retire=tied if retire else None, fit=graded)
     out: list[list[int]] = [[] for _ in groups]
     for aid, (i, _) in zip(attempt_ids, attempt_rows, strict=True):
         out[i].append(aid)

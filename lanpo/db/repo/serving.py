@@ -142,11 +142,13 @@ def record_feedback(
     correct: bool | None,
     gold_answer: str | None,
     key_name: str | None,
+    fit: bool = True,
 ) -> int:
     """Append feedback on attempt `attempt_id` (in the caller's transaction); its id. A reward (finite) or a
     verdict is required; InputError, with nothing written, otherwise. The caller checks the attempt is a served
     answer (`served_answer`) and that the key may reach its pool. A verdict refreshes the `lesson_usefulness` of the
-    versions used at the attempt's key (`usefulness.refresh_at_attempt`); a reward alone changes none."""
+    versions used at the attempt's key (`usefulness.refresh_at_attempt`), and with `fit` refits their pool here;
+    `lanpo serve` passes False and refits after the commit (`lanpo.serve.refit`). A reward alone changes none."""
     reward = checks.finite_or_none(reward, "reward")
     correct = checks.bool_or_none(correct, "verdict")
     if reward is None and correct is None:
@@ -165,7 +167,7 @@ def record_feedback(
     }
     feedback_id = int(session.scalar(sqlfiles.load("queries/answer_feedback_insert"), params))  # type: ignore[arg-type]
     if correct is not None:
-        usefulness.refresh_at_attempt(session, params["attempt_id"])
+        usefulness.refresh_at_attempt(session, params["attempt_id"], fit=fit)
     return feedback_id
 
 

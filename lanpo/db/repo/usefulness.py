@@ -43,7 +43,11 @@ lesson's own effect from its neighbours', and each version's row keeps what that
 retirement read). Unlike the use rows, the fit is the pool's: a write reads every graded use of the pools it
 touches (one row per use and lesson) and may rewrite every row of them, as one new use moves its partners'
 estimates and theirs. A pool's refreshers take turns on one advisory lock per pool, taken before the rows' locks
-(`usefulness_pools_lock.sql`), so the last to commit fits every use committed before it.
+(`usefulness_pools_lock.sql`), so the last to commit fits every use committed before it. Two writers skip the fit in
+their transaction: a write of ungraded attempts (a server's answers before feedback), which leaves the fit's input
+(graded uses and graded baselines) as it was; and `lanpo serve`'s verdicts, which commit their use rows and then
+wait for a refit in a transaction of its own (`refit_after`, batched by `lanpo.serve.refit`), begun after their
+commit and so fitting their uses.
 
 `of_versions(session, ids)` reads the rows as `Usefulness` dataclasses.
 """
@@ -117,6 +121,7 @@ def refresh(
     versions: Iterable[int] = (),
     loose_groups: Iterable[int] = (),
     retire: RetireAt | None = None,
+    fit: bool = True,
 ) -> list[int]:
     """Recompute the rows of every version used by a group at any of `keys`, and of `versions`; those refreshed.
 
@@ -126,6 +131,10 @@ def refresh(
     version's `lesson_usefulness` row sums its `lesson_uses` rows. So a write costs what its keys hold, not what
     the versions' histories hold. A version passed but not used at `keys` is re-summed from its rows. One query
     when no version is used at the keys and none is given; none without keys.
+
+    `fit`: refit the refreshed versions' pools in this transaction (`fit_pools`). A writer passes False when its
+    write leaves the fit's input as it was (no graded evidence: `record_groups` of ungraded attempts), or when it
+    refits after its commit (`lanpo serve`'s verdicts, `refit_after`); the pools' locks are taken either way.
     """
     full = sorted(k for k in set(keys) if k[0] is not None and k[1] is not None)  # type: ignore[type-var]
     params: dict[str, list] = {
@@ -145,7 +154,8 @@ def refresh(
     params |= {"loose_group_ids": sorted(set(loose_groups)), "version_ids": refreshed}
     session.execute(sqlfiles.load("queries/usefulness_uses_recompute"), params)
     session.execute(sqlfiles.load("queries/usefulness_recompute"), {"version_ids": refreshed})
-    fit_pools(session, pools)
+    if fit:
+        fit_pools(session, pools)
     if retire is not None:
         retire_harmful(session, refreshed, retire)
     return refreshed
@@ -159,12 +169,22 @@ def retire_harmful(session: Session, version_ids: Sequence[int], at: RetireAt) -
     return sorted(session.scalars(sqlfiles.load("queries/lessons_retire_harmful"), params))
 
 
-def refresh_at_attempt(session: Session, attempt_id: int) -> list[int]:
-    """Recompute the rows a verdict on `attempt_id` can change (the uses at its group's key, and their versions)."""
+def refresh_at_attempt(session: Session, attempt_id: int, fit: bool = True) -> list[int]:
+    """Recompute the rows a verdict on `attempt_id` can change (the uses at its group's key, and their versions);
+    `fit` as for `refresh`."""
     key = session.execute(sqlfiles.load("queries/usefulness_key_of_attempt"), {"attempt_id": attempt_id}).first()
     if key is None or key.run_id is None or key.step is None:
         return []  # no attempt, or a group that never has a baseline: a verdict changes no outcome
-    return refresh(session, [(key.run_id, key.step, key.problem_id)])
+    return refresh(session, [(key.run_id, key.step, key.problem_id)], fit=fit)
+
+
+def refit_after(session: Session, pool_ids: Sequence[int]) -> None:
+    """Refit `pool_ids` under their locks (taken in pool order, to commit), in a transaction of its own begun after
+    the writes it covers committed: it fits every use committed before it took the lock (`lanpo.serve.refit`)."""
+    ids = sorted(set(pool_ids))
+    if ids:
+        session.execute(sqlfiles.load("queries/usefulness_pools_lock_ids"), {"pool_ids": ids}).all()
+        fit_pools(session, ids)
 
 
 def used_by_run_after(session: Session, run_id: int, after_step: int) -> list[int]:
@@ -191,8 +211,8 @@ def fit_pools(session: Session | Connection, pool_ids: Sequence[int]) -> None:
     `sampling.EFFECT_PRIOR_SD` (eviction's too, so lanpo_lesson_value at it gives back the fit's posterior). Call
     it holding the pools' locks (`refresh`), or with nothing else writing (a migration)."""
     for pool_id in pool_ids:
-        rows = session.execute(sqlfiles.load("queries/usefulness_fit_uses"), {"pool_id": pool_id}).all()
-        versions, net_credit, net_credit_var = _fit(rows)
+        uses = session.execute(sqlfiles.load("queries/usefulness_fit_uses"), {"pool_id": pool_id}).one()
+        versions, net_credit, net_credit_var = _fit(uses)
         params = {"pool_id": pool_id, "version_ids": versions, "net_credits": net_credit}
         session.execute(sqlfiles.load("queries/usefulness_fit_write"), params | {"net_credit_vars": net_credit_var})
 
@@ -204,18 +224,18 @@ def refit(connection: Connection | Session) -> list[int]:
     return pools
 
 
-def _fit(rows: Sequence[sa.Row]) -> tuple[list[int], list[float], list[float]]:
-    """The fit of one pool's use rows (usefulness_fit_uses.sql): every version in them, with its net_credit and
-    net_credit_var."""
-    if not rows:
+def _fit(uses: sa.Row) -> tuple[list[int], list[float], list[float]]:
+    """The fit of one pool's uses (usefulness_fit_uses.sql: a column of arrays each, one entry per use and version
+    its context held): every version in them, with its net_credit and net_credit_var."""
+    if uses.group_ids is None:
         return [], [], []
-    groups, use = np.unique(np.array([r.group_id for r in rows], dtype=np.int64), return_inverse=True)
-    versions, lesson = np.unique(np.array([r.version_id for r in rows], dtype=np.int64), return_inverse=True)
+    groups, use = np.unique(np.asarray(uses.group_ids, dtype=np.int64), return_inverse=True)
+    versions, lesson = np.unique(np.asarray(uses.version_ids, dtype=np.int64), return_inverse=True)
     gain, gain_var = np.zeros(len(groups)), np.ones(len(groups))
-    gain[use] = [r.gain for r in rows]  # one value per group: any of its rows (they agree)
-    gain_var[use] = [max(r.gain_var, MIN_GAIN_VAR) for r in rows]
-    graded = np.bincount(lesson, weights=[r.graded for r in rows], minlength=len(versions))  # (L,)
-    positions = np.array([r.m for r in rows], dtype=np.float64)
+    gain[use] = np.asarray(uses.gain, dtype=np.float64)  # one value per group: any of its entries (they agree)
+    gain_var[use] = np.maximum(np.asarray(uses.gain_var, dtype=np.float64), MIN_GAIN_VAR)
+    graded = np.bincount(lesson, weights=np.asarray(uses.graded, dtype=np.float64), minlength=len(versions))  # (L,)
+    positions = np.asarray(uses.m, dtype=np.float64)
     fit = lesson_effects.fit_effects(use, lesson, positions, gain, gain_var, len(versions), EFFECT_PRIOR_SD)
     lift, lift_var = fit.evidence()
     lift_var = np.minimum(lift_var, UNINFORMED_VAR)  # (L,) finite: a column's CHECK refuses infinity
