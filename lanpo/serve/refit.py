@@ -36,7 +36,7 @@ class Refitter:
         self._asked: set[int] = set()  # pools asked for since the running refit began
         self._started = 0  # refits begun, numbered 1, 2, ...
         self._done = 0  # the number of the last refit that ended well (one runs at a time: they end in order)
-        self._running: asyncio.Future[None] | None = None
+        self._running: tuple[asyncio.Future[None], int] | None = None  # the running refit, and its number
         self.refits = 0  # refits that ended well
         self.settled = 0  # settle calls answered
 
@@ -48,8 +48,10 @@ class Refitter:
         self._asked |= pools
         wanted = self._started + 1  # the next refit to begin takes every pool asked for, these among them
         while self._done < wanted:
-            running = self._running if self._running is not None else self._begin()
+            running, number = self._running if self._running is not None else self._begin()
             await asyncio.wait([running])  # our cancellation does not cancel the refit
+            if number < wanted:
+                continue  # begun before our call: whatever became of it, ours is the next
             if running.cancelled():
                 raise asyncio.CancelledError("the refit was cancelled (the server is stopping)")
             failure = running.exception()
@@ -69,7 +71,7 @@ class Refitter:
                 "store_unavailable",
             ) from None
 
-    def _begin(self) -> asyncio.Future[None]:
+    def _begin(self) -> tuple[asyncio.Future[None], int]:
         batch, self._asked = sorted(self._asked), set()
         self._started += 1
         number = self._started
@@ -83,8 +85,8 @@ class Refitter:
                 self._done, self.refits = number, self.refits + 1
 
         running.add_done_callback(ended)
-        self._running = running
-        return running
+        self._running = running, number
+        return self._running
 
     def _refit(self, pools: list[int]) -> None:
         with transaction(self.db) as session:

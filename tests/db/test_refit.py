@@ -9,6 +9,7 @@ import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from store_helpers import make_experiences, make_pool, make_problems
@@ -23,14 +24,14 @@ from lanpo.serve.refit import Refitter
 FIT = sa.text("SELECT version_id, net_credit, net_credit_var FROM lesson_usefulness ORDER BY version_id")
 
 
-def _served(db: Engine, questions: int = 6) -> tuple[int, list[int]]:
+def _served(db: Engine, questions: int = 6, name: str = "refit") -> tuple[int, list[int]]:
     """A pool of 4 lessons and a serving-shaped run: per question a retrieval answer reading two of them (ungraded,
     as a server writes it) and a graded zero-shot answer; the pool and the retrieval answers."""
     with transaction(db) as s:
-        problems = make_problems(s, questions, dataset="refit")
-        pool = make_pool(s, "refit")
+        problems = make_problems(s, questions, dataset=name)
+        pool = make_pool(s, name)
         versions = make_experiences(s, problems[0], 4, pool)
-        run = runs_repo.create_run(s, "refit-serve", "serve", {}, pool_id=pool.id).id
+        run = runs_repo.create_run(s, f"{name}-serve", "serve", {}, pool_id=pool.id).id
         answers = []
         for i, p in enumerate(problems):
             lessons = [ContextRef(j, experience_version_id=versions[(i + j) % 4]) for j in range(2)]
@@ -53,11 +54,11 @@ def _stored(db: Engine) -> list[tuple[int, float, float]]:
         return [tuple(r) for r in conn.execute(FIT)]
 
 
-def _afresh(db: Engine, pool: int) -> list[tuple[int, float, float]]:
-    """The pool's fit over every committed use, computed now and rolled back."""
+def _afresh(db: Engine, *pools: int) -> list[tuple[int, float, float]]:
+    """The pools' fit over every committed use, computed now and rolled back."""
     with db.connect() as conn:
         outer = conn.begin()
-        usefulness.fit_pools(conn, [pool])
+        usefulness.fit_pools(conn, list(pools))
         fit = [tuple(r) for r in conn.execute(FIT)]
         outer.rollback()
     return fit
@@ -101,3 +102,23 @@ def test_verdicts_during_a_refit_share_the_next_one(db: Engine) -> None:
     asyncio.run(burst())
     assert refitter.stats() == {"refits": 2, "verdicts": 6}
     assert _stored(db) == _afresh(db, pool)
+
+
+def test_a_failed_refit_is_an_error_for_its_verdict_and_its_pool_is_refit_next(db: Engine, pg_url: str) -> None:
+    """The store is unreachable for the first refit (a database that does not exist): the verdict that waited on it
+    gets the error, and its pool stays asked for, so the next refit, asked for by a verdict of another pool once the
+    store is back, fits both."""
+    first, (answer,) = _served(db, questions=1, name="refit-a")
+    second, (other,) = _served(db, questions=1, name="refit-b")
+    gone = sa.create_engine(sa.engine.make_url(pg_url).set(database="no_such_database"))
+    refitter = Refitter(gone, ThreadPoolExecutor(1))
+    _verdict(db, answer, correct=True)
+    with pytest.raises(Exception, match="no_such_database"):
+        asyncio.run(refitter.settle([first]))
+    assert refitter.stats() == {"refits": 0, "verdicts": 0} and _stored(db) != _afresh(db, first, second)
+    refitter.db = db  # the store is back
+    _verdict(db, other, correct=False)
+    asyncio.run(refitter.settle([second]))
+    assert refitter.stats() == {"refits": 1, "verdicts": 1}
+    assert _stored(db) == _afresh(db, first, second)  # the first pool's verdict counted too
+    gone.dispose()
