@@ -17,7 +17,8 @@ VLLM_CPU_KVCACHE_SPACE=1 and the engine settings `lanpo serve` resolves `VLLMCon
 one arm's load runs at a time. Greedy decoding, at most `--max-tokens` tokens; lengths vary with EOS, so throughput
 is completion tokens/s (and requests/s) over the arm's wall time, and the token totals of both sides are printed
 beside each other. Each rep draws new questions
-(reasoning-gym test split), the same for every arm; a warm-up pass of `--clients` requests per arm is not
+(reasoning-gym test split), the same for every arm; a warm-up pass of `--clients` requests per arm, at most 16
+tokens each (it warms the engines, the prefix cache and the judge cache, which hold prompts, not answers), is not
 counted. Medians over reps.
 
 Retrieval's own cost: the median `served_answers.timings->>'retrieval_ms'` of the retrieval arm; its added p50 is
@@ -97,6 +98,9 @@ def questions(n: int, split: str, seed: int) -> list[str]:
     rows = [r for t in TASKS for r in generate_problems(t, per_task, seed=seed, split=split)]
     random.Random(seed).shuffle(rows)
     return [r["question"] for r in rows[:n]]
+
+
+WARMUP_TOKENS = 16  # a warm-up reply's max_tokens
 
 
 def rep_questions(qs: Sequence[str], warm: int, reps: int, requests: int, repeat: float, seed: int) -> list[list[str]]:
@@ -420,8 +424,9 @@ def main() -> None:
         fresh = args.requests - round(args.requests * args.repeat)
         qs = questions(args.clients + args.reps * fresh, "test", args.seed)
         batches = rep_questions(qs, args.clients, args.reps, args.requests, args.repeat, args.seed)
+        warm = min(args.max_tokens, WARMUP_TOKENS)  # what it warms (engines, both caches) is the prompts'
         for arm in arms:  # warm-up, not counted
-            asyncio.run(load(arm, base[arm], qs[: args.clients], args.clients, args.max_tokens, deadline, least))
+            asyncio.run(load(arm, base[arm], qs[: args.clients], args.clients, warm, deadline, min(least, warm)))
         rounds = Rounds(arms, args.reps, warmup=0)
         got: dict[str, list[list[Reply]]] = {arm: [] for arm in arms}
         walls: dict[str, list[float]] = {arm: [] for arm in arms}
