@@ -233,7 +233,6 @@ def vllm_benches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[in
 
 
 @pytest.mark.vllm
-@pytest.mark.late  # .ci/run: beside the verl lane, on the core it leaves idle
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="bench/rollout.py needs vLLM (the vllm lane)")
 @pytest.mark.parametrize("name", sorted(VLLM_BENCHES))
 def test_vllm_bench_runs_at_its_smallest_size(name: str, vllm_benches: dict[str, tuple[int | None, str, str]]) -> None:

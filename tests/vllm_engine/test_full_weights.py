@@ -24,7 +24,7 @@ from lanpo.rollout import SamplingParams
 from lanpo.rollout.vllm_worker import pack
 from tests.vllm_engine.helpers import ENGINE, QUESTIONS, SavedAdapter, chat, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.late, needs_vllm]  # late: .ci/run beside the verl lane
+pytestmark = [pytest.mark.vllm, needs_vllm]
 GREEDY = SamplingParams(max_new_tokens=24, temperature=0.0)
 # Longer than two of the CPU engine's 128-token KV blocks: a prefix cache kept across the reload would serve it
 LONG = "Here are some numbers: " + ", ".join(str(i) for i in range(0, 300, 3)) + ". Which of them is the largest?"
