@@ -86,6 +86,13 @@ BENCHES: dict[str, tuple[str, str]] = {
 # (test_the_gpu_check_wrapper_runs_every_row_and_refuses_a_missing_gpu). bf16 weights, as on a GPU; the engine-asleep
 # row needs vLLM on CUDA, and says it skipped.
 GPU_CHECK = ("--device cpu --small --dtype bfloat16", r"gpu check: 7 of 7 ok, 1 skipped")
+# The vLLM benches of the rollout and the weight sync, side by side (bash .ci/run --full, in the vllm venv): 89 s of
+# one vLLM-lane worker on the slowest 2-core machine, when the suite ran over its budget (docs/log.md, 2026-12-07).
+# Twins in the vLLM lane: tests/vllm_engine/test_generate.py and test_adapters.py (the engine's seeded groups, its
+# log-probs against the trainer's, the served adapter the trained one), test_train.py and test_full_weights.py (the
+# weights a sync moves are the ones served, a failed transfer leaves the old ones whole). What only the benches add
+# is their ratio line, and that the scripts still run: run the full lane when a change touches bench/rollout.py,
+# bench/weight_sync.py or what they call.
 VLLM_BENCHES: dict[str, tuple[str, str]] = {
     "rollout": ("--shape 1x1x4 --repeats 1 --threads 1 --lora", r"\| vllm merged LoRA \| [\d.]+ \| \d+ \| [\d.]+× \|"),
     "weight_sync": ("--rounds 1 --max-new-tokens 4 --threads 1", r"sync lanpo in memory/vLLM reload: [\d.]+x"),
@@ -233,7 +240,8 @@ def vllm_benches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[in
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="bench/rollout.py needs vLLM (the vllm lane)")
+@pytest.mark.full
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="bench/rollout.py needs vLLM (the vllm venv)")
 @pytest.mark.parametrize("name", sorted(VLLM_BENCHES))
 def test_vllm_bench_runs_at_its_smallest_size(name: str, vllm_benches: dict[str, tuple[int | None, str, str]]) -> None:
     _, ratio = VLLM_BENCHES[name]
