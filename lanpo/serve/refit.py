@@ -10,8 +10,9 @@ committed fits that verdict's use, so when `settle` returns what the next reques
 value rule) counts the verdict, as before; a burst of verdicts shares a refit (each waits at most the running fit
 and its own) instead of queueing a fit apiece.
 
-A failed refit leaves its pools asked for (the next refit takes them again) and raises in each request that waited
-on it: their verdicts are committed, and the next refit of their pools counts them. Everything but the fit itself
+A failed refit leaves its pools asked for (the next refit takes them again) and raises in each request it was to
+cover (a request that asked after it began waits for the next): their verdicts are committed, and the next refit of
+their pools counts them. Everything but the fit itself
 runs on the event loop, so no lock is needed; a cancelled request leaves the fit it waited on running.
 """
 
