@@ -109,39 +109,35 @@ def served_answers(db: sa.Engine, run: int, step: int, pids: list[int], vids: li
     return [ids[0] for ids in written[::2]]
 
 
+def verdict(db: sa.Engine, answer: int, correct: bool, fit: bool) -> None:
+    """One verdict in its own transaction; `fit`: refit the pool there (before), or leave it to the refitter (now)."""
+    with transaction(db) as session:
+        record_feedback(session, answer, reward=None, correct=correct, gold_answer=None, key_name="bench", fit=fit)
+
+
 def verdicts_in_transaction(db: sa.Engine, answers: list[int], correct: bool, clients: int) -> float:
     """Each verdict refits its pool inside its own transaction; seconds for all."""
-
-    def one(answer: int) -> None:
-        with transaction(db) as session:
-            record_feedback(session, answer, reward=None, correct=correct, gold_answer=None, key_name="bench")
-
     started = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(one, answers))
+        list(pool.map(lambda answer: verdict(db, answer, correct, fit=True), answers))
     return time.perf_counter() - started
 
 
-def verdicts_group_commit(db: sa.Engine, answers: list[int], correct: bool, clients: int) -> tuple[float, int]:
+def verdicts_group_commit(
+    db: sa.Engine, pool_id: int, answers: list[int], correct: bool, clients: int
+) -> tuple[float, int]:
     """Each verdict commits its use rows, then awaits a refit begun after its commit (lanpo serve's path); seconds
     for all, and the refits run."""
-
-    def one(answer: int) -> None:
-        with transaction(db) as session:
-            record_feedback(
-                session, answer, reward=None, correct=correct, gold_answer=None, key_name="bench", fit=False
-            )
 
     async def run() -> tuple[float, int]:
         executor = ThreadPoolExecutor(clients + 1)
         refitter = Refitter(db, executor)
         loop = asyncio.get_running_loop()
-        pool_id = db_pool(db)
         slots = asyncio.Semaphore(clients)
 
         async def request(answer: int) -> None:
             async with slots:  # `clients` requests at a time, as the other arm's threads
-                await loop.run_in_executor(executor, one, answer)
+                await loop.run_in_executor(executor, verdict, db, answer, correct, False)
                 await refitter.settle([pool_id])
 
         started = time.perf_counter()
@@ -151,11 +147,6 @@ def verdicts_group_commit(db: sa.Engine, answers: list[int], correct: bool, clie
         return seconds, refitter.refits
 
     return asyncio.run(run())
-
-
-def db_pool(db: sa.Engine) -> int:
-    with db.connect() as conn:
-        return int(conn.scalar(sa.text("SELECT id FROM pools WHERE name = 'bench'")))
 
 
 def main() -> int:
@@ -195,12 +186,12 @@ def main() -> int:
         print(f"| the refresh as first written: its versions from all their uses (reference) | {ref_ms:.1f} ms |")
         print(f"lanpo / reference: {lanpo_ms / ref_ms:.3f}x (medians of {args.rounds})")
         if args.verdicts:
-            bench_verdicts(db, run, args.steps + args.rounds + 1, pids, vids, args)
+            bench_verdicts(db, pool.id, run, args.steps + args.rounds + 1, pids, vids, args)
     return 0
 
 
 def bench_verdicts(
-    db: sa.Engine, run: int, step: int, pids: list[int], vids: list[int], args: argparse.Namespace
+    db: sa.Engine, pool_id: int, run: int, step: int, pids: list[int], vids: list[int], args: argparse.Namespace
 ) -> None:
     """--verdicts: both arms interleaved for --rounds, the order alternating; verdicts/s, medians."""
     answers = served_answers(db, run, step, pids, vids, args.verdicts)
@@ -211,7 +202,7 @@ def bench_verdicts(
             if arm == "inside":
                 inside.append(verdicts_in_transaction(db, answers, correct, args.clients))
             else:
-                seconds, ran = verdicts_group_commit(db, answers, correct, args.clients)
+                seconds, ran = verdicts_group_commit(db, pool_id, answers, correct, args.clients)
                 grouped.append(seconds)
                 refits.append(ran)
     rate_inside = args.verdicts / statistics.median(inside)
