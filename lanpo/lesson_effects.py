@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse import csgraph
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 DENSE_LIMIT = 2000  # lessons in one connected set solved densely (a 2000 x 2000 inverse: about a second)
 CG_TOLERANCE = 1e-10  # relative residual at which conjugate gradients stop
@@ -90,6 +92,11 @@ def fit_effects(
     var = np.full(n_lessons, prior_sd**2)
     if len(use) == 0:
         return EffectFit(mean, var, prior_sd)
+    # scipy here, not at import: every trainer, rank and worker process imports this module (through the store's
+    # usefulness writer), and scipy.sparse with csgraph cost each of them 0.3-0.8 s
+    from scipy import sparse
+    from scipy.sparse import csgraph
+
     design = sparse.csr_array(  # X, (U, L) of positions
         (np.asarray(positions, dtype=np.float64), (use, lesson)), shape=(len(weight), n_lessons)
     )

@@ -197,8 +197,33 @@ def test_every_bench_is_smoked() -> None:
 #   the synchronous run; killed workers and trainers lose nothing).
 # What only the benches add is their ratio line, and that the scripts still run.
 # value: two training runs on the simulated policy (15 s); twins tests/train/test_sim_policy.py (the sim through
-# lanpo's trainer) and tests/db/test_value_draw.py (the value-aware draw and its bound)
-FULL_BENCHES = {"plan_check", "logprob_train", "async", "value"}
+# lanpo's trainer) and tests/db/test_value_draw.py (the value-aware draw and its bound).
+# Six more when a fresh clone's CI ran past its budget (98 s of a main-lane worker here, without the bytecode cache:
+# 10-20 s each, most of it starting fresh processes and Postgres servers):
+# - full_ft (LoRA against full fine-tuning, seconds and peak memory): tests/train/test_full_ft.py (every weight
+#   trains, the frozen reference, the whole-model checkpoint and its resume);
+# - fresh_stats (the first draws planned on the statistics lanpo refreshed): tests/db/test_stats.py and
+#   tests/db/test_stats_cli.py (each bulk writer leaves the planner its rows);
+# - train_step (lanpo's step beside TRL's GRPOTrainer, with and without the store): tests/train/test_trl.py (TRL's
+#   trainer with lanpo's store, drawn and written through) and the trainer's own step tests;
+# - logprob_memory (the chunked head's peak against the full logits): tests/train/test_chunked_logprobs.py, as for
+#   logprob_train;
+# - lesson_similarity (would a summariser's lessons merge): tests/test_merging.py (the merge's cosine and its
+#   guard, `same_terms`);
+# - update_dtype (bf16 against fp32 for the update): tests/train/test_autocast.py and test_mixed_precision.py (the
+#   bf16 update is measured, taken only where it pays, and computes with the bf16 cast of the weights).
+FULL_BENCHES = {
+    "plan_check",
+    "logprob_train",
+    "async",
+    "value",
+    "full_ft",
+    "fresh_stats",
+    "train_step",
+    "logprob_memory",
+    "lesson_similarity",
+    "update_dtype",
+}
 
 
 @pytest.mark.parametrize(

@@ -41,11 +41,13 @@ def assert_has_content(path: Path) -> None:
         assert image.format == "PNG"
         width, height = image.size
         assert 400 <= width <= 2000 and 300 <= height <= 2000, image.size
-        pixels = np.asarray(image.convert("RGB"), dtype=np.int16)
+        rgb = image.convert("RGB")
+        colours = len(rgb.getcolors(width * height))  # PIL's count (np.unique over rows took seconds a figure)
+        pixels = np.asarray(rgb, dtype=np.int16)
     background = pixels[0, 0]
     differs = np.abs(pixels - background).sum(axis=2) > 30
     assert differs.mean() > 0.02, f"{path.name}: only {differs.mean():.3%} of its pixels are drawn"
-    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 20, f"{path.name}: too few colours to be a plot"
+    assert colours > 20, f"{path.name}: too few colours to be a plot"
 
 
 def test_experiment_report(run_cli: Callable[..., Any], session: Session, tmp_path: Path) -> None:

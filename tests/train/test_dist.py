@@ -119,6 +119,13 @@ def test_paper_recipe_shapes_at_world_size(world: int, db_env: str, db: Engine, 
     assert metrics["lr"] == pytest.approx(0.5 * (1 + math.cos(math.pi * 7 / 15)) * 1e-6)
 
 
+# The full lane (bash .ci/run --full; 46 s of a main-lane worker, moved when a fresh clone's CI ran past its budget).
+# Its parts have twins here: FSDP2's sharded update equals one process's (tests/train/test_multirank.py, 2-full), a
+# sharded forward computes with the bf16 cast of the weights (tests/train/test_mixed_precision.py), the engine
+# generates from the shards without per-forward all-gathers, so uneven ranks cannot hang
+# (tests/train/test_fsdp_engine.py), and full fine-tuning resumes from the whole model of the last committed step
+# (tests/train/test_resume.py).
+@pytest.mark.full
 def test_full_fine_tuning_on_two_fsdp_ranks_then_resumed_alone(
     db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path
 ) -> None:

@@ -40,7 +40,11 @@ EIGHT_RANKS = "8 gloo ranks (the paper's world size, 8 GPUs) on 2 cores, each a 
 # and nothing in them that 2 ranks miss (the same split of the batch into global minibatches, the same uneven
 # shards: the tiny model's 101-row embedding divides unevenly by 2 as by 4 and 8). Their twins stay here: GRPO at 2
 # ranks (which fails on each rank cutting minibatches from its own share: other optimizer steps, other weights),
-# FSDP2 full weights at 2 (with and without checkpointing).
+# FSDP2 full weights at 2. Two rows at 2 ranks went to the full lane too when a fresh clone's CI ran past its budget
+# (16-21 s each on one core of two): full fine-tuning with gradient checkpointing (twins: the plain FSDP2 row here,
+# which shards the same weights, and tests/train/test_update.py, where checkpointing changes no loss or gradient) and
+# SFT one pair a forward (twins: the whole-batch SFT row here, and tests/train/test_sft.py, where micro-batches
+# accumulate to the whole batch's update).
 EIGHT = [pytest.mark.full, pytest.mark.long(EIGHT_RANKS)]
 
 
@@ -67,7 +71,7 @@ def test_chunked_logprobs_and_token_budgets_at_two_ranks_equal_the_plain_single_
     ("world", "job"),
     [
         (2, "full"),
-        (2, "full-checkpointing"),
+        pytest.param(2, "full-checkpointing", marks=pytest.mark.full),
         (2, "full-chunked"),  # the chunked head inside FSDP's root unit, token budgets with fillers
         pytest.param(8, "full", marks=[pytest.mark.slow, *EIGHT]),
     ],
@@ -90,7 +94,7 @@ def test_full_fine_tuning_with_fsdp_at_world_size_equals_single_process(world: i
     assert len(moved) == len(single), "every weight trains"
 
 
-@pytest.mark.parametrize("job", ["sft", "sft-micro"])
+@pytest.mark.parametrize("job", ["sft", pytest.param("sft-micro", marks=pytest.mark.full)])
 def test_sft_warm_start_at_two_ranks_equals_single_process(job: str, tmp_path: Path) -> None:
     """The whole batch in one forward per rank, or one pair per forward with gradients accumulated (Table 5's
     per-GPU micro-batch of 1): the same adapter as one process taking each batch whole."""

@@ -15,7 +15,11 @@ from lanpo.train.config import ModelConfig, RolloutConfig, SFTConfig, Validation
 from lanpo.train.loop import train
 from tests.train.conftest import tiny_config
 
-pytestmark = pytest.mark.slow
+# The full lane (bash .ci/run --full; 45-52 s of a main-lane worker, moved when a fresh clone's CI ran past its
+# budget). Twins in CI: tests/vllm_engine/test_train.py::test_two_train_steps_with_the_vllm_backend (GRPO steps with
+# feedback and validation on SmolLM2, the same trainer), tests/train/test_sft.py (the SFT warm start into GRPO on the
+# tiny model) and tests/inference/test_cli.py::test_infer_with_smollm2_self_correct (SmolLM2 through HF generate).
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 
 def test_sft_then_grpo_steps_on_smollm2(db: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
