@@ -385,12 +385,11 @@ def _answer_held_out(
         adapters[-1] if adapters else None,
         db=db,
         sampling=SamplingSettings(max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0),
-        # Stage 1 fuses BM25 with MiniLM vectors: an abstract lesson shares few words with a templated question, and
-        # BM25 alone finds none. The judge is training's (the base model of stage 3), so a lesson relevant in
-        # training is judged by the same model, at the same gamma, here; ranked as training ranks (value: a lesson
-        # known to hurt is never read).
+        # Stage 1 is `lanpo infer`'s and `lanpo serve`'s default, BM25 (its idf stays positive, so a pool of one
+        # lesson is searched, not missed). The judge is training's (the base model of stage 3), so a lesson relevant
+        # in training is judged by the same model, at the same gamma, here; ranked as training ranks (value: a
+        # lesson known to hurt is never read).
         retrieval=RetrievalSettings(
-            stage1="hybrid",
             top_k=8,
             gamma=inter.gamma,
             m=2,

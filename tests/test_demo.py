@@ -106,7 +106,8 @@ def test_demo_carries_lessons_from_the_pool_into_training_and_retrieval(
     carried = [row for row in step2 if row[1] in step1]
     assert carried, (step1, step2)
     assert all(group != source and score is not None and score >= GAMMA for group, _, source, score in step2)
-    # stage 6: retrieval prompts read lessons of the pool, named in their groups' contexts, and the demo shows them
+    # stage 6, at the default stage 1 (BM25 alone): every held-out question's retrieval found the pool's lessons and
+    # read them, named in their groups' contexts, and the demo shows them
     assert retrieved and all(score is not None and score >= GAMMA for *_, score in retrieved)
     assert {problem for problem, *_ in retrieved} == held_out  # each held-out problem read at least one lesson
     for _, version, source, _ in retrieved:
