@@ -149,6 +149,11 @@ def test_the_step_line_says_no_term_rather_than_nan() -> None:
     assert "mel 4->2->1 nll 1.25" in _line(3, metrics | {"mel/validated": 1.0, "mel/nll": 1.25})
 
 
+# The full lane (bash .ci/run --full; 25 s of a main-lane worker, moved when a fresh clone's CI ran past its budget).
+# Twin: test_two_ranks_with_uneven_nll_examples_equal_one_process above, where DDP's backward is a collective too: a
+# rank without NLL examples that skipped its zero-weight forwards hangs or differs there as it would under FSDP;
+# FSDP2's sharded update itself has tests/train/test_multirank.py (2-full).
+@pytest.mark.full
 def test_full_fine_tuning_at_two_ranks_with_uneven_nll_examples_equals_one_process(tmp_path: Path) -> None:
     """FSDP: every forward is a collective, and rank 0 holds all three NLL examples (three micro-batches of one),
     rank 1 none; rank 1 runs three zero-weight forwards, and the sharded update equals one unsharded process's."""

@@ -135,7 +135,11 @@ def test_an_endpoint_that_is_not_there_is_a_clean_error(
     assert result.code == 2 and "cannot reach http://127.0.0.1:9/v1/chat/completions" in result.err
 
 
+# The full lane (bash .ci/run --full; 17 s of a main-lane worker, moved when a fresh clone's CI ran past its budget).
+# Twins here: the endpoint and local teachers above (the same `lanpo sft data` path: replies verified, provenance
+# written, nothing written when none passes), and SmolLM2's generation in tests/inference/test_cli.py.
 @pytest.mark.slow
+@pytest.mark.full
 def test_smollm2_as_teacher(session: Session, run_cli: Callable[..., Any], tmp_path: Path) -> None:
     """The real small model writes replies for every skill; whatever passes the filters is written, else nothing."""
     upsert_problems(session, "few", [Question(f"f{i}", f"What is {i} + {i + 1}?", str(2 * i + 1)) for i in range(3)])
