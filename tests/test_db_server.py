@@ -80,3 +80,26 @@ def test_stop_then_start(home: Path) -> None:
     assert server.stop(home) is False
     server.start(home)
     assert server.status(home).running
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="pgserver creates its system user only under root")
+def test_concurrent_first_starts_agree_on_one_system_user(tmp_path: Path) -> None:
+    """Four processes make sure of one new system user at once (as two xdist workers' first servers did on a fresh
+    machine): each gets the uid the user has afterwards. Unlocked, the race is a matter of timing (a CI run's
+    `initdb` ran as uid 1001, gone from /etc/passwd by then; four unlocked callers here agreed), so this checks the
+    contract, not the race."""
+    import pwd
+
+    name = f"lanpo{os.getpid() % 100000}"
+    code = "import sys; from pathlib import Path; from lanpo.db import server; "
+    code += "print(server.ensure_system_user(sys.argv[1], Path(sys.argv[2])))"
+    try:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code, name, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]
+        uids = {int(p.communicate(timeout=120)[0]) for p in procs}
+        assert [p.returncode for p in procs] == [0] * 4
+        assert uids == {pwd.getpwnam(name).pw_uid}
+    finally:
+        subprocess.run(["userdel", "-r", name], capture_output=True)

