@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -255,6 +256,11 @@ def pytest_configure(config: pytest.Config) -> None:
     share = cores[index::count]
     os.sched_setaffinity(0, share)
     os.environ["OMP_NUM_THREADS"] = str(len(share))
+    # torch may be imported already (a plugin or this conftest's imports load it before this hook), its thread pool
+    # sized for every core: two OpenMP threads on one pinned core wait on each other at every parallel region.
+    # In the vllm lane that made a LoRA test 366 s against 10.6 s (tests/vllm_engine/test_lane.py checks the count).
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(len(share))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
