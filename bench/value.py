@@ -5,10 +5,12 @@ A fifth of the lessons the sim writes help by +0.3, a fifth hurt by -0.3, the re
 zero-shot chance is uniform in 0.2..0.8; relevance between problems is uniform in 0.5..1 (gamma 0.6 gates). Each
 arm is a real training run (tiny model, the real loop, admission, capacity under `store.global_cap` with
 `lowest_utility` eviction, retirement below 0, the SQL estimator of every use's baseline), one pool each, and
-differs from the others in `feedback.inter.rank` only:
+differs from the others in `feedback.inter.rank` and `prior` only:
 
 - relevance: the paper's ranking (relevance, then recency);
-- value: lessons on probation (an upper confidence bound on lift; untried ones optimistic; below 0 never drawn).
+- value: lessons on probation (an upper confidence bound on lift; untried ones optimistic; below 0 never drawn);
+- value-pool: the same, the bound's prior centred on the pool's graded lessons' mean lift (`feedback.inter.prior =
+  "pool"`, empirical Bayes) instead of 0.
 
 Per arm, over the inter prompts of the second half of the run (when the store has had time to learn):
 - gain: the mean of p(correct | the lessons drawn) - p(correct | none), by the table (0 for a prompt that asked for
@@ -22,7 +24,7 @@ Per arm, over the inter prompts of the second half of the run (when the store ha
   many of them were retired as harmful (a false retirement); harmful retired: the share of the known harmful ones
   retired.
 
-    python bench/value.py                              # 40 problems, 60 steps of 8 x 4 rollouts, two arms, seed 0
+    python bench/value.py                              # 40 problems, 60 steps of 8 x 16 rollouts, three arms, seed 0
     python bench/value.py --seeds 0 1 2
     python bench/value.py --seeds 0 1 2 --n 16          # at the paper's group size (Table 7)
     python bench/value.py --steps 4 --problems 12      # the smoke
@@ -55,7 +57,8 @@ from lanpo.rollout.sim import SimTable, tags_in
 from lanpo.train.config import GRPOConfig, LoraConfig, ModelConfig, RolloutConfig, TrainConfig
 from lanpo.train.loop import train
 
-ARMS = ("relevance", "value")
+ARMS = ("relevance", "value", "value-pool")
+RANKING = {"relevance": ("relevance", "zero"), "value": ("value", "zero"), "value-pool": ("value", "pool")}
 GAMMA, K, P_T = 0.6, 2, 0.5
 
 
@@ -96,7 +99,9 @@ def config(arm: str, seed: int, steps: int, batch: int, n: int, out: Path, prior
             p_t=P_T,
             k=K,
             candidates=8,
-            inter=InterConfig(gamma=GAMMA, scorer="sim", rank=arm, prior_sd=prior_sd),
+            inter=InterConfig(
+                gamma=GAMMA, scorer="sim", rank=RANKING[arm][0], prior_sd=prior_sd, prior=RANKING[arm][1]
+            ),
         ),
         summarizer=SummarizerConfig(min_reward=1.0, max_new_tokens=400, max_new_per_step=1, max_total_per_step=3),
         store=StoreConfig(global_cap=40, eviction="lowest_utility", min_uses=2, retire_below=0.0),
@@ -194,14 +199,14 @@ def main() -> int:
         "--prior-sd",
         type=float,
         default=VALUE_PRIOR_SD,
-        help="the value arm's prior_sd (default: lanpo's, the value rule's)",
+        help="the value arms' prior_sd (default: lanpo's, the value rule's)",
     )
     args = parser.parse_args()
     rows: dict[str, list[dict[str, float]]] = {arm: [] for arm in args.arms}
     with bench_database() as db, tempfile.TemporaryDirectory(prefix="lanpo-value-") as out:
         ids, questions = make_problems(db, args.problems)
         for seed in args.seeds:
-            for arm in args.arms:  # interleaved: both arms of a seed, then the next seed
+            for arm in args.arms:  # interleaved: every arm of a seed, then the next seed
                 cfg = config(arm, seed, args.steps, args.batch, args.n, Path(out), args.prior_sd)
                 started = time.perf_counter()
                 train(cfg, db=db, progress=False)

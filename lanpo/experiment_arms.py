@@ -22,6 +22,15 @@ DEFAULT_ARMS = {
         "feedback.inter.rank": "value",
         "store.retire_below": 0.0,
     },
+    # The same with the value rule's prior centred on the pool's graded lessons' mean lift (empirical Bayes,
+    # migration 0025): where the lessons tried so far hurt, an untried one is not presumed to help.
+    "lanpo-both-value-pool": {
+        "method": "lanpo",
+        "feedback.mode": "both",
+        "feedback.inter.rank": "value",
+        "feedback.inter.prior": "pool",
+        "store.retire_below": 0.0,
+    },
     "mel": {"method": "mel", "feedback.mode": "none", "feedback.p_t": 0.0},
     # The paper's Fig. 2 failure modes, to be compared, never a default. 2b: "We provided the correct answer to the
     # same training problem during rollouts, akin to rejection fine-tuning (RFT)".

@@ -294,6 +294,7 @@ CASES: list[Case] = [
         ((*EVAL, "--set", f"sampling.seed={HUGE}"), "sampling.seed must be a 64-bit integer"),
         ((*EVAL, "--set", "retrieval.gamma=1.5"), "retrieval.gamma must be in [0, 1]"),
         ((*EVAL, "--set", "retrieval.value_bound=2"), "retrieval.value_bound must be in [-1, 1]"),
+        ((*EVAL, "--set", "retrieval.prior='ridge'"), "retrieval.prior must be one of zero, pool"),
         ((*EVAL, "--set", "methods=[{{name=''}}]"), "methods[].name must be a non-empty name"),
     ),
     *rows(
@@ -323,6 +324,7 @@ CASES: list[Case] = [
         ((*TRAIN, "--set", "sft.enabled=true", "--set", "sft.data='{missing}'"), "does not exist"),
         ((*TRAIN, "--set", "feedback.inter.shows='nosuch'"), "feedback.inter.shows must be one of lesson, response"),
         ((*TRAIN, "--set", "feedback.inter.rank='nosuch'"), "feedback.inter.rank must be one of relevance, value"),
+        ((*TRAIN, "--set", "feedback.inter.prior='ridge'"), "feedback.inter.prior must be one of zero, pool"),
     ),
     *rows(
         "range",

@@ -1,8 +1,8 @@
 -- Issue 64's reuse check (train/experiments/reuse-value-chain-sum.toml): GRPO, LANPO-both and LANPO-both with
--- lessons on probation (lanpo-both-value), each at seeds 0-4. Per arm and seed, and over the seeds: the
--- held-out mean at the last validation with a standard error over problems, and the difference to GRPO of the same
--- seed, paired by problem (validation samples are seeded by problem and seed, so the arms of a seed answer with the
--- same random numbers); over the seeds the pairs are (problem, seed).
+-- lessons on probation (lanpo-both-value, and lanpo-both-value-pool with the pool's prior), each at seeds 0-4. Per
+-- arm and seed, and over the seeds: the held-out mean at the last validation with a standard error over problems,
+-- and the difference to GRPO of the same seed, paired by problem (validation samples are seeded by problem and
+-- seed, so the arms of a seed answer with the same random numbers); over the seeds the pairs are (problem, seed).
 --
 --   lanpo sql --file docs/learning/reuse_value.sql
 --

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from lanpo.config import Renamed, StoreConfig, apply_overrides, from_mapping, help_field, read_toml
 from lanpo.config import check as _check
-from lanpo.db.repo.sampling import RANKS, VALUE_PRIOR_SD, Ranking
+from lanpo.db.repo.sampling import PRIORS, RANKS, VALUE_PRIOR_SD, Ranking
 from lanpo.feedback_modes import FEEDBACK_SETTINGS, GAMMA, asks_inter
 from lanpo.rewards import DEFAULT_FORMAT_RULE, FORMAT_RULES
 
@@ -70,6 +70,11 @@ class InterConfig:
         "rank = value: a lesson whose value (the upper bound on its lift) is below this is never drawn; with none "
         "left the prompt goes zero-shot",
     )
+    prior: str = help_field(
+        "zero",
+        "rank = value: the prior's mean -- zero | pool (the pool's graded lessons' mean lift, shrunk toward 0: where "
+        "the lessons tried so far hurt, an untried one is not presumed to help; docs/concepts.md)",
+    )
 
     def __post_init__(self) -> None:
         distinct = len(set(self.kinds)) == len(self.kinds)
@@ -99,6 +104,11 @@ class InterConfig:
             -1.0 <= self.value_bound <= 1.0, f"feedback.inter.value_bound must be in [-1, 1], got {self.value_bound}"
         )
         _check(
+            self.prior in PRIORS,
+            f"feedback.inter.prior must be one of {', '.join(PRIORS)}, got {self.prior!r}",
+            "zero centres a lesson's prior on 0; pool on what the pool's graded lessons did",
+        )
+        _check(
             self.draw != "random" or self.shows == "response",
             "feedback.inter.draw = random draws attempts, which have no lesson to show",
             'set feedback.inter.shows = "response" (Fig. 2c: raw correct rollouts of other problems)',
@@ -107,7 +117,7 @@ class InterConfig:
     @property
     def ranking(self) -> Ranking:
         """The draw's ranking (`lanpo.db.repo.sampling.Ranking`)."""
-        return Ranking(self.rank, self.prior_sd, self.value_bound)
+        return Ranking(self.rank, self.prior_sd, self.value_bound, self.prior)
 
     @property
     def reads_relevance(self) -> bool:

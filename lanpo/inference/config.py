@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lanpo.config import DTYPE_NAMES, Renamed, help_field
-from lanpo.db.repo.sampling import RANKS, VALUE_PRIOR_SD, Ranking
+from lanpo.db.repo.sampling import PRIORS, RANKS, VALUE_PRIOR_SD, Ranking
 from lanpo.errors import ConfigError
 from lanpo.feedback_modes import GAMMA
 from lanpo.retrieval import STAGE1
@@ -61,11 +61,14 @@ class RetrievalSettings:
     )
     prior_sd: float = help_field(VALUE_PRIOR_SD, "rank = value: the prior's standard deviation of a lesson's lift")
     value_bound: float = help_field(0.0, "rank = value: a lesson whose value is below this is never retrieved")
+    prior: str = help_field(
+        "zero", "rank = value: the prior's mean -- zero | pool (the pool's graded lessons' mean lift, shrunk to 0)"
+    )
 
     @property
     def ranking(self) -> Ranking:
         """The ranking `lanpo.retrieval.testtime.retrieve` applies (`lanpo.db.repo.sampling.Ranking`)."""
-        return Ranking(self.rank, self.prior_sd, self.value_bound)
+        return Ranking(self.rank, self.prior_sd, self.value_bound, self.prior)
 
     def __post_init__(self) -> None:
         if self.rank not in RANKS:
@@ -75,6 +78,11 @@ class RetrievalSettings:
             )
         if not 0.0 < self.prior_sd <= 1.0:
             raise ConfigError(f"retrieval.prior_sd must be in (0, 1], got {self.prior_sd}")
+        if self.prior not in PRIORS:
+            raise ConfigError(
+                f"retrieval.prior must be one of {', '.join(PRIORS)}, got {self.prior!r}",
+                hint="zero centres a lesson's prior on 0; pool on what the pool's graded lessons did",
+            )
         if not -1.0 <= self.value_bound <= 1.0:
             raise ConfigError(
                 f"retrieval.value_bound must be in [-1, 1], got {self.value_bound}", hint="it bounds a lift"

@@ -14,10 +14,12 @@
 -- rollout the current version was written from (a merge's own source, not version 1's) instead of the summary: the
 -- same draw, unsummarised text (the summary when the source attempt is gone).
 -- :rank = 'value' (feedback.inter.rank, value-aware draws, docs/concepts.md "Lessons on probation"): every
--- relevant candidate is valued, lanpo_lesson_value(graded, net_credit, net_credit_var, :prior_sd, :z) of its current
+-- relevant candidate is valued, lanpo_lesson_value(graded, net_credit, net_credit_var, :prior_sd, :z, prior mean) of its current
 -- version (migration 0020: an upper confidence bound on its lift), those below :value_bound are dropped, and the
 -- rest are ranked by value, then relevance, then recency; relevance only gates (>= :gamma). No candidate left:
 -- nothing is drawn and the prompt goes zero-shot. :rank = 'relevance' is the paper's ranking, as above.
+-- :prior = 'pool' (feedback.inter.prior) centres the value's prior on the pool's graded lessons' mean lift,
+-- lanpo_pool_prior_mean (migration 0025); 'zero' on 0, as before.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
 ),
@@ -75,10 +77,16 @@ candidates AS (
     FROM (SELECT * FROM by_problem UNION ALL SELECT * FROM by_version) u
     GROUP BY problem_id, experience_id
 ),
+prior AS MATERIALIZED (  -- :prior = 'pool': the pool's graded lessons' mean lift (migration 0025); else 0
+    SELECT CASE WHEN :rank = 'value' AND :prior = 'pool' THEN lanpo_pool_prior_mean(:pool_id, :prior_sd) ELSE 0 END
+               AS mean
+),
 valued AS (
     SELECT c.*, CASE WHEN :rank = 'value'
-                THEN lanpo_lesson_value(u.graded, u.net_credit, u.net_credit_var, :prior_sd, :z) END AS value
+                THEN lanpo_lesson_value(u.graded, u.net_credit, u.net_credit_var, :prior_sd, :z, prior.mean) END
+                    AS value
     FROM candidates c
+    CROSS JOIN prior
     LEFT JOIN LATERAL (  -- the current version, read under rank = value only (a one-time filter otherwise)
         SELECT ev.id FROM experience_versions ev
         WHERE ev.experience_id = c.experience_id AND :rank = 'value' ORDER BY ev.version DESC LIMIT 1

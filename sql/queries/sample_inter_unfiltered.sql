@@ -6,10 +6,14 @@
 -- Efraimidis-Spirakis keys as sample_inter.sql (keyed by experience id, problem id and seed).
 -- :kinds and :shows_response as in sample_inter.sql (experience kinds kept; the source rollout's response instead of
 -- the summary). score is NULL. :rank = 'value' as in sample_inter.sql: every other problem's lesson is valued
--- (lanpo_lesson_value of its current version), those below :value_bound dropped, the rest ranked by value, then
+-- (lanpo_lesson_value of its current version, under :prior as in sample_inter.sql), those below :value_bound dropped, the rest ranked by value, then
 -- recency. A lesson `lanpo serve` learned in a scope (migration 0022) is never drawn in training.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
+),
+prior AS MATERIALIZED (  -- :prior = 'pool': the pool's graded lessons' mean lift (migration 0025); else 0
+    SELECT CASE WHEN :rank = 'value' AND :prior = 'pool' THEN lanpo_pool_prior_mean(:pool_id, :prior_sd) ELSE 0 END
+               AS mean
 ),
 pool AS (
     SELECT req.problem_id, c.experience_id, c.source_problem_id, c.rank
@@ -21,9 +25,11 @@ pool AS (
         FROM (
             SELECT x.id AS experience_id, x.problem_id AS source_problem_id, x.created_at,
                    CASE WHEN :rank = 'value'
-                        THEN lanpo_lesson_value(u.graded, u.net_credit, u.net_credit_var, :prior_sd, :z)
+                        THEN lanpo_lesson_value(u.graded, u.net_credit, u.net_credit_var, :prior_sd, :z,
+                                                prior.mean)
                         END AS value
             FROM experiences x
+            CROSS JOIN prior
             LEFT JOIN LATERAL (  -- the current version, read under rank = value only
                 SELECT ev.id FROM experience_versions ev
                 WHERE ev.experience_id = x.id AND :rank = 'value' ORDER BY ev.version DESC LIMIT 1

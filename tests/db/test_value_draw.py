@@ -16,7 +16,15 @@ from lanpo.db.repo import runs as runs_repo
 from lanpo.db.repo import usefulness
 from lanpo.db.repo.attempts import ContextRef, NewAttempt, NewGroup, record_groups
 from lanpo.db.repo.experiences import append_version
-from lanpo.db.repo.sampling import VALUE_Z, Ranking, lesson_value, sample_inter, sample_inter_unfiltered
+from lanpo.db.repo.sampling import (
+    VALUE_Z,
+    Ranking,
+    lesson_value,
+    lesson_values,
+    pool_prior_mean,
+    sample_inter,
+    sample_inter_unfiltered,
+)
 from lanpo.errors import InputError
 
 VALUE = Ranking("value", prior_sd=0.15, value_bound=0.0)
@@ -31,6 +39,20 @@ def test_the_sql_function_is_its_python_twin(session: Session) -> None:
         )
         assert got == pytest.approx(lesson_value(graded, credit, var, sd), rel=1e-12, abs=1e-12)
     assert session.scalar(sa.text("SELECT lanpo_lesson_value(NULL, NULL, NULL, 0.15, 1.96)")) == pytest.approx(0.294)
+
+
+def test_the_six_argument_function_is_its_python_twin_and_the_five_at_mean_0(session: Session) -> None:
+    """Migration 0025: the value under a N(prior_mean, prior_sd^2) prior; at prior_mean 0 it is 0020's value."""
+    grid = itertools.product([0, 1, 4, 37], [-3.0, 0.0, 2.5], [0.0, 0.4, 9.0], [0.05, 0.15], [-0.3, 0.0, 0.2])
+    for graded, credit, var, sd, mean in grid:
+        args = {"g": graded, "c": credit, "v": var, "sd": sd, "z": VALUE_Z, "m": mean}
+        got = session.scalar(sa.text("SELECT lanpo_lesson_value(:g, :c, :v, :sd, :z, :m)"), args)
+        assert got == pytest.approx(lesson_value(graded, credit, var, sd, prior_mean=mean), rel=1e-12, abs=1e-12)
+        if mean == 0.0:
+            five = session.scalar(sa.text("SELECT lanpo_lesson_value(:g, :c, :v, :sd, :z)"), args)
+            assert got == pytest.approx(five, rel=1e-12, abs=1e-12)
+    untried = session.scalar(sa.text("SELECT lanpo_lesson_value(0, 0, 0, 0.1, 1.96, -0.3)"))
+    assert untried == pytest.approx(-0.3 + 0.196)
 
 
 def _world(session: Session, name: str) -> tuple:
@@ -119,7 +141,12 @@ def test_value_reads_beyond_the_relevance_top_candidates(session: Session) -> No
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"rank": "recency"}, "rank"), ({"prior_sd": 0.0}, "prior_sd"), ({"value_bound": 1.5}, "value_bound")],
+    [
+        ({"rank": "recency"}, "rank"),
+        ({"prior_sd": 0.0}, "prior_sd"),
+        ({"value_bound": 1.5}, "value_bound"),
+        ({"prior": "ridge"}, "prior"),
+    ],
 )
 def test_a_ranking_out_of_range_is_refused(kwargs: dict, match: str) -> None:
     with pytest.raises(InputError, match=match):
@@ -162,3 +189,70 @@ def test_retrieval_by_value_leaves_out_what_hurts_and_keeps_the_paper_order_othe
     by_value = rank_by_value(session, hits, lambda h: h.experience_version_id, VALUE)
     assert [h.experience_version_id for h in by_value] == [helped, untried, even]  # untried ones tie: relevance order
     assert rank_by_value(session, hits, lambda h: h.experience_version_id, Ranking()) == hits
+
+
+def _graded(session: Session, pool_id: int) -> list[tuple[float, float, float]]:
+    """(graded, net_credit, net_credit_var) of the current version of each of the pool's graded lessons, read
+    directly: the reference the pool prior's SQL is checked against."""
+    rows = session.execute(
+        sa.text(
+            "SELECT u.graded, u.net_credit, u.net_credit_var FROM experiences e"
+            " JOIN experience_versions v ON v.experience_id = e.id"
+            " JOIN lesson_usefulness u ON u.version_id = v.id"
+            " WHERE e.pool_id = :p AND u.graded > 0"
+            " AND v.version = (SELECT max(version) FROM experience_versions WHERE experience_id = e.id)"
+        ),
+        {"p": pool_id},
+    )
+    return [tuple(map(float, r)) for r in rows]
+
+
+def test_the_pool_prior_is_the_graded_lessons_shrunk_mean_and_0_without_any(session: Session) -> None:
+    pool, problems, (helped, even, hurt, _untried), run = _world(session, "prior")
+    mean = sa.text("SELECT lanpo_pool_prior_mean(:p, :sd)")
+    assert session.scalar(mean, {"p": pool.id, "sd": 0.1}) == 0.0  # nothing graded: the fixed prior
+    for p in problems[5:8]:
+        _use(session, run, p, helped, zero_shot=False, with_lesson=True, step=0)
+        _use(session, run, p, hurt, zero_shot=True, with_lesson=False, step=2)
+        _use(session, run, p, even, zero_shot=True, with_lesson=False, step=3)
+    graded = _graded(session, pool.id)
+    assert len(graded) == 3  # the untried lesson adds nothing
+    for sd in (0.05, 0.1, 0.3):
+        got = session.scalar(mean, {"p": pool.id, "sd": sd})
+        assert got == pytest.approx(pool_prior_mean(graded, sd), rel=1e-12)
+    assert pool_prior_mean(graded, 0.1) < 0  # two of three lessons hurt
+    assert pool_prior_mean([], 0.1) == 0.0
+
+
+def _hurting_pool(session: Session, name: str) -> tuple:
+    """Three lessons that hurt on every use, and one untried: the pool the reuse experiment's value arm met."""
+    pool, problems, lessons, run = _world(session, name)
+    for (step, version), p in itertools.product(enumerate(lessons[:3]), problems[5:8]):
+        _use(session, run, p, version, zero_shot=True, with_lesson=False, step=step)
+    return pool, problems, lessons, run
+
+
+def test_where_the_pool_s_lessons_hurt_an_untried_one_is_not_drawn_under_the_pool_prior(session: Session) -> None:
+    pool, problems, lessons, _ = _hurting_pool(session, "hurting")
+    untried = lessons[3]
+    zero = Ranking("value", prior_sd=0.1)
+    eb = Ranking("value", prior_sd=0.1, prior="pool")
+    assert [d.candidate_id for d in _drawn(session, pool.id, problems[0], zero)] == [untried]  # worth +0.196
+    mu = pool_prior_mean(_graded(session, pool.id), 0.1)
+    assert mu + VALUE_Z * 0.1 < 0  # worth less than nothing
+    assert _drawn(session, pool.id, problems[0], eb) == []  # the prompt goes zero-shot
+    assert sample_inter_unfiltered(session, [problems[0]], 2, 8, 0, pool.id, ranking=eb)[problems[0]] == []
+    values = lesson_values(session, [untried], eb)
+    assert values[untried] == pytest.approx(mu + VALUE_Z * 0.1)
+    assert lesson_values(session, [untried], zero)[untried] == pytest.approx(VALUE_Z * 0.1)
+
+
+@pytest.mark.parametrize(("offset", "drawn"), [(-1e-9, True), (0.0, True), (1e-9, False)])
+def test_the_untried_lesson_under_the_pool_prior_at_below_and_above_the_bound(
+    session: Session, offset: float, drawn: bool
+) -> None:
+    """Under `prior = pool` an untried lesson is worth mu + z s: drawn at or above value_bound, not below."""
+    pool, problems, lessons, _ = _hurting_pool(session, f"eb-bound{offset}")
+    mu = pool_prior_mean(_graded(session, pool.id), 0.1)
+    ranking = Ranking("value", prior_sd=0.1, value_bound=mu + VALUE_Z * 0.1 + offset, prior="pool")
+    assert (lessons[3] in [d.candidate_id for d in _drawn(session, pool.id, problems[0], ranking)]) is drawn

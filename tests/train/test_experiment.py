@@ -11,6 +11,7 @@ from sqlalchemy.engine import Engine
 
 from lanpo.db.connection import transaction
 from lanpo.db.repo.problems import Question, upsert_problems
+from lanpo.db.repo.sampling import Ranking
 from lanpo.train.sft.warm_start import write_pairs
 from tests.train.test_start import PAIRS
 
@@ -305,3 +306,15 @@ def test_the_value_aware_arm_is_lanpo_both_with_lessons_on_probation() -> None:
     assert (both.feedback.inter.rank, both.store.retire_below) == ("relevance", None)
     assert (value.feedback.inter.rank, value.store.retire_below) == ("value", 0.0)
     assert value.feedback.mode == both.feedback.mode == "both" and value.method == both.method == "lanpo"
+
+
+def test_the_pool_prior_arm_is_the_value_arm_with_the_pool_s_prior() -> None:
+    """lanpo-both-value-pool differs from lanpo-both-value in the value rule's prior mean only (migration 0025)."""
+    from lanpo.experiment import DEFAULT_ARMS, ExperimentConfig, arm_config
+    from lanpo.train.config import TrainConfig
+
+    exp = ExperimentConfig(name="pool", recipe="r.toml", arms=["lanpo-both-value", "lanpo-both-value-pool"])
+    value, pool = (arm_config(TrainConfig(), DEFAULT_ARMS[a], a, 0, exp) for a in exp.arms)
+    assert (value.feedback.inter.prior, pool.feedback.inter.prior) == ("zero", "pool")
+    assert pool.feedback.inter.ranking == Ranking("value", prior="pool")
+    assert (pool.feedback.inter.rank, pool.store.retire_below) == (value.feedback.inter.rank, value.store.retire_below)

@@ -30,6 +30,7 @@ from lanpo.errors import InputError
 
 T = TypeVar("T")
 RANKS = ("relevance", "value")  # feedback.inter.rank
+PRIORS = ("zero", "pool")  # feedback.inter.prior: the value rule's prior mean, 0 or the pool's (migration 0025)
 VALUE_Z = 1.96  # standard deviations above the posterior mean: the bound of lift's 95 % interval (lesson_history)
 # The prior on a lesson's effect, N(0, EFFECT_PRIOR_SD^2): the pools' joint fit (usefulness.fit_pools) and eviction
 # by expected lift (capacity) shrink under it. The value rule's own prior, VALUE_PRIOR_SD, sets what an untried
@@ -43,11 +44,14 @@ VALUE_PRIOR_SD = 0.1
 @dataclass(frozen=True)
 class Ranking:
     """How inter candidates are ranked: `relevance` (the paper: relevance, then recency) or `value` (the upper
-    confidence bound on lift under a N(0, prior_sd^2) prior, then relevance; below `value_bound`, never drawn)."""
+    confidence bound on lift under a N(mu, prior_sd^2) prior, then relevance; below `value_bound`, never drawn).
+    `prior`: mu is 0 (`zero`) or the pool's graded lessons' mean lift, shrunk toward 0 (`pool`: empirical Bayes,
+    `lanpo_pool_prior_mean`, migration 0025)."""
 
     rank: str = "relevance"
     prior_sd: float = VALUE_PRIOR_SD
     value_bound: float = 0.0
+    prior: str = "zero"
 
     def __post_init__(self) -> None:
         if self.rank not in RANKS:
@@ -56,10 +60,18 @@ class Ranking:
             raise InputError(f"prior_sd must be in (0, 1], got {self.prior_sd}")
         if not -1.0 <= self.value_bound <= 1.0:
             raise InputError(f"value_bound must be in [-1, 1], got {self.value_bound}")
+        if self.prior not in PRIORS:
+            raise InputError(f"prior must be one of {', '.join(PRIORS)}, got {self.prior!r}")
 
     def params(self) -> dict[str, Any]:
         """The SQL parameters of the draw queries' ranking."""
-        return {"rank": self.rank, "prior_sd": self.prior_sd, "value_bound": self.value_bound, "z": VALUE_Z}
+        return {
+            "rank": self.rank,
+            "prior_sd": self.prior_sd,
+            "value_bound": self.value_bound,
+            "z": VALUE_Z,
+            "prior": self.prior,
+        }
 
 
 PAPER_RANKING = Ranking()  # relevance, then recency: the paper's ranking and the default
@@ -71,7 +83,12 @@ def lesson_values(session: Session, version_ids: Sequence[int], ranking: Ranking
         return {}
     rows = session.execute(
         sqlfiles.load("queries/lesson_values"),
-        {"version_ids": [int(v) for v in version_ids], "prior_sd": ranking.prior_sd, "z": VALUE_Z},
+        {
+            "version_ids": [int(v) for v in version_ids],
+            "prior_sd": ranking.prior_sd,
+            "z": VALUE_Z,
+            "prior": ranking.prior,
+        },
     )
     return {int(v): float(value) for v, value in rows}
 
@@ -86,14 +103,28 @@ def rank_by_value(session: Session, found: Sequence[T], version_of: Callable[[T]
     return [item for value, _, item in sorted(kept, key=lambda t: (-t[0], t[1])) if value >= ranking.value_bound]
 
 
-def lesson_value(graded: float, credit: float, credit_var: float, prior_sd: float, z: float = VALUE_Z) -> float:
-    """`lanpo_lesson_value` in Python (migration 0020): the posterior mean of a version's lift under a N(0,
-    prior_sd^2) prior, plus z posterior standard deviations; z * prior_sd with nothing graded."""
+def lesson_value(
+    graded: float, credit: float, credit_var: float, prior_sd: float, z: float = VALUE_Z, prior_mean: float = 0.0
+) -> float:
+    """`lanpo_lesson_value` in Python (migrations 0020, 0025): the posterior mean of a version's lift under a
+    N(prior_mean, prior_sd^2) prior, plus z posterior standard deviations; prior_mean + z * prior_sd with nothing
+    graded."""
     if not graded:
-        return z * prior_sd
+        return prior_mean + z * prior_sd
     var = max(credit_var, 1e-9)
     precision = 1.0 / prior_sd**2 + graded * graded / var
-    return (credit * graded / var) / precision + z / math.sqrt(precision)
+    return (prior_mean / prior_sd**2 + credit * graded / var) / precision + z / math.sqrt(precision)
+
+
+def pool_prior_mean(graded_lessons: Sequence[tuple[float, float, float]], prior_sd: float) -> float:
+    """`lanpo_pool_prior_mean` in Python (migration 0025), from each graded lesson's (graded, credit, credit_var):
+    the posterior mean of the pool's mean lift mu under mu ~ N(0, prior_sd^2), a lesson's measured lift
+    credit / graded being N(mu, prior_sd^2 + credit_var / graded^2); 0 with none."""
+    num, den = 0.0, 1.0 / prior_sd**2
+    for graded, credit, credit_var in graded_lessons:
+        weight = 1.0 / (prior_sd**2 + max(credit_var, 1e-9) / graded**2)
+        num, den = num + weight * credit / graded, den + weight
+    return num / den
 
 
 @dataclass(frozen=True)
