@@ -1,5 +1,4 @@
-"""the pool's prior: value-aware draws and retrieval may centre an untried lesson's worth on what the pool's graded
-lessons did
+"""the pool's prior: value-aware draws may centre an untried lesson's worth on what the pool's lessons did
 
 Revision ID: 0025
 Revises: 0024
