@@ -13,7 +13,7 @@ import click
 
 from lanpo.cli.params import SEED, VLLM_SETTINGS, Float, Int, field_option
 from lanpo.config import DTYPE_NAMES, apply_overrides, from_mapping
-from lanpo.db.repo.sampling import RANKS
+from lanpo.db.repo.sampling import PRIORS, RANKS
 from lanpo.inference.config import BACKENDS, INFERENCE_MODES, EvalConfig, RetrievalSettings, SamplingSettings
 from lanpo.inference.io import read_questions, write_jsonl
 from lanpo.inference.run import InferenceRun, answering, default_dataset, pool_id
@@ -56,6 +56,7 @@ MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_M
 @field_option(RetrievalSettings, "judge", old="--scorer")
 @field_option(RetrievalSettings, "rank", type=click.Choice(RANKS))
 @field_option(RetrievalSettings, "value_bound", type=Float(-1, 1))
+@field_option(RetrievalSettings, "prior", type=click.Choice(PRIORS))
 @field_option(SamplingSettings, "max_new_tokens", type=Int(1))
 @field_option(SamplingSettings, "temperature", type=Float(min=0))
 @field_option(SamplingSettings, "top_p", type=Float(0, 1, min_open=True))
@@ -94,7 +95,7 @@ def command(
     dataset: str | None,
     run_name: str | None,
     no_store: bool,
-    **options: Any,  # RetrievalSettings' fields: stage1, top_k, gamma, m, judge, rank, value_bound
+    **options: Any,  # RetrievalSettings' fields: stage1, top_k, gamma, m, judge, rank, value_bound, prior
 ) -> None:
     """Answer the questions of --input and write one JSONL record per question to --out.
 

@@ -11,7 +11,7 @@ import click
 
 from lanpo.cli.params import VLLM_SETTINGS, Float, Int, field_option
 from lanpo.config import DTYPE_NAMES, apply_overrides, from_mapping
-from lanpo.db.repo.sampling import RANKS
+from lanpo.db.repo.sampling import PRIORS, RANKS
 from lanpo.errors import ConfigError
 from lanpo.inference.config import BACKENDS, INFERENCE_MODES, EvalConfig, RetrievalSettings, SamplingSettings
 from lanpo.retrieval import STAGE1
@@ -49,6 +49,7 @@ MODE_CHOICES = [m.replace("_", "-") for m in INFERENCE_MODES] + list(INFERENCE_M
     help="Relevance (the paper) | value (the default here: lessons known to hurt are never read; docs/concepts.md).",
 )
 @field_option(RetrievalSettings, "value_bound", type=Float(-1, 1))
+@field_option(RetrievalSettings, "prior", type=click.Choice(PRIORS))
 @field_option(SamplingSettings, "max_new_tokens", type=Int(1), help="max_tokens of a request that sets none.")
 @field_option(SamplingSettings, "temperature", type=Float(0, 2), help="temperature of a request that sets none.")
 @field_option(SamplingSettings, "top_p", type=Float(0, 1, min_open=True), help="top_p of a request that sets none.")
@@ -157,6 +158,7 @@ def start(
     judge: str,
     rank: str,
     value_bound: float,
+    prior: str,
     max_new_tokens: int,
     temperature: float,
     top_p: float,
@@ -187,7 +189,14 @@ def start(
             hint="pass --api-key KEY or --keys FILE, or bind 127.0.0.1",
         )
     retrieval = RetrievalSettings(
-        stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, judge=judge, rank=rank, value_bound=value_bound
+        stage1=stage1,
+        top_k=max(top_k, m),
+        gamma=gamma,
+        m=m,
+        judge=judge,
+        rank=rank,
+        value_bound=value_bound,
+        prior=prior,
     )
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=None)
     vllm = from_mapping(VLLMConfig, apply_overrides({}, list(vllm_settings)), prefix="vllm.")
