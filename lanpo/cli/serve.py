@@ -188,16 +188,8 @@ def start(
             f"binding {host} serves other machines, and no API key is set",
             hint="pass --api-key KEY or --keys FILE, or bind 127.0.0.1",
         )
-    retrieval = RetrievalSettings(
-        stage1=stage1,
-        top_k=max(top_k, m),
-        gamma=gamma,
-        m=m,
-        judge=judge,
-        rank=rank,
-        value_bound=value_bound,
-        prior=prior,
-    )
+    ranking = {"rank": rank, "value_bound": value_bound, "prior": prior}
+    retrieval = RetrievalSettings(stage1=stage1, top_k=max(top_k, m), gamma=gamma, m=m, judge=judge, **ranking)
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=None)
     vllm = from_mapping(VLLMConfig, apply_overrides({}, list(vllm_settings)), prefix="vllm.")
     if sampling.max_new_tokens > limits["max_tokens_limit"]:
