@@ -83,12 +83,7 @@ def lesson_values(session: Session, version_ids: Sequence[int], ranking: Ranking
         return {}
     rows = session.execute(
         sqlfiles.load("queries/lesson_values"),
-        {
-            "version_ids": [int(v) for v in version_ids],
-            "prior_sd": ranking.prior_sd,
-            "z": VALUE_Z,
-            "prior": ranking.prior,
-        },
+        {"version_ids": [int(v) for v in version_ids], **ranking.params()},
     )
     return {int(v): float(value) for v, value in rows}
 
