@@ -31,6 +31,15 @@ DEFAULT_ARMS = {
         "feedback.inter.prior": "pool",
         "store.retire_below": 0.0,
     },
+    # The same with the intra gate (lanpo.feedback.intra_gate): the run's own earlier attempts served only while its
+    # intra groups are not known to do worse than its zero-shot ones (the value rule on the mode's lift).
+    "lanpo-both-value-gate": {
+        "method": "lanpo",
+        "feedback.mode": "both",
+        "feedback.inter.rank": "value",
+        "feedback.intra.gate": "value",
+        "store.retire_below": 0.0,
+    },
     "mel": {"method": "mel", "feedback.mode": "none", "feedback.p_t": 0.0},
     # The paper's Fig. 2 failure modes, to be compared, never a default. 2b: "We provided the correct answer to the
     # same training problem during rollouts, akin to rejection fine-tuning (RFT)".

@@ -325,6 +325,7 @@ CASES: list[Case] = [
         ((*TRAIN, "--set", "feedback.inter.shows='nosuch'"), "feedback.inter.shows must be one of lesson, response"),
         ((*TRAIN, "--set", "feedback.inter.rank='nosuch'"), "feedback.inter.rank must be one of relevance, value"),
         ((*TRAIN, "--set", "feedback.inter.prior='ridge'"), "feedback.inter.prior must be one of zero, pool"),
+        ((*TRAIN, "--set", "feedback.intra.gate='ucb'"), "feedback.intra.gate must be one of none, value"),
     ),
     *rows(
         "range",

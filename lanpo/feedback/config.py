@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from lanpo.config import Renamed, StoreConfig, apply_overrides, from_mapping, help_field, read_toml
 from lanpo.config import check as _check
 from lanpo.db.repo.sampling import PRIORS, RANKS, VALUE_PRIOR_SD, Ranking
+from lanpo.feedback.intra_gate import GATES
 from lanpo.feedback_modes import FEEDBACK_SETTINGS, GAMMA, asks_inter
 from lanpo.rewards import DEFAULT_FORMAT_RULE, FORMAT_RULES
 
@@ -131,6 +132,25 @@ class InterConfig:
 
 
 @dataclass
+class IntraConfig:
+    """Intra-sample feedback: whether the run's own earlier attempts are served while they are known to hurt."""
+
+    gate: str = help_field(
+        "none",
+        "none (the paper: intra served at p_t) | value (lanpo's: intra served only while the run's intra groups are "
+        "not known to do worse than its zero-shot ones, by the value rule with feedback.inter.prior_sd and "
+        "value_bound; lanpo.feedback.intra_gate, docs/concepts.md)",
+    )
+
+    def __post_init__(self) -> None:
+        _check(
+            self.gate in GATES,
+            f"feedback.intra.gate must be one of {', '.join(GATES)}, got {self.gate!r}",
+            "none serves intra as the paper does; value stops serving it while it is known to hurt",
+        )
+
+
+@dataclass
 class FeedbackConfig:
     """Language feedback: which contexts are drawn from the store, how often, and how many."""
 
@@ -153,6 +173,9 @@ class FeedbackConfig:
     candidates: int = help_field(8, "top-ranked candidates kept before the weighted draw w_i = 1/(i+1)")
     inter: InterConfig = field(
         default_factory=InterConfig, metadata={"help": "inter-sample feedback: what is drawn and shown"}
+    )
+    intra: IntraConfig = field(
+        default_factory=IntraConfig, metadata={"help": "intra-sample feedback: when the run's own attempts are served"}
     )
 
     def __post_init__(self) -> None:

@@ -18,7 +18,9 @@ Per step, counted in rollouts (prompts x n), for each feedback mode:
 - `feedback/missed/<reason>`: asked and got none, rendered zero-shot: `empty_pool` (inter: the pool holds no active
   experience), `none_relevant` (inter: nothing at gamma by the scorer), `no_history` (intra: no earlier attempt of
   this run on the problem), `no_correct` (inter, `feedback.inter.draw = random`: the run has no correct attempt of
-  another problem yet), `too_long` (items drawn, not one fits even cut to `MIN_ITEM_TOKENS`).
+  another problem yet), `too_long` (items drawn, not one fits even cut to `MIN_ITEM_TOKENS`), `intra_hurts` (intra,
+  `feedback.intra.gate = "value"`: the run's intra groups are known to do worse than its zero-shot ones;
+  `lanpo.feedback.intra_gate`, whose estimate each step also reports as `feedback/intra_gate/*`).
 
 Fig. 2b's leakage arm (`LEAKED_MODE`, `feedback.mode = "leaked-intra"` only) draws as intra and states the gold
 answer after the question (`lanpo.feedback.draw.leaked_questions`, called for its prompts alone); with no earlier
@@ -41,12 +43,13 @@ from lanpo.db.repo import steps as steps_repo
 from lanpo.errors import InputError
 from lanpo.feedback.config import FeedbackConfig
 from lanpo.feedback.draw import ContextDraw, draw_contexts, leaked_questions
+from lanpo.feedback.intra_gate import IntraGate, intra_gate
 from lanpo.feedback.store import RunRef
 from lanpo.feedback_modes import CONTEXT_MODES, LEAKED_MODE, MODES
 from lanpo.models import apply_chat
 from lanpo.seeds import mix_seed
 
-MISSED = ("empty_pool", "none_relevant", "no_history", "no_correct", "too_long")
+MISSED = ("empty_pool", "none_relevant", "no_history", "no_correct", "too_long", "intra_hurts")
 ITEM_COUNTS = ("all_k", "fewer_drawn", "fewer_fitted")  # feedback/items/<count>/<mode>: how many items a prompt kept
 MIN_ITEM_TOKENS = 64  # a cut item shorter than this is mostly marker: drop the last item and share its budget out
 
@@ -68,6 +71,7 @@ class StepPrompts:
     k: int = 0  # items a feedback prompt asks for (feedback.k)
     drawn: list[int] = field(default_factory=list)  # items the store gave each prompt
     truncated: list[int] = field(default_factory=list)  # items of each prompt cut to fit (shown cut in `items`)
+    gate: IntraGate | None = None  # the intra gate's estimate at this step (feedback.intra.gate = "value")
 
     def version(self, g: int) -> str:
         """The template version of prompt g (stored with its group)."""
@@ -96,7 +100,7 @@ class StepPrompts:
             out[f"feedback/truncated/{mode}"] = float(n * sum(self.truncated[g] > 0 for g in served))
         for reason in MISSED:
             out[f"feedback/missed/{reason}"] = float(n * self.missed[reason])
-        return out
+        return out | (self.gate.metrics() if self.gate is not None else {})
 
 
 def contexted_prompts(
@@ -134,19 +138,26 @@ def contexted_prompts(
             fb.inter.draw,
             fb.inter.ranking,
         )
+        gate = None
+        if fb.intra.gate == "value" and wanted["intra"]:
+            h, inter = run.pool.baseline_half_life, fb.inter
+            gate = intra_gate(session, run.run_id, step, version_step, h, inter.prior_sd, inter.value_bound)
+            if not gate.open:
+                wanted["intra"] = []
         drawn = draw_contexts(session, wanted, draw)
         leaked = leaked_questions(session, wanted[LEAKED_MODE]) if wanted[LEAKED_MODE] else {}
         pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, run.pool.id) == 0
         policy_version_id = steps_repo.policy_version_id(session, run.run_id, version_step)
     shows_response = fb.inter.shows_response
     out = StepPrompts([], [], [], asked, [], [], [], policy_version_id, shows_response=shows_response, k=fb.k)
+    out.gate, gated = gate, gate is not None and not gate.open
     for pid, mode in zip(pids, asked, strict=True):
         found = list(drawn.get(mode, {}).get(pid, []))
         question = leaked[pid] if mode == LEAKED_MODE else rows[pid].question
         text, kept, truncated = fit_prompt(tokenizer, mode, question, found, max_prompt_tokens, shows_response)
         served = bool(kept) or MODES[mode].served_without_items  # leaked: the answer, with attempts or without
         if mode in CONTEXT_MODES and not served:  # an honest from-scratch rollout, and the reason it is one
-            out.missed[_missed_reason(mode, found, pool_empty, fb.inter.draw)] += 1
+            out.missed[_missed_reason(mode, found, pool_empty, fb.inter.draw, gated)] += 1
         out.problem_ids.append(pid)
         out.questions.append(rows[pid].question)
         out.answers.append(rows[pid].answer)
@@ -163,11 +174,11 @@ def per_rollout(values: Sequence[Any], n: int) -> list[Any]:
     return [value for value in values for _ in range(n)]
 
 
-def _missed_reason(mode: str, found: list[Any], pool_empty: bool, inter_draw: str) -> str:
+def _missed_reason(mode: str, found: list[Any], pool_empty: bool, inter_draw: str, gated: bool) -> str:
     if found:
         return "too_long"
     if mode == "intra":
-        return "no_history"
+        return "intra_hurts" if gated else "no_history"
     if inter_draw == "random":
         return "no_correct"
     return "empty_pool" if pool_empty else "none_relevant"
