@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import signal
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 HINT_LIMIT = 200  # characters: a hint says what to do in a line; a list that grows with the store is cut short
 
@@ -74,3 +77,27 @@ class ReaderUnavailable(LanpoError):
 
 class ServingRoleUnavailable(LanpoError):
     """`lanpo serve` cannot run its SQL: the serving role is missing, refuses the login, or is privileged."""
+
+
+class Terminated(BaseException):
+    """SIGTERM (`kill`, a scheduler stopping the job), raised in the main thread like Ctrl-C's KeyboardInterrupt,
+    so that the same cleanup runs: the run is marked failed, open transactions roll back, vLLM engines shut down."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second SIGTERM does not cut the cleanup short
+    raise Terminated
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """While the block runs, SIGTERM raises Terminated in the main thread (Python's default would exit without any
+    cleanup): `lanpo`'s commands, and each run of `lanpo experiment` in its worker process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

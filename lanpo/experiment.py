@@ -44,7 +44,7 @@ from lanpo.config import (
 from lanpo.db.connection import transaction
 from lanpo.db.repo import experiments as experiments_repo
 from lanpo.db.repo import runs as runs_repo
-from lanpo.errors import ConfigError, LanpoError, listing
+from lanpo.errors import ConfigError, LanpoError, listing, sigterm_raises
 from lanpo.experiment_arms import DEFAULT_ARMS
 from lanpo.feedback_modes import asks_inter
 from lanpo.retrieval import STAGE1
@@ -369,7 +369,8 @@ def _run_side_by_side(
                     else:
                         runs[cfg.run_name] = run
                         echo(_finished_line(run))
-        except BaseException:
+        except BaseException:  # Ctrl-C or SIGTERM (lanpo.errors.Terminated): stop the runs, not wait for them
+            _stop_workers(pool)
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
@@ -383,10 +384,19 @@ def _run_side_by_side(
     return [runs[cfg.run_name] for cfg in cfgs]
 
 
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """SIGTERM to each of `pool`'s worker processes, whose run then stops as `lanpo train` does on SIGTERM
+    (`_train_in_worker`: its open transaction rolled back, its heartbeat ended, resumable from its last checkpoint).
+    ProcessPoolExecutor has no public way to stop a running task before Python 3.14's `terminate_workers`."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
+
+
 def _train_in_worker(cfg: TrainConfig, url: str, log: str) -> tuple[ArmRun | None, str]:
     """One run in a worker process: says on the experiment's terminal that it starts, then writes everything (C-level
     output too) to `log`. Returns the run, or None and the error (a LanpoError's message and hint, or a crash's
-    last line; the traceback goes to the log)."""
+    last line; the traceback goes to the log). SIGTERM (the experiment stopped) raises Terminated in the run."""
     from lanpo.db.connection import connect
     from lanpo.train.loop import train
 
@@ -402,7 +412,8 @@ def _train_in_worker(cfg: TrainConfig, url: str, log: str) -> tuple[ArmRun | Non
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-        return _run_arm(cfg, db, lambda line: print(line, flush=True), train), ""
+        with sigterm_raises():
+            return _run_arm(cfg, db, lambda line: print(line, flush=True), train), ""
     except LanpoError as exc:
         print(f"error: {exc}", flush=True)
         return None, str(exc)

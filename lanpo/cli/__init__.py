@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import importlib
 import logging
-import signal
 import sys
-import threading
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import click
 
 from lanpo import __version__
-from lanpo.errors import LanpoError, indented
+from lanpo.errors import LanpoError, Terminated, indented, sigterm_raises
 
 # Command modules, each exposing `command` (a click.Command or Group). Imported lazily so that
 # `lanpo db status` does not pay for torch.
@@ -128,28 +124,6 @@ def _usage_error(exc: click.UsageError) -> tuple[str, str]:
     return message, f"see `{path} --help`"
 
 
-class Terminated(BaseException):
-    """SIGTERM (`kill`, a scheduler stopping the job), raised in the main thread like Ctrl-C's KeyboardInterrupt,
-    so that the same cleanup runs: the run is marked failed, open transactions roll back, vLLM engines shut down."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated
-
-
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """While a command runs, SIGTERM raises Terminated (Python's default would exit without any cleanup)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: every failure is `error: ...` + `hint: ...` on stderr, the traceback only with -vv.
 
@@ -163,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Commands return None; a command that exits with a status (`ctx.exit(n)`, `lanpo db psql` passing on
         # psql's) comes back here as that int, since click does not exit in non-standalone mode.
-        with _sigterm_raises():
+        with sigterm_raises():
             status = cli.main(args=args, prog_name="lanpo", standalone_mode=False)
     except LanpoError as exc:
         return _fail(exc.message, exc.hint, 2, verbose, exc.detail)

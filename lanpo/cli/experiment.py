@@ -36,8 +36,9 @@ def command(
     \b
     Every arm shares the start, the problems, the steps, the group size and the held-out set; a finished run
     is skipped and an unfinished one resumed, so running the command again continues where it stopped. Runs
-    train side by side (--jobs; on a CPU one per core), and a run trains the same alone or beside others. At the
-    end `lanpo report EXPERIMENT` writes the figures and the Table 1-shaped result (also at any time).
+    train side by side (--jobs; on a CPU one per core), and a run trains the same alone or beside others.
+    Ctrl-C or SIGTERM stops every run at once (each keeps the steps it committed). At the end `lanpo report
+    EXPERIMENT` writes the figures and the Table 1-shaped result (also at any time).
     """
     from dataclasses import replace
 

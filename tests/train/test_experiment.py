@@ -230,6 +230,45 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _paused_experiment(db: Engine, tmp_path: Path, tiny_dir: Path, name: str):  # type: ignore[no-untyped-def]
+    """`lanpo experiment` (two arms, seed 0, two workers) started and waited for until both workers pause at step
+    2's write: (the process, its command, the workers' pids, the runs' logs)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from lanpo.train.plumbing.pause import PAUSE_ENV
+    from tests.train.trainer_process import CLI
+
+    config = experiment_file(db, tmp_path, tiny_dir, name)
+    args = [sys.executable, "-c", CLI, "experiment", "--config", str(config), "--no-report", "--jobs", "2"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", **{PAUSE_ENV: "db_write:2"})
+    proc = subprocess.Popen(
+        [*args, "--seeds", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    logs = [tmp_path / name / "logs" / f"{name}-{arm}-s0.log" for arm in ("grpo", "lanpo-both")]
+    deadline = time.monotonic() + 240
+    while not all(log.exists() and "lanpo-paused" in log.read_text() for log in logs):
+        assert proc.poll() is None and time.monotonic() < deadline, "the workers did not reach step 2"
+        time.sleep(0.5)
+    workers = [p for p in _children(proc.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]
+    assert len(workers) == 2
+    return proc, config, workers, logs
+
+
+def _statuses(db: Engine, name: str) -> tuple[dict[str, str], int]:
+    """The runs' statuses and how many step metrics they stored."""
+    with db.connect() as conn:
+        status = dict(conn.execute(sa.text(f"SELECT name, status FROM runs WHERE name LIKE '{name}-%-s0'")).all())
+        steps = conn.execute(
+            sa.text(
+                f"SELECT count(*) FROM run_metrics m JOIN runs r ON r.id = m.run_id WHERE r.name LIKE '{name}-%-s0'"
+            )
+        ).scalar()
+    return status, int(steps or 0)
+
+
 def test_a_killed_worker_ends_the_experiment_with_an_error_and_loses_nothing(
     run_cli, db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path, tiny_dir: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -238,45 +277,46 @@ def test_a_killed_worker_ends_the_experiment_with_an_error_and_loses_nothing(
     and finishes them."""
     import os
     import signal
-    import subprocess
-    import sys
-    import time
 
-    from lanpo.train.plumbing.pause import PAUSE_ENV
-    from tests.train.trainer_process import CLI
-
-    config = experiment_file(db, tmp_path, tiny_dir, "killed")
-    args = [sys.executable, "-c", CLI, "experiment", "--config", str(config), "--no-report", "--jobs", "2"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", **{PAUSE_ENV: "db_write:2"})
-    proc = subprocess.Popen(
-        [*args, "--seeds", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    logs = [tmp_path / "killed" / "logs" / f"killed-{arm}-s0.log" for arm in ("grpo", "lanpo-both")]
-    deadline = time.monotonic() + 240
-    while not all(log.exists() and "lanpo-paused" in log.read_text() for log in logs):
-        assert proc.poll() is None and time.monotonic() < deadline, "the workers did not reach step 2"
-        time.sleep(0.5)
-    workers = [p for p in _children(proc.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]
-    assert len(workers) == 2
+    proc, config, workers, logs = _paused_experiment(db, tmp_path, tiny_dir, "killed")
     os.kill(workers[0], signal.SIGKILL)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, err
     assert err.startswith("error: run killed-") and "worker process died" in err and "hint:" in err
     assert "Traceback" not in err
-    with db.connect() as conn:
-        status = dict(conn.execute(sa.text("SELECT name, status FROM runs WHERE name LIKE 'killed-%-s0'")).all())
-        steps = conn.execute(
-            sa.text(
-                "SELECT count(*) FROM run_metrics m JOIN runs r ON r.id = m.run_id WHERE r.name LIKE 'killed-%-s0'"
-            )
-        ).scalar()
-    assert set(status.values()) == {"running"} and steps > 0  # step 1 of each is stored
-
+    status, steps = _statuses(db, "killed")
+    # the killed run stays `running` (nothing marked it); the pool stops the other with SIGTERM, and it stops as a
+    # terminated run does (marked failed): neither finished, step 1 of each stored
+    assert sorted(status.values()) == ["failed", "running"] and steps > 0
     again = run_cli("experiment", "--config", config, "--no-report", "--jobs", "2", "--seeds", "0")
     assert again.code == 0, again.err
-    with db.connect() as conn:
-        status = dict(conn.execute(sa.text("SELECT name, status FROM runs WHERE name LIKE 'killed-%-s0'")).all())
-    assert set(status.values()) == {"finished"}
+    assert set(_statuses(db, "killed")[0].values()) == {"finished"}
+    assert all("resuming" in log.read_text() for log in logs)
+
+
+def test_sigterm_stops_the_experiment_and_its_runs_without_waiting_for_them(
+    run_cli, db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path, tiny_dir: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM to `lanpo experiment` (a scheduler stopping the job) while its runs are mid-step: it stops them (it
+    used to wait for each to finish its steps) and exits 143 with `terminated`; no worker outlives it, each run
+    keeps the steps it committed, and running the command again resumes and finishes them."""
+    import os
+    import signal
+    import time
+
+    proc, config, workers, logs = _paused_experiment(db, tmp_path, tiny_dir, "stopped")
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)  # the paused runs would otherwise wait for ever
+    assert proc.returncode == 143 and err.strip().endswith("terminated"), err
+    assert "Traceback" not in err and time.monotonic() - started < 60
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in workers), "a worker outlived the experiment"
+    status, steps = _statuses(db, "stopped")
+    assert "finished" not in status.values() and steps > 0  # step 1 of each is stored
+    assert all("Terminated" in log.read_text() for log in logs)  # each run stopped on SIGTERM, not killed
+    again = run_cli("experiment", "--config", config, "--no-report", "--jobs", "2", "--seeds", "0")
+    assert again.code == 0, again.err
+    assert set(_statuses(db, "stopped")[0].values()) == {"finished"}
     assert all("resuming" in log.read_text() for log in logs)
 
 
