@@ -9,7 +9,11 @@ per client) over loopback, in turns every rep (the order rotating, so that no ar
   retrieval   the same lanpo server, `lanpo.mode = retrieval` over a pool of `--pool` lessons (BM25 stage 1,
               `--top-k` candidates judged by the policy on the serving engine, gamma 0, m 3);
   bm25-only   (with `--bm25-arm`) retrieval with `lanpo.judge = none`: the same longer prompts, no judge on the
-              engine, so that the judge's share of retrieval's added latency shows apart from the prompt's.
+              engine, so that the judge's share of retrieval's added latency shows apart from the prompt's;
+  vllm-bm25   (with `--bm25-arm`) plain `vllm serve` sent, through /v1/completions, the very prompt text lanpo's
+              bm25-only arm gave its engine for each question (read back from the store after one pass of every
+              question through bm25-only at 1 token, which both servers then have in their prefix caches): what
+              the lessons' tokens cost an engine with no lanpo in front of it.
 
 Both servers run once for the whole bench on a private embedded Postgres (a fresh store), with
 VLLM_CPU_KVCACHE_SPACE=1 and the engine settings `lanpo serve` resolves `VLLMConfig(max_model_len=2048)` to on CPU
@@ -33,7 +37,8 @@ holds the text received: lost and doubled counted.
 
 Goals (issue 53): lanpo zero-shot >= 0.9x plain vLLM's completion tokens/s; retrieval's added p50 <= its own
 measured cost + 10 %; 0 records lost or doubled. Exit status 1 when a record is lost, doubled or differs. Goals
-(issue 65): BM25 alone >= 0.9x plain vLLM; retrieval with the judge >= 0.6x with `--repeat 0.5`.
+(issue 65): BM25 alone >= 0.9x plain vLLM; retrieval with the judge >= 0.6x with `--repeat 0.5`. With `--bm25-arm`
+the bench also prints what plain vLLM makes of BM25's prompts, and BM25's ratio to that: lanpo's own cost.
 
 Replies: `--max-tokens` 64 cuts almost every answer (the table prints how many stopped at it); `lanpo serve`'s own
 default is 512, where SmolLM2's answers end by EOS: `--max-tokens 512` measures what a client gets by default. But
@@ -75,6 +80,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ARMS = ("vllm", "zero-shot", "retrieval")
 BM25_ARM = "bm25-only"  # --bm25-arm: retrieval with lanpo.judge = none (stage 1 alone), to part the judge's cost off
+SAME_ARM = "vllm-bm25"  # --bm25-arm: plain vLLM sent bm25-only's prompt texts, to part the tokens' cost off lanpo's
 MODEL_NAME = "smollm2"
 
 
@@ -238,10 +244,18 @@ class Process:
 
 
 async def load(
-    arm: str, base: str, qs: Sequence[str], clients: int, max_tokens: int, deadline: float, min_tokens: int = 0
+    arm: str,
+    base: str,
+    qs: Sequence[str],
+    clients: int,
+    max_tokens: int,
+    deadline: float,
+    min_tokens: int = 0,
+    texts: dict[str, str] | None = None,
 ) -> tuple[list[Reply], float]:
     """`qs` sent by `clients` concurrent openai clients; the replies (in question order) and the wall seconds.
-    `min_tokens` (vLLM's extension, which both servers take) holds EOS back until an answer is that long."""
+    `min_tokens` (vLLM's extension, which both servers take) holds EOS back until an answer is that long. The
+    SAME_ARM sends `texts[question]` as a completion prompt."""
     import openai
 
     from lanpo import prompts
@@ -261,6 +275,20 @@ async def load(
             if arm == BM25_ARM:
                 extra["lanpo"]["judge"] = "none"
         started = time.perf_counter()
+        if arm == SAME_ARM:
+            assert texts is not None
+            try:
+                c = await client.completions.create(
+                    model=MODEL_NAME,
+                    prompt=texts[question],
+                    max_tokens=max_tokens,
+                    temperature=0.0,
+                    extra_body=extra or None,
+                )
+            except Exception as exc:
+                return Reply(question, None, None, 0, 0, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+            seconds, u = time.perf_counter() - started, c.usage
+            return Reply(question, c.id, c.choices[0].text, u.prompt_tokens, u.completion_tokens, seconds)
         try:
             r = await client.chat.completions.create(
                 model=MODEL_NAME,
@@ -306,6 +334,22 @@ def pct(values: Sequence[float], q: float) -> float:
     import numpy as np
 
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def prompt_texts(db: Any, replies: list[Reply]) -> dict[str, str]:
+    """Question -> the prompt text lanpo's engine was given for it (the first turn's group prompt), by request id."""
+    import sqlalchemy as sa
+
+    by_id = {r.request_id: r.question for r in replies if r.request_id is not None}
+    with db.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT s.request_id, g.prompt FROM served_answers s JOIN attempts a ON a.id = s.answer_ids[1]"
+                " JOIN rollout_groups g ON g.id = a.group_id WHERE s.request_id = ANY(:ids)"
+            ),
+            {"ids": list(by_id)},
+        ).all()
+    return {by_id[row.request_id]: row.prompt for row in rows}
 
 
 def check_records(db: Any, replies: list[Reply]) -> dict[str, Any]:
@@ -378,7 +422,8 @@ def main() -> None:
         parser.error("--profile needs py-spy on PATH")
     if not 0.0 <= args.repeat <= 1.0:
         parser.error(f"--repeat is a share, 0 to 1, got {args.repeat}")
-    arms = (*ARMS, BM25_ARM) if args.bm25_arm else ARMS
+    arms = (*ARMS, BM25_ARM, SAME_ARM) if args.bm25_arm else ARMS
+    lanpo_arms = [a for a in arms if a not in ("vllm", SAME_ARM)]
     least = args.max_tokens if args.equal_lengths else 0  # min_tokens of every request
     began = time.monotonic()
     deadline = began + args.timeout
@@ -420,13 +465,24 @@ def main() -> None:
         for p in procs:
             p.wait_healthy(min(deadline, time.monotonic() + 600))
         print(f"(pool of {args.pool} lessons; both servers up in {time.monotonic() - started:.0f} s)", flush=True)
-        base = {"vllm": procs[0].url, "zero-shot": procs[1].url, "retrieval": procs[1].url, BM25_ARM: procs[1].url}
+        base = {"vllm": procs[0].url, SAME_ARM: procs[0].url}
+        base |= {arm: procs[1].url for arm in lanpo_arms}
         fresh = args.requests - round(args.requests * args.repeat)
         qs = questions(args.clients + args.reps * fresh, "test", args.seed)
         batches = rep_questions(qs, args.clients, args.reps, args.requests, args.repeat, args.seed)
         warm = min(args.max_tokens, WARMUP_TOKENS)  # what it warms (engines, both caches) is the prompts'
+        texts: dict[str, str] | None = None
+        if args.bm25_arm:  # every question's prompt once through each arm but retrieval's (whose judge cache counts)
+            every = list(dict.fromkeys([*qs[: args.clients], *(q for b in batches for q in b)]))
+            for arm in ("vllm", "zero-shot", BM25_ARM):
+                replies, _ = asyncio.run(load(arm, base[arm], every, args.clients, 1, deadline))
+                if arm == BM25_ARM:
+                    texts = prompt_texts(db, replies)
+            asyncio.run(load(SAME_ARM, base[SAME_ARM], every, args.clients, 1, deadline, texts=texts))
         for arm in arms:  # warm-up, not counted
-            asyncio.run(load(arm, base[arm], qs[: args.clients], args.clients, warm, deadline, min(least, warm)))
+            asyncio.run(
+                load(arm, base[arm], qs[: args.clients], args.clients, warm, deadline, min(least, warm), texts)
+            )
         rounds = Rounds(arms, args.reps, warmup=0)
         got: dict[str, list[list[Reply]]] = {arm: [] for arm in arms}
         walls: dict[str, list[float]] = {arm: [] for arm in arms}
@@ -437,7 +493,7 @@ def main() -> None:
                 if args.profile is not None and rep == args.reps - 1:
                     spy = profile(procs[0 if arm == "vllm" else 1].proc.pid, args.profile / f"{arm}.txt")
                 replies, wall = asyncio.run(
-                    load(arm, base[arm], batch, args.clients, args.max_tokens, deadline, least)
+                    load(arm, base[arm], batch, args.clients, args.max_tokens, deadline, least, texts)
                 )
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)
@@ -449,7 +505,7 @@ def main() -> None:
             if time.monotonic() > deadline:
                 print(f"(stopped after rep {rep + 1}: past --timeout {args.timeout:.0f} s)")
                 break
-        lanpo_replies = [r for arm in arms[1:] for rep in got[arm] for r in rep]
+        lanpo_replies = [r for arm in lanpo_arms for rep in got[arm] for r in rep]
         records = check_records(db, lanpo_replies)
     finally:
         for p in procs:
@@ -478,7 +534,7 @@ def main() -> None:
             "received": sum(len(rep) for rep in ok),
         }
     errors = [r.error for arm in arms for rep in got[arm] for r in rep if r.error is not None]
-    for arm in arms[1:]:  # where lanpo's time goes, as the server timed each request
+    for arm in lanpo_arms:  # where lanpo's time goes, as the server timed each request
         ids = {r.request_id for rep in got[arm] for r in rep if r.request_id}
         rows = [t for k, t in records["timings"].items() if k in ids]
         for key in ("retrieval_ms", "judge_ms", "judged", "generate_ms", "total_ms"):
@@ -527,7 +583,7 @@ def main() -> None:
         "| server generate ms | server total ms | client p50 ms | client - server ms |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for arm in arms[1:]:
+    for arm in lanpo_arms:
         f = figures[arm]
         print(
             f"| {arm} | {f['prompt_tokens'] / max(1, f['received']):.0f} | {f['server_retrieval_ms']:.0f} "
@@ -559,6 +615,16 @@ def main() -> None:
             x = figures[arm]["tokens_per_s"] / v["tokens_per_s"]
             verdict = "met" if x >= goal else "missed"
             print(f"target (issue 65): {arm} tok/s >= {goal}x plain vLLM{why} -> {x:.2f}x ({verdict})")
+    if SAME_ARM in figures:  # the lessons' tokens on an engine with nothing in front of it
+        b, same = figures[BM25_ARM], figures[SAME_ARM]
+        bprompt = {r.question: r.prompt_tokens for rep in got[BM25_ARM] for r in rep if r.error is None}
+        sprompt = {r.question: r.prompt_tokens for rep in got[SAME_ARM] for r in rep if r.error is None}
+        equal = sum(1 for q in sprompt if bprompt.get(q) == sprompt[q])
+        print(
+            f"the same prompts on plain vLLM ({SAME_ARM}, prompt tokens equal to {BM25_ARM}'s for {equal} of "
+            f"{len(sprompt)} questions): {same['tokens_per_s'] / v['tokens_per_s']:.2f}x plain vLLM on the bare "
+            f"prompts; {BM25_ARM} is {b['tokens_per_s'] / same['tokens_per_s']:.2f}x of it"
+        )
     bound = retrieval_ms * 1.1
     print(
         f"target: retrieval added p50 <= its own cost + 10 % -> added {added:.0f} ms, retrieval_ms median "

@@ -25,6 +25,7 @@ class ServeSettings:
     max_pending: int = 256
     run_name: str = "serve"
     learn: LearnPolicy = field(default_factory=LearnPolicy)  # off: no pool learns from its traffic
+    engine_stats: bool = False  # vllm: the scheduler's stats each step, for /health's peak_running (costs ~2 %)
 
     def config(self) -> dict[str, Any]:
         """The serving run's config in the store."""

@@ -21,8 +21,10 @@
   vLLM's prefix cache reuses whole blocks only, and at its CPU default of 128 a prefix that requests share (lanpo's
   system prompt; the judge's system prompt + question, the same for every candidate of a question) is never reused.
 - `peak_running()`: the largest number of requests the engine's scheduler reported running in one step since start
-  (a stat logger of our own given to AsyncLLM, fed with the scheduler's stats every step). Above 1, requests were
-  batched together while others ran: continuous batching seen from the engine itself.
+  (a stat logger of our own given to AsyncLLM, fed with the scheduler's stats every step; `engine_stats`, which
+  `lanpo serve` turns on with `--engine-stats` only). Above 1, requests were batched together while others ran:
+  continuous batching seen from the engine itself.
+- Requests ask vLLM for no token log-probs: a served answer is stored as text and counts.
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ class AsyncVLLMEngine:
         vllm: Any,
         tokenizer: Any,
         model_id: str,
-        stats: RunningStats,
+        stats: RunningStats | None,
         lora: Any = None,
         adapter_sha256: str | None = None,
         snapshots: Path | None = None,
@@ -152,10 +154,13 @@ class AsyncVLLMEngine:
         adapter: str | Path | None = None,
         *,
         model_id: str | None = None,
+        engine_stats: bool = True,
     ) -> AsyncVLLMEngine:
         """Start the engine for `model` (a folder or a name `resolve_model` knows) serving `adapter` (a LoRA
         folder; None: the base model). Blocks the loop while vLLM loads (tens of seconds on CPU): call it before
-        serving. `model_id` names it to clients (default: `model` as given)."""
+        serving. `model_id` names it to clients (default: `model` as given). `engine_stats`: give AsyncLLM the stat
+        logger `peak_running` reads; vLLM then gathers its scheduler's stats every step (`lanpo serve` leaves it
+        off unless `--engine-stats`: 1.6 % of its tokens a second on a 2-core Xeon, docs/log.md 2026-12-07)."""
         refuse_in_spawned_import()
         vllm = import_vllm()
         from transformers import AutoTokenizer
@@ -179,7 +184,7 @@ class AsyncVLLMEngine:
             lora = LoRARequest(f"lanpo-{sha[:12]}", 1, str(staging.rename(snapshots / sha)))
         device = current_platform.device_type
         kwargs = engine_kwargs(serving_config(config, device), device, enable_lora=adapter is not None)
-        stats = RunningStats()
+        stats = RunningStats() if engine_stats else None
         started = time.perf_counter()
         engine = None  # no local names the AsyncLLM: a frame of this call that outlives it (vLLM's imports keep
         # some) would keep it to interpreter exit, where its __del__ fails shutting it down a second time
@@ -188,7 +193,7 @@ class AsyncVLLMEngine:
             with environment({OWNER_ENV: engine_owner()}), process_state_kept():
                 args = AsyncEngineArgs(model=str(folder), tokenizer=str(folder), disable_log_stats=True, **kwargs)
                 engine = cls(
-                    AsyncLLM.from_engine_args(args, stat_loggers=[stats.factory]),
+                    AsyncLLM.from_engine_args(args, stat_loggers=None if stats is None else [stats.factory]),
                     vllm,
                     tokenizer,
                     model_id or str(model),
@@ -242,13 +247,13 @@ class AsyncVLLMEngine:
 
     # ------------------------------------------------------------------ state
 
-    def peak_running(self) -> int:
-        """The most requests the engine's scheduler ran in one step since start."""
-        return self._stats.peak
+    def peak_running(self) -> int | None:
+        """The most requests the engine's scheduler ran in one step since start (None: started without stats)."""
+        return None if self._stats is None else self._stats.peak
 
-    def running(self) -> int:
-        """The requests the scheduler ran in its last step."""
-        return self._stats.running
+    def running(self) -> int | None:
+        """The requests the scheduler ran in its last step (None: started without stats)."""
+        return None if self._stats is None else self._stats.running
 
     def unfinished(self) -> int:
         """Requests the engine holds now (running or waiting), as its front end counts them."""
@@ -324,8 +329,11 @@ class AsyncVLLMEngine:
         return RequestOutputKind[name]
 
     def _sampling(self, params: SamplingParams, copies: int, kind: str) -> Any:
+        # no token log-probs: a served answer is stored as text and counts (lanpo.inference.modes.grade_turn), and
+        # asking vLLM for them cost about 5 % of its tokens a second on a 2-core Xeon (docs/log.md, 2026-12-07)
         eos = self.tokenizer.eos_token_id
-        return sampling_params(self._vllm, params, eos, copies, params.seed, output_kind=self._kind(kind))
+        kind_ = self._kind(kind)
+        return sampling_params(self._vllm, params, eos, copies, params.seed, logprobs=False, output_kind=kind_)
 
     def _completion(self, output: Any, prompt_ids: list[int], stop: tuple[str, ...]) -> Completion:
         return to_completion(output, prompt_ids, self.tokenizer, self.adapter_sha256, stop)

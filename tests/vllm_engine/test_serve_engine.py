@@ -71,7 +71,7 @@ def test_concurrent_requests_run_in_one_batch(engine: Any, loop: asyncio.Abstrac
         for c in group:
             assert c.prompt_token_ids == tuple(engine.tokenizer.encode(prompt, add_special_tokens=False))
             assert len(c.token_ids) == 48 and c.finish_reason == "length"
-            assert c.logprobs is not None and len(c.logprobs) == 48 and all(lp <= 0 for lp in c.logprobs)
+            assert c.logprobs is None  # serving asks vLLM for no log-probs: it keeps none
             assert c.text == engine.tokenizer.decode(c.token_ids, skip_special_tokens=True)
             assert c.served_adapter_sha256 is None
 

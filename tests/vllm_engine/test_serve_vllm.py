@@ -52,6 +52,7 @@ def server(pg_url: str, smollm2_dir: Path, tmp_path_factory: pytest.TempPathFact
             KEY,
             "--served-model-name",
             "smollm2",
+            "--engine-stats",  # /health's peak_running (off by default: it costs the engine a little every step)
         )
         served = start_server(env, smollm2_dir, log, *args)
         served.model = "smollm2"
