@@ -1,8 +1,10 @@
 -- Issue 64's reuse check (train/experiments/reuse-value-chain-sum.toml): GRPO, LANPO-both and LANPO-both with
--- lessons on probation (lanpo-both-value, and lanpo-both-value-pool with the pool's prior), each at seeds 0-4. Per
+-- lessons on probation (lanpo-both-value; lanpo-both-value-pool with the pool's prior; lanpo-both-value-gate with
+-- the intra gate), each at seeds 0-4. Per
 -- arm and seed, and over the seeds: the held-out mean at the last validation with a standard error over problems,
 -- and the difference to GRPO of the same seed, paired by problem (validation samples are seeded by problem and
 -- seed, so the arms of a seed answer with the same random numbers); over the seeds the pairs are (problem, seed).
+-- Only runs that reached the experiment's last validation count.
 --
 --   lanpo sql --file docs/learning/reuse_value.sql
 --
@@ -15,7 +17,9 @@ with acc as (
   where mode = 'val' and run_name ~ '^reuse-value-chain-sum-.*-s[0-9]+$'
   group by 1, 2, 3, 4),
 last as (select arm, seed, max(step) step from acc group by 1, 2),
-final as (select a.* from acc a join last using (arm, seed, step)),
+-- a run stopped before its last validation (its latest is an earlier step) is left out, not compared at that step
+done as (select * from last where step = (select max(step) from last)),
+final as (select a.* from acc a join done using (arm, seed, step)),
 paired as (
   select f.arm, f.seed, f.problem_id, f.acc, f.acc - g.acc diff
   from final f join final g on g.arm = 'grpo' and g.seed = f.seed and g.problem_id = f.problem_id)
