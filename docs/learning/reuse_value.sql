@@ -1,10 +1,9 @@
--- Issue 64's reuse check (train/experiments/reuse-value-chain-sum.toml): GRPO, LANPO-both and LANPO-both with
--- lessons on probation (lanpo-both-value; lanpo-both-value-pool with the pool's prior; lanpo-both-value-gate with
--- the intra gate), each at seeds 0-4. Per
--- arm and seed, and over the seeds: the held-out mean at the last validation with a standard error over problems,
--- and the difference to GRPO of the same seed, paired by problem (validation samples are seeded by problem and
--- seed, so the arms of a seed answer with the same random numbers); over the seeds the pairs are (problem, seed).
--- Only runs that reached the experiment's last validation count.
+-- Issue 64's reuse check (train/experiments/reuse-value-chain-sum.toml): GRPO, LANPO-both and LANPO-both with lessons
+-- on probation (lanpo-both-value; lanpo-both-value-pool with the pool's prior; lanpo-both-value-gate with the intra
+-- gate), each at seeds 0-4. Per arm and seed, and over the seeds: the held-out mean at the last validation with a
+-- standard error over problems, and the difference to GRPO of the same seed, paired by problem (validation samples are
+-- seeded by problem and seed, so the arms of a seed answer with the same random numbers); over the seeds the pairs are
+-- (problem, seed). Only runs that reached the experiment's last validation count.
 --
 --   lanpo sql --file docs/learning/reuse_value.sql
 --
