@@ -187,7 +187,8 @@ def test_the_keys_listing_shows_the_new_table() -> None:
         assert f"feedback.inter.{key}" in text
     for old in ("feedback.sources", "inter_source", "allow_empty_inter", "feedback.gamma", "feedback.scorer"):
         assert old not in text
-    assert "RENAMED" not in text and to_mapping(FeedbackConfig()).keys() == {"mode", "p_t", "k", "candidates", "inter"}
+    assert "RENAMED" not in text
+    assert to_mapping(FeedbackConfig()).keys() == {"mode", "p_t", "k", "candidates", "inter", "intra"}
 
 
 def test_train_keys_shows_the_new_table(run_cli) -> None:  # type: ignore[no-untyped-def]
