@@ -267,41 +267,27 @@ async def load(
 
     async def one(client: Any, question: str) -> Reply:
         extra: dict[str, Any] = {"min_tokens": min_tokens} if min_tokens else {}
-        if arm == "vllm":
+        if arm in ("vllm", SAME_ARM):  # plain vLLM (SAME_ARM sends texts[question] instead of messages)
             messages = prompts.actor_messages(question)
         else:
             mode = "zero_shot" if arm == "zero-shot" else "retrieval"
             messages, extra["lanpo"] = [{"role": "user", "content": question}], {"mode": mode}
             if arm == BM25_ARM:
                 extra["lanpo"]["judge"] = "none"
+        common = {"model": MODEL_NAME, "max_tokens": max_tokens, "temperature": 0.0}
         started = time.perf_counter()
-        if arm == SAME_ARM:
-            assert texts is not None
-            try:
-                c = await client.completions.create(
-                    model=MODEL_NAME,
-                    prompt=texts[question],
-                    max_tokens=max_tokens,
-                    temperature=0.0,
-                    extra_body=extra or None,
-                )
-            except Exception as exc:
-                return Reply(question, None, None, 0, 0, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
-            seconds, u = time.perf_counter() - started, c.usage
-            return Reply(question, c.id, c.choices[0].text, u.prompt_tokens, u.completion_tokens, seconds)
         try:
-            r = await client.chat.completions.create(
-                model=MODEL_NAME,
-                messages=messages,
-                max_tokens=max_tokens,
-                temperature=0.0,
-                extra_body=extra or None,
-            )
+            if arm == SAME_ARM:  # plain vLLM, BM25's prompt text as lanpo's engine got it
+                assert texts is not None
+                r = await client.completions.create(prompt=texts[question], extra_body=extra or None, **common)
+                text = r.choices[0].text
+            else:
+                r = await client.chat.completions.create(messages=messages, extra_body=extra or None, **common)
+                text = r.choices[0].message.content
         except Exception as exc:  # a lost request is counted, not fatal
             return Reply(question, None, None, 0, 0, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
-        seconds = time.perf_counter() - started
-        u = r.usage
-        return Reply(question, r.id, r.choices[0].message.content, u.prompt_tokens, u.completion_tokens, seconds)
+        seconds, u = time.perf_counter() - started, r.usage
+        return Reply(question, r.id, text, u.prompt_tokens, u.completion_tokens, seconds)
 
     async def worker(client: Any) -> None:
         while not queue.empty() and time.monotonic() < deadline:

@@ -112,8 +112,11 @@ def estimate(
 def intra_gate(
     session: Session, run_id: int, step: int, version_step: int, h: float, prior_sd: float, bound: float
 ) -> IntraGate:
-    """The gate of run `run_id` at `step`, from its groups at steps max(1, step - 4h) .. version_step."""
-    lo = max(1, math.ceil(step - WINDOW_HALF_LIVES * h)) if h > 0 else step
+    """The gate of run `run_id` at `step`, from its groups at steps max(1, step - 4h) .. version_step (none read
+    when h = 0: no window, the mode untried)."""
+    if h <= 0:
+        return estimate((), step, h, prior_sd, bound)
+    lo = max(1, math.ceil(step - WINDOW_HALF_LIVES * h))
     rows = session.execute(
         sqlfiles.load("queries/intra_gate_groups"), {"run_id": run_id, "lo": lo, "hi": min(version_step, step - 1)}
     ).all()
