@@ -3,10 +3,10 @@
 -- every active experience of that problem) or per experience version (candidate_version_id: that version,
 -- if it is still the current one); the higher score wins when both exist. Ranked by relevance desc, then
 -- recency; the top :candidates form the pool, rank i gets weight 1/(i+1), :k drawn without replacement by
--- Efraimidis-Spirakis keys -ln(u)/w, u from the top 52 bits of sha256('<experience id>/<problem id>/<seed>')
--- as in sample_intra.sql (a cryptographic digest: a step's lessons have consecutive ids, issue 8). The key
--- names the experience, not its version, so a rewrite keeps its draw. The text of the current version is
--- read for the k drawn items only.
+-- Efraimidis-Spirakis keys -ln(u)/w, u from the top 52 bits of sha256('<rank>/<problem id>/<seed>') as in
+-- sample_intra.sql (a cryptographic digest, issue 8; the rank, not the lesson's id, so runs whose pools match draw
+-- alike whatever else the store holds). Under relevance ranking a rewrite keeps the lesson's rank, so it keeps its draw. The text of the
+-- current version is read for the k drawn items only.
 -- The same problem is excluded twice over: here (<>) and by the CHECK constraint not_self.
 -- :kinds (text[], NULL: every kind) keeps experiences of those kinds only (feedback.inter.kinds: summary, meta).
 -- A lesson `lanpo serve` learned in a scope (a user's, an agent's: migration 0022) is never drawn in training.
@@ -104,10 +104,10 @@ pool AS (
     WHERE rank < :candidates
 ),
 keyed AS (
-    -- lanpo_draw_key (migration 0009): -ln(u) * (rank + 1), u from sha256('<candidate>/<problem>/<seed>').
+    -- lanpo_draw_key (migration 0009): -ln(u) * (rank + 1), u from sha256('<rank>/<problem>/<seed>').
     SELECT problem_id, experience_id, source_problem_id, score, rank,
-           lanpo_draw_key(CAST(:seed AS bigint), candidate_id, problem_id, rank) AS key
-    FROM (SELECT pool.*, experience_id AS candidate_id FROM pool) p
+           lanpo_draw_key(CAST(:seed AS bigint), rank, problem_id, rank) AS key
+    FROM pool
 ),
 drawn AS (
     SELECT problem_id, experience_id, source_problem_id, score, rank,

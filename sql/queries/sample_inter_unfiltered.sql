@@ -3,7 +3,7 @@
 -- :pool_id from another problem is a candidate, whether or not any relevance score names it; relevance is not
 -- consulted at all. Candidates are ranked by recency (newest first), the top
 -- :candidates form the pool, rank i gets weight 1/(i+1), and :k are drawn without replacement by the same
--- Efraimidis-Spirakis keys as sample_inter.sql (keyed by experience id, problem id and seed).
+-- Efraimidis-Spirakis keys as sample_inter.sql (keyed by rank, problem id and seed).
 -- :kinds and :shows_response as in sample_inter.sql (experience kinds kept; the source rollout's response instead of
 -- the summary). score is NULL. :rank = 'value' as in sample_inter.sql: every other problem's lesson is valued
 -- (lanpo_lesson_value of its current version, under :prior as in sample_inter.sql), those below :value_bound dropped, the rest ranked by value, then
@@ -44,10 +44,10 @@ pool AS (
     ) c
 ),
 keyed AS (
-    -- lanpo_draw_key (migration 0009): -ln(u) * (rank + 1), u from sha256('<candidate>/<problem>/<seed>').
+    -- lanpo_draw_key (migration 0009): -ln(u) * (rank + 1), u from sha256('<rank>/<problem>/<seed>').
     SELECT problem_id, experience_id, source_problem_id, rank,
-           lanpo_draw_key(CAST(:seed AS bigint), candidate_id, problem_id, rank) AS key
-    FROM (SELECT pool.*, experience_id AS candidate_id FROM pool) p
+           lanpo_draw_key(CAST(:seed AS bigint), rank, problem_id, rank) AS key
+    FROM pool
 ),
 drawn AS (
     SELECT problem_id, experience_id, source_problem_id, rank,

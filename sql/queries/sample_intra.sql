@@ -2,9 +2,11 @@
 -- attempts, MEL's replays, replayed copies of stored attempts and the leaked-intra arm's never) form the pool
 -- (top :candidates, newest group first, then newest attempt), rank i gets weight 1/(i+1), and :k are drawn without
 -- replacement by Efraimidis-Spirakis keys -ln(u)/w (smallest k win). u comes from the top 52 bits of
--- sha256('<attempt id>/<problem id>/<seed>'), plus one half, over 2^52: exact in float8 and strictly inside (0, 1).
--- A cryptographic digest, because a weak hash of nearby ids (a group's rollouts have consecutive ids) gives
--- correlated u within a pool and biased draws (issue 8). The same seed gives the same draws, whatever the batch.
+-- sha256('<rank>/<problem id>/<seed>'), plus one half, over 2^52: exact in float8 and strictly inside (0, 1).
+-- A cryptographic digest, because a weak hash of nearby numbers gives correlated u within a pool and biased draws
+-- (issue 8). The same seed gives the same draws, whatever the batch. u names the candidate's rank, not its attempt
+-- id: ranks are a function of the pool's order, so two runs whose histories match draw alike whatever else the
+-- store holds (attempt ids are the store's, and differ between runs of one home).
 -- Returns one row per draw: problem, attempt id, rank, draw position (0-based, in key order), response.
 WITH req AS (
     SELECT DISTINCT unnest(CAST(:problem_ids AS bigint[])) AS problem_id
@@ -23,9 +25,9 @@ pool AS (
     ) c
 ),
 keyed AS (
-    -- lanpo_draw_key (migration 0009): -ln(u) * (rank + 1), u from sha256('<candidate>/<problem>/<seed>').
+    -- lanpo_draw_key (migration 0009): -ln(u) * (rank + 1), u from sha256('<rank>/<problem>/<seed>').
     SELECT problem_id, candidate_id, rank,
-           lanpo_draw_key(CAST(:seed AS bigint), candidate_id, problem_id, rank) AS key
+           lanpo_draw_key(CAST(:seed AS bigint), rank, problem_id, rank) AS key
     FROM pool
 ),
 drawn AS (

@@ -60,14 +60,16 @@ def test_random_draw_shows_only_the_runs_correct_attempts_of_other_problems(sess
 
 
 def test_random_draw_is_the_documented_key_at_rank_zero(session: Session) -> None:
-    """Exact: the draw is the k smallest lanpo_draw_key(seed, attempt, problem, 0) over the candidates (every weight
-    equal), recomputed here in Python."""
+    """Exact: the draw is the k smallest lanpo_draw_key(seed, ordinal, problem, 0) over the candidates (every weight
+    equal; the ordinal is the attempt's place among the run's correct attempts, oldest 0), recomputed here in
+    Python."""
     pids, run, candidates, _ = _store(session)
+    ordinal = {a: i + 1 for i, a in enumerate(sorted(candidates))}
     for seed in (0, 5, -(2**63)):
         drawn = random_attempt_contexts(session, pids, k=3, seed=seed, run_id=run)
         for p in pids:
             others = [a for a, q in candidates.items() if q != p]
-            order = sorted(others, key=lambda a: (_key(a, p, seed, 0), a))
+            order = sorted(others, key=lambda a: (_key(ordinal[a], p, seed, 0), a))
             assert [i.attempt_id for i in drawn[p]] == order[:3]
 
 

@@ -199,7 +199,8 @@ def test_nothing_beyond_candidates_is_drawn(session: Session, small_layout: Layo
 
 
 def _key(candidate_id: int, problem_id: int, seed: int, rank: int) -> float:
-    """The documented key: u from the top 52 bits of sha256('candidate/problem/seed'), then -ln(u) * (rank + 1)."""
+    """The documented key: u from the top 52 bits of sha256('candidate/problem/seed'), then -ln(u) * (rank + 1). The
+    draws name a candidate by its rank (its ordinal in the random arm), so their u do not depend on store ids."""
     digest = hashlib.sha256(f"{candidate_id}/{problem_id}/{seed}".encode()).digest()
     u = ((int.from_bytes(digest[:8], "big") >> 12) + 0.5) / 2**52
     assert 0.0 < u < 1.0
@@ -215,7 +216,7 @@ def test_draw_order_is_the_documented_key(session: Session, small_layout: Layout
         for p, draws in _draw(session, small_layout, mode, pids, seed, k=POOL).items():
             pool = (small_layout.intra_pool if mode == "intra" else small_layout.inter_pool)[p][:POOL]
             keyed = pool if mode == "intra" else [experience_of[v] for v in pool]
-            order = sorted(range(POOL), key=lambda r: (_key(keyed[r], p, seed, r), keyed[r]))
+            order = sorted(range(POOL), key=lambda r: (_key(r, p, seed, r), keyed[r]))
             assert [d.rank for d in draws] == order
 
 
@@ -224,7 +225,7 @@ def test_the_three_queries_call_the_one_key() -> None:
     for name in ("queries/sample_intra", "queries/sample_inter", "queries/sample_inter_unfiltered"):
         code = re.sub(r"--[^\n]*", "", sqlfiles.text_of(name))  # the statement, without its comments
         calls = re.findall(r"lanpo_draw_key\((.*?)\) AS key", code)
-        assert calls == ["CAST(:seed AS bigint), candidate_id, problem_id, rank"], name
+        assert calls == ["CAST(:seed AS bigint), rank, problem_id, rank"], name
         assert "sha256(" not in code and "-ln(" not in code, name
 
 
@@ -325,3 +326,42 @@ def test_a_merge_changes_the_text_drawn_never_the_draw(session: Session, small_l
         assert draws(seed) == drawn_before
     texts = {d.text for ds in _draw(session, small_layout, "inter", small_layout.problem_ids, 0).values() for d in ds}
     assert any(t.startswith("merged text of ") for t in texts)
+
+
+def test_runs_whose_histories_match_draw_alike(session: Session) -> None:
+    """A draw is a function of the pool's order, the seed and the problem, not of store ids: two runs that wrote the
+    same history into one store (their rows interleaved, so every id differs) draw the same ranks and texts, intra
+    from each run's own attempts and inter from each run's own pool. Keyed by ids, they would not (checked below),
+    which is how two arms of one seed diverged at their first intra draw (docs/log.md)."""
+    asker, source = make_problems(session, 2)
+    run_a, run_b = (
+        session.scalar(sa.text("INSERT INTO runs (name, kind) VALUES (:n, 'train') RETURNING id"), {"n": n})
+        for n in ("a", "b")
+    )
+    pools = {run_a: make_pool(session, "pool a"), run_b: make_pool(session, "pool b")}
+    by_run: dict[int, list[int]] = {run_a: [], run_b: []}
+    for step in range(1, 4):
+        for run in (run_a, run_b):  # interleaved: run b's ids sit between run a's
+            texts = [f"step {step} try {j}" for j in range(4)]
+            (ids,) = record_groups(session, [group(asker, texts, "zero_shot", reward=0.0, step=step, run_id=run)])
+            by_run[run] += ids
+            make_experiences(session, source, 2, pools[run])
+    relevance(session, asker, source, 0.95)
+
+    def drawn(run: int, seed: int) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        intra = sampling.sample_intra(session, [asker], k=3, candidates=8, seed=seed, run_id=run)[asker]
+        inter = sampling.sample_inter(
+            session, [asker], k=3, candidates=6, seed=seed, gamma=0.9, scorer="s", pool_id=pools[run].id
+        )[asker]
+        return [(d.rank, d.text) for d in intra], [(d.rank, d.text) for d in inter]
+
+    seeds = range(40)
+    assert all(drawn(run_a, seed) == drawn(run_b, seed) for seed in seeds)
+    # The discriminating reference: keyed by attempt id, the two runs' intra draws part at some seed.
+    newest_first = {run: sorted(ids, reverse=True)[:8] for run, ids in by_run.items()}
+
+    def by_id(run: int, seed: int) -> list[int]:
+        pool = newest_first[run]
+        return sorted(range(len(pool)), key=lambda r: _key(pool[r], asker, seed, r))[:3]
+
+    assert any(by_id(run_a, seed) != by_id(run_b, seed) for seed in seeds)

@@ -4,11 +4,13 @@ Per problem the candidates are ranked (inter: relevance desc; intra: recency), t
 rank i (0-based) weighted `w_i = 1/(i+1)`, and k drawn WITHOUT replacement. The SQL (sql/queries/sample_*.sql)
 uses Efraimidis-Spirakis keys `-ln(u)/w`: the k smallest keys win, in key order, which is exactly successive
 weighted draws without replacement as long as the u of one pool are independent uniforms. So u comes from a
-cryptographic digest: the top 52 bits of `sha256('<candidate id>/<problem id>/<seed>')`, plus one half, over
-2^52 (exact in float8, strictly inside (0, 1)). A cheaper integer hash was correlated for nearby ids, and a
-step writes a group's rollouts and a problem's lessons with consecutive ids, which biased the draws (issue 8).
-The same seed gives the same draws, whatever the order of the problem ids or the rest of the batch. The key is
-one SQL function, `lanpo_draw_key(seed, candidate_id, problem_id, rank)` (migration 0009), that the three call.
+cryptographic digest: the top 52 bits of `sha256('<rank>/<problem id>/<seed>')`, plus one half, over 2^52 (exact
+in float8, strictly inside (0, 1)). A cheaper integer hash was correlated for nearby numbers, which biased the
+draws (issue 8). The same seed gives the same draws, whatever the order of the problem ids or the rest of the
+batch. u names a candidate by its rank (the random arm: its ordinal), never its store id, so two runs whose
+histories match draw alike, whatever else the store holds (keyed by ids, two arms of one seed parted at their
+first intra draw). The key is one SQL function, `lanpo_draw_key(seed, candidate, problem_id, rank)` (migration
+0009), that the draws call.
 
 Inter draws rank by relevance (the paper) or, `Ranking(rank="value")`, by value: an upper confidence bound on each
 candidate's lift, `lanpo_lesson_value` (migration 0020; `lesson_value` here is its Python twin), with candidates
