@@ -18,6 +18,7 @@ the seed differ. So:
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import traceback
@@ -350,7 +351,11 @@ def _run_side_by_side(
         import multiprocessing
 
         echo(f"training {len(todo)} run(s), {min(jobs, len(todo))} at a time; each one's output: {logs}/<run>.log")
-        pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(
+            max_workers=min(jobs, len(todo)),
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_ignore_sigint,
+        )
         try:
             pending: dict[Future[tuple[ArmRun | None, str]], TrainConfig] = {
                 pool.submit(_train_in_worker, cfg, url, str(logs / f"{cfg.run_name}.log")): cfg for cfg in todo
@@ -391,6 +396,14 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     for process in list((getattr(pool, "_processes", None) or {}).values()):
         if process.is_alive():
             process.terminate()
+
+
+def _ignore_sigint() -> None:
+    """A worker's first act: Ctrl-C in a terminal sends SIGINT to the whole process group, and the parent alone
+    answers it (SIGTERM to each worker, `_stop_workers`), so each run stops one way, with its cleanup whole. A worker
+    that also took the SIGINT began its rollback as KeyboardInterrupt, the parent's SIGTERM broke into it, and the
+    command hung (tests/train/test_experiment.py)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _train_in_worker(cfg: TrainConfig, url: str, log: str) -> tuple[ArmRun | None, str]:

@@ -230,9 +230,12 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _paused_experiment(db: Engine, tmp_path: Path, tiny_dir: Path, name: str):  # type: ignore[no-untyped-def]
+def _paused_experiment(  # type: ignore[no-untyped-def]
+    db: Engine, tmp_path: Path, tiny_dir: Path, name: str, own_group: bool = False
+):
     """`lanpo experiment` (two arms, seed 0, two workers) started and waited for until both workers pause at step
-    2's write: (the process, its command, the workers' pids, the runs' logs)."""
+    2's write: (the process, its command, the workers' pids, the runs' logs). `own_group`: in a process group of its
+    own, as a terminal's foreground job is (so that a test can send the group Ctrl-C's SIGINT)."""
     import os
     import subprocess
     import sys
@@ -245,7 +248,12 @@ def _paused_experiment(db: Engine, tmp_path: Path, tiny_dir: Path, name: str):  
     args = [sys.executable, "-c", CLI, "experiment", "--config", str(config), "--no-report", "--jobs", "2"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", **{PAUSE_ENV: "db_write:2"})
     proc = subprocess.Popen(
-        [*args, "--seeds", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*args, "--seeds", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=own_group,
     )
     logs = [tmp_path / name / "logs" / f"{name}-{arm}-s0.log" for arm in ("grpo", "lanpo-both")]
     deadline = time.monotonic() + 240
@@ -318,6 +326,36 @@ def test_sigterm_stops_the_experiment_and_its_runs_without_waiting_for_them(
     assert again.code == 0, again.err
     assert set(_statuses(db, "stopped")[0].values()) == {"finished"}
     assert all("resuming" in log.read_text() for log in logs)
+
+
+def test_ctrl_c_stops_the_runs_through_the_parent_alone(
+    db_env: str, db: Engine, toy_problems: list[int], tmp_path: Path, tiny_dir: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C in a terminal sends SIGINT to the whole process group. The workers ignore it and the parent stops them
+    with SIGTERM, so each run stops one way, with its cleanup whole: `Terminated` in its log, never a
+    KeyboardInterrupt (a worker that took the SIGINT too began its rollback, the parent's SIGTERM broke into it,
+    and the command hung). The command exits 130 with `aborted`; no worker outlives it; each run keeps its committed
+    steps."""
+    import os
+    import signal
+    import subprocess
+
+    proc, _, workers, logs = _paused_experiment(db, tmp_path, tiny_dir, "ctrl-c", own_group=True)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # before the fix: a run's rollback cut by the SIGTERM, and the command hung
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("Ctrl-C did not stop the experiment within 60 s")
+    assert proc.returncode == 130 and err.strip().endswith("aborted"), err
+    assert "Traceback" not in err
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in workers), "a worker outlived the experiment"
+    status, steps = _statuses(db, "ctrl-c")
+    assert "finished" not in status.values() and steps > 0
+    for log in logs:
+        text = log.read_text()
+        assert "Terminated" in text and "KeyboardInterrupt" not in text, text[-2000:]
 
 
 def test_workers_take_the_costlier_arms_of_a_seed_first(tmp_path: Path) -> None:
