@@ -250,7 +250,9 @@ def summarise(
     if scaffold:
         texts, generated, read = scaffolded(backend, prompts, SUMMARY_HEADERS, max_new_tokens, temperature, seed)
     else:
-        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0, seed=seed)
+        params = SamplingParams(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0, seed=seed, logprobs=False
+        )
         outputs = [group[0] for group in backend.generate(prompts, 1, params)]
         texts = [c.text for c in outputs]
         generated, read = [len(c.token_ids) for c in outputs], [len(c.prompt_token_ids) for c in outputs]
@@ -278,7 +280,12 @@ def scaffolded(
     for number, header in enumerate(headers):
         written = [f"{w}{header}\n" for w in written]
         params = SamplingParams(
-            max_new_tokens=budget, temperature=temperature, top_p=1.0, seed=seed + number, stop=SECTION_STOP
+            max_new_tokens=budget,
+            temperature=temperature,
+            top_p=1.0,
+            seed=seed + number,
+            stop=SECTION_STOP,
+            logprobs=False,
         )
         groups = backend.generate([p + w for p, w in zip(prompts, written, strict=True)], 1, params)
         written = [f"{w}{group[0].text.strip()}\n" for w, group in zip(written, groups, strict=True)]

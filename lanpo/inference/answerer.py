@@ -241,7 +241,10 @@ class Answerer:
     def _params(self, batch_index: int) -> SamplingParams:
         s = self.sampling
         seed = None if s.seed is None else s.seed + batch_index  # a fresh stream per batch, still reproducible
-        return SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=seed)
+        # no token log-probs: an answer is stored as text and counts (lanpo.inference.modes.grade_turn)
+        return SamplingParams(
+            max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=seed, logprobs=False
+        )
 
     # ------------------------------------------------------------------ retrieval
 

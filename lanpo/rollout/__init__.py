@@ -30,6 +30,9 @@ class SamplingParams:
     seed: int | None = None
     min_new_tokens: int = 0  # EOS is suppressed before this many tokens (benchmarks: equal lengths everywhere)
     stop: tuple[str, ...] = ()  # generation ends at the first of these strings; the text stops before it
+    # Whether a backend that can (vllm) reports each sampled token's log-prob: the trainer's rollouts need them (TIS,
+    # replay); answers, validation and summaries keep none, and asking cost vLLM about 5 % of its tokens a second.
+    logprobs: bool = True
 
 
 def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:

@@ -374,7 +374,8 @@ class VLLMBackend(EngineSleep):
     # ------------------------------------------------------------------ generation
 
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
-        """For each prompt, `n` completions with their engine log-probs and the hash of the adapter that served it."""
+        """For each prompt, `n` completions with their engine log-probs (when `params.logprobs`) and the hash of the
+        adapter that served it."""
         if not prompts:
             return []
         greedy = params.temperature <= 0

@@ -59,12 +59,12 @@ def sampling_params(
     eos_token_id: int,
     copies: int,
     seed: int | None,
-    logprobs: bool = True,
     **extra: Any,
 ) -> Any:
     """vLLM's SamplingParams for `copies` samples of one prompt: greedy at temperature <= 0 (top-p then off), lanpo's
-    EOS and `params.stop` end generation, each sampled token's log-prob reported unless `logprobs` is False (a
-    caller that keeps none: `lanpo serve`); `extra` (e.g. `output_kind`) is passed on."""
+    EOS and `params.stop` end generation, each sampled token's log-prob reported when `params.logprobs` (callers
+    that keep none turn it off: answers, validation, summaries, `lanpo serve`); `extra` (e.g. `output_kind`) is
+    passed on."""
     greedy = params.temperature <= 0
     return vllm.SamplingParams(
         n=copies,
@@ -75,7 +75,7 @@ def sampling_params(
         seed=seed,
         stop_token_ids=[eos_token_id],
         stop=list(params.stop) or None,
-        logprobs=0 if logprobs else None,
+        logprobs=0 if params.logprobs else None,
         detokenize=bool(params.stop),  # stop strings are matched on the engine's detokenized text
         **extra,
     )

@@ -333,7 +333,9 @@ class AsyncVLLMEngine:
         # asking vLLM for them cost about 5 % of its tokens a second on a 2-core Xeon (docs/log.md, 2026-12-07)
         eos = self.tokenizer.eos_token_id
         kind_ = self._kind(kind)
-        return sampling_params(self._vllm, params, eos, copies, params.seed, logprobs=False, output_kind=kind_)
+        return sampling_params(
+            self._vllm, dataclasses.replace(params, logprobs=False), eos, copies, params.seed, output_kind=kind_
+        )
 
     def _completion(self, output: Any, prompt_ids: list[int], stop: tuple[str, ...]) -> Completion:
         return to_completion(output, prompt_ids, self.tokenizer, self.adapter_sha256, stop)

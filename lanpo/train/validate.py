@@ -124,6 +124,7 @@ def validate(
         temperature=ev.temperature,
         top_p=ev.top_p,
         seed=mix_seed(cfg.seed, "validate", step, dist.rank),
+        logprobs=False,  # validation answers are graded, never trained on
     )
     with policy.generating():  # every rank enters, with or without problems of its own
         groups = sampler.backend.generate(texts, ev.k, params)  # one list of k completions per problem

@@ -79,9 +79,11 @@ class ScriptedBackend:
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.prompts: list[str] = []
+        self.params: list[SamplingParams] = []
 
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
         self.prompts.extend(prompts)
+        self.params.append(params)
         out = []
         for p in prompts:
             ids = tuple(self.tokenizer.encode(p, add_special_tokens=False))

@@ -38,6 +38,8 @@ def test_zero_shot_k_samples_and_grading(make_answerer: Callable[..., Answerer])
     assert ungraded.mean_correct is None and ungraded.samples[0].final.correct is None
     assert ungraded.samples[0].final.reward is None
     assert ungraded.samples[0].final.answer == "2" or ungraded.samples[0].final.answer == "3"  # boxed, extracted
+    # answers are stored as text and counts: the engine is asked for no token log-probs (vllm reports them only then)
+    assert answerer.backend.params and not any(p.logprobs for p in answerer.backend.params)
 
 
 def test_tiny_model_generates_every_mode(make_answerer: Callable[..., Answerer], pool: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -30,6 +31,18 @@ def test_seeded_groups_reproduce_and_differ_within(backend: Any) -> None:
             assert c.served_adapter_sha256 is None
             assert c.logprobs is not None and len(c.logprobs) == len(c.token_ids)
             assert all(lp <= 0 for lp in c.logprobs)
+
+
+def test_logprobs_off_samples_the_same_tokens_and_reports_none(backend: Any) -> None:
+    """`SamplingParams(logprobs=False)` (answers, validation, summaries): vLLM is asked for no log-probs, and what it
+    samples is what the same seed samples with them."""
+    prompts = chat(backend.tokenizer)
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=5)
+    with_lp = backend.generate(prompts, 2, params)
+    without = backend.generate(prompts, 2, dataclasses.replace(params, logprobs=False))
+    assert [[c.token_ids for c in g] for g in without] == [[c.token_ids for c in g] for g in with_lp]
+    assert all(c.logprobs is None for g in without for c in g)
+    assert all(c.logprobs is not None for g in with_lp for c in g)
 
 
 def test_greedy_returns_n_copies_and_stops_at_eos(backend: Any) -> None:
