@@ -237,6 +237,7 @@ def _paused_experiment(  # type: ignore[no-untyped-def]
     2's write: (the process, its command, the workers' pids, the runs' logs). `own_group`: in a process group of its
     own, as a terminal's foreground job is (so that a test can send the group Ctrl-C's SIGINT)."""
     import os
+    import signal
     import subprocess
     import sys
     import time
@@ -254,6 +255,9 @@ def _paused_experiment(  # type: ignore[no-untyped-def]
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=own_group,
+        # A terminal's foreground job takes SIGINT as Python's KeyboardInterrupt; a job a script starts in the
+        # background (CI's lanes) inherits SIGINT ignored, and Python then never installs its handler.
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if own_group else None,
     )
     logs = [tmp_path / name / "logs" / f"{name}-{arm}-s0.log" for arm in ("grpo", "lanpo-both")]
     deadline = time.monotonic() + 240
