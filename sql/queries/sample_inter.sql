@@ -5,8 +5,8 @@
 -- recency; the top :candidates form the pool, rank i gets weight 1/(i+1), :k drawn without replacement by
 -- Efraimidis-Spirakis keys -ln(u)/w, u from the top 52 bits of sha256('<rank>/<problem id>/<seed>') as in
 -- sample_intra.sql (a cryptographic digest, issue 8; the rank, not the lesson's id, so runs whose pools match draw
--- alike whatever else the store holds). Under relevance ranking a rewrite keeps the lesson's rank, so it keeps its draw. The text of the
--- current version is read for the k drawn items only.
+-- alike whatever else the store holds). Under relevance ranking a rewrite keeps the lesson's rank, so it keeps its
+-- draw. The text of the current version is read for the k drawn items only.
 -- The same problem is excluded twice over: here (<>) and by the CHECK constraint not_self.
 -- :kinds (text[], NULL: every kind) keeps experiences of those kinds only (feedback.inter.kinds: summary, meta).
 -- A lesson `lanpo serve` learned in a scope (a user's, an agent's: migration 0022) is never drawn in training.

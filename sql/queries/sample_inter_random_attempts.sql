@@ -5,7 +5,7 @@
 -- lanpo_draw_key(seed, ordinal, problem, 0) = -ln(u), u from sha256('<ordinal>/<problem id>/<seed>'), and the
 -- :k smallest keys win, so every k-subset of the candidates is equally likely (uniform over attempts: a problem
 -- with more correct attempts is drawn more often). The ordinal is the attempt's place among the run's correct
--- attempts (oldest 0), not its id, so runs whose histories match draw alike whatever else the store holds. Costs
+-- attempts (oldest 1), not its id, so runs whose histories match draw alike whatever else the store holds. Costs
 -- one key per (problem asked, correct attempt of the run).
 -- Returns one row per draw: problem, attempt id, the attempt's problem, draw position (0-based), its response.
 WITH req AS (
