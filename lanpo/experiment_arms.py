@@ -40,6 +40,15 @@ DEFAULT_ARMS = {
         "feedback.intra.gate": "value",
         "store.retire_below": 0.0,
     },
+    # The same with the intra gate by Thompson sampling: each prompt that asks for intra served it with the
+    # posterior chance that intra helps (half of them while untried), so a run pays less to learn that it hurts.
+    "lanpo-both-value-thompson": {
+        "method": "lanpo",
+        "feedback.mode": "both",
+        "feedback.inter.rank": "value",
+        "feedback.intra.gate": "thompson",
+        "store.retire_below": 0.0,
+    },
     "mel": {"method": "mel", "feedback.mode": "none", "feedback.p_t": 0.0},
     # The paper's Fig. 2 failure modes, to be compared, never a default. 2b: "We provided the correct answer to the
     # same training problem during rollouts, akin to rejection fine-tuning (RFT)".

@@ -139,14 +139,16 @@ class IntraConfig:
         "none",
         "none (the paper: intra served at p_t) | value (lanpo's: intra served only while the run's intra groups are "
         "not known to do worse than its zero-shot ones, by the value rule with feedback.inter.prior_sd and "
-        "value_bound; lanpo.feedback.intra_gate, docs/concepts.md)",
+        "value_bound) | thompson (lanpo's: each prompt that asks for intra served it with the posterior chance that "
+        "intra's lift is at least value_bound: half of them untried; lanpo.feedback.intra_gate, docs/concepts.md)",
     )
 
     def __post_init__(self) -> None:
         _check(
             self.gate in GATES,
             f"feedback.intra.gate must be one of {', '.join(GATES)}, got {self.gate!r}",
-            "none serves intra as the paper does; value stops serving it while it is known to hurt",
+            "none serves intra as the paper does; value stops serving it while it is known to hurt; thompson serves "
+            "it by the chance that it helps",
         )
 
 

@@ -19,8 +19,9 @@ Per step, counted in rollouts (prompts x n), for each feedback mode:
   experience), `none_relevant` (inter: nothing at gamma by the scorer), `no_history` (intra: no earlier attempt of
   this run on the problem), `no_correct` (inter, `feedback.inter.draw = random`: the run has no correct attempt of
   another problem yet), `too_long` (items drawn, not one fits even cut to `MIN_ITEM_TOKENS`), `intra_hurts` (intra,
-  `feedback.intra.gate = "value"`: the run's intra groups are known to do worse than its zero-shot ones;
-  `lanpo.feedback.intra_gate`, whose estimate each step also reports as `feedback/intra_gate/*`).
+  `feedback.intra.gate = "value"`: the run's intra groups are known to do worse than its zero-shot ones; `"thompson"`:
+  the prompt's draw from the intra lift's posterior fell below the bound; `lanpo.feedback.intra_gate`, whose estimate
+  each step also reports as `feedback/intra_gate/*`).
 
 Fig. 2b's leakage arm (`LEAKED_MODE`, `feedback.mode = "leaked-intra"` only) draws as intra and states the gold
 answer after the question (`lanpo.feedback.draw.leaked_questions`, called for its prompts alone); with no earlier
@@ -71,7 +72,7 @@ class StepPrompts:
     k: int = 0  # items a feedback prompt asks for (feedback.k)
     drawn: list[int] = field(default_factory=list)  # items the store gave each prompt
     truncated: list[int] = field(default_factory=list)  # items of each prompt cut to fit (shown cut in `items`)
-    gate: IntraGate | None = None  # the intra gate's estimate at this step (feedback.intra.gate = "value")
+    gate: IntraGate | None = None  # the intra gate's estimate at this step (feedback.intra.gate value | thompson)
 
     def version(self, g: int) -> str:
         """The template version of prompt g (stored with its group)."""
@@ -138,26 +139,28 @@ def contexted_prompts(
             fb.inter.draw,
             fb.inter.ranking,
         )
-        gate = None
-        if fb.intra.gate == "value" and wanted["intra"]:
+        gate, gated = None, set()
+        if fb.intra.gate != "none" and wanted["intra"]:
             h, inter = run.pool.baseline_half_life, fb.inter
-            gate = intra_gate(session, run.run_id, step, version_step, h, inter.prior_sd, inter.value_bound)
-            if not gate.open:
-                wanted["intra"] = []
+            gate = intra_gate(
+                session, run.run_id, step, version_step, h, inter.prior_sd, inter.value_bound, fb.intra.gate
+            )
+            gated = {p for p in wanted["intra"] if not gate.serves(draw_seed, p)}
+            wanted["intra"] = [p for p in wanted["intra"] if p not in gated]
         drawn = draw_contexts(session, wanted, draw)
         leaked = leaked_questions(session, wanted[LEAKED_MODE]) if wanted[LEAKED_MODE] else {}
         pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, run.pool.id) == 0
         policy_version_id = steps_repo.policy_version_id(session, run.run_id, version_step)
     shows_response = fb.inter.shows_response
     out = StepPrompts([], [], [], asked, [], [], [], policy_version_id, shows_response=shows_response, k=fb.k)
-    out.gate, gated = gate, gate is not None and not gate.open
+    out.gate = gate
     for pid, mode in zip(pids, asked, strict=True):
         found = list(drawn.get(mode, {}).get(pid, []))
         question = leaked[pid] if mode == LEAKED_MODE else rows[pid].question
         text, kept, truncated = fit_prompt(tokenizer, mode, question, found, max_prompt_tokens, shows_response)
         served = bool(kept) or MODES[mode].served_without_items  # leaked: the answer, with attempts or without
         if mode in CONTEXT_MODES and not served:  # an honest from-scratch rollout, and the reason it is one
-            out.missed[_missed_reason(mode, found, pool_empty, fb.inter.draw, gated)] += 1
+            out.missed[_missed_reason(mode, found, pool_empty, fb.inter.draw, pid in gated)] += 1
         out.problem_ids.append(pid)
         out.questions.append(rows[pid].question)
         out.answers.append(rows[pid].answer)

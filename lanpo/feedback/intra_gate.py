@@ -1,5 +1,5 @@
-"""The intra gate (`feedback.intra.gate = "value"`): a run serves its own earlier attempts only while they are not
-known to hurt.
+"""The intra gate (`feedback.intra.gate = "value"` or `"thompson"`): a run serves its own earlier attempts only while
+they are not known to hurt, or in proportion to the chance that they help.
 
 The value rule puts each inter lesson on probation (docs/concepts.md, "Lessons on probation"); the intra contexts
 have no lesson to judge: an intra item is the run's own earlier attempt, new each step. What can be judged is the
@@ -24,6 +24,16 @@ rendered zero-shot and counted as `feedback/missed/intra_hurts`. A closed gate g
 opens again once the last intra groups have left the window (4 half-lives), and the run tries intra again under the
 policy it has become.
 
+`"thompson"` serves intra in proportion to the chance that it helps: Thompson sampling between two arms, zero-shot
+(its lift over itself is 0, known) and intra (its lift unknown, posterior N(m, s^2) under the same prior and
+evidence: m and s are the value rule's at z = 0 and its step per unit z). Each prompt that asks for intra draws a
+lift from that posterior and is served intra iff the draw is at least `value_bound`: served with probability
+share = Phi((m - value_bound) / s), decided by a uniform keyed by (the step's draw seed, the problem), so a rerun and
+the arms of one seed decide alike. Untried (the prior alone, bound 0) it serves half the prompts that ask, where the
+value rule serves all of them; as evidence that intra hurts comes in its share falls towards 0 without ever
+reaching it, so it keeps gathering evidence at a cost that shrinks with the evidence. `"value"` is the same rule
+with the share 1 or 0 (the upper bound at or above the bound, or not).
+
 Bias: the control groups include problems whose intra draw would have found attempts, so they are comparable; but
 the comparison is of the mode as drawn (its k items, its template) against zero-shot, not of any one attempt. And
 it is what the mode did to accuracy, not to learning: a mode whose rollouts score lower may still teach. The gate is
@@ -35,13 +45,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from sqlalchemy.orm import Session
 
 from lanpo.db import sqlfiles
 from lanpo.db.repo.sampling import VALUE_Z, lesson_value
+from lanpo.seeds import mix_seed
 
-GATES = ("none", "value")  # feedback.intra.gate
+GATES = ("none", "value", "thompson")  # feedback.intra.gate
 WINDOW_HALF_LIVES = 4  # the evidence window, in half-lives: the store's baseline window (usefulness_uses_recompute)
 
 
@@ -64,12 +76,23 @@ class IntraGate:
     intra_groups: int
     control_groups: int
     value: float  # the value rule's upper bound on the lift
-    open: bool
+    share: float  # the chance that a prompt asking for intra is served: 1 or 0 (value), Phi((m - bound) / s)
+
+    @property
+    def open(self) -> bool:
+        """Whether any prompt that asks for intra may be served."""
+        return self.share > 0.0
+
+    def serves(self, draw_seed: int, problem_id: int) -> bool:
+        """Whether the prompt of `problem_id` that asks for intra at the step drawn with `draw_seed` is served it: a
+        uniform keyed by the two below `share` (always under value's 1, never under its 0)."""
+        return mix_seed(draw_seed, "intra-gate", problem_id) / 2.0**63 < self.share
 
     def metrics(self) -> dict[str, float]:
         """`feedback/intra_gate/*`: the estimate the step's decision read (lift and its sd only with evidence)."""
         out = {
             "feedback/intra_gate/open": float(self.open),
+            "feedback/intra_gate/share": self.share,
             "feedback/intra_gate/value": self.value,
             "feedback/intra_gate/intra_groups": float(self.intra_groups),
             "feedback/intra_gate/control_groups": float(self.control_groups),
@@ -94,31 +117,47 @@ def _side(groups: Sequence[GroupGrade], step: int, h: float) -> tuple[float, flo
 
 
 def estimate(
-    groups: Sequence[GroupGrade], step: int, h: float, prior_sd: float, bound: float, z: float = VALUE_Z
+    groups: Sequence[GroupGrade],
+    step: int,
+    h: float,
+    prior_sd: float,
+    bound: float,
+    z: float = VALUE_Z,
+    rule: str = "value",
 ) -> IntraGate:
-    """The gate at `step` from its evidence `groups` (already inside the window)."""
+    """The gate at `step` from its evidence `groups` (already inside the window), under `rule` (value | thompson)."""
     intra = [g for g in groups if g.mode == "intra"]
     control = [g for g in groups if g.mode == "zero_shot"]
-    if h <= 0 or not intra or not control:
-        value = lesson_value(0.0, 0.0, 0.0, prior_sd, z)  # untried: the prior's bound
-        return IntraGate(None, 0.0, len(intra), len(control), value, value >= bound)
-    mi, vi = _side(intra, step, h)
-    mc, vc = _side(control, step, h)
-    lift, var = mi - mc, vi + vc
-    value = lesson_value(1.0, lift, var, prior_sd, z)
-    return IntraGate(lift, math.sqrt(var), len(intra), len(control), value, value >= bound)
+    lift, var, graded = None, 0.0, 0.0  # untried: the prior alone
+    if h > 0 and intra and control:
+        mi, vi = _side(intra, step, h)
+        mc, vc = _side(control, step, h)
+        lift, var, graded = mi - mc, vi + vc, 1.0
+    mean = lesson_value(graded, lift or 0.0, var, prior_sd, 0.0)  # the posterior's mean and standard deviation
+    sd = lesson_value(graded, lift or 0.0, var, prior_sd, 1.0) - mean
+    value = mean + z * sd  # = lesson_value(graded, lift, var, prior_sd, z)
+    thompson = NormalDist().cdf((mean - bound) / sd)  # P(lift >= bound) under the posterior
+    share = thompson if rule == "thompson" else float(value >= bound)
+    return IntraGate(lift, math.sqrt(var), len(intra), len(control), value, share)
 
 
 def intra_gate(
-    session: Session, run_id: int, step: int, version_step: int, h: float, prior_sd: float, bound: float
+    session: Session,
+    run_id: int,
+    step: int,
+    version_step: int,
+    h: float,
+    prior_sd: float,
+    bound: float,
+    rule: str = "value",
 ) -> IntraGate:
-    """The gate of run `run_id` at `step`, from its groups at steps max(1, step - 4h) .. version_step (none read
-    when h = 0: no window, the mode untried)."""
+    """The gate of run `run_id` at `step` under `rule`, from its groups at steps max(1, step - 4h) .. version_step
+    (none read when h = 0: no window, the mode untried)."""
     if h <= 0:
-        return estimate((), step, h, prior_sd, bound)
+        return estimate((), step, h, prior_sd, bound, rule=rule)
     lo = max(1, math.ceil(step - WINDOW_HALF_LIVES * h))
     rows = session.execute(
         sqlfiles.load("queries/intra_gate_groups"), {"run_id": run_id, "lo": lo, "hi": min(version_step, step - 1)}
     ).all()
     groups = [GroupGrade(r.mode, r.step, r.n, r.hits) for r in rows]
-    return estimate(groups, step, h, prior_sd, bound)
+    return estimate(groups, step, h, prior_sd, bound, rule=rule)

@@ -78,8 +78,38 @@ def test_the_gate_at_below_and_above_its_bound() -> None:
 
 
 def test_an_unknown_gate_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"feedback\.intra\.gate must be one of none, value, got 'ucb'"):
+    with pytest.raises(ConfigError, match=r"feedback\.intra\.gate must be one of none, value, thompson, got 'ucb'"):
         IntraConfig(gate="ucb")
+
+
+def test_thompson_serves_intra_with_the_posterior_chance_that_it_helps() -> None:
+    """The share is P(lift >= bound) under the value rule's posterior, computed here from the prior and the
+    estimate by hand; untried (the prior alone) it is a half at bound 0, less above it, more below."""
+    value = estimate(GROUPS, step=4, h=2.0, prior_sd=PRIOR_SD, bound=0.0)
+    lift, var = value.lift, value.sd**2
+    precision = 1 / PRIOR_SD**2 + 1 / var
+    mean, sd = lift / var / precision, 1 / math.sqrt(precision)
+    for bound in (-0.1, 0.0, 0.05):
+        gate = estimate(GROUPS, 4, 2.0, PRIOR_SD, bound, rule="thompson")
+        assert gate.share == pytest.approx(0.5 * math.erfc((bound - mean) / (sd * math.sqrt(2))))
+        assert (gate.lift, gate.value) == (value.lift, value.value) and gate.open
+    untried = [estimate([], 4, 2.0, PRIOR_SD, bound, rule="thompson").share for bound in (-0.05, 0.0, 0.05)]
+    assert untried[1] == pytest.approx(0.5) and untried[0] > 0.5 > untried[2]
+    assert value.share == 1.0 and estimate(GROUPS, 4, 2.0, PRIOR_SD, 1.0).share == 0.0  # the value rule: all or none
+
+
+def test_thompson_decides_each_problem_by_its_own_key_at_the_share() -> None:
+    """Each problem's decision is keyed by (draw seed, problem): the same on a rerun, a new draw at another step, and
+    over many problems served at the share's rate; the value rule's share of 1 or 0 serves all or none."""
+    gate = estimate(GROUPS, 4, 2.0, PRIOR_SD, 0.0, rule="thompson")
+    problems = range(4000)
+    served = [gate.serves(11, p) for p in problems]
+    assert served == [gate.serves(11, p) for p in problems]
+    assert served != [gate.serves(12, p) for p in problems]
+    rate, se = sum(served) / len(served), math.sqrt(gate.share * (1 - gate.share) / len(served))
+    assert 0.05 < gate.share < 0.95 and abs(rate - gate.share) < 4 * se
+    assert all(estimate(GROUPS, 4, 2.0, PRIOR_SD, 0.0).serves(11, p) for p in problems)
+    assert not any(estimate(GROUPS, 4, 2.0, PRIOR_SD, 1.0).serves(11, p) for p in problems)
 
 
 def _scripted_run(db: Engine, name: str, gate: str, intra_right: bool) -> list[dict[str, object]]:
@@ -128,6 +158,18 @@ def test_intra_that_hurts_stops_being_served(db: Engine) -> None:
     assert step4["modes"] == ["zero_shot"] * 4 and step4["feedback/intra_gate/open"] == 0.0
     assert step4["feedback/missed/intra_hurts"] == 8 and step4["feedback/missed/no_history"] == 0
     assert step4["feedback/asked/intra"] == 8 and step4["feedback/served/intra"] == 0
+
+
+def test_thompson_serves_intra_that_hurts_less_and_less(db: Engine) -> None:
+    """The same scripted run under Thompson: untried, about half the intra prompts are served (each by its own key);
+    once intra is known to hurt its share falls, the prompts it does not serve counted as intra_hurts."""
+    steps = _scripted_run(db, "thompson-hurts", "thompson", intra_right=False)
+    assert [s["feedback/intra_gate/share"] for s in steps[:2]] == [0.5, 0.5]  # no intra group graded yet
+    assert sum(s["feedback/served/intra"] for s in steps[:2]) > 0  # some prompts were served: evidence came in
+    # one intra group right 1 in 4 against control groups right 3 in 4: a lift of -0.5 at sd 0.19, share 0.11
+    assert steps[2]["feedback/intra_gate/lift"] == pytest.approx(-0.5) and steps[2]["feedback/intra_gate/share"] < 0.2
+    for step in steps:
+        assert step["feedback/served/intra"] + step["feedback/missed/intra_hurts"] == step["feedback/asked/intra"] == 8
 
 
 def test_intra_that_helps_or_an_open_gate_keeps_being_served(db: Engine) -> None:

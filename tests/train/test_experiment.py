@@ -400,12 +400,16 @@ def test_the_pool_prior_arm_is_the_value_arm_with_the_pool_s_prior() -> None:
     assert (pool.feedback.inter.rank, pool.store.retire_below) == (value.feedback.inter.rank, value.store.retire_below)
 
 
-def test_the_gate_arm_is_the_value_arm_with_the_intra_gate() -> None:
-    """lanpo-both-value-gate differs from lanpo-both-value in the intra gate only (lanpo.feedback.intra_gate)."""
+@pytest.mark.parametrize(
+    ("arm", "gate"), [("lanpo-both-value-gate", "value"), ("lanpo-both-value-thompson", "thompson")]
+)
+def test_the_gate_arms_are_the_value_arm_with_an_intra_gate(arm: str, gate: str) -> None:
+    """lanpo-both-value-gate and -thompson differ from lanpo-both-value in the intra gate only
+    (lanpo.feedback.intra_gate)."""
     from lanpo.experiment import DEFAULT_ARMS, ExperimentConfig, arm_config
     from lanpo.train.config import TrainConfig
 
-    exp = ExperimentConfig(name="gate", recipe="r.toml", arms=["lanpo-both-value", "lanpo-both-value-gate"])
-    value, gate = (arm_config(TrainConfig(), DEFAULT_ARMS[a], a, 0, exp) for a in exp.arms)
-    assert (value.feedback.intra.gate, gate.feedback.intra.gate) == ("none", "value")
-    assert gate.feedback.inter == value.feedback.inter and gate.store == value.store
+    exp = ExperimentConfig(name="gate", recipe="r.toml", arms=["lanpo-both-value", arm])
+    value, gated = (arm_config(TrainConfig(), DEFAULT_ARMS[a], a, 0, exp) for a in exp.arms)
+    assert (value.feedback.intra.gate, gated.feedback.intra.gate) == ("none", gate)
+    assert gated.feedback.inter == value.feedback.inter and gated.store == value.store
