@@ -42,6 +42,7 @@ class MelScript:
         self.tokenizer = tokenizer
         self.served = served  # the adapter hash its completions carry: the live policy's, as the real backend's
         self.prompts: dict[str, list[str]] = {"rollout": [], "diagnosis": [], "replay": [], "summary": []}
+        self.asked_logprobs: dict[str, set[bool]] = {kind: set() for kind in self.prompts}  # params.logprobs, by kind
 
     def _kind(self, prompt: str) -> str:
         if "Attempt A is correct" in prompt:
@@ -67,6 +68,7 @@ class MelScript:
         for prompt in prompts:
             kind = self._kind(prompt)
             self.prompts[kind].append(prompt)
+            self.asked_logprobs[kind].add(params.logprobs)
             ids = tuple(self.tokenizer.encode(prompt, add_special_tokens=False))
             group, served = [], self.served()
             for j in range(n):

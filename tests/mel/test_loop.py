@@ -64,6 +64,9 @@ def test_mel_steps_write_complete_provenance(
         assert m["cost/generated_tokens"] == sum(m[f"cost/generated_tokens/{x}"] for x in parts)
         if m["mel/validated"]:
             assert m["mel/nll_tokens"] > 0 and math.isfinite(m["mel/nll"]) and m["mel/nll"] > 0
+    # rollouts keep their behaviour log-probs (TIS, replay); diagnoses and replays are read as text and tokens only
+    asked = scripted[-1].asked_logprobs
+    assert (asked["rollout"], asked["diagnosis"], asked["replay"]) == ({True}, {False}, {False})
 
     pairs = _rows(
         db,

@@ -174,6 +174,7 @@ def _diagnose(
         max_new_tokens=mel.diagnosis_max_new_tokens,
         temperature=mel.diagnosis_temperature,
         seed=mix_seed(cfg.seed, "mel-diagnose", step, sampler.dist.rank),
+        logprobs=False,  # the NLL reads the diagnosis's prompt and tokens, never its behaviour log-probs
     )
     outputs = sampler.backend.generate(texts, 1, params) if texts else []
     work = []
@@ -212,6 +213,7 @@ def _replay(cfg: TrainConfig, sampler: Sampler, step: int, prompts: StepPrompts,
         temperature=mel.replay_temperature,
         top_p=cfg.rollout.top_p,
         seed=mix_seed(cfg.seed, "mel-replay", step, sampler.dist.rank),
+        logprobs=False,  # replays are graded (and their tokens an NLL target), never trained as rollouts
     )
     outputs = sampler.backend.generate(texts, mel.replays, params)  # (C, r)
     for w, text, completions in zip(candidates, texts, outputs, strict=True):
