@@ -18,10 +18,10 @@ Per step, counted in rollouts (prompts x n), for each feedback mode:
 - `feedback/missed/<reason>`: asked and got none, rendered zero-shot: `empty_pool` (inter: the pool holds no active
   experience), `none_relevant` (inter: nothing at gamma by the scorer), `no_history` (intra: no earlier attempt of
   this run on the problem), `no_correct` (inter, `feedback.inter.draw = random`: the run has no correct attempt of
-  another problem yet), `too_long` (items drawn, not one fits even cut to `MIN_ITEM_TOKENS`), `intra_hurts` (intra,
-  `feedback.intra.gate = "value"`: the run's intra groups are known to do worse than its zero-shot ones; `"thompson"`:
-  the prompt's draw from the intra lift's posterior fell below the bound; `lanpo.feedback.intra_gate`, whose estimate
-  each step also reports as `feedback/intra_gate/*`).
+  another problem yet), `too_long` (items drawn, not one fits even cut to `MIN_ITEM_TOKENS`), `intra_hurts` (intra: the
+  store held earlier attempts and the gate kept them back; `feedback.intra.gate = "value"`: the run's intra groups are
+  known to do worse than its zero-shot ones; `"thompson"`: the prompt's draw from the intra lift's posterior fell
+  below the bound; `lanpo.feedback.intra_gate`, whose estimate each step also reports as `feedback/intra_gate/*`).
 
 Fig. 2b's leakage arm (`LEAKED_MODE`, `feedback.mode = "leaked-intra"` only) draws as intra and states the gold
 answer after the question (`lanpo.feedback.draw.leaked_questions`, called for its prompts alone); with no earlier
@@ -145,8 +145,9 @@ def contexted_prompts(
             gate = intra_gate(
                 session, run.run_id, step, version_step, h, inter.prior_sd, inter.value_bound, fb.intra.gate
             )
+            # drawn all the same (each problem's draw is keyed by itself alone), so that a withheld prompt is told
+            # from one with nothing to show
             gated = {p for p in wanted["intra"] if not gate.serves(draw_seed, p)}
-            wanted["intra"] = [p for p in wanted["intra"] if p not in gated]
         drawn = draw_contexts(session, wanted, draw)
         leaked = leaked_questions(session, wanted[LEAKED_MODE]) if wanted[LEAKED_MODE] else {}
         pool_empty = bool(wanted["inter"]) and pools_repo.active_size(session, run.pool.id) == 0
@@ -156,11 +157,14 @@ def contexted_prompts(
     out.gate = gate
     for pid, mode in zip(pids, asked, strict=True):
         found = list(drawn.get(mode, {}).get(pid, []))
+        withheld = mode == "intra" and pid in gated and bool(found)  # the gate keeps back what the store holds
+        if mode == "intra" and pid in gated:
+            found = []
         question = leaked[pid] if mode == LEAKED_MODE else rows[pid].question
         text, kept, truncated = fit_prompt(tokenizer, mode, question, found, max_prompt_tokens, shows_response)
         served = bool(kept) or MODES[mode].served_without_items  # leaked: the answer, with attempts or without
         if mode in CONTEXT_MODES and not served:  # an honest from-scratch rollout, and the reason it is one
-            out.missed[_missed_reason(mode, found, pool_empty, fb.inter.draw, pid in gated)] += 1
+            out.missed[_missed_reason(mode, found, pool_empty, fb.inter.draw, withheld)] += 1
         out.problem_ids.append(pid)
         out.questions.append(rows[pid].question)
         out.answers.append(rows[pid].answer)
@@ -177,11 +181,11 @@ def per_rollout(values: Sequence[Any], n: int) -> list[Any]:
     return [value for value in values for _ in range(n)]
 
 
-def _missed_reason(mode: str, found: list[Any], pool_empty: bool, inter_draw: str, gated: bool) -> str:
+def _missed_reason(mode: str, found: list[Any], pool_empty: bool, inter_draw: str, withheld: bool) -> str:
     if found:
         return "too_long"
     if mode == "intra":
-        return "intra_hurts" if gated else "no_history"
+        return "intra_hurts" if withheld else "no_history"
     if inter_draw == "random":
         return "no_correct"
     return "empty_pool" if pool_empty else "none_relevant"

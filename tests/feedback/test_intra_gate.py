@@ -19,6 +19,7 @@ from lanpo.feedback.config import IntraConfig
 from lanpo.feedback.intra_gate import GroupGrade, estimate
 from lanpo.models import load_causal_lm
 from lanpo.rollout import Completion
+from lanpo.seeds import mix_seed
 
 PRIOR_SD = 0.1
 
@@ -170,6 +171,25 @@ def test_thompson_serves_intra_that_hurts_less_and_less(db: Engine) -> None:
     assert steps[2]["feedback/intra_gate/lift"] == pytest.approx(-0.5) and steps[2]["feedback/intra_gate/share"] < 0.2
     for step in steps:
         assert step["feedback/served/intra"] + step["feedback/missed/intra_hurts"] == step["feedback/asked/intra"] == 8
+
+
+def test_a_prompt_the_gate_keeps_back_with_nothing_to_show_is_counted_as_no_history(db: Engine) -> None:
+    """A new run's first step asks intra for eight problems under Thompson: the gate keeps back about half (share
+    0.5), but no problem has an earlier attempt, so each is missed as `no_history`, never `intra_hurts`."""
+    config = StoreRunConfig(
+        run_name="thompson-first",
+        data=DataConfig(dataset="gate-toy-8", task="chain_sum", n=8, task_options={"min_terms": 2, "max_terms": 2}),
+        feedback=FeedbackConfig(mode="intra", p_t=1.0, k=1, candidates=4, intra=IntraConfig(gate="thompson")),
+    )
+    client = StoreClient(config, db)
+    _, tokenizer = load_causal_lm("tiny-random")
+    run = client.start("scripted")
+    prompts = client.prompts(run, 1, client.problem_ids, tokenizer, "1" * 64, asked=["intra"] * 8)
+    assert prompts.gate is not None and prompts.gate.share == 0.5
+    draw_seed = mix_seed(config.seed, "contexts", 1)  # the seed contexted_prompts draws the step with
+    assert 0 < sum(not prompts.gate.serves(draw_seed, p) for p in client.problem_ids) < 8  # some kept back
+    assert prompts.missed == {"no_history": 8} and prompts.modes == ["zero_shot"] * 8
+    client.finish(run)
 
 
 def test_intra_that_helps_or_an_open_gate_keeps_being_served(db: Engine) -> None:
