@@ -11,6 +11,10 @@ _GRPO = {"method": "grpo", "feedback.mode": "none", "feedback.p_t": 0.0}
 
 DEFAULT_ARMS = {
     "grpo": dict(_GRPO),
+    # The null arm: GRPO with its reference and update forwards in float32 (grpo.autocast "auto" is bf16 where bf16
+    # matmuls pay). The same method with other rounding: its runs part from GRPO's within a step or two, so its
+    # difference to GRPO is how far two runs of one method land apart, the yardstick for any other arm's.
+    "grpo-fp32": {**_GRPO, "grpo.autocast": "off"},
     "lanpo-intra": {"method": "lanpo", "feedback.mode": "intra"},
     "lanpo-inter": {"method": "lanpo", "feedback.mode": "inter"},
     "lanpo-both": {"method": "lanpo", "feedback.mode": "both"},

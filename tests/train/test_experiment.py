@@ -3,6 +3,7 @@ validated on the same held-out set; a rerun skips what finished; the report hold
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -413,3 +414,17 @@ def test_the_gate_arms_are_the_value_arm_with_an_intra_gate(arm: str, gate: str)
     value, gated = (arm_config(TrainConfig(), DEFAULT_ARMS[a], a, 0, exp) for a in exp.arms)
     assert (value.feedback.intra.gate, gated.feedback.intra.gate) == ("none", gate)
     assert gated.feedback.inter == value.feedback.inter and gated.store == value.store
+
+
+def test_the_null_arm_is_grpo_with_other_rounding() -> None:
+    """grpo-fp32 differs from grpo in its forwards' precision only: a yardstick for how far runs of one method land
+    apart, not another method."""
+    from lanpo.experiment import DEFAULT_ARMS, ExperimentConfig, arm_config
+    from lanpo.train.config import TrainConfig
+
+    base = TrainConfig()
+    base = replace(base, grpo=replace(base.grpo, autocast="auto"))  # the learning recipes' setting
+    exp = ExperimentConfig(name="null", recipe="r.toml", arms=["grpo", "grpo-fp32"])
+    grpo, null = (arm_config(base, DEFAULT_ARMS[a], a, 0, exp) for a in exp.arms)
+    assert (grpo.grpo.autocast, null.grpo.autocast) == ("auto", "off")
+    assert replace(null.grpo, autocast="auto") == grpo.grpo and null.feedback == grpo.feedback
