@@ -1,6 +1,6 @@
 -- Issue 64's reuse check (train/experiments/reuse-value-chain-sum.toml): does a run's held-out deficit to GRPO grow
--- with how many of its groups carried a context? Per run of an arm that serves feedback: its intra and inter groups
--- (of the 80 a 10-step run trains), its held-out mean at the last validation less GRPO's of the same seed (paired by
+-- with how many of its groups carried a context? Per run of every arm but GRPO (the null arm grpo-fp32 at 0): its
+-- intra and inter groups (of the 80 a 10-step run trains), its held-out mean at the last validation less GRPO's of the same seed (paired by
 -- problem, as reuse_value.sql), and over those runs the least-squares slope of that difference on the contexted
 -- groups, with the correlation: across all runs (row `all`), and within seeds (row `within seeds`: each run's
 -- difference and exposure less its seed's means, so that a seed whose GRPO run is strong, leaving every arm behind
