@@ -157,9 +157,9 @@ def contexted_prompts(
     out.gate = gate
     for pid, mode in zip(pids, asked, strict=True):
         found = list(drawn.get(mode, {}).get(pid, []))
-        withheld = mode == "intra" and pid in gated and bool(found)  # the gate keeps back what the store holds
+        withheld = False  # the gate kept back what the store holds (not: the store held nothing)
         if mode == "intra" and pid in gated:
-            found = []
+            withheld, found = bool(found), []
         question = leaked[pid] if mode == LEAKED_MODE else rows[pid].question
         text, kept, truncated = fit_prompt(tokenizer, mode, question, found, max_prompt_tokens, shows_response)
         served = bool(kept) or MODES[mode].served_without_items  # leaked: the answer, with attempts or without
